@@ -1,0 +1,132 @@
+"""The memory-backend port: the few operations both processes need, shaped after Zep's."""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:
+    from afterthought.settings import Settings
+
+#: Metadata key that carries our message key into the backend (reconciliation reads it).
+MESSAGE_KEY_FIELD = "afterthought_key"
+
+ErrorKind = Literal[
+    "timeout",
+    "unavailable",
+    "rate_limited",
+    "unauthorized",
+    "not_found",
+    "conflict",
+    "too_large",
+    "bad_request",
+    "invalid_response",
+]
+TRANSIENT_KINDS = frozenset({"timeout", "unavailable", "rate_limited"})
+
+
+class BackendError(Exception):
+    """A backend failure, classified. Its text holds status and error code, never content."""
+
+    def __init__(
+        self,
+        kind: ErrorKind,
+        *,
+        status: int | None = None,
+        code: str | None = None,
+        retry_after: float | None = None,
+    ) -> None:
+        super().__init__(f"{kind} (status={status}, code={code})")
+        self.kind: ErrorKind = kind
+        self.status = status
+        self.code = code
+        self.retry_after = retry_after
+
+    @property
+    def transient(self) -> bool:
+        return self.kind in TRANSIENT_KINDS
+
+
+@dataclass(frozen=True, slots=True)
+class UserRef:
+    """A backend user and the graph that holds its memory."""
+
+    user_uuid: str
+    graph_uuid: str
+
+
+@dataclass(frozen=True, slots=True)
+class OutgoingMessage:
+    role: str
+    content: str
+    reference_time: str
+    name: str | None = None
+    metadata: Mapping[str, str | int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class StoredMessage:
+    uuid: str
+    role: str
+    content: str
+    metadata: Mapping[str, object]
+
+    @property
+    def key(self) -> str | None:
+        value = self.metadata.get(MESSAGE_KEY_FIELD)
+        return value if isinstance(value, str) else None
+
+
+class MemoryBackend(abc.ABC):
+    """Implemented by :class:`~afterthought.zep_backend.ZepBackend` and
+    :class:`~afterthought.local_backend.LocalBackend`. Failures raise :class:`BackendError`."""
+
+    name: str
+
+    @abc.abstractmethod
+    async def ensure_user(
+        self, *, zep_user_id: str, first_name: str | None = None, last_name: str | None = None
+    ) -> UserRef:
+        """Create the user, or find the one already created with this id."""
+
+    @abc.abstractmethod
+    async def create_thread(self, *, user: UserRef, idempotency_key: str) -> str:
+        """Create a thread; callers serialise this per session (see the identity registry)."""
+
+    @abc.abstractmethod
+    async def add_messages(
+        self,
+        *,
+        thread_uuid: str,
+        messages: Sequence[OutgoingMessage],
+        idempotency_key: str,
+        ignore_roles: Sequence[str] = (),
+    ) -> None:
+        """Append messages in order; a replay with the same key adds nothing."""
+
+    @abc.abstractmethod
+    async def recent_messages(self, *, thread_uuid: str, limit: int) -> list[StoredMessage]:
+        """The thread's latest messages, newest first."""
+
+    @abc.abstractmethod
+    async def get_context(
+        self, *, user: UserRef, query: str, max_chars: int, timeout: float
+    ) -> str:
+        """The user's context block for ``query``; empty when there is nothing to say."""
+
+    async def aclose(self) -> None:
+        """Release the running loop's connections."""
+        return None
+
+
+def open_backend(settings: Settings) -> MemoryBackend:
+    """The backend the settings select: Zep with a key, else the embedded local store."""
+    if settings.resolved_backend == "zep":
+        from afterthought.zep_backend import ZepBackend
+
+        return ZepBackend(settings)
+    from afterthought.local_backend import LocalBackend
+
+    return LocalBackend(settings.local_db_path)

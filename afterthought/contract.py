@@ -1,0 +1,146 @@
+"""The turn/job contract: what a queued message is, its deterministic key, its JSON form."""
+
+from __future__ import annotations
+
+import hashlib
+from datetime import UTC, datetime
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from afterthought.keys import digest
+
+#: Written into every payload; workers accept this version and the one before it.
+PAYLOAD_VERSION = 1
+ACCEPTED_VERSIONS = frozenset({PAYLOAD_VERSION, PAYLOAD_VERSION - 1})
+
+Role = Literal["user", "assistant", "system", "tool", "function"]
+
+
+class MalformedPayload(ValueError):
+    """A queued item that cannot be read back; it becomes a dead letter, never a crash."""
+
+
+def message_key(
+    *, app: str, user_id: str, session_id: str, invocation_id: str, role: str, ordinal: int
+) -> str:
+    """The one deterministic key of a message: the same turn always gets the same key."""
+    return digest(app, user_id, session_id, invocation_id, role, str(ordinal))
+
+
+def thread_key(*, app: str, user_id: str, session_id: str) -> str:
+    """Names a thread's queue keys without putting user-chosen strings into key names."""
+    return digest(app, user_id, session_id, size=24)
+
+
+def checksum(content: str) -> str:
+    return hashlib.sha256(content.encode()).hexdigest()[:16]
+
+
+class QueuedMessage(BaseModel):
+    """One message on its way to the backend."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    v: int = PAYLOAD_VERSION
+    """Payload version."""
+    seq: int | None = None
+    """Per-thread sequence number, assigned by the enqueue script."""
+    key: str
+    """Deterministic message key (see :func:`message_key`); travels in backend metadata."""
+    app: str
+    """ADK app name."""
+    user_id: str
+    """ADK user id."""
+    session_id: str
+    """ADK session id."""
+    invocation_id: str
+    """ADK invocation that produced the message."""
+    role: Role
+    """Backend role."""
+    ordinal: int = Field(ge=0)
+    """Position among this invocation's messages of the same role."""
+    content: str = Field(min_length=1)
+    """The text, never logged."""
+    name: str | None = None
+    """Display name of the speaker."""
+    reference_time: str
+    """ISO-8601 time the message was said (the event's time, not the flush time)."""
+    checksum: str
+    """Hash of ``content``, kept only to detect corruption."""
+
+    @classmethod
+    def build(
+        cls,
+        *,
+        app: str,
+        user_id: str,
+        session_id: str,
+        invocation_id: str,
+        role: Role,
+        ordinal: int,
+        content: str,
+        name: str | None = None,
+        at: float | None = None,
+    ) -> QueuedMessage:
+        when = datetime.fromtimestamp(at, UTC) if at is not None else datetime.now(UTC)
+        return cls(
+            key=message_key(
+                app=app,
+                user_id=user_id,
+                session_id=session_id,
+                invocation_id=invocation_id,
+                role=role,
+                ordinal=ordinal,
+            ),
+            app=app,
+            user_id=user_id,
+            session_id=session_id,
+            invocation_id=invocation_id,
+            role=role,
+            ordinal=ordinal,
+            content=content,
+            name=name,
+            reference_time=when.isoformat(),
+            checksum=checksum(content),
+        )
+
+    @property
+    def thread_key(self) -> str:
+        return thread_key(app=self.app, user_id=self.user_id, session_id=self.session_id)
+
+    def encode(self) -> str:
+        """JSON without ``seq``: the enqueue script prepends ``{"seq":N,`` to this."""
+        return self.model_dump_json(exclude={"seq"})
+
+    @classmethod
+    def decode(cls, raw: bytes | str) -> QueuedMessage:
+        try:
+            message = cls.model_validate_json(raw)
+        except ValidationError as exc:
+            # The error names fields and types only; pydantic's text would echo content.
+            fields = ",".join(sorted({str(e["loc"][0]) for e in exc.errors() if e["loc"]}))
+            raise MalformedPayload(f"invalid payload fields: {fields or '?'}") from None
+        if message.v not in ACCEPTED_VERSIONS:
+            raise MalformedPayload(f"unsupported payload version {message.v}")
+        if message.seq is None:
+            raise MalformedPayload("payload has no sequence number")
+        if checksum(message.content) != message.checksum:
+            raise MalformedPayload("payload checksum mismatch")
+        return message
+
+
+def split_content(content: str, limit: int) -> list[str]:
+    """Ordered parts of at most ``limit`` characters, cut at a line or word break when one
+    is near; joined back they give the original text exactly."""
+    parts: list[str] = []
+    rest = content
+    while len(rest) > limit:
+        window = rest[:limit]
+        cut = max(window.rfind("\n"), window.rfind(" "))
+        if cut < limit // 2:
+            cut = limit - 1
+        parts.append(rest[: cut + 1])
+        rest = rest[cut + 1 :]
+    parts.append(rest)
+    return parts

@@ -1,0 +1,103 @@
+"""The identity registry: ADK strings -> backend UUIDs, recorded in Redis.
+
+Zep v4 generates UUIDs and its ``create`` is not idempotent, so provisioning is serialised
+per ADK user under a short Redis lock and the result recorded; every later reader (agent
+or worker, any process) finds it with one round trip."""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+from dataclasses import dataclass
+
+import redis.asyncio as aioredis
+
+from afterthought.backend import MemoryBackend, UserRef
+from afterthought.keys import LOCK_TTL_MS, Keys, digest
+from afterthought.settings import Settings
+
+# Compare-and-delete: only the holder's token releases the lock.
+RELEASE_LUA = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class Identity:
+    """What the registry knows of one ADK session; ``None`` parts are not provisioned yet."""
+
+    user: UserRef | None
+    thread_uuid: str | None
+
+
+class IdentityRegistry:
+    def __init__(self, redis: aioredis.Redis, settings: Settings) -> None:
+        self._redis = redis
+        self._settings = settings
+        self._keys = Keys(settings.key_prefix)
+
+    async def lookup(self, *, app: str, user_id: str, session_id: str) -> Identity:
+        async with self._redis.pipeline(transaction=False) as pipe:
+            pipe.hmget(self._keys.user(app, user_id), ["user_uuid", "graph_uuid"])
+            pipe.get(self._keys.session(app, session_id))
+            (user_uuid, graph_uuid), thread = await pipe.execute()
+        user = (
+            UserRef(user_uuid.decode(), graph_uuid.decode()) if user_uuid and graph_uuid else None
+        )
+        return Identity(user=user, thread_uuid=thread.decode() if thread else None)
+
+    async def ensure(
+        self,
+        backend: MemoryBackend,
+        *,
+        app: str,
+        user_id: str,
+        session_id: str,
+        first_name: str | None = None,
+        last_name: str | None = None,
+    ) -> tuple[UserRef, str]:
+        """Provision (once, across processes) and record the user and the session's thread."""
+        known = await self.lookup(app=app, user_id=user_id, session_id=session_id)
+        if known.user and known.thread_uuid:
+            return known.user, known.thread_uuid
+        async with self._lock(digest(app, user_id)):
+            known = await self.lookup(app=app, user_id=user_id, session_id=session_id)
+            user = known.user
+            if user is None:
+                user = await backend.ensure_user(
+                    zep_user_id=self._settings.zep_user_id(app=app, user_id=user_id),
+                    first_name=first_name,
+                    last_name=last_name,
+                )
+                await self._redis.hset(
+                    self._keys.user(app, user_id),
+                    mapping={"user_uuid": user.user_uuid, "graph_uuid": user.graph_uuid},
+                )
+            thread_uuid = known.thread_uuid
+            if thread_uuid is None:
+                thread_uuid = await backend.create_thread(
+                    user=user, idempotency_key=f"thread:{digest(app, session_id)}"
+                )
+                await self._redis.set(self._keys.session(app, session_id), thread_uuid)
+            return user, thread_uuid
+
+    def _lock(self, name: str) -> _Lock:
+        return _Lock(self._redis, self._keys.lock(name))
+
+
+class _Lock:
+    """A short Redis lock (token + expiry, compare-and-delete) that waits its turn."""
+
+    def __init__(self, redis: aioredis.Redis, key: str) -> None:
+        self._redis = redis
+        self._key = key
+        self._token = secrets.token_hex(8)
+
+    async def __aenter__(self) -> None:
+        async with asyncio.timeout(LOCK_TTL_MS / 1000 * 2):
+            while not await self._redis.set(self._key, self._token, nx=True, px=LOCK_TTL_MS):
+                await asyncio.sleep(0.02)
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self._redis.eval(RELEASE_LUA, 1, self._key, self._token)

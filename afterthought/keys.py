@@ -1,0 +1,64 @@
+"""Every Redis key name, in one place. All carry the deployment prefix."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+#: Registry entries and pending lists are durable state; these are not and expire.
+LOCK_TTL_MS = 10_000
+
+
+def digest(*parts: str, size: int = 32) -> str:
+    """A short stable hex id for a tuple of strings (unit-separated, so no ambiguity)."""
+    return hashlib.sha256("\x1f".join(parts).encode()).hexdigest()[:size]
+
+
+@dataclass(frozen=True, slots=True)
+class Keys:
+    prefix: str
+
+    # --- the write queue -------------------------------------------------------------
+    def pending(self, thread_key: str) -> str:
+        """LIST of queued message payloads of one thread, oldest first."""
+        return f"{self.prefix}:pending:{thread_key}"
+
+    def thread(self, thread_key: str) -> str:
+        """HASH: ``seq`` (last assigned), ``persisted`` (high-water mark), identity fields."""
+        return f"{self.prefix}:thread:{thread_key}"
+
+    @property
+    def ready(self) -> str:
+        """ZSET thread_key -> ms when it may next be claimed (claiming pushes it a lease out)."""
+        return f"{self.prefix}:ready"
+
+    def lease(self, thread_key: str) -> str:
+        """STRING token of the worker that holds the thread; expires with the lease."""
+        return f"{self.prefix}:lease:{thread_key}"
+
+    @property
+    def dead(self) -> str:
+        """LIST of dead letters (JSON), newest last."""
+        return f"{self.prefix}:dead"
+
+    # --- arq -------------------------------------------------------------------------
+    @property
+    def queue(self) -> str:
+        """arq's queue ZSET name."""
+        return f"{self.prefix}:arq:queue"
+
+    def job_id(self, kind: str, suffix: str) -> str:
+        """arq job id; arq stores it under ``arq:job:<id>``, so the prefix travels inside."""
+        return f"{self.prefix}:{kind}:{suffix}"
+
+    # --- identity registry -----------------------------------------------------------
+    def user(self, app: str, user_id: str) -> str:
+        """HASH ``user_uuid``, ``graph_uuid`` of an ADK (app, user)."""
+        return f"{self.prefix}:id:user:{digest(app, user_id)}"
+
+    def session(self, app: str, session_id: str) -> str:
+        """STRING thread uuid of an ADK (app, session)."""
+        return f"{self.prefix}:id:thread:{digest(app, session_id)}"
+
+    def lock(self, name: str) -> str:
+        return f"{self.prefix}:lock:{name}"

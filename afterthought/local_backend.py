@@ -1,0 +1,243 @@
+"""The embedded backend: a durable SQLite file with users, threads, messages, facts and
+full-text search. Used without ``ZEP_API_KEY``; safe to share between the agent and the
+worker processes (WAL mode)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import sqlite3
+import threading
+import uuid
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TypeVar
+
+from afterthought.backend import (
+    MESSAGE_KEY_FIELD,
+    BackendError,
+    MemoryBackend,
+    OutgoingMessage,
+    StoredMessage,
+    UserRef,
+)
+
+T = TypeVar("T")
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS users (
+  uuid TEXT PRIMARY KEY, user_id TEXT UNIQUE NOT NULL, graph_uuid TEXT NOT NULL,
+  first_name TEXT, last_name TEXT, created_at TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS threads (
+  uuid TEXT PRIMARY KEY, user_uuid TEXT NOT NULL REFERENCES users(uuid) ON DELETE CASCADE,
+  idempotency_key TEXT UNIQUE, created_at TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS messages (
+  id INTEGER PRIMARY KEY, uuid TEXT UNIQUE NOT NULL,
+  thread_uuid TEXT NOT NULL REFERENCES threads(uuid) ON DELETE CASCADE,
+  message_key TEXT UNIQUE, role TEXT NOT NULL, name TEXT, content TEXT NOT NULL,
+  metadata TEXT NOT NULL, reference_time TEXT, ingested INTEGER NOT NULL,
+  created_at TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS messages_thread ON messages(thread_uuid, id);
+CREATE VIRTUAL TABLE IF NOT EXISTS messages_fts USING fts5(
+  content, content='messages', content_rowid='id');
+CREATE TRIGGER IF NOT EXISTS messages_ai AFTER INSERT ON messages BEGIN
+  INSERT INTO messages_fts(rowid, content) VALUES (new.id, new.content); END;
+CREATE TRIGGER IF NOT EXISTS messages_ad AFTER DELETE ON messages BEGIN
+  INSERT INTO messages_fts(messages_fts, rowid, content) VALUES ('delete', old.id, old.content);
+END;
+CREATE TABLE IF NOT EXISTS facts (
+  uuid TEXT PRIMARY KEY, user_uuid TEXT NOT NULL REFERENCES users(uuid) ON DELETE CASCADE,
+  subject TEXT NOT NULL, predicate TEXT NOT NULL, value TEXT NOT NULL,
+  kind TEXT, confidence REAL, importance REAL, trust TEXT, source_keys TEXT NOT NULL,
+  valid_at TEXT NOT NULL, invalid_at TEXT, created_at TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS facts_user ON facts(user_uuid, invalid_at);
+CREATE TABLE IF NOT EXISTS idempotency (key TEXT PRIMARY KEY, created_at TEXT NOT NULL);
+"""
+
+_WORD = re.compile(r"\w{3,}", re.UNICODE)
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat()
+
+
+class LocalBackend(MemoryBackend):
+    name = "local"
+
+    def __init__(self, path: Path | str) -> None:
+        self.path = Path(path)
+        self._lock = threading.Lock()
+        self._db: sqlite3.Connection | None = None
+
+    def _connect(self) -> sqlite3.Connection:
+        if self._db is None:
+            if str(self.path) != ":memory:":
+                self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+                # Memory is personal data: the file is created private to its owner.
+                os.close(os.open(self.path, os.O_CREAT | os.O_RDWR, 0o600))
+            db = sqlite3.connect(self.path, check_same_thread=False, timeout=10)
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA foreign_keys=ON")
+            db.executescript(SCHEMA)
+            self._db = db
+        return self._db
+
+    async def _run(self, work: Callable[[sqlite3.Connection], T]) -> T:
+        def locked() -> T:
+            with self._lock:
+                db = self._connect()
+                try:
+                    with db:
+                        return work(db)
+                except sqlite3.OperationalError as exc:
+                    raise BackendError("unavailable", code=type(exc).__name__) from None
+
+        return await asyncio.to_thread(locked)
+
+    async def ensure_user(
+        self, *, zep_user_id: str, first_name: str | None = None, last_name: str | None = None
+    ) -> UserRef:
+        def work(db: sqlite3.Connection) -> UserRef:
+            db.execute(
+                "INSERT OR IGNORE INTO users VALUES (?, ?, ?, ?, ?, ?)",
+                (str(uuid.uuid4()), zep_user_id, str(uuid.uuid4()), first_name, last_name, _now()),
+            )
+            row = db.execute(
+                "SELECT uuid, graph_uuid FROM users WHERE user_id = ?", (zep_user_id,)
+            ).fetchone()
+            return UserRef(user_uuid=row[0], graph_uuid=row[1])
+
+        return await self._run(work)
+
+    async def create_thread(self, *, user: UserRef, idempotency_key: str) -> str:
+        def work(db: sqlite3.Connection) -> str:
+            if not db.execute("SELECT 1 FROM users WHERE uuid = ?", (user.user_uuid,)).fetchone():
+                raise BackendError("not_found", status=404, code="user")
+            db.execute(
+                "INSERT OR IGNORE INTO threads VALUES (?, ?, ?, ?)",
+                (str(uuid.uuid4()), user.user_uuid, idempotency_key, _now()),
+            )
+            row = db.execute(
+                "SELECT uuid FROM threads WHERE idempotency_key = ?", (idempotency_key,)
+            ).fetchone()
+            return str(row[0])
+
+        return await self._run(work)
+
+    async def add_messages(
+        self,
+        *,
+        thread_uuid: str,
+        messages: Sequence[OutgoingMessage],
+        idempotency_key: str,
+        ignore_roles: Sequence[str] = (),
+    ) -> None:
+        def work(db: sqlite3.Connection) -> None:
+            if not db.execute("SELECT 1 FROM threads WHERE uuid = ?", (thread_uuid,)).fetchone():
+                raise BackendError("not_found", status=404, code="thread")
+            seen = db.execute(
+                "INSERT OR IGNORE INTO idempotency VALUES (?, ?)", (idempotency_key, _now())
+            )
+            if seen.rowcount == 0:
+                return
+            for m in messages:
+                # The unique message key makes a replay under a new batch key a no-op too.
+                db.execute(
+                    "INSERT OR IGNORE INTO messages (uuid, thread_uuid, message_key, role, name,"
+                    " content, metadata, reference_time, ingested, created_at)"
+                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (
+                        str(uuid.uuid4()),
+                        thread_uuid,
+                        m.metadata.get(MESSAGE_KEY_FIELD),
+                        m.role,
+                        m.name,
+                        m.content,
+                        json.dumps(dict(m.metadata)),
+                        m.reference_time,
+                        int(m.role not in ignore_roles),
+                        _now(),
+                    ),
+                )
+
+        await self._run(work)
+
+    async def recent_messages(self, *, thread_uuid: str, limit: int) -> list[StoredMessage]:
+        def work(db: sqlite3.Connection) -> list[StoredMessage]:
+            rows = db.execute(
+                "SELECT uuid, role, content, metadata FROM messages WHERE thread_uuid = ?"
+                " ORDER BY id DESC LIMIT ?",
+                (thread_uuid, limit),
+            ).fetchall()
+            return [StoredMessage(r[0], r[1], r[2], json.loads(r[3])) for r in rows]
+
+        return await self._run(work)
+
+    async def get_context(
+        self, *, user: UserRef, query: str, max_chars: int, timeout: float
+    ) -> str:
+        def work(db: sqlite3.Connection) -> str:
+            facts = db.execute(
+                "SELECT value, valid_at FROM facts WHERE user_uuid = ? AND invalid_at IS NULL"
+                " ORDER BY importance DESC, valid_at DESC LIMIT 50",
+                (user.user_uuid,),
+            ).fetchall()
+            said = self._user_statements(db, user.user_uuid, query)
+            return _render(facts, said, max_chars)
+
+        async with asyncio.timeout(timeout):
+            return await self._run(work)
+
+    @staticmethod
+    def _user_statements(
+        db: sqlite3.Connection, user_uuid: str, query: str
+    ) -> list[tuple[str, str]]:
+        """What the user said before: matches for the query first, then the most recent."""
+        base = (
+            "SELECT m.id, m.content, m.reference_time FROM messages m"
+            " JOIN threads t ON t.uuid = m.thread_uuid"
+            " WHERE t.user_uuid = ? AND m.role = 'user' AND m.ingested = 1"
+        )
+        words = sorted({w.lower() for w in _WORD.findall(query)})[:16]
+        matched: list[tuple[int, str, str]] = []
+        if words:
+            expression = " OR ".join(f'"{w}"' for w in words)
+            matched = db.execute(
+                f"{base} AND m.id IN (SELECT rowid FROM messages_fts WHERE messages_fts MATCH ?"
+                " ORDER BY bm25(messages_fts) LIMIT 10)",
+                (user_uuid, expression),
+            ).fetchall()
+        recent = db.execute(f"{base} ORDER BY m.id DESC LIMIT 10", (user_uuid,)).fetchall()
+        seen: set[int] = set()
+        ordered: list[tuple[str, str]] = []
+        for row_id, content, at in [*matched, *recent]:
+            if row_id not in seen:
+                seen.add(row_id)
+                ordered.append((content, at or ""))
+        return ordered
+
+    async def aclose(self) -> None:
+        with self._lock:
+            if self._db is not None:
+                self._db.close()
+                self._db = None
+
+
+def _render(facts: list[tuple[str, str]], said: list[tuple[str, str]], max_chars: int) -> str:
+    """Zep-like sections; whole lines only, so the block never ends mid-sentence."""
+    lines: list[str] = []
+    if facts:
+        lines += ["# Facts about the user", *(f"- {v} (since {at[:10]})" for v, at in facts)]
+    if said:
+        lines += ["# What the user said before", *(f"- {c} ({at[:10]})" for c, at in said)]
+    out: list[str] = []
+    size = 0
+    for line in lines:
+        if size + len(line) + 1 > max_chars:
+            break
+        out.append(line)
+        size += len(line) + 1
+    return "\n".join(out)

@@ -1,0 +1,89 @@
+"""One settings object, read from the environment (``AFTERTHOUGHT_*`` plus the bare
+``REDIS_URL``, ``ZEP_API_KEY`` and ``ZEP_BASE_URL``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import AliasChoices, Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    """Everything both processes need; keyword overrides win over the environment."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="AFTERTHOUGHT_", populate_by_name=True, extra="forbid", frozen=True
+    )
+
+    redis_url: str = Field(
+        "redis://127.0.0.1:6379/0",
+        validation_alias=AliasChoices("REDIS_URL", "AFTERTHOUGHT_REDIS_URL", "redis_url"),
+    )
+    """Redis for the queue, the identity registry and the context cache (TLS/ACL URLs work)."""
+    zep_api_key: SecretStr | None = Field(
+        None, validation_alias=AliasChoices("ZEP_API_KEY", "zep_api_key")
+    )
+    """Zep Cloud key; when unset the embedded local backend is used."""
+    zep_base_url: str | None = Field(
+        None, validation_alias=AliasChoices("ZEP_BASE_URL", "zep_base_url")
+    )
+    """Overrides Zep's API address, e.g. ``http://127.0.0.1:8011/api/v4`` for the fake."""
+    backend: Literal["zep", "local"] | None = None
+    """Memory backend; ``zep`` when a key is set, else ``local``."""
+    memory_mode: Literal["zep", "managed"] = "zep"
+    """On Zep: ``zep`` lets Zep extract facts; ``managed`` stores history only."""
+    local_db_path: Path = Path(".afterthought/memory.sqlite3")
+    """SQLite file of the local backend."""
+    key_prefix: str = "afterthought"
+    """Deployment prefix of every Redis key, arq's queue and job ids included."""
+    retrieval_budget: float = Field(0.25, gt=0, le=30)
+    """Hard deadline, in seconds, for reading memory on the turn path."""
+    enqueue_timeout: float = Field(0.1, gt=0, le=5)
+    """Deadline, in seconds, for the one Redis round trip that queues a write."""
+    zep_user_id_template: str = "{user_id}"
+    """Zep ``user_id`` built from ADK's ``app`` and ``user_id``; ``{app}:{user_id}`` to share."""
+    assistant_name: str = "Assistant"
+    """Display name stored with assistant messages."""
+    max_message_chars: int = Field(2500, ge=100, le=1_000_000)
+    """Backend per-message limit; longer content is split into ordered parts, never cut."""
+    max_queued_chars: int = Field(1_000_000, ge=1000)
+    """Largest message accepted into the queue at all (protects Redis)."""
+    context_max_chars: int = Field(4000, ge=100)
+    """Largest context block requested from the backend."""
+    batch_size: int = Field(30, ge=1, le=30)
+    """Messages per ``add_messages`` call (Zep accepts at most 30)."""
+    lease_seconds: float = Field(20.0, gt=0, le=25)
+    """Per-thread lease; a dead worker's threads are recovered after this."""
+    worker_concurrency: int = Field(16, ge=1, le=1000)
+    """Threads one worker process flushes at the same time."""
+    provision_on_worker: bool = True
+    """Provision a missing Zep user/thread from the worker; else dead-letter ``unprovisioned``."""
+
+    @field_validator("key_prefix")
+    @classmethod
+    def _plain_prefix(cls, value: str) -> str:
+        if not value or not all(c.isalnum() or c in "-_." for c in value):
+            raise ValueError("key_prefix must be non-empty letters, digits, '-', '_' or '.'")
+        return value
+
+    @field_validator("zep_user_id_template")
+    @classmethod
+    def _known_fields(cls, value: str) -> str:
+        try:
+            value.format(app="a", user_id="u")
+        except (KeyError, IndexError, ValueError) as exc:
+            raise ValueError("zep_user_id_template may use only {app} and {user_id}") from exc
+        if "{user_id}" not in value:
+            raise ValueError("zep_user_id_template must contain {user_id}")
+        return value
+
+    @property
+    def resolved_backend(self) -> Literal["zep", "local"]:
+        if self.backend is not None:
+            return self.backend
+        return "zep" if self.zep_api_key else "local"
+
+    def zep_user_id(self, *, app: str, user_id: str) -> str:
+        return self.zep_user_id_template.format(app=app, user_id=user_id)

@@ -1,0 +1,8 @@
+"""Test support that users can reuse: a loopback Zep v4 fake and a throwaway Redis.
+
+``pytest_plugins = ["afterthought.testing.pytest_plugin"]`` gives the ``zep_fake`` fixture."""
+
+from afterthought.testing.redis_server import RedisServer
+from afterthought.testing.zep_fake import Fault, ZepFake
+
+__all__ = ["Fault", "RedisServer", "ZepFake"]

@@ -1,0 +1,468 @@
+"""A loopback stand-in for Zep's v4 REST API, for tests that use the real ``zep-cloud`` SDK.
+
+It keeps users, threads and messages in memory, records every request with its
+``Idempotency-Key``, replays keyed mutations unless told not to, and injects latency and
+faults (status codes with ``Retry-After``, hangs, dropped connections, lost replies).
+Point the SDK at :attr:`ZepFake.base_url` (``ZEP_BASE_URL``). Control it in process, or
+over HTTP under ``/_fake/`` when it runs in another process."""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlparse
+
+API_PREFIX = "/api/v4"
+JSON = dict[str, Any]
+
+
+class _Reply(Exception):
+    def __init__(self, status: int, body: JSON | None = None) -> None:
+        super().__init__(status)
+        self.status = status
+        self.body = body
+
+
+def _error(status: int, code: str, message: str) -> _Reply:
+    return _Reply(status, {"error": {"code": code, "message": message}})
+
+
+@dataclass
+class Fault:
+    """Applied to the next ``times`` requests whose ``METHOD path`` matches ``match``."""
+
+    match: str = ".*"
+    status: int | None = None
+    """Answer with this status (and a Zep error body) instead of doing the work."""
+    retry_after: float | None = None
+    delay: float = 0.0
+    """Sleep this long first (longer than the client's timeout: a hang)."""
+    drop: bool = False
+    """Close the connection without a reply."""
+    after_commit: bool = False
+    """With ``drop`` or ``status``: do the work first, then fail (a lost reply)."""
+    times: int = 1
+
+
+@dataclass
+class Recorded:
+    method: str
+    path: str
+    idempotency_key: str | None
+    body: Any
+    status: int
+    at: float
+
+
+@dataclass
+class _State:
+    users: dict[str, JSON] = field(default_factory=dict)
+    threads: dict[str, JSON] = field(default_factory=dict)
+    messages: dict[str, list[JSON]] = field(default_factory=dict)
+    replies: dict[str, tuple[int, JSON | None]] = field(default_factory=dict)
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat()
+
+
+class ZepFake:
+    def __init__(
+        self,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        latency: float = 0.0,
+        honor_idempotency: bool = True,
+        fault_rate: float = 0.0,
+        seed: int | None = None,
+    ) -> None:
+        self.latency = latency
+        self.honor_idempotency = honor_idempotency
+        self.fault_rate = fault_rate
+        """Share of requests answered 503 at random (for chaos runs)."""
+        self.requests: list[Recorded] = []
+        self.faults: list[Fault] = []
+        self._random = random.Random(seed)
+        self._state = _State()
+        self._lock = threading.RLock()
+        fake = self
+
+        class Handler(_Handler):
+            server_fake = fake
+
+        self._server = ThreadingHTTPServer((host, port), Handler)
+        self._server.daemon_threads = True
+        self._serving: threading.Thread | None = None
+
+    # --- lifecycle ----------------------------------------------------------------------
+    @property
+    def port(self) -> int:
+        return int(self._server.server_address[1])
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}{API_PREFIX}"
+
+    def start(self) -> ZepFake:
+        self._serving = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._serving.start()
+        return self
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+    def __enter__(self) -> ZepFake:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # --- control ------------------------------------------------------------------------
+    def inject(self, fault: Fault) -> None:
+        with self._lock:
+            self.faults.append(fault)
+
+    def reset(self) -> None:
+        with self._lock:
+            self._state = _State()
+            self.requests.clear()
+            self.faults.clear()
+
+    def messages(self, thread_uuid: str | None = None) -> list[JSON]:
+        """Stored messages of one thread (or of all, in thread creation order)."""
+        with self._lock:
+            if thread_uuid is not None:
+                return list(self._state.messages.get(thread_uuid, []))
+            return [m for msgs in self._state.messages.values() for m in msgs]
+
+    def users(self) -> list[JSON]:
+        with self._lock:
+            return list(self._state.users.values())
+
+    def threads(self) -> list[JSON]:
+        with self._lock:
+            return list(self._state.threads.values())
+
+    def snapshot(self) -> JSON:
+        with self._lock:
+            return {
+                "users": self.users(),
+                "threads": self.threads(),
+                "messages": self._state.messages,
+                "requests": [asdict(r) for r in self.requests],
+            }
+
+    def configure(self, body: JSON) -> None:
+        with self._lock:
+            for name in ("latency", "honor_idempotency", "fault_rate"):
+                if name in body:
+                    setattr(self, name, body[name])
+            for fault in body.get("faults", []):
+                self.faults.append(Fault(**fault))
+
+    # --- request handling ---------------------------------------------------------------
+    def _take_fault(self, method: str, path: str) -> Fault | None:
+        with self._lock:
+            target = f"{method} {path}"
+            for fault in self.faults:
+                if re.search(fault.match, target):
+                    fault.times -= 1
+                    if fault.times <= 0:
+                        self.faults.remove(fault)
+                    return fault
+            if self.fault_rate and self._random.random() < self.fault_rate:
+                return Fault(status=503)
+        return None
+
+    def handle(self, method: str, path: str, query: JSON, body: Any, key: str | None) -> _Reply:
+        """Route one API request; returns the reply (raised internally for errors)."""
+        route = _ROUTES_BY_METHOD.get(method, [])
+        for pattern, handler in route:
+            found = pattern.fullmatch(path)
+            if found is None:
+                continue
+            mutating = method in {"POST", "PUT", "PATCH", "DELETE"}
+            with self._lock:
+                if mutating and key and self.honor_idempotency and key in self._state.replies:
+                    status, reply = self._state.replies[key]
+                    return _Reply(status, reply)
+                try:
+                    status, reply = handler(self, *found.groups(), query=query, body=body)
+                except _Reply as error:
+                    return error
+                if mutating and key and status < 300:
+                    self._state.replies[key] = (status, reply)
+                return _Reply(status, reply)
+        return _error(404, "not_found", f"no route {method} {path}")
+
+    # --- the v4 subset ------------------------------------------------------------------
+    def _create_user(self, *, query: JSON, body: JSON) -> tuple[int, JSON]:
+        user_id = body.get("user_id")
+        if user_id and any(u["user_id"] == user_id for u in self._state.users.values()):
+            raise _error(409, "already_exists", "user already exists")
+        user: JSON = {
+            "uuid": str(uuid.uuid4()),
+            "graph_uuid": str(uuid.uuid4()),
+            "created_at": _now(),
+            **{k: body.get(k) for k in ("user_id", "email", "first_name", "last_name")},
+            "metadata": body.get("metadata") or {},
+        }
+        self._state.users[user["uuid"]] = user
+        return 201, user
+
+    def _user(self, user_uuid: str) -> JSON:
+        user = self._state.users.get(user_uuid)
+        if user is None:
+            raise _error(404, "not_found", "user not found")
+        return user
+
+    def _get_user(self, user_uuid: str, *, query: JSON, body: Any) -> tuple[int, JSON]:
+        return 200, self._user(user_uuid)
+
+    def _lookup_user(self, *, query: JSON, body: JSON) -> tuple[int, JSON]:
+        for user in self._state.users.values():
+            if user["user_id"] is not None and user["user_id"] == body.get("user_id"):
+                return 200, user
+        raise _error(404, "not_found", "user not found")
+
+    def _delete_user(self, user_uuid: str, *, query: JSON, body: Any) -> tuple[int, JSON]:
+        self._user(user_uuid)
+        del self._state.users[user_uuid]
+        for thread in [t for t in self._state.threads.values() if t["user_uuid"] == user_uuid]:
+            del self._state.threads[thread["uuid"]]
+            self._state.messages.pop(thread["uuid"], None)
+        return 202, {"task": _task("user.delete")}
+
+    def _create_thread(self, *, query: JSON, body: JSON) -> tuple[int, JSON]:
+        user = self._user(str(body.get("user_uuid")))
+        thread = {
+            "uuid": str(uuid.uuid4()),
+            "user_uuid": user["uuid"],
+            "graph_uuid": user["graph_uuid"],
+            "created_at": _now(),
+            "updated_at": _now(),
+        }
+        self._state.threads[thread["uuid"]] = thread
+        self._state.messages[thread["uuid"]] = []
+        return 201, thread
+
+    def _thread(self, thread_uuid: str) -> JSON:
+        thread = self._state.threads.get(thread_uuid)
+        if thread is None:
+            raise _error(404, "not_found", "thread not found")
+        return thread
+
+    def _get_thread(self, thread_uuid: str, *, query: JSON, body: Any) -> tuple[int, JSON]:
+        return 200, self._thread(thread_uuid)
+
+    def _add_messages(self, thread_uuid: str, *, query: JSON, body: JSON) -> tuple[int, JSON]:
+        thread = self._thread(thread_uuid)
+        incoming = body.get("messages") or []
+        if not 1 <= len(incoming) <= 30:
+            raise _error(400, "invalid_request", "between 1 and 30 messages per call")
+        ignored = set(body.get("ignore_roles") or [])
+        added = []
+        for m in incoming:
+            if not isinstance(m.get("content"), str) or not m["content"]:
+                raise _error(400, "invalid_request", "message content is required")
+            if len(m.get("metadata") or {}) > 10:
+                raise _error(400, "invalid_request", "at most 10 metadata keys")
+        for m in incoming:
+            stored = {
+                "uuid": str(uuid.uuid4()),
+                "thread_uuid": thread_uuid,
+                "role": m.get("role"),
+                "name": m.get("name"),
+                "content": m["content"],
+                "metadata": m.get("metadata") or {},
+                "reference_time": m.get("reference_time"),
+                "created_at": _now(),
+                "processed": True,
+                "ingested": m.get("role") not in ignored,
+            }
+            self._state.messages[thread_uuid].append(stored)
+            added.append({k: v for k, v in stored.items() if k != "ingested"})
+        reply: JSON = {"messages": added, "task": _task("thread.add_messages")}
+        if body.get("return_context"):
+            reply["context"] = self._context_for(thread["user_uuid"], "", 4000)
+        return 202, reply
+
+    def _list_messages(self, thread_uuid: str, *, query: JSON, body: Any) -> tuple[int, JSON]:
+        self._thread(thread_uuid)
+        items = self._state.messages[thread_uuid]
+        if query.get("order") == "desc":
+            items = list(reversed(items))
+        start = int(query.get("cursor") or 0)
+        size = int(query.get("page_size") or 50)
+        page = items[start : start + size]
+        end = start + len(page)
+        return 200, {
+            "items": [{k: v for k, v in m.items() if k != "ingested"} for m in page],
+            "next_cursor": str(end) if end < len(items) else "",
+            "total_size": len(items),
+        }
+
+    def _thread_context(self, thread_uuid: str, *, query: JSON, body: Any) -> tuple[int, JSON]:
+        thread = self._thread(thread_uuid)
+        return 200, {"context": self._context_for(thread["user_uuid"], "", 4000)}
+
+    def _graph_context(self, graph_uuid: str, *, query: JSON, body: JSON) -> tuple[int, JSON]:
+        owner = next(
+            (u for u in self._state.users.values() if graph_uuid in (u["graph_uuid"], u["uuid"])),
+            None,
+        )
+        if owner is None:
+            raise _error(404, "not_found", "graph not found")
+        limit = int(body.get("max_characters") or 4000)
+        context = self._context_for(owner["uuid"], str(body.get("query", "")), limit)
+        return 200, {"context": context, "truncated": False}
+
+    def _context_for(self, user_uuid: str, query: str, limit: int) -> str:
+        """Zep would extract facts; the fake lists what was ingested, newest first."""
+        facts = [
+            f"  - {m['content']} ({(m['reference_time'] or m['created_at'])[:10]} - present)"
+            for t in self._state.threads.values()
+            if t["user_uuid"] == user_uuid
+            for m in reversed(self._state.messages[t["uuid"]])
+            if m["ingested"]
+        ]
+        if not facts:
+            return ""
+        lines = [
+            "FACTS and ENTITIES represent relevant context to the current conversation.",
+            "<FACTS>",
+        ]
+        size = sum(len(x) + 1 for x in lines) + len("</FACTS>")
+        for fact in facts:
+            if size + len(fact) + 1 > limit:
+                break
+            lines.append(fact)
+            size += len(fact) + 1
+        return "\n".join([*lines, "</FACTS>"])
+
+
+def _task(kind: str) -> JSON:
+    return {"uuid": str(uuid.uuid4()), "type": kind, "status": "succeeded", "created_at": _now()}
+
+
+_Handler_t = Callable[..., tuple[int, JSON]]
+_ROUTES: list[tuple[str, str, _Handler_t]] = [
+    ("POST", r"/users", ZepFake._create_user),
+    ("POST", r"/users/lookup", ZepFake._lookup_user),
+    ("GET", r"/users/([\w-]+)", ZepFake._get_user),
+    ("DELETE", r"/users/([\w-]+)", ZepFake._delete_user),
+    ("POST", r"/threads", ZepFake._create_thread),
+    ("GET", r"/threads/([\w-]+)", ZepFake._get_thread),
+    ("POST", r"/threads/([\w-]+)/messages", ZepFake._add_messages),
+    ("GET", r"/threads/([\w-]+)/messages", ZepFake._list_messages),
+    ("GET", r"/threads/([\w-]+)/context", ZepFake._thread_context),
+    ("POST", r"/graphs/([\w-]+)/context", ZepFake._graph_context),
+]
+_ROUTES_BY_METHOD: dict[str, list[tuple[re.Pattern[str], _Handler_t]]] = {}
+for _method, _pattern, _fn in _ROUTES:
+    _ROUTES_BY_METHOD.setdefault(_method, []).append((re.compile(_pattern), _fn))
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server_fake: ZepFake
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format: str, *args: Any) -> None:  # quiet: tests read .requests
+        pass
+
+    def do_GET(self) -> None:
+        self._serve("GET")
+
+    def do_POST(self) -> None:
+        self._serve("POST")
+
+    def do_PUT(self) -> None:
+        self._serve("PUT")
+
+    def do_DELETE(self) -> None:
+        self._serve("DELETE")
+
+    def _serve(self, method: str) -> None:
+        fake = self.server_fake
+        url = urlparse(self.path)
+        length = int(self.headers.get("content-length") or 0)
+        raw = self.rfile.read(length) if length else b""
+        try:
+            body = json.loads(raw) if raw else {}
+        except ValueError:
+            self._reply(400, {"error": {"code": "invalid_json", "message": "bad JSON"}})
+            return
+        if url.path.startswith("/_fake/"):
+            self._control(method, url.path, body)
+            return
+        if not url.path.startswith(API_PREFIX):
+            self._reply(404, {"error": {"code": "not_found", "message": "unknown path"}})
+            return
+        path = url.path[len(API_PREFIX) :]
+        query = {k: v[-1] for k, v in parse_qs(url.query).items()}
+        key = self.headers.get("Idempotency-Key")
+        if not (self.headers.get("Authorization") or "").startswith("Api-Key "):
+            self._record(method, path, key, body, 401)
+            self._reply(401, {"error": {"code": "unauthorized", "message": "missing key"}})
+            return
+        fault = fake._take_fault(method, path)
+        delay = fake.latency + (fault.delay if fault else 0.0)
+        if delay:
+            time.sleep(delay)
+        if fault and not fault.after_commit and (fault.drop or fault.status):
+            self._record(method, path, key, body, fault.status or 0)
+            self._fail(fault)
+            return
+        reply = fake.handle(method, path, query, body, key)
+        self._record(method, path, key, body, reply.status)
+        if fault and fault.after_commit and (fault.drop or fault.status):
+            self._fail(fault)
+            return
+        self._reply(reply.status, reply.body)
+
+    def _control(self, method: str, path: str, body: JSON) -> None:
+        fake = self.server_fake
+        if method == "GET" and path == "/_fake/state":
+            self._reply(200, fake.snapshot())
+        elif method == "POST" and path == "/_fake/reset":
+            fake.reset()
+            self._reply(200, {})
+        elif method == "POST" and path == "/_fake/config":
+            fake.configure(body)
+            self._reply(200, {})
+        else:
+            self._reply(404, {"error": {"code": "not_found", "message": "unknown control"}})
+
+    def _record(self, method: str, path: str, key: str | None, body: Any, status: int) -> None:
+        with self.server_fake._lock:
+            self.server_fake.requests.append(Recorded(method, path, key, body, status, time.time()))
+
+    def _fail(self, fault: Fault) -> None:
+        if fault.drop:
+            self.close_connection = True
+            self.connection.close()
+            return
+        status = fault.status or 500
+        headers = {"Retry-After": f"{fault.retry_after:g}"} if fault.retry_after is not None else {}
+        self._reply(status, {"error": {"code": f"injected_{status}", "message": "fault"}}, headers)
+
+    def _reply(self, status: int, body: Any, headers: dict[str, str] | None = None) -> None:
+        data = json.dumps(body).encode() if body is not None else b""
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
+        self.end_headers()
+        self.wfile.write(data)

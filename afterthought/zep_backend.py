@@ -1,0 +1,226 @@
+"""The Zep v4 adapter, on the real ``zep_cloud.AsyncZep``.
+
+The SDK's own retries are off (``max_retries=0``): the worker's policy governs, and the
+turn path has a hard budget. Errors are classified into :class:`BackendError` without the
+SDK's text, which can echo request bodies."""
+
+from __future__ import annotations
+
+import email.utils
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, TypeVar
+
+import httpx
+from zep_cloud import AddMessage, AsyncZep
+from zep_cloud.core.api_error import ApiError
+from zep_cloud.core.parse_error import ParsingError
+from zep_cloud.core.request_options import RequestOptions
+
+from afterthought.backend import (
+    BackendError,
+    ErrorKind,
+    MemoryBackend,
+    OutgoingMessage,
+    StoredMessage,
+    UserRef,
+)
+from afterthought.loops import PerLoop
+from afterthought.settings import Settings
+
+T = TypeVar("T")
+
+#: Worker-side calls may take this long; the turn path passes its own budget.
+WORKER_TIMEOUT = 30.0
+
+_KIND_BY_STATUS: dict[int, ErrorKind] = {
+    400: "bad_request",
+    401: "unauthorized",
+    403: "unauthorized",
+    404: "not_found",
+    408: "timeout",
+    409: "conflict",
+    413: "too_large",
+    422: "bad_request",
+    425: "unavailable",
+    429: "rate_limited",
+}
+
+
+def _retry_after(headers: dict[str, str] | None) -> float | None:
+    value = next((v for k, v in (headers or {}).items() if k.lower() == "retry-after"), None)
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        when = email.utils.parsedate_to_datetime(value)
+        return max(0.0, when.timestamp() - time.time())
+
+
+def _error_code(body: object) -> str | None:
+    error = getattr(body, "error", None)
+    if error is None and isinstance(body, dict):
+        error = body.get("error")
+    code = getattr(error, "code", None) if not isinstance(error, dict) else error.get("code")
+    return code if isinstance(code, str) else None
+
+
+def classify(exc: BaseException) -> BackendError | None:
+    """Map an SDK or transport failure to a :class:`BackendError`; None if it is neither."""
+    if isinstance(exc, ParsingError):
+        return BackendError("invalid_response", status=exc.status_code)
+    if isinstance(exc, ApiError):
+        status = exc.status_code or 0
+        kind = _KIND_BY_STATUS.get(status, "unavailable" if status >= 500 else "bad_request")
+        try:
+            retry_after = _retry_after(exc.headers)
+        except (TypeError, ValueError):
+            retry_after = None
+        return BackendError(
+            kind, status=status, code=_error_code(exc.body), retry_after=retry_after
+        )
+    if isinstance(exc, httpx.TimeoutException | TimeoutError):
+        return BackendError("timeout")
+    if isinstance(exc, httpx.TransportError):
+        return BackendError("unavailable")
+    return None
+
+
+class ZepBackend(MemoryBackend):
+    name = "zep"
+
+    def __init__(self, settings: Settings) -> None:
+        if settings.zep_api_key is None:
+            raise ValueError("the Zep backend needs ZEP_API_KEY")
+        self._settings = settings
+        self._clients: PerLoop[tuple[AsyncZep, httpx.AsyncClient]] = PerLoop(self._connect)
+
+    def _connect(self) -> tuple[AsyncZep, httpx.AsyncClient]:
+        http = httpx.AsyncClient(timeout=WORKER_TIMEOUT)
+        key = self._settings.zep_api_key
+        assert key is not None
+        client = AsyncZep(
+            api_key=key.get_secret_value(),
+            base_url=self._settings.zep_base_url,
+            httpx_client=http,
+            max_retries=0,
+        )
+        return client, http
+
+    @property
+    def zep(self) -> AsyncZep:
+        """The running loop's SDK client, for operations the port does not cover."""
+        return self._clients.get()[0]
+
+    async def _call(self, op: Callable[[AsyncZep], Awaitable[T]]) -> T:
+        try:
+            return await op(self.zep)
+        except Exception as exc:
+            error = classify(exc)
+            if error is None:
+                raise
+            raise error from None
+
+    @staticmethod
+    def _options(timeout: float = WORKER_TIMEOUT) -> RequestOptions:
+        return {"timeout": timeout, "max_retries": 0}
+
+    async def ensure_user(
+        self, *, zep_user_id: str, first_name: str | None = None, last_name: str | None = None
+    ) -> UserRef:
+        names: dict[str, Any] = {}
+        if first_name:
+            names["first_name"] = first_name
+        if last_name:
+            names["last_name"] = last_name
+        try:
+            user = await self._call(
+                lambda z: z.user.create(
+                    user_id=zep_user_id, request_options=self._options(), **names
+                )
+            )
+        except BackendError as exc:
+            if exc.kind != "conflict":
+                raise
+            user = await self._call(
+                lambda z: z.user.lookup(user_id=zep_user_id, request_options=self._options())
+            )
+        if not user.uuid_ or not user.graph_uuid:
+            raise BackendError("invalid_response", code="user without uuid")
+        return UserRef(user_uuid=user.uuid_, graph_uuid=user.graph_uuid)
+
+    async def create_thread(self, *, user: UserRef, idempotency_key: str) -> str:
+        thread = await self._call(
+            lambda z: z.thread.create(
+                user_uuid=user.user_uuid,
+                idempotency_key=idempotency_key,
+                request_options=self._options(),
+            )
+        )
+        if not thread.uuid_:
+            raise BackendError("invalid_response", code="thread without uuid")
+        return str(thread.uuid_)
+
+    async def add_messages(
+        self,
+        *,
+        thread_uuid: str,
+        messages: Sequence[OutgoingMessage],
+        idempotency_key: str,
+        ignore_roles: Sequence[str] = (),
+    ) -> None:
+        payload = [
+            AddMessage(
+                role=m.role,
+                content=m.content,
+                name=m.name,
+                reference_time=m.reference_time,
+                metadata=dict(m.metadata),
+            )
+            for m in messages
+        ]
+        extra: dict[str, Any] = {"ignore_roles": list(ignore_roles)} if ignore_roles else {}
+        await self._call(
+            lambda z: z.thread.add_messages(
+                thread_uuid,
+                messages=payload,
+                idempotency_key=idempotency_key,
+                request_options=self._options(),
+                **extra,
+            )
+        )
+
+    async def recent_messages(self, *, thread_uuid: str, limit: int) -> list[StoredMessage]:
+        page = await self._call(
+            lambda z: z.thread.list_messages(
+                thread_uuid, page_size=limit, order="desc", request_options=self._options()
+            )
+        )
+        return [
+            StoredMessage(
+                uuid=m.uuid_ or "",
+                role=str(m.role or ""),
+                content=m.content or "",
+                metadata=dict(m.metadata or {}),
+            )
+            for m in page.items or []
+        ]
+
+    async def get_context(
+        self, *, user: UserRef, query: str, max_chars: int, timeout: float
+    ) -> str:
+        response = await self._call(
+            lambda z: z.graph.get_context(
+                user.graph_uuid,
+                query=query or "the user",
+                max_characters=max_chars,
+                request_options=self._options(timeout),
+            )
+        )
+        return str(response.context or "").strip()
+
+    async def aclose(self) -> None:
+        held = self._clients.pop_current()
+        if held is not None:
+            await held[1].aclose()

@@ -1,0 +1,53 @@
+"""Driving a real ADK Runner with the stand-in model."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from google.adk.agents import LlmAgent
+from google.adk.agents.run_config import RunConfig, StreamingMode
+from google.adk.runners import Runner
+from google.adk.sessions import InMemorySessionService
+from google.genai import types
+
+from afterthought.testing.stand_in_model import StandInLlm
+from agent_hooks import MemoryCallbacks
+
+APP = "memtest"
+
+
+def make_runner(
+    callbacks: MemoryCallbacks, model: StandInLlm | None = None, **agent_kwargs: Any
+) -> tuple[Runner, StandInLlm]:
+    model = model or StandInLlm()
+    agent = LlmAgent(
+        name="helper",
+        model=model,
+        instruction="Be brief.",
+        before_model_callback=callbacks.before_model_callback,
+        after_model_callback=callbacks.after_model_callback,
+        **agent_kwargs,
+    )
+    return Runner(app_name=APP, agent=agent, session_service=InMemorySessionService()), model
+
+
+async def new_session(runner: Runner, user_id: str) -> str:
+    session = await runner.session_service.create_session(app_name=APP, user_id=user_id)
+    return session.id
+
+
+async def say(
+    runner: Runner, user_id: str, session_id: str, text: str, *, stream: bool = False
+) -> str:
+    """One turn; returns the final reply text."""
+    config = RunConfig(streaming_mode=StreamingMode.SSE) if stream else RunConfig()
+    final = ""
+    async for event in runner.run_async(
+        user_id=user_id,
+        session_id=session_id,
+        new_message=types.UserContent(text),
+        run_config=config,
+    ):
+        if event.is_final_response() and event.content and event.content.parts:
+            final = "".join(p.text or "" for p in event.content.parts)
+    return final

@@ -1,0 +1,106 @@
+"""Shared fixtures. Redis is the machine's real one (shared: every test gets its own key
+prefix and removes its keys); the Zep fake runs in-process on a free port."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis as syncredis
+import redis.asyncio as aioredis
+
+from afterthought.keys import Keys
+from afterthought.settings import Settings
+from afterthought.testing import ZepFake
+from worker.settings import create_worker
+
+REDIS_URL = os.environ.get("AFTERTHOUGHT_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+
+pytest_plugins = ["afterthought.testing.pytest_plugin"]
+
+
+@pytest.fixture(autouse=True)
+def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tests build their settings explicitly; the developer's environment must not leak in."""
+    for name in list(os.environ):
+        if name.startswith("AFTERTHOUGHT_") or name in {"REDIS_URL", "ZEP_API_KEY", "ZEP_BASE_URL"}:
+            monkeypatch.delenv(name)
+
+
+@pytest.fixture
+def prefix() -> Iterator[str]:
+    value = f"t{uuid.uuid4().hex[:12]}"
+    yield value
+    client = syncredis.Redis.from_url(REDIS_URL)
+    for pattern in (f"{value}:*", f"arq:*{value}:*"):
+        keys = list(client.scan_iter(match=pattern, count=1000))
+        if keys:
+            client.delete(*keys)
+    client.close()
+
+
+@pytest.fixture
+def make_settings(prefix: str, tmp_path: Path) -> Callable[..., Settings]:
+    def make(**overrides: Any) -> Settings:
+        values: dict[str, Any] = {
+            "redis_url": REDIS_URL,
+            "key_prefix": prefix,
+            "local_db_path": tmp_path / "memory.sqlite3",
+            "backend": "local",
+        }
+        values.update(overrides)
+        return Settings(**values)
+
+    return make
+
+
+@pytest.fixture
+def local_settings(make_settings: Callable[..., Settings]) -> Settings:
+    return make_settings()
+
+
+@pytest.fixture
+def zep_settings(make_settings: Callable[..., Settings], zep_fake: ZepFake) -> Settings:
+    return make_settings(backend="zep", zep_api_key="test-key", zep_base_url=zep_fake.base_url)
+
+
+@pytest.fixture(params=["local", "zep"])
+def any_settings(request: pytest.FixtureRequest) -> Settings:
+    """Runs a test once per backend."""
+    name = "local_settings" if request.param == "local" else "zep_settings"
+    settings: Settings = request.getfixturevalue(name)
+    return settings
+
+
+@pytest.fixture
+async def redis() -> AsyncIterator[aioredis.Redis]:
+    client = aioredis.Redis.from_url(REDIS_URL)
+    yield client
+    await client.aclose()
+
+
+async def drain(settings: Settings, *, timeout: float = 30.0) -> None:
+    """Run a real arq worker in burst mode until no thread is ready or deferred."""
+    keys = Keys(settings.key_prefix)
+    client = aioredis.Redis.from_url(settings.redis_url)
+    deadline = time.monotonic() + timeout
+    try:
+        while True:
+            worker = create_worker(settings, burst=True, handle_signals=False)
+            try:
+                await worker.main()
+            finally:
+                await worker.close()
+            if not await client.zcard(keys.ready):
+                return
+            if time.monotonic() > deadline:
+                raise TimeoutError("queue not drained")
+            await asyncio.sleep(0.05)
+    finally:
+        await client.aclose()

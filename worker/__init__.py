@@ -1,0 +1,1 @@
+"""Runs in the arq worker process: persists queued turns to the memory backend."""

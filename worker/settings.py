@@ -1,0 +1,127 @@
+"""The arq worker: its settings, start-up checks and the dispatcher that turns ready
+threads into flush jobs (scheduling is ours; arq runs the jobs)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+import uuid
+from collections import Counter
+from typing import Any
+
+from arq import ArqRedis
+from arq.connections import RedisSettings
+from arq.worker import Worker, func
+from redis.exceptions import RedisError
+
+from afterthought.backend import open_backend
+from afterthought.keys import Keys
+from afterthought.settings import Settings
+from worker.flush import Flusher
+
+log = logging.getLogger("afterthought.worker")
+
+#: One flush job drains for at most this long, then yields its slot to the next job.
+FLUSH_BUDGET_SECONDS = 20.0
+FLUSH_TIMEOUT_SECONDS = 60
+#: How often each worker looks for due threads with no job queued to drain them.
+DISPATCH_INTERVAL_SECONDS = 0.05
+
+
+def json_dumps(value: Any) -> bytes:
+    return json.dumps(value, separators=(",", ":")).encode()
+
+
+def json_loads(raw: bytes) -> Any:
+    return json.loads(raw)
+
+
+async def flush(ctx: dict[str, Any]) -> dict[str, int]:
+    """The job: drain due threads (any of them) for up to a budget."""
+    flusher: Flusher = ctx["flusher"]
+    stats: Counter[str] = await flusher.drain(budget=FLUSH_BUDGET_SECONDS)
+    return dict(stats)
+
+
+async def dispatch_once(redis: ArqRedis, keys: Keys) -> bool:
+    """Queue a flush job when threads are due and none is waiting; True if it did."""
+    due = await redis.zcount(keys.ready, "-inf", int(time.time() * 1000))
+    if not due or await redis.zcard(keys.queue):
+        return False
+    job = await redis.enqueue_job(
+        "flush", _job_id=keys.job_id("flush", uuid.uuid4().hex), _queue_name=keys.queue
+    )
+    return job is not None
+
+
+async def _dispatch_forever(redis: ArqRedis, keys: Keys) -> None:
+    while True:
+        try:
+            await dispatch_once(redis, keys)
+        except (RedisError, OSError) as exc:
+            log.warning("dispatch failed error=%s", type(exc).__name__)
+        await asyncio.sleep(DISPATCH_INTERVAL_SECONDS)
+
+
+async def check_redis_policy(redis: ArqRedis) -> str | None:
+    """W9: queued memory must not be evicted; warn unless ``noeviction``."""
+    try:
+        policy = (await redis.config_get("maxmemory-policy")).get("maxmemory-policy")
+    except RedisError:
+        log.warning("maxmemory-policy unknown (CONFIG GET refused); it must be noeviction")
+        return None
+    if policy != "noeviction":
+        log.warning("maxmemory-policy=%s may evict queued messages; use noeviction", policy)
+    return str(policy)
+
+
+def worker_settings(
+    settings: Settings | None = None, *, burst: bool = False, **arq_overrides: Any
+) -> dict[str, Any]:
+    """Keyword arguments for ``arq.Worker`` (arq takes a dict as settings too)."""
+    s = settings or Settings()
+    keys = Keys(s.key_prefix)
+
+    async def on_startup(ctx: dict[str, Any]) -> None:
+        redis: ArqRedis = ctx["redis"]
+        await check_redis_policy(redis)
+        backend = open_backend(s)
+        ctx["backend"] = backend
+        ctx["flusher"] = Flusher(s, redis, backend)
+        await dispatch_once(redis, keys)
+        if not burst:
+            ctx["dispatcher"] = asyncio.create_task(_dispatch_forever(redis, keys))
+        log.info("worker ready backend=%s prefix=%s", backend.name, s.key_prefix)
+
+    async def on_shutdown(ctx: dict[str, Any]) -> None:
+        task: asyncio.Task[None] | None = ctx.get("dispatcher")
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        if "backend" in ctx:
+            await ctx["backend"].aclose()
+
+    return {
+        "functions": [func(flush, name="flush", keep_result=0, timeout=FLUSH_TIMEOUT_SECONDS)],
+        "queue_name": keys.queue,
+        "redis_settings": RedisSettings.from_dsn(s.redis_url),
+        "job_serializer": json_dumps,
+        "job_deserializer": json_loads,
+        "on_startup": on_startup,
+        "on_shutdown": on_shutdown,
+        "burst": burst,
+        "poll_delay": DISPATCH_INTERVAL_SECONDS,
+        "keep_result": 0,
+        "max_jobs": 10,
+        "health_check_interval": 30,
+        "health_check_key": keys.job_id("health", uuid.uuid4().hex[:12]),
+        **arq_overrides,
+    }
+
+
+def create_worker(settings: Settings | None = None, **kwargs: Any) -> Worker:
+    return Worker(**worker_settings(settings, **kwargs))
