@@ -207,7 +207,9 @@ class Flusher:
         except Exception as exc:  # never lose the lease to a bug: defer and say so
             stats["errors"] += 1
             next_ms += 5000
-            log.exception("flush failed thread=%s error=%s", tk, type(exc).__name__)
+            # The type only: an exception's text may quote content. The trace is for DEBUG.
+            log.error("flush failed thread=%s error=%s", tk, type(exc).__name__)
+            log.debug("flush failure trace thread=%s", tk, exc_info=True)
         finally:
             await self._release(
                 keys=[self.keys.lease(tk), self.keys.pending(tk), self.keys.ready],
@@ -239,14 +241,7 @@ class Flusher:
             )
             if not ok:
                 raise _LeaseLost
-        else:
-            # A previous attempt may have reached the backend: send only what is missing,
-            # whether or not the backend honours idempotency keys (W2).
-            sends = await self._missing(thread_uuid, sends)
-        for send in sends:
-            await self._send(thread_uuid, send)
-            stats["calls"] += 1
-            stats["parts"] += len(send.messages)
+        await self._send_all(thread_uuid, sends, stats, reconcile=inflight is not None)
         left = await self._ack(
             keys=[self.keys.lease(tk), self.keys.pending(tk), self.keys.thread(tk)],
             args=[token, last],
@@ -254,7 +249,7 @@ class Flusher:
         if left == -1:
             raise _LeaseLost
         stats["messages"] += len(batch)
-        log.info("flushed thread=%s seq=%s..%s calls=%d", tk, first, last, len(sends))
+        log.info("flushed thread=%s seq=%s..%s", tk, first, last)
         return bool(left)
 
     def _decode_head(
@@ -326,7 +321,12 @@ class Flusher:
         size = self.settings.batch_size
         return [_Send(missing[i : i + size]) for i in range(0, len(missing), size)]
 
-    async def _send(self, thread_uuid: str, send: _Send) -> None:
+    async def _send_all(
+        self, thread_uuid: str, sends: list[_Send], stats: Counter[str], *, reconcile: bool
+    ) -> None:
+        """Send with in-job retries. Whenever an earlier attempt may have reached the
+        backend (a crash, a timeout, a lost reply), send only what it lacks (W2): this
+        holds whether or not the backend honours idempotency keys."""
         async for attempt in AsyncRetrying(
             retry=retry_if_exception(_transient),
             wait=_wait,
@@ -334,12 +334,18 @@ class Flusher:
             reraise=True,
         ):
             with attempt:
-                await self.backend.add_messages(
-                    thread_uuid=thread_uuid,
-                    messages=send.messages,
-                    idempotency_key=send.idempotency_key,
-                    ignore_roles=self.ignore_roles,
-                )
+                todo = sends
+                if reconcile or attempt.retry_state.attempt_number > 1:
+                    todo = await self._missing(thread_uuid, sends)
+                for send in todo:
+                    await self.backend.add_messages(
+                        thread_uuid=thread_uuid,
+                        messages=send.messages,
+                        idempotency_key=send.idempotency_key,
+                        ignore_roles=self.ignore_roles,
+                    )
+                    stats["calls"] += 1
+                    stats["parts"] += len(send.messages)
 
     async def _identity(self, message: QueuedMessage) -> tuple[UserRef, str]:
         if self.settings.provision_on_worker:

@@ -12,7 +12,7 @@ from google.adk.models._capabilities import LlmCapabilities
 from google.adk.models.llm_request import LlmRequest
 from google.adk.models.llm_response import LlmResponse
 from google.genai import types
-from pydantic import PrivateAttr
+from pydantic import Field, PrivateAttr
 
 _BLOCK = re.compile(r"<ZEP_CONTEXT>\n?(.*?)\n?</ZEP_CONTEXT>", re.DOTALL)
 _USAGE = types.GenerateContentResponseUsageMetadata(
@@ -36,7 +36,7 @@ class StandInLlm(BaseLlm):
     With the script used up it says what memory it received."""
 
     model: str = "afterthought-stand-in"
-    script: list[str | dict[str, Any]] = []
+    script: list[str | dict[str, Any]] = Field(default_factory=list)
     _requests: list[LlmRequest] = PrivateAttr(default_factory=list)
 
     @property

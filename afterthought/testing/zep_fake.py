@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import random
 import re
+import sys
 import threading
 import time
 import uuid
@@ -60,6 +61,7 @@ class Recorded:
     idempotency_key: str | None
     body: Any
     status: int
+    """0 until answered (and for a dropped connection)."""
     at: float
 
 
@@ -100,7 +102,7 @@ class ZepFake:
         class Handler(_Handler):
             server_fake = fake
 
-        self._server = ThreadingHTTPServer((host, port), Handler)
+        self._server = _Server((host, port), Handler)
         self._server.daemon_threads = True
         self._serving: threading.Thread | None = None
 
@@ -374,6 +376,13 @@ for _method, _pattern, _fn in _ROUTES:
     _ROUTES_BY_METHOD.setdefault(_method, []).append((re.compile(_pattern), _fn))
 
 
+class _Server(ThreadingHTTPServer):
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that gave up (timeout, budget) is normal here; anything else is not."""
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
+
+
 class _Handler(BaseHTTPRequestHandler):
     server_fake: ZepFake
     protocol_version = "HTTP/1.1"
@@ -412,8 +421,10 @@ class _Handler(BaseHTTPRequestHandler):
         path = url.path[len(API_PREFIX) :]
         query = {k: v[-1] for k, v in parse_qs(url.query).items()}
         key = self.headers.get("Idempotency-Key")
+        # Recorded on arrival, so a request that hangs is visible while it hangs.
+        seen = self._record(method, path, key, body)
         if not (self.headers.get("Authorization") or "").startswith("Api-Key "):
-            self._record(method, path, key, body, 401)
+            seen.status = 401
             self._reply(401, {"error": {"code": "unauthorized", "message": "missing key"}})
             return
         fault = fake._take_fault(method, path)
@@ -421,11 +432,11 @@ class _Handler(BaseHTTPRequestHandler):
         if delay:
             time.sleep(delay)
         if fault and not fault.after_commit and (fault.drop or fault.status):
-            self._record(method, path, key, body, fault.status or 0)
+            seen.status = fault.status or 0
             self._fail(fault)
             return
         reply = fake.handle(method, path, query, body, key)
-        self._record(method, path, key, body, reply.status)
+        seen.status = reply.status
         if fault and fault.after_commit and (fault.drop or fault.status):
             self._fail(fault)
             return
@@ -444,9 +455,11 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             self._reply(404, {"error": {"code": "not_found", "message": "unknown control"}})
 
-    def _record(self, method: str, path: str, key: str | None, body: Any, status: int) -> None:
+    def _record(self, method: str, path: str, key: str | None, body: Any) -> Recorded:
+        seen = Recorded(method, path, key, body, status=0, at=time.time())
         with self.server_fake._lock:
-            self.server_fake.requests.append(Recorded(method, path, key, body, status, time.time()))
+            self.server_fake.requests.append(seen)
+        return seen
 
     def _fail(self, fault: Fault) -> None:
         if fault.drop:
