@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 from datetime import UTC, datetime
 from typing import Literal
 
@@ -144,3 +145,23 @@ def split_content(content: str, limit: int) -> list[str]:
         rest = rest[cut + 1 :]
     parts.append(rest)
     return parts
+
+
+class DeadLetter(BaseModel):
+    """A queued item the worker gave up on, with why; replayable as it was queued."""
+
+    thread: str
+    """Thread key it was queued on."""
+    reason: str
+    """Error kind, status and code (never content)."""
+    attempts: int
+    """Deferred attempts made before giving up."""
+    at: int
+    """When, in ms since the epoch."""
+    item: bytes
+    """The queued payload, byte for byte."""
+
+    @classmethod
+    def parse(cls, raw: bytes) -> DeadLetter:
+        header, _, item = raw.partition(b"\n")
+        return cls.model_validate({**json.loads(header), "item": item})

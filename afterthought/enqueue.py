@@ -36,13 +36,17 @@ return seq
 class Enqueuer:
     """Queues messages for the worker; a failure is logged (ids, counts) and reported."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, *, redis: aioredis.Redis | None = None) -> None:
+        """``redis``: a client to use instead of one per event loop made from the settings."""
         self._settings = settings
         self._keys = Keys(settings.key_prefix)
+        self._given = redis
         self._client = PerLoop(self._connect)
 
     def _connect(self) -> tuple[aioredis.Redis, AsyncScript]:
-        client = redis_client(self._settings.redis_url, timeout=self._settings.enqueue_timeout)
+        client = self._given or redis_client(
+            self._settings.redis_url, timeout=self._settings.enqueue_timeout
+        )
         return client, client.register_script(ENQUEUE_LUA)
 
     def redis(self) -> aioredis.Redis:
@@ -84,5 +88,5 @@ class Enqueuer:
 
     async def aclose(self) -> None:
         held = self._client.pop_current()
-        if held is not None:
+        if held is not None and self._given is None:
             await held[0].aclose()

@@ -66,15 +66,16 @@ redis.call('HDEL', KEYS[3], 'inflight', 'attempts')
 return redis.call('LLEN', KEYS[2])
 """
 
-# Move the first N queued items to the dead letters, with why.
+# Move the first N queued items to the dead letters: a JSON header line, then the item's
+# bytes untouched (a malformed item may not even be UTF-8).
 DEAD_LUA = """
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return -1 end
 for i = 1, tonumber(ARGV[2]) do
   local item = redis.call('LPOP', KEYS[2])
   if not item then break end
   redis.call('RPUSH', KEYS[3], cjson.encode({
-    thread = ARGV[3], reason = ARGV[4], attempts = tonumber(ARGV[5]), at = tonumber(ARGV[6]),
-    item = item}))
+    thread = ARGV[3], reason = ARGV[4], attempts = tonumber(ARGV[5]), at = tonumber(ARGV[6])
+  }) .. '\\n' .. item)
 end
 redis.call('HDEL', KEYS[4], 'inflight', 'attempts')
 return redis.call('LLEN', KEYS[2])

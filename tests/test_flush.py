@@ -1,0 +1,196 @@
+"""The worker's persist job against the Zep fake through the real SDK, on real Redis."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+import redis.asyncio as aioredis
+
+from afterthought.contract import DeadLetter, QueuedMessage
+from afterthought.enqueue import Enqueuer
+from afterthought.keys import Keys
+from afterthought.settings import Settings
+from afterthought.testing import Fault, ZepFake
+from tests.conftest import drain
+
+APP = "memtest"
+
+
+def _message(text: str, n: int, *, session: str = "s1", role: str = "user") -> QueuedMessage:
+    return QueuedMessage.build(
+        app=APP,
+        user_id="alice",
+        session_id=session,
+        invocation_id=f"inv-{n}",
+        role=role,  # type: ignore[arg-type]
+        ordinal=0,
+        content=text,
+    )
+
+
+async def _queue(settings: Settings, *messages: QueuedMessage) -> None:
+    enqueuer = Enqueuer(settings)
+    assert await enqueuer.enqueue(list(messages))
+    await enqueuer.aclose()
+
+
+def _contents(fake: ZepFake) -> list[str]:
+    return [m["content"] for m in fake.messages()]
+
+
+@pytest.mark.parametrize("honor", [True, False], ids=["keys-honoured", "keys-ignored"])
+async def test_rerunning_the_job_after_a_lost_ack_adds_nothing(
+    zep_settings: Settings, zep_fake: ZepFake, redis: aioredis.Redis, honor: bool
+) -> None:
+    """A crash after the backend stored a batch but before Redis heard of it."""
+    zep_fake.honor_idempotency = honor
+    keys = Keys(zep_settings.key_prefix)
+    messages = [_message(f"fact {i}", i) for i in range(5)]
+    await _queue(zep_settings, *messages)
+    tk = messages[0].thread_key
+    queued = await redis.lrange(keys.pending(tk), 0, -1)
+    await drain(zep_settings)
+    assert _contents(zep_fake) == [f"fact {i}" for i in range(5)]
+
+    # Put the same batch back as if the ack had never happened, in-flight mark included.
+    await redis.rpush(keys.pending(tk), *queued)
+    await redis.hset(keys.thread(tk), "inflight", "1:5")
+    await redis.zadd(keys.ready, {tk: 0})
+    await drain(zep_settings)
+
+    assert _contents(zep_fake) == [f"fact {i}" for i in range(5)]
+    assert not await redis.llen(keys.pending(tk))
+
+
+@pytest.mark.parametrize("honor", [True, False], ids=["keys-honoured", "keys-ignored"])
+async def test_lost_reply_is_retried_without_duplicates(
+    zep_settings: Settings, zep_fake: ZepFake, honor: bool
+) -> None:
+    zep_fake.honor_idempotency = honor
+    zep_fake.inject(Fault(match="POST /threads/.*/messages", drop=True, after_commit=True))
+    await _queue(zep_settings, _message("I live in Lisbon.", 1), _message("I like tea.", 2))
+    await drain(zep_settings)
+
+    assert _contents(zep_fake) == ["I live in Lisbon.", "I like tea."]
+    # The retry asked the thread what it holds instead of sending blind.
+    calls = [(r.method, r.status) for r in zep_fake.requests if r.path.endswith("/messages")]
+    assert calls == [("POST", 202), ("GET", 200)]
+
+
+async def test_rate_limit_is_retried_honouring_retry_after(
+    zep_settings: Settings, zep_fake: ZepFake
+) -> None:
+    zep_fake.inject(Fault(match="POST /threads/.*/messages", status=429, retry_after=0.3))
+    zep_fake.inject(Fault(match="POST /threads/.*/messages", status=503))
+    await _queue(zep_settings, _message("I live in Lisbon.", 1))
+    await drain(zep_settings)
+
+    assert _contents(zep_fake) == ["I live in Lisbon."]
+    adds = [r for r in zep_fake.requests if r.method == "POST" and r.path.endswith("/messages")]
+    assert [r.status for r in adds] == [429, 503, 202]
+    assert adds[1].at - adds[0].at >= 0.3
+    assert len({r.idempotency_key for r in adds}) == 1
+
+
+async def test_transient_failures_past_the_job_are_deferred_not_lost(
+    zep_settings: Settings, zep_fake: ZepFake, redis: aioredis.Redis
+) -> None:
+    zep_fake.inject(Fault(match="POST /threads/.*/messages", status=502, times=3))
+    await _queue(zep_settings, _message("I live in Lisbon.", 1))
+    await drain(zep_settings, timeout=30)
+
+    assert _contents(zep_fake) == ["I live in Lisbon."]
+    posts = [r for r in zep_fake.requests if r.method == "POST" and r.path.endswith("/messages")]
+    assert [r.status for r in posts] == [502, 502, 502, 202]  # 3 in the job, then deferred
+
+
+async def test_long_content_is_split_into_ordered_parts(
+    make_settings: Callable[..., Settings], zep_fake: ZepFake
+) -> None:
+    settings = make_settings(
+        backend="zep", zep_api_key="k", zep_base_url=zep_fake.base_url, max_message_chars=1000
+    )
+    text = " ".join(f"word{i:04d}" for i in range(700))  # 6,299 characters
+    await _queue(settings, _message(text, 1), _message("short", 2))
+    await drain(settings)
+
+    stored = zep_fake.messages()
+    parts = [m for m in stored if "afterthought_part" in m["metadata"]]
+    assert len(parts) == 7 and all(len(m["content"]) <= 1000 for m in parts)
+    assert "".join(m["content"] for m in parts) == text  # nothing cut, nothing lost
+    assert [m["metadata"]["afterthought_part"] for m in parts] == [f"{i}/7" for i in range(1, 8)]
+    assert stored[-1]["content"] == "short"
+
+
+async def test_batches_hold_at_most_thirty_messages(
+    zep_settings: Settings, zep_fake: ZepFake
+) -> None:
+    await _queue(zep_settings, *[_message(f"m{i}", i) for i in range(75)])
+    await drain(zep_settings)
+
+    assert _contents(zep_fake) == [f"m{i}" for i in range(75)]
+    sizes = [len(r.body["messages"]) for r in zep_fake.requests if r.path.endswith("/messages")]
+    assert sizes == [30, 30, 15]
+
+
+async def test_malformed_payload_is_dead_lettered_and_the_rest_flows(
+    zep_settings: Settings, zep_fake: ZepFake, redis: aioredis.Redis
+) -> None:
+    keys = Keys(zep_settings.key_prefix)
+    good = _message("I live in Lisbon.", 1)
+    tk = good.thread_key
+    await redis.rpush(keys.pending(tk), b'{"seq":1,"not":"a message"}', b"\xff\xfe garbage")
+    await redis.hset(keys.thread(tk), "seq", 2)
+    await _queue(zep_settings, good)
+    await drain(zep_settings)
+
+    assert _contents(zep_fake) == ["I live in Lisbon."]
+    dead = [DeadLetter.parse(x) for x in await redis.lrange(keys.dead, 0, -1)]
+    assert [d.item for d in dead] == [b'{"seq":1,"not":"a message"}', b"\xff\xfe garbage"]
+    assert all(d.reason.startswith("malformed") and d.thread == tk for d in dead)
+
+
+async def test_permanent_error_dead_letters_with_reason(
+    zep_settings: Settings, zep_fake: ZepFake, redis: aioredis.Redis
+) -> None:
+    zep_fake.inject(Fault(match="POST /threads/.*/messages", status=400))
+    await _queue(zep_settings, _message("I live in Lisbon.", 1))
+    await drain(zep_settings)
+
+    assert _contents(zep_fake) == []
+    dead = await redis.lrange(Keys(zep_settings.key_prefix).dead, 0, -1)
+    (letter,) = [DeadLetter.parse(x) for x in dead]
+    assert letter.reason.startswith("bad_request (status=400")
+    assert QueuedMessage.decode(letter.item).content == "I live in Lisbon."
+
+
+async def test_worker_provisions_once_per_user_and_session(
+    zep_settings: Settings, zep_fake: ZepFake
+) -> None:
+    await _queue(zep_settings, _message("a", 1, session="s1"))
+    await _queue(zep_settings, _message("b", 2, session="s2"))
+    await drain(zep_settings)
+    await _queue(zep_settings, _message("c", 3, session="s1"))
+    await drain(zep_settings)
+
+    assert len(zep_fake.users()) == 1
+    assert len(zep_fake.threads()) == 2
+    by_thread = {
+        t["uuid"]: [m["content"] for m in zep_fake.messages(t["uuid"])] for t in zep_fake.threads()
+    }
+    assert sorted(by_thread.values()) == [["a", "c"], ["b"]]
+
+
+async def test_unprovisioned_can_be_dead_lettered_instead(
+    make_settings: Callable[..., Settings], zep_fake: ZepFake, redis: aioredis.Redis
+) -> None:
+    settings = make_settings(
+        backend="zep", zep_api_key="k", zep_base_url=zep_fake.base_url, provision_on_worker=False
+    )
+    await _queue(settings, _message("a", 1))
+    await drain(settings)
+
+    assert zep_fake.users() == []
+    (raw,) = await redis.lrange(Keys(settings.key_prefix).dead, 0, -1)
+    assert "unprovisioned" in DeadLetter.parse(raw).reason

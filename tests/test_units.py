@@ -1,0 +1,176 @@
+"""Fast unit tests: the contract, settings, injection, error classification, and the
+enqueue/claim/ack scripts on fakeredis (the same scripts also run on real Redis above)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import pytest
+from fakeredis import FakeServer
+from fakeredis.aioredis import FakeRedis
+from pydantic import ValidationError
+from zep_cloud.core.api_error import ApiError
+
+from afterthought.contract import (
+    MalformedPayload,
+    QueuedMessage,
+    message_key,
+    split_content,
+)
+from afterthought.enqueue import Enqueuer
+from afterthought.keys import Keys
+from afterthought.local_backend import LocalBackend
+from afterthought.settings import Settings
+from afterthought.zep_backend import classify
+from agent_hooks.injection import DEFAULT_CONTEXT_TEMPLATE, render
+
+
+def _msg(**overrides: Any) -> QueuedMessage:
+    values: dict[str, Any] = {
+        "app": "a",
+        "user_id": "u",
+        "session_id": "s",
+        "invocation_id": "i",
+        "role": "user",
+        "ordinal": 0,
+        "content": "hello",
+    }
+    values.update(overrides)
+    return QueuedMessage.build(**values)
+
+
+def test_message_key_is_deterministic_and_distinguishes_each_part() -> None:
+    base = {"app": "a", "user_id": "u", "session_id": "s", "invocation_id": "i", "role": "user"}
+    assert message_key(**base, ordinal=0) == message_key(**base, ordinal=0)
+    variants = {message_key(**{**base, field: "x"}, ordinal=0) for field in base}
+    assert len(variants | {message_key(**base, ordinal=1)}) == len(base) + 1
+    # The separator keeps ("a:b", "c") and ("a", "b:c") apart.
+    assert message_key(**{**base, "app": "a\x1fu"}, ordinal=0) != message_key(**base, ordinal=0)
+
+
+def test_payload_round_trip_and_rejections() -> None:
+    message = _msg(content="{braces} %s $x ünïcode")
+    raw = '{"seq":7,' + message.encode()[1:]
+    decoded = QueuedMessage.decode(raw)
+    assert decoded.seq == 7 and decoded.content == message.content
+    with pytest.raises(MalformedPayload, match="sequence"):
+        QueuedMessage.decode(message.encode())
+    with pytest.raises(MalformedPayload, match="version"):
+        QueuedMessage.decode(raw.replace('"v":1', '"v":99'))
+    with pytest.raises(MalformedPayload, match="checksum"):
+        QueuedMessage.decode(raw.replace("hello", "HELLO").replace("ünïcode", "unicode"))
+    with pytest.raises(MalformedPayload) as caught:
+        QueuedMessage.decode('{"seq":1,"content":"secret words"}')
+    assert "secret" not in str(caught.value)
+
+
+def test_empty_content_is_refused() -> None:
+    with pytest.raises(ValidationError):
+        _msg(content="")
+
+
+@pytest.mark.parametrize("limit", [100, 333, 1000])
+def test_split_is_lossless_and_bounded(limit: int) -> None:
+    text = ("lorem ipsum dolor " * 120) + ("x" * 700) + "\nend"
+    parts = split_content(text, limit)
+    assert "".join(parts) == text
+    assert all(0 < len(p) <= limit for p in parts)
+    assert split_content("short", limit) == ["short"]
+
+
+def test_settings_pick_the_backend_and_validate() -> None:
+    assert Settings().resolved_backend == "local"
+    assert Settings(zep_api_key="k").resolved_backend == "zep"
+    assert Settings(zep_api_key="k", backend="local").resolved_backend == "local"
+    with pytest.raises(ValidationError):
+        Settings(key_prefix="bad prefix")
+    with pytest.raises(ValidationError):
+        Settings(zep_user_id_template="{tenant}:{user_id}")
+    assert (
+        Settings(zep_user_id_template="{app}:{user_id}").zep_user_id(app="shop", user_id="u1")
+        == "shop:u1"
+    )
+    assert "k" not in repr(Settings(zep_api_key="k").zep_api_key)
+
+
+def test_settings_from_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("REDIS_URL", "rediss://user:pw@redis.example:6380/2")
+    monkeypatch.setenv("ZEP_API_KEY", "z")
+    monkeypatch.setenv("AFTERTHOUGHT_KEY_PREFIX", "prod")
+    monkeypatch.setenv("AFTERTHOUGHT_RETRIEVAL_BUDGET", "0.1")
+    s = Settings()
+    assert s.redis_url.startswith("rediss://") and s.key_prefix == "prod"
+    assert s.retrieval_budget == 0.1 and s.resolved_backend == "zep"
+
+
+def test_injection_is_literal_and_fenced() -> None:
+    text = render("likes {tea} and 100% $HOME </zep_context>")
+    assert "likes {tea} and 100% $HOME &lt;/zep_context>" in text
+    assert text.endswith("</ZEP_CONTEXT>") and text.count("</ZEP_CONTEXT>") == 1
+    custom = render("x </MEM>", "Memory:\n<MEM>{context}</MEM>")
+    assert custom == "Memory:\n<MEM>x &lt;/MEM></MEM>"
+    assert DEFAULT_CONTEXT_TEMPLATE.startswith("The following context is retrieved from Zep")
+
+
+@pytest.mark.parametrize(
+    ("error", "kind", "transient"),
+    [
+        (ApiError(status_code=429, headers={"retry-after": "2"}, body={}), "rate_limited", True),
+        (ApiError(status_code=503, body="upstream down"), "unavailable", True),
+        (ApiError(status_code=401, body={}), "unauthorized", False),
+        (ApiError(status_code=413, body={}), "too_large", False),
+        (ApiError(status_code=422, body={}), "bad_request", False),
+        (httpx.ReadTimeout("slow"), "timeout", True),
+        (httpx.ConnectError("refused"), "unavailable", True),
+    ],
+)
+def test_errors_are_classified(error: Exception, kind: str, transient: bool) -> None:
+    classified = classify(error)
+    assert classified is not None
+    assert classified.kind == kind and classified.transient is transient
+    assert "upstream" not in str(classified)
+
+
+def test_retry_after_is_read() -> None:
+    error = classify(ApiError(status_code=429, headers={"Retry-After": "3"}, body={}))
+    assert error is not None and error.retry_after == 3.0
+
+
+async def test_enqueue_assigns_sequence_and_marks_ready() -> None:
+    fake = FakeRedis(server=FakeServer())
+    enqueuer = Enqueuer(Settings(key_prefix="unit"), redis=fake)
+    first, second = _msg(invocation_id="1"), _msg(invocation_id="2", content="again")
+    assert await enqueuer.enqueue([first])
+    assert await enqueuer.enqueue([second])
+    keys = Keys("unit")
+    raw = await fake.lrange(keys.pending(first.thread_key), 0, -1)
+    assert [QueuedMessage.decode(r).seq for r in raw] == [1, 2]
+    assert await fake.zscore(keys.ready, first.thread_key) is not None
+    with pytest.raises(ValueError, match="one thread"):
+        await enqueuer.enqueue([first, _msg(session_id="other")])
+
+
+async def test_oversized_message_is_refused_with_a_clear_log(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    enqueuer = Enqueuer(Settings(max_queued_chars=1000))
+    assert not await enqueuer.enqueue([_msg(content="y" * 1001)])
+    assert "oversized=1" in caplog.text and "yyy" not in caplog.text
+
+
+async def test_local_backend_replays_nothing_twice(tmp_path: Any) -> None:
+    from afterthought.backend import MESSAGE_KEY_FIELD, OutgoingMessage
+
+    backend = LocalBackend(tmp_path / "m.sqlite3")
+    user = await backend.ensure_user(zep_user_id="u")
+    assert await backend.ensure_user(zep_user_id="u") == user
+    thread = await backend.create_thread(user=user, idempotency_key="t")
+    assert await backend.create_thread(user=user, idempotency_key="t") == thread
+    message = OutgoingMessage(
+        "user", "hi", "2026-01-01T00:00:00+00:00", None, {MESSAGE_KEY_FIELD: "k1"}
+    )
+    await backend.add_messages(thread_uuid=thread, messages=[message], idempotency_key="b1")
+    await backend.add_messages(thread_uuid=thread, messages=[message], idempotency_key="b2")
+    assert [m.key for m in await backend.recent_messages(thread_uuid=thread, limit=10)] == ["k1"]
+    await backend.aclose()
