@@ -4,6 +4,7 @@ prefix and removes its keys); the Zep fake runs in-process on a free port."""
 from __future__ import annotations
 
 import asyncio
+import atexit
 import os
 import time
 import uuid
@@ -17,10 +18,23 @@ import redis.asyncio as aioredis
 
 from afterthought.keys import Keys
 from afterthought.settings import Settings
-from afterthought.testing import ZepFake
+from afterthought.testing import RedisServer, ZepFake
+from afterthought.testing.redis_server import listening
 from worker.settings import create_worker
 
-REDIS_URL = os.environ.get("AFTERTHOUGHT_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+
+def _test_redis() -> str:
+    """The shared Redis, or a private one for the whole run when none is reachable."""
+    if os.environ.get("AFTERTHOUGHT_TEST_REDIS_URL"):
+        return os.environ["AFTERTHOUGHT_TEST_REDIS_URL"]
+    if listening("127.0.0.1", 6379):
+        return "redis://127.0.0.1:6379/0"
+    server = RedisServer()
+    atexit.register(server.close)
+    return server.start()
+
+
+REDIS_URL = _test_redis()
 
 pytest_plugins = ["afterthought.testing.pytest_plugin"]
 
