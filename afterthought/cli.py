@@ -20,6 +20,61 @@ def _worker(args: argparse.Namespace) -> int:
     return 0
 
 
+def _dlq(args: argparse.Namespace) -> int:
+    import asyncio
+    import json
+    from datetime import UTC, datetime
+
+    import redis.asyncio as aioredis
+
+    from afterthought.dead_letters import DeadLetters
+    from afterthought.settings import Settings
+
+    settings = Settings()
+
+    async def run() -> int:
+        client = aioredis.Redis.from_url(settings.redis_url)
+        letters = DeadLetters(client, settings)
+        try:
+            if args.action == "list":
+                rows = [
+                    {
+                        "index": i,
+                        "at": datetime.fromtimestamp(d.at / 1000, UTC).isoformat(),
+                        "thread": d.thread,
+                        "reason": d.reason,
+                        "attempts": d.attempts,
+                        "bytes": len(d.item),
+                    }
+                    for i, d in await letters.listing(count=args.limit)
+                ]
+                if args.json:
+                    print(json.dumps(rows))
+                for row in [] if args.json else rows:
+                    print(
+                        "{index:>5}  {at}  thread={thread}  attempts={attempts}  "
+                        "bytes={bytes}  {reason}".format(**row)
+                    )
+                return 0
+            indexes = None if args.all else args.index
+            if not args.all and not args.index:
+                print("afterthought: name letters by index, or pass --all", file=sys.stderr)
+                return 2
+            if args.action == "replay":
+                done = await letters.replay(indexes)
+                print(f"replayed={done.replayed} malformed={done.malformed} refused={done.refused}")
+                return 0 if not done.refused else 1
+            if not args.yes:
+                print("afterthought: purging deletes messages for good; add --yes", file=sys.stderr)
+                return 2
+            print(f"purged={await letters.purge(indexes)}")
+            return 0
+        finally:
+            await client.aclose()
+
+    return asyncio.run(run())
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="afterthought",
@@ -35,6 +90,15 @@ def main(argv: list[str] | None = None) -> int:
     worker.add_argument("--burst", action="store_true", help="exit once the queue is empty")
     worker.add_argument("--concurrency", type=int, help="threads flushed at once per job")
     worker.set_defaults(run=_worker)
+
+    dlq = commands.add_parser("dlq", help="list, replay or purge dead letters")
+    dlq.add_argument("action", choices=["list", "replay", "purge"])
+    dlq.add_argument("index", nargs="*", type=int, help="letters to replay or purge")
+    dlq.add_argument("--all", action="store_true", help="every letter")
+    dlq.add_argument("--limit", type=int, default=100, help="letters to list")
+    dlq.add_argument("--json", action="store_true", help="list as JSON")
+    dlq.add_argument("--yes", action="store_true", help="confirm a purge")
+    dlq.set_defaults(run=_dlq)
 
     args = parser.parse_args(argv)
     logging.basicConfig(level=args.log_level, format=LOG_FORMAT)

@@ -69,6 +69,8 @@ class QueuedMessage(BaseModel):
     """ISO-8601 time the message was said (the event's time, not the flush time)."""
     checksum: str
     """Hash of ``content``, kept only to detect corruption."""
+    replay: bool = False
+    """Re-added from a stored session: the worker sends only what the backend lacks."""
 
     @classmethod
     def build(
@@ -83,6 +85,7 @@ class QueuedMessage(BaseModel):
         content: str,
         name: str | None = None,
         at: float | None = None,
+        replay: bool = False,
     ) -> QueuedMessage:
         when = datetime.fromtimestamp(at, UTC) if at is not None else datetime.now(UTC)
         return cls(
@@ -104,6 +107,7 @@ class QueuedMessage(BaseModel):
             name=name,
             reference_time=when.isoformat(),
             checksum=checksum(content),
+            replay=replay,
         )
 
     @property

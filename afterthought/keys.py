@@ -37,9 +37,30 @@ class Keys:
         return f"{self.prefix}:lease:{thread_key}"
 
     @property
+    def depth(self) -> str:
+        """Counter of queued messages across all threads (the global cap reads it)."""
+        return f"{self.prefix}:depth"
+
+    @property
     def dead(self) -> str:
-        """LIST of dead letters (JSON), newest last."""
+        """LIST of dead letters (a JSON header line, then the item), newest last."""
         return f"{self.prefix}:dead"
+
+    # --- pacing: shared by every worker ----------------------------------------------
+    @property
+    def paused(self) -> str:
+        """STRING (JSON reason) while consumption is paused (401/403); expires to re-probe."""
+        return f"{self.prefix}:paused"
+
+    @property
+    def rate_limit(self) -> str:
+        """STRING ms until which no worker calls the backend (after a 429); expires."""
+        return f"{self.prefix}:ratelimit"
+
+    @property
+    def dispatch(self) -> str:
+        """STRING set while a flush job waits to start, so dispatchers don't pile them up."""
+        return f"{self.prefix}:dispatch"
 
     # --- arq -------------------------------------------------------------------------
     @property

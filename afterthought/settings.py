@@ -60,6 +60,20 @@ class Settings(BaseSettings):
     """Threads one worker process flushes at the same time."""
     provision_on_worker: bool = True
     """Provision a missing Zep user/thread from the worker; else dead-letter ``unprovisioned``."""
+    thread_queue_cap: int = Field(10_000, ge=1)
+    """Queued messages one thread may hold before enqueue pushes back."""
+    queue_cap: int = Field(1_000_000, ge=1)
+    """Queued messages all threads together may hold before enqueue pushes back."""
+    buffer_size: int = Field(10_000, ge=0)
+    """Messages an agent process keeps in memory while Redis is unreachable."""
+    breaker_failures: int = Field(3, ge=1)
+    """Consecutive Redis failures that open the enqueue circuit breaker."""
+    breaker_seconds: float = Field(5.0, gt=0)
+    """How long an open breaker keeps the turn path away from Redis."""
+    pause_seconds: float = Field(60.0, gt=0)
+    """After a 401/403 all workers pause this long, then one probes again."""
+    skip_nested: bool = True
+    """Ignore nested runs (an ``AgentTool``'s child runner): no read, no write."""
 
     @field_validator("key_prefix")
     @classmethod

@@ -32,6 +32,8 @@ T = TypeVar("T")
 
 #: Worker-side calls may take this long; the turn path passes its own budget.
 WORKER_TIMEOUT = 30.0
+#: Messages per page when reading a thread back.
+PAGE_SIZE = 100
 
 _KIND_BY_STATUS: dict[int, ErrorKind] = {
     400: "bad_request",
@@ -73,13 +75,14 @@ def classify(exc: BaseException) -> BackendError | None:
     if isinstance(exc, ApiError):
         status = exc.status_code or 0
         kind = _KIND_BY_STATUS.get(status, "unavailable" if status >= 500 else "bad_request")
+        code = _error_code(exc.body)
+        if status == 400 and code and any(w in code for w in ("too_long", "too_large")):
+            kind = "too_large"  # Zep answers some over-long content with 400
         try:
             retry_after = _retry_after(exc.headers)
         except (TypeError, ValueError):
             retry_after = None
-        return BackendError(
-            kind, status=status, code=_error_code(exc.body), retry_after=retry_after
-        )
+        return BackendError(kind, status=status, code=code, retry_after=retry_after)
     if isinstance(exc, httpx.TimeoutException | TimeoutError):
         return BackendError("timeout")
     if isinstance(exc, httpx.TransportError):
@@ -192,20 +195,33 @@ class ZepBackend(MemoryBackend):
         )
 
     async def recent_messages(self, *, thread_uuid: str, limit: int) -> list[StoredMessage]:
-        page = await self._call(
+        pager = await self._call(
             lambda z: z.thread.list_messages(
-                thread_uuid, page_size=limit, order="desc", request_options=self._options()
+                thread_uuid,
+                page_size=min(limit, PAGE_SIZE),
+                order="desc",
+                request_options=self._options(),
             )
         )
-        return [
-            StoredMessage(
-                uuid=m.uuid_ or "",
-                role=str(m.role or ""),
-                content=m.content or "",
-                metadata=dict(m.metadata or {}),
-            )
-            for m in page.items or []
-        ]
+        found: list[StoredMessage] = []
+        try:
+            async for m in pager:  # further pages are fetched as the loop goes
+                found.append(
+                    StoredMessage(
+                        uuid=m.uuid_ or "",
+                        role=str(m.role or ""),
+                        content=m.content or "",
+                        metadata=dict(m.metadata or {}),
+                    )
+                )
+                if len(found) >= limit:
+                    break
+        except Exception as exc:
+            error = classify(exc)
+            if error is None:
+                raise
+            raise error from None
+        return found
 
     async def get_context(
         self, *, user: UserRef, query: str, max_chars: int, timeout: float

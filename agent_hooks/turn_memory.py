@@ -13,7 +13,6 @@ from typing import TypeVar
 from google.adk.agents.callback_context import CallbackContext
 from google.adk.models.llm_request import LlmRequest
 from google.adk.models.llm_response import LlmResponse
-from google.genai import types
 
 from afterthought.backend import MemoryBackend, UserRef, open_backend
 from afterthought.contract import QueuedMessage, Role
@@ -21,19 +20,16 @@ from afterthought.enqueue import Enqueuer
 from afterthought.identity import IdentityRegistry
 from afterthought.settings import Settings
 from agent_hooks.injection import DEFAULT_CONTEXT_TEMPLATE, inject, render
+from agent_hooks.messages import said_text
 
 log = logging.getLogger("afterthought.hooks")
 T = TypeVar("T")
 
 #: Invocations remembered per process (for block reuse and message ordinals).
 MAX_TRACKED_INVOCATIONS = 4096
-
-
-def said_text(content: types.Content | None) -> str:
-    """The text a speaker said: text parts only, thoughts left out."""
-    if content is None or not content.parts:
-        return ""
-    return "".join(p.text for p in content.parts if p.text and not p.thought)
+#: Session-state key holding the id of the session that owns the run. An ``AgentTool``
+#: copies its caller's state into the child session, so a child sees another id there.
+OWNER_KEY = "afterthought:session"
 
 
 @dataclass(slots=True)
@@ -88,6 +84,8 @@ class TurnMemory:
         self, *, callback_context: CallbackContext, llm_request: LlmRequest
     ) -> LlmResponse | None:
         try:
+            if self._nested(callback_context):
+                return None
             turn = self._turns.get(callback_context.invocation_id)
             if turn is None:
                 # First model call of the invocation: queue the user's message while the
@@ -152,6 +150,8 @@ class TurnMemory:
         try:
             if llm_response.partial:  # W8: chunks are display hints; the aggregate follows
                 return None
+            if self._nested(callback_context):
+                return None
             text = said_text(llm_response.content)
             if not text.strip():  # function-call-only, thought-only or empty
                 return None
@@ -171,6 +171,14 @@ class TurnMemory:
         return None
 
     # --- shared -------------------------------------------------------------------------
+    def _nested(self, ctx: CallbackContext) -> bool:
+        """W8: a nested run (an ``AgentTool``'s child runner) is not the user's turn."""
+        owner = ctx.state.get(OWNER_KEY)
+        if owner is None:
+            ctx.state[OWNER_KEY] = ctx.session.id
+            return False
+        return self.settings.skip_nested and owner != ctx.session.id
+
     def _message(
         self,
         who: _Who,

@@ -4,6 +4,7 @@ acknowledge by sequence number. Every multi-key change is one Lua script."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
 import secrets
@@ -27,6 +28,7 @@ from afterthought.contract import MalformedPayload, QueuedMessage, split_content
 from afterthought.identity import IdentityRegistry
 from afterthought.keys import Keys, digest
 from afterthought.settings import Settings
+from worker.pacing import Pacing
 
 log = logging.getLogger("afterthought.worker")
 
@@ -40,11 +42,18 @@ end
 return 0
 """
 
+# The holder's heartbeat: keep the lease and keep the thread from falling due.
+RENEW_LUA = """
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+redis.call('ZADD', KEYS[2], 'XX', ARGV[3], ARGV[4])
+return 1
+"""
+
 # Record the batch about to be sent, so a retry after a crash rebuilds exactly it.
 BEGIN_LUA = """
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 redis.call('HSET', KEYS[2], 'inflight', ARGV[2])
-redis.call('PEXPIRE', KEYS[1], ARGV[3])
 return 1
 """
 
@@ -52,17 +61,20 @@ return 1
 ACK_LUA = """
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return -1 end
 local last = tonumber(ARGV[2])
+local popped = 0
 while true do
   local head = redis.call('LINDEX', KEYS[2], 0)
   if not head then break end
   local seq = tonumber(string.match(head, '^{"seq":(%d+)'))
   if seq == nil or seq > last then break end
   redis.call('LPOP', KEYS[2])
+  popped = popped + 1
 end
 if last > tonumber(redis.call('HGET', KEYS[3], 'persisted') or '0') then
   redis.call('HSET', KEYS[3], 'persisted', last)
 end
 redis.call('HDEL', KEYS[3], 'inflight', 'attempts')
+if redis.call('DECRBY', KEYS[4], popped) < 0 then redis.call('SET', KEYS[4], 0) end
 return redis.call('LLEN', KEYS[2])
 """
 
@@ -70,14 +82,17 @@ return redis.call('LLEN', KEYS[2])
 # bytes untouched (a malformed item may not even be UTF-8).
 DEAD_LUA = """
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return -1 end
+local moved = 0
 for i = 1, tonumber(ARGV[2]) do
   local item = redis.call('LPOP', KEYS[2])
   if not item then break end
   redis.call('RPUSH', KEYS[3], cjson.encode({
     thread = ARGV[3], reason = ARGV[4], attempts = tonumber(ARGV[5]), at = tonumber(ARGV[6])
   }) .. '\\n' .. item)
+  moved = moved + 1
 end
 redis.call('HDEL', KEYS[4], 'inflight', 'attempts')
+if redis.call('DECRBY', KEYS[5], moved) < 0 then redis.call('SET', KEYS[5], 0) end
 return redis.call('LLEN', KEYS[2])
 """
 
@@ -97,6 +112,12 @@ return 1
 IN_JOB_ATTEMPTS = 3
 #: Deferred retries back off up to this many seconds.
 MAX_DEFER_SECONDS = 300.0
+#: A too-large reply halves the parts down to this size before giving up.
+MIN_PART_CHARS = 100
+#: How far back a replayed session is reconciled against the backend.
+REPLAY_LOOKBACK = 5000
+#: How often a job looks for more due threads while it has free slots.
+CLAIM_INTERVAL = 0.05
 
 
 def _now_ms() -> int:
@@ -126,6 +147,14 @@ class _Send:
         return "batch:" + digest(*(str(m.metadata[MESSAGE_KEY_FIELD]) for m in self.messages))
 
 
+class _LeaseLost(Exception):
+    """Another worker holds the thread now; stop touching it."""
+
+
+def _pack(parts: list[OutgoingMessage], per_call: int) -> list[_Send]:
+    return [_Send(parts[i : i + per_call]) for i in range(0, len(parts), per_call)]
+
+
 class Flusher:
     def __init__(self, settings: Settings, redis: aioredis.Redis, backend: MemoryBackend) -> None:
         self.settings = settings
@@ -133,33 +162,44 @@ class Flusher:
         self.backend = backend
         self.keys = Keys(settings.key_prefix)
         self.registry = IdentityRegistry(redis, settings)
+        self.pacing = Pacing(redis, self.keys, pause_seconds=settings.pause_seconds)
         self._claim = redis.register_script(CLAIM_LUA)
+        self._renew = redis.register_script(RENEW_LUA)
         self._begin = redis.register_script(BEGIN_LUA)
         self._ack = redis.register_script(ACK_LUA)
         self._dead = redis.register_script(DEAD_LUA)
         self._release = redis.register_script(RELEASE_LUA)
-        self.ignore_roles: tuple[str, ...] = (
-            ("assistant",) if settings.memory_mode == "zep" else ("user", "assistant")
-        )
-        if backend.name == "local":
-            self.ignore_roles = ()
+        # zep mode: Zep extracts facts from user messages; managed: from nothing we send.
+        self.ignore_roles: tuple[str, ...] = ()
+        if backend.name == "zep":
+            managed = settings.memory_mode == "managed"
+            self.ignore_roles = ("user", "assistant") if managed else ("assistant",)
 
     @property
     def lease_ms(self) -> int:
         return int(self.settings.lease_seconds * 1000)
 
     async def drain(self, *, budget: float) -> Counter[str]:
-        """Flush due threads until none is left or ``budget`` seconds have passed."""
+        """Flush due threads, ``worker_concurrency`` at a time, claiming more as slots free
+        up, until none is due or ``budget`` seconds have passed."""
         stats: Counter[str] = Counter()
         end = time.monotonic() + budget
-        while time.monotonic() < end:
-            token = secrets.token_hex(8)
-            claimed = await self.claim(token, limit=self.settings.worker_concurrency)
-            if not claimed:
+        token = secrets.token_hex(8)
+        running: set[asyncio.Task[Counter[str]]] = set()
+        while True:
+            free = self.settings.worker_concurrency - len(running)
+            if free > 0 and time.monotonic() < end and not await self.pacing.paused():
+                claimed = await self.claim(token, limit=free)
+                running |= {asyncio.create_task(self.flush_thread(tk, token)) for tk in claimed}
+                if not claimed and not running:
+                    break
+            elif not running:
                 break
-            results = await asyncio.gather(*(self.flush_thread(tk, token) for tk in claimed))
-            for result in results:
-                stats.update(result)
+            done, running = await asyncio.wait(
+                running, timeout=CLAIM_INTERVAL, return_when=asyncio.FIRST_COMPLETED
+            )
+            for task in done:
+                stats.update(task.result())
         return stats
 
     async def claim(self, token: str, *, limit: int) -> list[str]:
@@ -182,6 +222,7 @@ class Flusher:
         """Send everything queued on one claimed thread; always gives the lease back."""
         stats: Counter[str] = Counter()
         next_ms = _now_ms()
+        heartbeat = asyncio.create_task(self._heartbeat(tk, token))
         try:
             while await self._flush_batch(tk, token, stats):
                 pass
@@ -189,22 +230,7 @@ class Flusher:
             stats["lease_lost"] += 1
             log.warning("lease lost thread=%s", tk)
         except BackendError as exc:
-            attempts = await self.redis.hincrby(self.keys.thread(tk), "attempts", 1)
-            if exc.transient or exc.kind == "unauthorized":
-                delay = min(MAX_DEFER_SECONDS, 2.0**attempts) * random.uniform(0.5, 1.0)
-                next_ms += int(max(delay, exc.retry_after or 0.0) * 1000)
-                stats["deferred"] += 1
-                log.warning(
-                    "flush deferred thread=%s error=%s attempts=%d in=%.1fs",
-                    tk,
-                    exc,
-                    attempts,
-                    (next_ms - _now_ms()) / 1000,
-                )
-            else:
-                count = await self._pending_batch_size(tk)
-                await self._dead_letter(tk, token, count, reason=str(exc), attempts=attempts)
-                stats["dead"] += count
+            next_ms = await self._failed(tk, token, exc, stats)
         except Exception as exc:  # never lose the lease to a bug: defer and say so
             stats["errors"] += 1
             next_ms += 5000
@@ -212,16 +238,49 @@ class Flusher:
             log.error("flush failed thread=%s error=%s", tk, type(exc).__name__)
             log.debug("flush failure trace thread=%s", tk, exc_info=True)
         finally:
+            heartbeat.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await heartbeat
             await self._release(
                 keys=[self.keys.lease(tk), self.keys.pending(tk), self.keys.ready],
                 args=[token, tk, next_ms],
             )
         return stats
 
+    async def _heartbeat(self, tk: str, token: str) -> None:
+        while True:
+            await asyncio.sleep(self.settings.lease_seconds / 3)
+            held = await self._renew(
+                keys=[self.keys.lease(tk), self.keys.ready],
+                args=[token, self.lease_ms, _now_ms() + self.lease_ms, tk],
+            )
+            if not held:
+                return
+
+    async def _failed(self, tk: str, token: str, exc: BackendError, stats: Counter[str]) -> int:
+        """Classify a failure the job could not absorb; returns when to try the thread next."""
+        now = _now_ms()
+        if exc.kind == "unauthorized":
+            await self.pacing.pause(exc)
+            stats["paused"] += 1
+            return now + int(self.settings.pause_seconds * 1000)
+        attempts = await self.redis.hincrby(self.keys.thread(tk), "attempts", 1)
+        if exc.transient:
+            delay = min(MAX_DEFER_SECONDS, 2.0**attempts) * random.uniform(0.5, 1.0)
+            delay = max(delay, exc.retry_after or 0.0)
+            stats["deferred"] += 1
+            log.warning(
+                "flush deferred thread=%s error=%s attempts=%d in=%.1fs", tk, exc, attempts, delay
+            )
+            return now + int(delay * 1000)
+        count = await self._pending_batch_size(tk)
+        await self._dead_letter(tk, token, count, reason=str(exc), attempts=attempts)
+        stats["dead"] += count
+        return now
+
     async def _flush_batch(self, tk: str, token: str, stats: Counter[str]) -> bool:
         """One batch from the head of the thread; False when nothing is left."""
-        window = self.settings.batch_size
-        raw_items = await self.redis.lrange(self.keys.pending(tk), 0, window - 1)
+        raw_items = await self.redis.lrange(self.keys.pending(tk), 0, self.settings.batch_size - 1)
         if not raw_items:
             return False
         inflight = await self.redis.hget(self.keys.thread(tk), "inflight")
@@ -231,20 +290,26 @@ class Flusher:
             await self._dead_letter(tk, token, 1, reason=f"malformed: {exc}", attempts=0)
             stats["dead"] += 1
             return True
-        head = batch[0]
-        _, thread_uuid = await self._identity(head)
-        sends = self._sends(batch)
+        _, thread_uuid = await self._identity(batch[0])
         first, last = batch[0].seq or 0, batch[-1].seq or 0
         if inflight is None:
             ok = await self._begin(
                 keys=[self.keys.lease(tk), self.keys.thread(tk)],
-                args=[token, f"{first}:{last}", self.lease_ms],
+                args=[token, f"{first}:{last}"],
             )
             if not ok:
                 raise _LeaseLost
-        await self._send_all(thread_uuid, sends, stats, reconcile=inflight is not None)
+        replay = any(m.replay for m in batch)
+        await self._send_resplitting(
+            thread_uuid, batch, stats, reconcile=inflight is not None or replay, replay=replay
+        )
         left = await self._ack(
-            keys=[self.keys.lease(tk), self.keys.pending(tk), self.keys.thread(tk)],
+            keys=[
+                self.keys.lease(tk),
+                self.keys.pending(tk),
+                self.keys.thread(tk),
+                self.keys.depth,
+            ],
             args=[token, last],
         )
         if left == -1:
@@ -286,11 +351,12 @@ class Flusher:
             size += parts
         return fitted
 
-    def _sends(self, batch: list[QueuedMessage]) -> list[_Send]:
-        """Each message as ordered parts (W6: split, never cut), packed into calls."""
+    @staticmethod
+    def _parts(batch: list[QueuedMessage], part_chars: int) -> list[OutgoingMessage]:
+        """Each message as ordered parts (W6: split, never cut)."""
         parts: list[OutgoingMessage] = []
         for m in batch:
-            pieces = split_content(m.content, self.settings.max_message_chars)
+            pieces = split_content(m.content, part_chars)
             for i, piece in enumerate(pieces):
                 metadata: dict[str, str | int] = {
                     MESSAGE_KEY_FIELD: m.key if len(pieces) == 1 else f"{m.key}:{i}",
@@ -307,27 +373,54 @@ class Flusher:
                         metadata=metadata,
                     )
                 )
-        size = self.settings.batch_size
-        return [_Send(parts[i : i + size]) for i in range(0, len(parts), size)]
+        return parts
 
-    async def _missing(self, thread_uuid: str, sends: list[_Send]) -> list[_Send]:
-        wanted = sum(len(s.messages) for s in sends)
-        stored = await self.backend.recent_messages(
-            thread_uuid=thread_uuid, limit=min(100, wanted + 30)
-        )
-        present = {m.key for m in stored if m.key}
-        missing = [
-            m for s in sends for m in s.messages if m.metadata[MESSAGE_KEY_FIELD] not in present
-        ]
-        size = self.settings.batch_size
-        return [_Send(missing[i : i + size]) for i in range(0, len(missing), size)]
+    async def _send_resplitting(
+        self,
+        thread_uuid: str,
+        batch: list[QueuedMessage],
+        stats: Counter[str],
+        *,
+        reconcile: bool,
+        replay: bool,
+    ) -> None:
+        """Send the batch; when the backend says too large, send fewer messages per call,
+        then smaller parts, before giving up (413 / 400 too long)."""
+        per_call, part_chars = self.settings.batch_size, self.settings.max_message_chars
+        while True:
+            sends = _pack(self._parts(batch, part_chars), per_call)
+            try:
+                await self._send_all(thread_uuid, sends, stats, reconcile=reconcile, replay=replay)
+                return
+            except BackendError as exc:
+                if exc.kind != "too_large":
+                    raise
+                if per_call > 1:
+                    per_call = max(1, per_call // 2)
+                elif part_chars // 2 >= MIN_PART_CHARS:
+                    part_chars //= 2
+                else:
+                    raise
+                stats["resplit"] += 1
+                log.warning(
+                    "too large: resending thread_uuid=%s per_call=%d part_chars=%d",
+                    thread_uuid,
+                    per_call,
+                    part_chars,
+                )
 
     async def _send_all(
-        self, thread_uuid: str, sends: list[_Send], stats: Counter[str], *, reconcile: bool
+        self,
+        thread_uuid: str,
+        sends: list[_Send],
+        stats: Counter[str],
+        *,
+        reconcile: bool,
+        replay: bool,
     ) -> None:
         """Send with in-job retries. Whenever an earlier attempt may have reached the
-        backend (a crash, a timeout, a lost reply), send only what it lacks (W2): this
-        holds whether or not the backend honours idempotency keys."""
+        backend (a crash, a timeout, a lost reply) or the batch replays a session, send
+        only what it lacks (W2): this holds whether or not the backend honours keys."""
         async for attempt in AsyncRetrying(
             retry=retry_if_exception(_transient),
             wait=_wait,
@@ -337,16 +430,30 @@ class Flusher:
             with attempt:
                 todo = sends
                 if reconcile or attempt.retry_state.attempt_number > 1:
-                    todo = await self._missing(thread_uuid, sends)
+                    todo = await self._missing(thread_uuid, sends, replay=replay)
                 for send in todo:
-                    await self.backend.add_messages(
-                        thread_uuid=thread_uuid,
-                        messages=send.messages,
-                        idempotency_key=send.idempotency_key,
-                        ignore_roles=self.ignore_roles,
-                    )
+                    await self.pacing.wait()
+                    try:
+                        await self.backend.add_messages(
+                            thread_uuid=thread_uuid,
+                            messages=send.messages,
+                            idempotency_key=send.idempotency_key,
+                            ignore_roles=self.ignore_roles,
+                        )
+                    except BackendError as exc:
+                        if exc.kind == "rate_limited":
+                            await self.pacing.hold(exc.retry_after or 1.0)
+                        raise
                     stats["calls"] += 1
                     stats["parts"] += len(send.messages)
+
+    async def _missing(self, thread_uuid: str, sends: list[_Send], *, replay: bool) -> list[_Send]:
+        wanted = [m for s in sends for m in s.messages]
+        limit = REPLAY_LOOKBACK if replay else len(wanted) + 30
+        stored = await self.backend.recent_messages(thread_uuid=thread_uuid, limit=limit)
+        present = {m.key for m in stored if m.key}
+        missing = [m for m in wanted if m.metadata[MESSAGE_KEY_FIELD] not in present]
+        return _pack(missing, self.settings.batch_size)
 
     async def _identity(self, message: QueuedMessage) -> tuple[UserRef, str]:
         if self.settings.provision_on_worker:
@@ -375,11 +482,13 @@ class Flusher:
         self, tk: str, token: str, count: int, *, reason: str, attempts: int
     ) -> None:
         await self._dead(
-            keys=[self.keys.lease(tk), self.keys.pending(tk), self.keys.dead, self.keys.thread(tk)],
+            keys=[
+                self.keys.lease(tk),
+                self.keys.pending(tk),
+                self.keys.dead,
+                self.keys.thread(tk),
+                self.keys.depth,
+            ],
             args=[token, count, tk, reason, attempts, _now_ms()],
         )
         log.error("dead-lettered thread=%s messages=%d reason=%s", tk, count, reason)
-
-
-class _LeaseLost(Exception):
-    """Another worker holds the thread now; stop touching it."""

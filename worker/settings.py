@@ -29,6 +29,8 @@ FLUSH_BUDGET_SECONDS = 20.0
 FLUSH_TIMEOUT_SECONDS = 60
 #: How often each worker looks for due threads with no job queued to drain them.
 DISPATCH_INTERVAL_SECONDS = 0.05
+#: A queued job that no worker starts within this long no longer blocks a new one.
+DISPATCH_MARK_MS = 2000
 
 
 def json_dumps(value: Any) -> bytes:
@@ -42,14 +44,20 @@ def json_loads(raw: bytes) -> Any:
 async def flush(ctx: dict[str, Any]) -> dict[str, int]:
     """The job: drain due threads (any of them) for up to a budget."""
     flusher: Flusher = ctx["flusher"]
+    await flusher.redis.delete(flusher.keys.dispatch)  # started: the next one may be queued
     stats: Counter[str] = await flusher.drain(budget=FLUSH_BUDGET_SECONDS)
     return dict(stats)
 
 
 async def dispatch_once(redis: ArqRedis, keys: Keys) -> bool:
-    """Queue a flush job when threads are due and none is waiting; True if it did."""
+    """Queue a flush job when unclaimed threads are due and no job waits to start.
+
+    A job waiting is marked by a short-lived key that the job deletes when it starts, so
+    neither a running job nor one stuck on a killed worker holds dispatching back."""
     due = await redis.zcount(keys.ready, "-inf", int(time.time() * 1000))
-    if not due or await redis.zcard(keys.queue):
+    if not due or await redis.exists(keys.paused):
+        return False
+    if not await redis.set(keys.dispatch, "1", nx=True, px=DISPATCH_MARK_MS):
         return False
     job = await redis.enqueue_job(
         "flush", _job_id=keys.job_id("flush", uuid.uuid4().hex), _queue_name=keys.queue
