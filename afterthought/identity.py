@@ -47,6 +47,14 @@ class IdentityRegistry:
         )
         return Identity(user=user, thread_uuid=thread.decode() if thread else None)
 
+    async def lookup_user(self, *, app: str, user_id: str) -> UserRef | None:
+        user_uuid, graph_uuid = await self._redis.hmget(
+            self._keys.user(app, user_id), ["user_uuid", "graph_uuid"]
+        )
+        return (
+            UserRef(user_uuid.decode(), graph_uuid.decode()) if user_uuid and graph_uuid else None
+        )
+
     async def ensure(
         self,
         backend: MemoryBackend,

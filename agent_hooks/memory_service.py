@@ -81,11 +81,11 @@ class ZepMemoryService(BaseMemoryService):
         """The user's context block for ``query``, as one entry (empty on any failure)."""
         try:
             registry = IdentityRegistry(self.enqueuer.redis(), self.settings)
-            known = await registry.lookup(app=app_name, user_id=user_id, session_id="")
-            if known.user is None:
+            user = await registry.lookup_user(app=app_name, user_id=user_id)
+            if user is None:
                 return SearchMemoryResponse()
             block = await self.backend.get_context(
-                user=known.user,
+                user=user,
                 query=query,
                 max_chars=self.settings.context_max_chars,
                 timeout=self.settings.retrieval_budget,

@@ -452,7 +452,14 @@ class Flusher:
         limit = REPLAY_LOOKBACK if replay else len(wanted) + 30
         stored = await self.backend.recent_messages(thread_uuid=thread_uuid, limit=limit)
         present = {m.key for m in stored if m.key}
-        missing = [m for m in wanted if m.metadata[MESSAGE_KEY_FIELD] not in present]
+        # A replayed session may meet its own turns stored under other keys (by a path
+        # that counted differently): the same role saying the same text is the same turn.
+        said = {(m.role, m.content) for m in stored} if replay else set()
+        missing = [
+            m
+            for m in wanted
+            if m.metadata[MESSAGE_KEY_FIELD] not in present and (m.role, m.content) not in said
+        ]
         return _pack(missing, self.settings.batch_size)
 
     async def _identity(self, message: QueuedMessage) -> tuple[UserRef, str]:
