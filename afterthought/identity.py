@@ -42,18 +42,15 @@ class IdentityRegistry:
             pipe.hmget(self._keys.user(app, user_id), ["user_uuid", "graph_uuid"])
             pipe.get(self._keys.session(app, session_id))
             (user_uuid, graph_uuid), thread = await pipe.execute()
-        user = (
-            UserRef(user_uuid.decode(), graph_uuid.decode()) if user_uuid and graph_uuid else None
+        return Identity(
+            user=_user_ref(user_uuid, graph_uuid), thread_uuid=thread.decode() if thread else None
         )
-        return Identity(user=user, thread_uuid=thread.decode() if thread else None)
 
     async def lookup_user(self, *, app: str, user_id: str) -> UserRef | None:
         user_uuid, graph_uuid = await self._redis.hmget(
             self._keys.user(app, user_id), ["user_uuid", "graph_uuid"]
         )
-        return (
-            UserRef(user_uuid.decode(), graph_uuid.decode()) if user_uuid and graph_uuid else None
-        )
+        return _user_ref(user_uuid, graph_uuid)
 
     async def ensure(
         self,
@@ -92,6 +89,10 @@ class IdentityRegistry:
 
     def _lock(self, name: str) -> _Lock:
         return _Lock(self._redis, self._keys.lock(name))
+
+
+def _user_ref(user_uuid: bytes | None, graph_uuid: bytes | None) -> UserRef | None:
+    return UserRef(user_uuid.decode(), graph_uuid.decode()) if user_uuid and graph_uuid else None
 
 
 class _Lock:
