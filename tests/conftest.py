@@ -99,6 +99,15 @@ async def redis() -> AsyncIterator[aioredis.Redis]:
     await client.aclose()
 
 
+async def run_worker_once(settings: Settings) -> None:
+    """One real arq worker in burst mode: it does what is due now, then exits."""
+    worker = create_worker(settings, burst=True, handle_signals=False)
+    try:
+        await worker.main()
+    finally:
+        await worker.close()
+
+
 async def drain(settings: Settings, *, timeout: float = 30.0) -> None:
     """Run a real arq worker in burst mode until no thread is ready or deferred."""
     keys = Keys(settings.key_prefix)
@@ -106,11 +115,7 @@ async def drain(settings: Settings, *, timeout: float = 30.0) -> None:
     deadline = time.monotonic() + timeout
     try:
         while True:
-            worker = create_worker(settings, burst=True, handle_signals=False)
-            try:
-                await worker.main()
-            finally:
-                await worker.close()
+            await run_worker_once(settings)
             if not await client.zcard(keys.ready):
                 return
             if time.monotonic() > deadline:

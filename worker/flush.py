@@ -455,11 +455,12 @@ class Flusher:
         # A replayed session may meet its own turns stored under other keys (by a path
         # that counted differently): the same role saying the same text is the same turn.
         said = {(m.role, m.content) for m in stored} if replay else set()
-        missing = [
-            m
-            for m in wanted
-            if m.metadata[MESSAGE_KEY_FIELD] not in present and (m.role, m.content) not in said
-        ]
+        missing: list[OutgoingMessage] = []
+        for m in wanted:  # a replay may also repeat a turn queued in the same batch
+            key = str(m.metadata[MESSAGE_KEY_FIELD])
+            if key not in present and (m.role, m.content) not in said:
+                missing.append(m)
+                present.add(key)
         return _pack(missing, self.settings.batch_size)
 
     async def _identity(self, message: QueuedMessage) -> tuple[UserRef, str]:

@@ -16,7 +16,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8011)
     parser.add_argument("--latency", type=float, default=0.0, help="seconds added to each call")
-    parser.add_argument("--fault-rate", type=float, default=0.0, help="share answered 503")
+    parser.add_argument("--fault-rate", type=float, default=0.0, help="share failed at random")
     parser.add_argument(
         "--ignore-idempotency", action="store_true", help="apply replayed keyed requests again"
     )

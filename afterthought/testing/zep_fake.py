@@ -54,6 +54,17 @@ class Fault:
     times: int = 1
 
 
+#: What ``fault_rate`` draws from: refusals, lost replies (the work was done), dropped
+#: connections before and after the work, and rate limiting.
+RANDOM_FAULTS = (
+    Fault(status=503),
+    Fault(status=500, after_commit=True),
+    Fault(drop=True),
+    Fault(drop=True, after_commit=True),
+    Fault(status=429, retry_after=0.2),
+)
+
+
 @dataclass
 class Recorded:
     method: str
@@ -91,7 +102,7 @@ class ZepFake:
         self.latency = latency
         self.honor_idempotency = honor_idempotency
         self.fault_rate = fault_rate
-        """Share of requests answered 503 at random (for chaos runs)."""
+        """Share of requests failed at random, drawn from :data:`RANDOM_FAULTS`."""
         self.requests: list[Recorded] = []
         self.faults: list[Fault] = []
         self._random = random.Random(seed)
@@ -184,7 +195,7 @@ class ZepFake:
                         self.faults.remove(fault)
                     return fault
             if self.fault_rate and self._random.random() < self.fault_rate:
-                return Fault(status=503)
+                return self._random.choice(RANDOM_FAULTS)
         return None
 
     def handle(self, method: str, path: str, query: JSON, body: Any, key: str | None) -> _Reply:

@@ -1,0 +1,424 @@
+"""DESIGN.md's write-path invariants W1-W9 under faults: real Redis, real arq workers
+(in-process, and as processes that get SIGKILLed), the real SDK against the Zep fake."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import redis.asyncio as aioredis
+from google.adk.agents import LlmAgent
+from google.adk.tools.agent_tool import AgentTool
+
+from afterthought.contract import DeadLetter, QueuedMessage
+from afterthought.dead_letters import DeadLetters
+from afterthought.enqueue import Enqueuer
+from afterthought.keys import Keys
+from afterthought.settings import Settings
+from afterthought.testing import Fault, RedisServer, ZepFake
+from afterthought.testing.stand_in_model import StandInLlm
+from agent_hooks import ZepMemoryService, create_callbacks
+from bench import chaos
+from tests.adk_support import make_runner, new_session, say
+from tests.conftest import drain, run_worker_once
+from worker.flush import Flusher
+from worker.settings import check_redis_policy, dispatch_once
+
+ROOT = Path(__file__).resolve().parents[1]
+ADDS = "POST /threads/.*/messages"
+
+
+def _message(text: str, n: int, *, session: str = "s1") -> QueuedMessage:
+    return QueuedMessage.build(
+        app="memtest",
+        user_id="alice",
+        session_id=session,
+        invocation_id=f"inv-{n}",
+        role="user",
+        ordinal=0,
+        content=text,
+    )
+
+
+async def _queue(settings: Settings, *messages: QueuedMessage) -> None:
+    enqueuer = Enqueuer(settings)
+    assert await enqueuer.enqueue(list(messages))
+    await enqueuer.aclose()
+
+
+def _posts(fake: ZepFake) -> list[tuple[int, int]]:
+    """(status, messages in the call) of every add_messages call."""
+    return [
+        (r.status, len(r.body["messages"]))
+        for r in fake.requests
+        if r.method == "POST" and r.path.endswith("/messages")
+    ]
+
+
+@pytest.mark.parametrize("honor", [True, False], ids=["keys-honoured", "keys-ignored"])
+def test_chaos_workers_killed_faults_injected_nothing_lost_or_doubled(
+    honor: bool, prefix: str
+) -> None:
+    from tests.conftest import REDIS_URL
+
+    result = chaos.run(
+        messages=500,
+        workers=3,
+        kills=2,
+        fault_rate=0.1,
+        honor_idempotency=honor,
+        threads=20,
+        seed=7,
+        redis_url=REDIS_URL,
+    )
+    assert result["settled"], result
+    assert (result["lost"], result["duplicated"], result["out_of_order"], result["stray"]) == (
+        0,
+        0,
+        0,
+        0,
+    ), result
+
+
+async def test_unauthorized_pauses_every_worker_and_dead_letters_nothing(
+    make_settings: Callable[..., Settings], zep_fake: ZepFake, redis: aioredis.Redis
+) -> None:
+    settings = make_settings(
+        backend="zep", zep_api_key="k", zep_base_url=zep_fake.base_url, pause_seconds=30
+    )
+    keys = Keys(settings.key_prefix)
+    zep_fake.inject(Fault(match=ADDS, status=401, times=1))
+    await _queue(settings, _message("I live in Lisbon.", 1))
+    await run_worker_once(settings)
+
+    assert await redis.exists(keys.paused)
+    assert zep_fake.messages() == [] and not await redis.llen(keys.dead)
+    assert await redis.llen(keys.pending(_message("x", 1).thread_key)) == 1
+    await redis.zadd(keys.ready, {_message("x", 1).thread_key: 0})  # due, yet paused:
+    assert not await dispatch_once(redis, keys)  # type: ignore[arg-type]
+
+    await redis.delete(keys.paused)  # the pause expires (or the operator fixed the key)
+    await drain(settings)
+    assert [m["content"] for m in zep_fake.messages()] == ["I live in Lisbon."]
+
+
+async def test_a_429_holds_back_every_sender(zep_settings: Settings, zep_fake: ZepFake) -> None:
+    zep_fake.inject(Fault(match=ADDS, status=429, retry_after=1.5))
+    await _queue(zep_settings, _message("one", 1, session="s1"))
+    worker = asyncio.create_task(drain(zep_settings))
+    while not any(r.status == 429 for r in zep_fake.requests):
+        await asyncio.sleep(0.01)
+    await asyncio.sleep(0.1)  # the worker has read the 429 by now
+    await _queue(zep_settings, _message("two", 2, session="s2"))  # another thread
+    await worker
+    await drain(zep_settings)
+
+    posts = [r for r in zep_fake.requests if r.method == "POST" and r.path.endswith("/messages")]
+    limited = next(r for r in posts if r.status == 429)
+    later = [r for r in posts if r.at > limited.at]
+    assert len(later) == 2 and all(r.at - limited.at >= 1.4 for r in later)  # nobody early
+    assert sorted(m["content"] for m in zep_fake.messages()) == ["one", "two"]
+
+
+async def test_too_large_is_resplit_and_resent(zep_settings: Settings, zep_fake: ZepFake) -> None:
+    zep_fake.inject(Fault(match=ADDS, status=413, times=2))
+    await _queue(zep_settings, *[_message(f"m{i}", i) for i in range(30)])
+    await drain(zep_settings)
+
+    assert [m["content"] for m in zep_fake.messages()] == [f"m{i}" for i in range(30)]
+    posts = _posts(zep_fake)
+    assert posts[:2] == [(413, 30), (413, 15)]
+    assert all(size <= 7 for status, size in posts[2:] if status == 202)
+
+
+async def test_dead_letters_are_listed_and_replayed(
+    zep_settings: Settings, zep_fake: ZepFake, redis: aioredis.Redis
+) -> None:
+    zep_fake.inject(Fault(match=ADDS, status=422))
+    await _queue(zep_settings, _message("I live in Lisbon.", 1))
+    await drain(zep_settings)
+    letters = DeadLetters(redis, zep_settings)
+    ((index, letter),) = await letters.listing()
+    assert letter.reason.startswith("bad_request (status=422")
+
+    done = await letters.replay([index])
+    assert (done.replayed, done.malformed, done.refused) == (1, 0, 0)
+    await drain(zep_settings)
+    assert [m["content"] for m in zep_fake.messages()] == ["I live in Lisbon."]
+    assert await letters.count() == 0
+
+
+def test_dlq_command_lists_without_content_and_replays(
+    zep_settings: Settings, zep_fake: ZepFake
+) -> None:
+    zep_fake.inject(Fault(match=ADDS, status=400, times=2))
+    asyncio.run(_queue(zep_settings, _message("secret-ish text", 1)))
+    asyncio.run(_queue(zep_settings, _message("second", 2, session="s2")))
+    asyncio.run(drain(zep_settings))
+    env = {
+        **os.environ,
+        "REDIS_URL": zep_settings.redis_url,
+        "AFTERTHOUGHT_KEY_PREFIX": zep_settings.key_prefix,
+    }
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "afterthought.cli", "dlq", *args],
+            env=env,
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+        )
+
+    listed = cli("list", "--json")
+    assert listed.returncode == 0, listed.stderr
+    rows = json.loads(listed.stdout)
+    assert len(rows) == 2 and "secret" not in listed.stdout
+    assert {"index", "at", "thread", "reason", "attempts", "bytes"} <= set(rows[0])
+    assert cli("purge", "1").returncode == 2  # refuses without --yes
+    assert cli("replay").returncode == 2  # names nothing
+    replayed = cli("replay", "--all")
+    assert replayed.returncode == 0 and "replayed=2" in replayed.stdout
+    asyncio.run(drain(zep_settings))
+    assert sorted(m["content"] for m in zep_fake.messages()) == ["second", "secret-ish text"]
+
+
+async def test_a_dead_workers_threads_are_recovered(
+    make_settings: Callable[..., Settings], zep_fake: ZepFake, redis: aioredis.Redis
+) -> None:
+    """A worker claimed the thread (and may have sent its batch), then died."""
+    settings = make_settings(
+        backend="zep", zep_api_key="k", zep_base_url=zep_fake.base_url, lease_seconds=1.0
+    )
+    await _queue(settings, _message("one", 1), _message("two", 2))
+    dead = Flusher(settings, redis, backend=_never_used())
+    assert await dead.claim("dead-worker", limit=10)
+    await redis.hset(
+        Keys(settings.key_prefix).thread(_message("x", 1).thread_key), "inflight", "1:2"
+    )
+
+    await drain(settings, timeout=30)  # the bound of W4
+    assert [m["content"] for m in zep_fake.messages()] == ["one", "two"]
+
+
+def _never_used():  # type: ignore[no-untyped-def]
+    from afterthought.local_backend import LocalBackend
+
+    return LocalBackend(":memory:")
+
+
+async def test_redis_outage_is_buffered_then_drained_in_order(
+    make_settings: Callable[..., Settings],
+) -> None:
+    server = RedisServer()
+    url = server.start()
+    settings = make_settings(redis_url=url, breaker_failures=2, breaker_seconds=0.2)
+    enqueuer = Enqueuer(settings)
+    try:
+        server.stop()
+        results = [await enqueuer.enqueue([_message(f"m{i}", i)]) for i in range(3)]
+        assert results == [False, False, False] and enqueuer.buffered == 3
+        RedisServer(port=server.port).start()  # back on the same address
+        await asyncio.sleep(0.25)  # the breaker's window passes
+        assert await enqueuer.enqueue([_message("m3", 3)])
+        assert enqueuer.buffered == 0 and enqueuer.dropped == 0
+        client = aioredis.Redis.from_url(url)
+        raw = await client.lrange(
+            Keys(settings.key_prefix).pending(_message("x", 1).thread_key), 0, -1
+        )
+        assert [QueuedMessage.decode(r).content for r in raw] == ["m0", "m1", "m2", "m3"]
+        await client.shutdown(nosave=True)
+    finally:
+        server.close()
+
+
+async def test_buffer_overflow_is_dropped_and_counted(
+    make_settings: Callable[..., Settings], caplog: pytest.LogCaptureFixture
+) -> None:
+    settings = make_settings(redis_url="redis://127.0.0.1:1/0", buffer_size=2)
+    enqueuer = Enqueuer(settings)
+    for i in range(3):
+        await enqueuer.enqueue([_message(f"m{i}", i)])
+    assert enqueuer.buffered == 2 and enqueuer.dropped == 1
+    assert "dropped=1" in caplog.text
+
+
+async def test_queue_caps_push_back(
+    make_settings: Callable[..., Settings], redis: aioredis.Redis
+) -> None:
+    settings = make_settings(thread_queue_cap=2)
+    enqueuer = Enqueuer(settings)
+    assert await enqueuer.enqueue([_message("a", 1), _message("b", 2)])
+    assert not await enqueuer.enqueue([_message("c", 3)])  # refused by the cap: held back
+    assert enqueuer.buffered == 1
+    assert await redis.get(Keys(settings.key_prefix).depth) == b"2"
+    await enqueuer.aclose()
+
+
+async def test_previous_payload_version_is_accepted_and_unknown_dead_lettered(
+    zep_settings: Settings, zep_fake: ZepFake, redis: aioredis.Redis
+) -> None:
+    keys = Keys(zep_settings.key_prefix)
+    old, future = _message("old format", 1), _message("from the future", 2)
+    tk = old.thread_key
+    for seq, message, version in ((1, old, 0), (2, future, 99)):
+        body = message.encode().replace('"v":1', f'"v":{version}')
+        await redis.rpush(keys.pending(tk), f'{{"seq":{seq},' + body[1:])
+    await redis.hset(keys.thread(tk), "seq", 2)
+    await redis.zadd(keys.ready, {tk: 0})
+    await drain(zep_settings)
+
+    assert [m["content"] for m in zep_fake.messages()] == ["old format"]
+    (raw,) = await redis.lrange(keys.dead, 0, -1)
+    assert "version 99" in DeadLetter.parse(raw).reason
+
+
+async def test_worker_warns_unless_redis_never_evicts(caplog: pytest.LogCaptureFixture) -> None:
+    with RedisServer() as url:
+        client = aioredis.Redis.from_url(url)
+        assert await check_redis_policy(client) == "noeviction"  # type: ignore[arg-type]
+        await client.config_set("maxmemory-policy", "allkeys-lru")
+        with caplog.at_level(logging.WARNING):
+            assert await check_redis_policy(client) == "allkeys-lru"  # type: ignore[arg-type]
+        assert "may evict queued messages" in caplog.text
+        await client.aclose()
+
+
+async def test_writes_cost_one_round_trip_and_every_key_is_prefixed(
+    make_settings: Callable[..., Settings],
+) -> None:
+    """W1 and W9, measured on a private Redis: a turn's writes are one EVALSHA per model
+    call; after the worker, every key carries the prefix and transient ones are gone."""
+    with RedisServer() as url:
+        settings = make_settings(redis_url=url, key_prefix="acme")
+        client = aioredis.Redis.from_url(url)
+        runner, _ = make_runner(create_callbacks(settings=settings))
+        session = await new_session(runner, "alice")
+        await say(runner, "alice", session, "warm-up")  # loads the script once
+        seen: list[str] = []
+
+        async def watch() -> None:
+            async with client.monitor() as monitor:
+                async for command in monitor.listen():
+                    if command["client_type"] != "lua":  # what clients sent, not scripts
+                        seen.append(command["command"].split()[0].lower())
+
+        watching = asyncio.create_task(watch())
+        await asyncio.sleep(0.1)
+        await say(runner, "alice", session, "I live in Lisbon.")
+        await asyncio.sleep(0.1)
+        watching.cancel()
+        writes = [c for c in seen if c in WRITE_COMMANDS]
+        assert writes == ["evalsha", "evalsha"]  # the user's message, then the reply
+
+        await drain(settings)
+        keys = [k.decode() async for k in client.scan_iter(match="*")]
+        assert all(k.startswith("acme:") or (k.startswith("arq:") and ":acme:" in k) for k in keys)
+        assert not [k for k in keys if ":lease:" in k or ":dispatch" in k]
+        for key in keys:
+            if ":arq:queue" in key or ":health:" in key:
+                continue
+            assert any(part in key for part in DURABLE), key
+        await client.aclose()
+
+
+WRITE_COMMANDS = {
+    "evalsha",
+    "eval",
+    "set",
+    "rpush",
+    "lpush",
+    "zadd",
+    "hset",
+    "incr",
+    "incrby",
+    "del",
+    "expire",
+    "pexpire",
+    "psetex",
+    "setex",
+    "lpop",
+    "zrem",
+}
+DURABLE = (":pending:", ":thread:", ":id:", ":depth", ":ready")
+
+
+async def test_nested_agent_tool_runs_are_not_remembered(
+    zep_settings: Settings, zep_fake: ZepFake
+) -> None:
+    callbacks = create_callbacks(settings=zep_settings)
+    helper = LlmAgent(
+        name="translator",
+        model=StandInLlm(script=["bonjour"]),
+        before_model_callback=callbacks.before_model_callback,
+        after_model_callback=callbacks.after_model_callback,
+    )
+    model = StandInLlm(
+        script=[{"call": "translator", "args": {"request": "hello"}}, "It is bonjour."]
+    )
+    runner, _ = make_runner(callbacks, model, tools=[AgentTool(helper)])
+    await say(runner, "alice", await new_session(runner, "alice"), "Translate hello.")
+    await drain(zep_settings)
+
+    assert [(m["role"], m["content"]) for m in zep_fake.messages()] == [
+        ("user", "Translate hello."),
+        ("assistant", "It is bonjour."),
+    ]
+
+
+async def test_re_adding_a_session_adds_nothing(zep_settings: Settings, zep_fake: ZepFake) -> None:
+    runner, _ = make_runner(create_callbacks(settings=zep_settings))
+    session_id = await new_session(runner, "alice")
+    for text in ("I live in Lisbon.", "I like genmaicha."):
+        await say(runner, "alice", session_id, text)
+    await drain(zep_settings)
+    stored = [m["content"] for m in zep_fake.messages()]
+    assert len(stored) == 4
+
+    service = ZepMemoryService(settings=zep_settings)
+    session = await runner.session_service.get_session(
+        app_name="memtest", user_id="alice", session_id=session_id
+    )
+    assert session is not None
+    for _ in range(2):
+        await service.add_session_to_memory(session)
+        await drain(zep_settings)
+    assert [m["content"] for m in zep_fake.messages()] == stored
+
+
+async def test_a_session_added_only_at_the_end_is_stored_once(
+    zep_settings: Settings, zep_fake: ZepFake
+) -> None:
+    no_hooks = LlmAgent(name="plain", model=StandInLlm(script=["Noted.", "Noted again."]))
+    from google.adk.runners import Runner
+    from google.adk.sessions import InMemorySessionService
+
+    plain = Runner(app_name="memtest", agent=no_hooks, session_service=InMemorySessionService())
+    session_id = await new_session(plain, "alice")
+    await say(plain, "alice", session_id, "I live in Lisbon.")
+    await say(plain, "alice", session_id, "I like genmaicha.")
+    session = await plain.session_service.get_session(
+        app_name="memtest", user_id="alice", session_id=session_id
+    )
+    assert session is not None
+    service = ZepMemoryService(settings=zep_settings)
+    await service.add_session_to_memory(session)
+    await service.add_events_to_memory(
+        app_name="memtest", user_id="alice", events=session.events[-2:], session_id=session_id
+    )
+    await drain(zep_settings)
+    assert [m["content"] for m in zep_fake.messages()] == [
+        "I live in Lisbon.",
+        "Noted.",
+        "I like genmaicha.",
+        "Noted again.",
+    ]
+    found = await service.search_memory(app_name="memtest", user_id="alice", query="where")
+    assert "Lisbon" in found.memories[0].content.parts[0].text  # type: ignore[index,operator]
