@@ -121,6 +121,15 @@ class MemoryBackend(abc.ABC):
         return None
 
 
+def ignored_roles(settings: Settings, backend: MemoryBackend) -> tuple[str, ...]:
+    """Roles the backend stores as history but keeps out of fact extraction: on Zep in
+    ``zep`` mode the assistant's (it is not a source of user facts); in ``managed`` mode
+    every role (only validated facts reach the graph). The local store extracts nothing."""
+    if backend.name != "zep":
+        return ()
+    return ("user", "assistant") if settings.memory_mode == "managed" else ("assistant",)
+
+
 def open_backend(settings: Settings) -> MemoryBackend:
     """The backend the settings select: Zep with a key, else the embedded local store."""
     if settings.resolved_backend == "zep":

@@ -19,6 +19,7 @@ from redis.commands.core import AsyncScript
 from redis.exceptions import RedisError
 
 from afterthought.contract import QueuedMessage
+from afterthought.direct_write import DirectWriter
 from afterthought.keys import Keys
 from afterthought.loops import PerLoop, redis_client
 from afterthought.settings import Settings
@@ -65,9 +66,18 @@ REFUSED = {-1: "thread queue full", -2: "queue full"}
 class Enqueuer:
     """Queues messages for the worker. Thread-safe; one per process is enough."""
 
-    def __init__(self, settings: Settings, *, redis: aioredis.Redis | None = None) -> None:
-        """``redis``: a client to use instead of one per event loop made from the settings."""
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        redis: aioredis.Redis | None = None,
+        direct: DirectWriter | None = None,
+    ) -> None:
+        """``redis``: a client to use instead of one per event loop made from the settings.
+        ``direct``: writes buffered messages to the backend while Redis is down."""
         self._settings = settings
+        self.direct = direct
+        self._direct_task: asyncio.Task[None] | None = None
         self._keys = Keys(settings.key_prefix)
         self._given = redis
         self._client = PerLoop(self._connect)
@@ -113,11 +123,41 @@ class Enqueuer:
             return False
         if self._buffer or self._breaker_open():
             self._hold(messages)  # behind what waits already, to keep each thread's order
-            return await self.drain_buffer()
+            if await self.drain_buffer():
+                return True
+            self._write_directly()
+            return False
         if await self._send(thread, messages):
             return True
         self._hold(messages)
+        self._write_directly()
         return False
+
+    def _write_directly(self) -> None:
+        """While Redis is failing, hand what is buffered to the direct writer, in the
+        background (the turn does not wait for the backend)."""
+        if self.direct is None or not self._failures:
+            return
+        if self._direct_task is None or self._direct_task.done():
+            self._direct_task = asyncio.get_running_loop().create_task(self._direct_drain())
+
+    async def _direct_drain(self) -> None:
+        assert self.direct is not None
+        while self._failures:
+            with self._lock:
+                known = [m for m in self._buffer if self.direct.knows(m.thread_key)]
+                if not known:
+                    return
+                thread = known[0].thread_key
+                run = [m for m in self._buffer if m.thread_key == thread]
+                self._buffer = deque(m for m in self._buffer if m.thread_key != thread)
+            try:
+                await self.direct.write(run)
+            except Exception as exc:
+                log.warning("direct write failed thread=%s error=%s", thread, type(exc).__name__)
+                with self._lock:
+                    self._buffer.extendleft(reversed(run))
+                return
 
     async def drain_buffer(self) -> bool:
         """Send what the buffer holds, oldest first; True when it is empty."""

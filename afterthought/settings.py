@@ -72,6 +72,9 @@ class Settings(BaseSettings):
     """How long an open breaker keeps the turn path away from Redis."""
     pause_seconds: float = Field(60.0, gt=0)
     """After a 401/403 all workers pause this long, then one probes again."""
+    direct_write_on_outage: bool = False
+    """While Redis is down, the agent writes buffered messages to the backend itself (for
+    threads whose identity it has seen), trading strict thread order for durability."""
     skip_nested: bool = True
     """Ignore nested runs (an ``AgentTool``'s child runner): no read, no write."""
 

@@ -15,7 +15,8 @@ from google.adk.models.llm_request import LlmRequest
 from google.adk.models.llm_response import LlmResponse
 
 from afterthought.backend import MemoryBackend, UserRef, open_backend
-from afterthought.contract import QueuedMessage, Role
+from afterthought.contract import QueuedMessage, Role, thread_key
+from afterthought.direct_write import DirectWriter
 from afterthought.enqueue import Enqueuer
 from afterthought.identity import IdentityRegistry
 from afterthought.settings import Settings
@@ -69,8 +70,11 @@ class TurnMemory:
             raise ValueError("context_template must contain a literal {context}")
         self.settings = settings
         self.context_template = context_template
-        self.enqueuer = Enqueuer(settings)
         self._backend = backend
+        self.direct: DirectWriter | None = None
+        if settings.direct_write_on_outage:
+            self.direct = DirectWriter(settings, self.backend)
+        self.enqueuer = Enqueuer(settings, direct=self.direct)
         self._turns: OrderedDict[str, _Turn] = OrderedDict()
 
     @property
@@ -141,6 +145,9 @@ class TurnMemory:
             return UserRef(user_uuid=user_uuid, graph_uuid=graph_uuid)
         registry = IdentityRegistry(self.enqueuer.redis(), self.settings)
         known = await registry.lookup(app=who.app, user_id=who.user_id, session_id=who.session_id)
+        if self.direct is not None and known.user and known.thread_uuid:
+            thread = thread_key(app=who.app, user_id=who.user_id, session_id=who.session_id)
+            self.direct.remember(thread, known.thread_uuid)
         return known.user
 
     # --- after the model ----------------------------------------------------------------

@@ -422,3 +422,46 @@ async def test_a_session_added_only_at_the_end_is_stored_once(
     ]
     found = await service.search_memory(app_name="memtest", user_id="alice", query="where")
     assert "Lisbon" in found.memories[0].content.parts[0].text  # type: ignore[index,operator]
+
+
+async def test_opt_in_direct_write_persists_through_a_redis_outage(
+    make_settings: Callable[..., Settings], zep_fake: ZepFake
+) -> None:
+    server = RedisServer()
+    url = server.start()
+    settings = make_settings(
+        redis_url=url,
+        backend="zep",
+        zep_api_key="k",
+        zep_base_url=zep_fake.base_url,
+        direct_write_on_outage=True,
+    )
+    try:
+        runner, _ = make_runner(create_callbacks(settings=settings))
+        session = await new_session(runner, "alice")
+        await say(runner, "alice", session, "I live in Lisbon.")
+        await drain(settings)  # provisioned by the worker
+        await say(runner, "alice", session, "Hello again.")  # the agent reads its identity
+        await drain(settings)
+        server.stop()
+        await say(runner, "alice", session, "I moved to Porto.")
+        for _ in range(100):  # the direct write runs in the background
+            if len(zep_fake.messages()) == 6:
+                break
+            await asyncio.sleep(0.05)
+        assert [m["content"] for m in zep_fake.messages() if m["role"] == "user"] == [
+            "I live in Lisbon.",
+            "Hello again.",
+            "I moved to Porto.",
+        ]
+        RedisServer(port=server.port).start()
+        await asyncio.sleep(settings.breaker_seconds)
+        await say(runner, "alice", session, "Thanks.")
+        await drain(settings)
+        contents = [m["content"] for m in zep_fake.messages() if m["role"] == "user"]
+        assert contents == ["I live in Lisbon.", "Hello again.", "I moved to Porto.", "Thanks."]
+        assert len(zep_fake.messages()) == 8  # and each reply once
+        client = aioredis.Redis.from_url(url)
+        await client.shutdown(nosave=True)
+    finally:
+        server.close()

@@ -11,22 +11,16 @@ import secrets
 import time
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import redis.asyncio as aioredis
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
 from tenacity.wait import wait_random_exponential
 
-from afterthought.backend import (
-    MESSAGE_KEY_FIELD,
-    BackendError,
-    MemoryBackend,
-    OutgoingMessage,
-    UserRef,
-)
+from afterthought.backend import BackendError, MemoryBackend, UserRef, ignored_roles
+from afterthought.batching import Call, missing, pack, parts
 from afterthought.contract import MalformedPayload, QueuedMessage, split_content
 from afterthought.identity import IdentityRegistry
-from afterthought.keys import Keys, digest
+from afterthought.keys import Keys
 from afterthought.settings import Settings
 from worker.pacing import Pacing
 
@@ -136,23 +130,8 @@ def _transient(exc: BaseException) -> bool:
     return isinstance(exc, BackendError) and exc.transient
 
 
-@dataclass(frozen=True, slots=True)
-class _Send:
-    """One backend call: up to ``batch_size`` parts, keyed by what it carries."""
-
-    messages: list[OutgoingMessage]
-
-    @property
-    def idempotency_key(self) -> str:
-        return "batch:" + digest(*(str(m.metadata[MESSAGE_KEY_FIELD]) for m in self.messages))
-
-
 class _LeaseLost(Exception):
     """Another worker holds the thread now; stop touching it."""
-
-
-def _pack(parts: list[OutgoingMessage], per_call: int) -> list[_Send]:
-    return [_Send(parts[i : i + per_call]) for i in range(0, len(parts), per_call)]
 
 
 class Flusher:
@@ -169,11 +148,7 @@ class Flusher:
         self._ack = redis.register_script(ACK_LUA)
         self._dead = redis.register_script(DEAD_LUA)
         self._release = redis.register_script(RELEASE_LUA)
-        # zep mode: Zep extracts facts from user messages; managed: from nothing we send.
-        self.ignore_roles: tuple[str, ...] = ()
-        if backend.name == "zep":
-            managed = settings.memory_mode == "managed"
-            self.ignore_roles = ("user", "assistant") if managed else ("assistant",)
+        self.ignore_roles = ignored_roles(settings, backend)
 
     @property
     def lease_ms(self) -> int:
@@ -351,30 +326,6 @@ class Flusher:
             size += parts
         return fitted
 
-    @staticmethod
-    def _parts(batch: list[QueuedMessage], part_chars: int) -> list[OutgoingMessage]:
-        """Each message as ordered parts (W6: split, never cut)."""
-        parts: list[OutgoingMessage] = []
-        for m in batch:
-            pieces = split_content(m.content, part_chars)
-            for i, piece in enumerate(pieces):
-                metadata: dict[str, str | int] = {
-                    MESSAGE_KEY_FIELD: m.key if len(pieces) == 1 else f"{m.key}:{i}",
-                    "afterthought_seq": m.seq or 0,
-                }
-                if len(pieces) > 1:
-                    metadata["afterthought_part"] = f"{i + 1}/{len(pieces)}"
-                parts.append(
-                    OutgoingMessage(
-                        role=m.role,
-                        content=piece,
-                        reference_time=m.reference_time,
-                        name=m.name,
-                        metadata=metadata,
-                    )
-                )
-        return parts
-
     async def _send_resplitting(
         self,
         thread_uuid: str,
@@ -388,9 +339,9 @@ class Flusher:
         then smaller parts, before giving up (413 / 400 too long)."""
         per_call, part_chars = self.settings.batch_size, self.settings.max_message_chars
         while True:
-            sends = _pack(self._parts(batch, part_chars), per_call)
+            calls = pack(parts(batch, part_chars), per_call)
             try:
-                await self._send_all(thread_uuid, sends, stats, reconcile=reconcile, replay=replay)
+                await self._send_all(thread_uuid, calls, stats, reconcile=reconcile, replay=replay)
                 return
             except BackendError as exc:
                 if exc.kind != "too_large":
@@ -412,7 +363,7 @@ class Flusher:
     async def _send_all(
         self,
         thread_uuid: str,
-        sends: list[_Send],
+        calls: list[Call],
         stats: Counter[str],
         *,
         reconcile: bool,
@@ -428,16 +379,16 @@ class Flusher:
             reraise=True,
         ):
             with attempt:
-                todo = sends
+                todo = calls
                 if reconcile or attempt.retry_state.attempt_number > 1:
-                    todo = await self._missing(thread_uuid, sends, replay=replay)
-                for send in todo:
+                    todo = await self._missing(thread_uuid, calls, replay=replay)
+                for call in todo:
                     await self.pacing.wait()
                     try:
                         await self.backend.add_messages(
                             thread_uuid=thread_uuid,
-                            messages=send.messages,
-                            idempotency_key=send.idempotency_key,
+                            messages=call.messages,
+                            idempotency_key=call.idempotency_key,
                             ignore_roles=self.ignore_roles,
                         )
                     except BackendError as exc:
@@ -445,23 +396,13 @@ class Flusher:
                             await self.pacing.hold(exc.retry_after or 1.0)
                         raise
                     stats["calls"] += 1
-                    stats["parts"] += len(send.messages)
+                    stats["parts"] += len(call.messages)
 
-    async def _missing(self, thread_uuid: str, sends: list[_Send], *, replay: bool) -> list[_Send]:
-        wanted = [m for s in sends for m in s.messages]
+    async def _missing(self, thread_uuid: str, calls: list[Call], *, replay: bool) -> list[Call]:
+        wanted = [m for c in calls for m in c.messages]
         limit = REPLAY_LOOKBACK if replay else len(wanted) + 30
         stored = await self.backend.recent_messages(thread_uuid=thread_uuid, limit=limit)
-        present = {m.key for m in stored if m.key}
-        # A replayed session may meet its own turns stored under other keys (by a path
-        # that counted differently): the same role saying the same text is the same turn.
-        said = {(m.role, m.content) for m in stored} if replay else set()
-        missing: list[OutgoingMessage] = []
-        for m in wanted:  # a replay may also repeat a turn queued in the same batch
-            key = str(m.metadata[MESSAGE_KEY_FIELD])
-            if key not in present and (m.role, m.content) not in said:
-                missing.append(m)
-                present.add(key)
-        return _pack(missing, self.settings.batch_size)
+        return pack(missing(wanted, stored, replay=replay), self.settings.batch_size)
 
     async def _identity(self, message: QueuedMessage) -> tuple[UserRef, str]:
         if self.settings.provision_on_worker:

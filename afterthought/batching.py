@@ -1,0 +1,67 @@
+"""From queued messages to backend calls: ordered parts (split, never cut), calls of at
+most ``batch_size``, each keyed by what it carries; and reconciliation against what the
+backend already holds. Shared by the worker and the agent's outage direct write."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from afterthought.backend import MESSAGE_KEY_FIELD, OutgoingMessage, StoredMessage
+from afterthought.contract import QueuedMessage, split_content
+from afterthought.keys import digest
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """One ``add_messages`` call."""
+
+    messages: list[OutgoingMessage]
+
+    @property
+    def idempotency_key(self) -> str:
+        return "batch:" + digest(*(str(m.metadata[MESSAGE_KEY_FIELD]) for m in self.messages))
+
+
+def parts(batch: Sequence[QueuedMessage], part_chars: int) -> list[OutgoingMessage]:
+    """Each message as ordered parts (W6), its key (per part) and sequence in metadata."""
+    out: list[OutgoingMessage] = []
+    for m in batch:
+        pieces = split_content(m.content, part_chars)
+        for i, piece in enumerate(pieces):
+            metadata: dict[str, str | int] = {
+                MESSAGE_KEY_FIELD: m.key if len(pieces) == 1 else f"{m.key}:{i}",
+                "afterthought_seq": m.seq or 0,
+            }
+            if len(pieces) > 1:
+                metadata["afterthought_part"] = f"{i + 1}/{len(pieces)}"
+            out.append(
+                OutgoingMessage(
+                    role=m.role,
+                    content=piece,
+                    reference_time=m.reference_time,
+                    name=m.name,
+                    metadata=metadata,
+                )
+            )
+    return out
+
+
+def pack(messages: Sequence[OutgoingMessage], per_call: int) -> list[Call]:
+    return [Call(list(messages[i : i + per_call])) for i in range(0, len(messages), per_call)]
+
+
+def missing(
+    wanted: Sequence[OutgoingMessage], stored: Sequence[StoredMessage], *, replay: bool
+) -> list[OutgoingMessage]:
+    """What of ``wanted`` the backend lacks: by message key; for a replayed session also by
+    the same role saying the same text (a turn stored under a key counted differently)."""
+    present = {m.key for m in stored if m.key}
+    said = {(m.role, m.content) for m in stored} if replay else set()
+    lacking: list[OutgoingMessage] = []
+    for m in wanted:  # a replay may also repeat a turn queued in the same batch
+        key = str(m.metadata[MESSAGE_KEY_FIELD])
+        if key not in present and (m.role, m.content) not in said:
+            lacking.append(m)
+            present.add(key)
+    return lacking

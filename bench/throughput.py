@@ -1,0 +1,230 @@
+"""Write-path throughput of ONE worker process against the Zep fake answering in 100 ms.
+
+    python bench/throughput.py [--threads 200 --per-thread 50] [--rate 500 --seconds 10]
+
+(a) backlog: threads x per-thread messages queued first, then the worker drains them:
+    persisted msg/s and backend calls per message.
+(b) steady chat: a turn (user + assistant message, queued separately as the hooks do) at
+    a fixed offered rate: enqueue -> stored lag p50/p99.
+Prints one JSON object. Uses REDIS_URL or 127.0.0.1:6379 under a fresh key prefix."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+from datetime import datetime
+from pathlib import Path
+
+import redis.asyncio as aioredis
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from afterthought.backend import open_backend  # noqa: E402
+from afterthought.contract import QueuedMessage  # noqa: E402
+from afterthought.enqueue import Enqueuer  # noqa: E402
+from afterthought.identity import IdentityRegistry  # noqa: E402
+from afterthought.keys import Keys  # noqa: E402
+from afterthought.settings import Settings  # noqa: E402
+from afterthought.testing import ZepFake  # noqa: E402
+
+APP = "bench"
+
+
+def _settings(fake: ZepFake) -> Settings:
+    return Settings(
+        redis_url=os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0"),
+        key_prefix=f"bench-{uuid.uuid4().hex[:8]}",
+        zep_api_key="bench",
+        zep_base_url=fake.base_url,
+    )
+
+
+def _worker(settings: Settings) -> subprocess.Popen[bytes]:
+    env = {
+        **os.environ,
+        "REDIS_URL": settings.redis_url,
+        "ZEP_API_KEY": "bench",
+        "ZEP_BASE_URL": str(settings.zep_base_url),
+        "AFTERTHOUGHT_KEY_PREFIX": settings.key_prefix,
+    }
+    return subprocess.Popen(
+        [sys.executable, "-m", "afterthought.cli", "--log-level", "ERROR", "worker"],
+        env=env,
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+    )
+
+
+def _message(thread: int, n: int, role: str = "user") -> QueuedMessage:
+    return QueuedMessage.build(
+        app=APP,
+        user_id=f"user{thread % 20}",
+        session_id=f"session{thread}",
+        invocation_id=f"inv{n}",
+        role=role,  # type: ignore[arg-type]
+        ordinal=0,
+        content=f"thread {thread} message {n}: I like tea, and I live near the sea.",
+    )
+
+
+async def _provision(settings: Settings, threads: int) -> None:
+    """Identities exist before the clock starts, as they do for returning users."""
+    client = aioredis.Redis.from_url(settings.redis_url)
+    backend = open_backend(settings)
+    registry = IdentityRegistry(client, settings)
+    gate = asyncio.Semaphore(20)
+
+    async def one(t: int) -> None:
+        async with gate:
+            await registry.ensure(
+                backend, app=APP, user_id=f"user{t % 20}", session_id=f"session{t}"
+            )
+
+    await asyncio.gather(*(one(t) for t in range(threads)))
+    await backend.aclose()
+    await client.aclose()
+
+
+async def _wait_empty(settings: Settings, timeout: float = 600) -> None:
+    client = aioredis.Redis.from_url(settings.redis_url)
+    keys = Keys(settings.key_prefix)
+    deadline = time.monotonic() + timeout
+    while await client.zcard(keys.ready):
+        if time.monotonic() > deadline:
+            raise TimeoutError("not drained")
+        await asyncio.sleep(0.02)
+    await client.aclose()
+
+
+async def _cleanup(settings: Settings) -> None:
+    client = aioredis.Redis.from_url(settings.redis_url)
+    for pattern in (f"{settings.key_prefix}:*", f"arq:*{settings.key_prefix}:*"):
+        async for key in client.scan_iter(match=pattern, count=1000):
+            await client.delete(key)
+    await client.aclose()
+
+
+def _adds(fake: ZepFake) -> list[float]:
+    return [
+        r.at
+        for r in fake.requests
+        if r.method == "POST" and r.path.endswith("/messages") and r.status == 202
+    ]
+
+
+def backlog(threads: int, per_thread: int, latency: float) -> dict[str, object]:
+    with ZepFake(latency=latency) as fake:
+        settings = _settings(fake)
+        asyncio.run(_provision(settings, threads))
+        fake.requests.clear()
+
+        async def fill() -> None:
+            enqueuer = Enqueuer(settings)
+            for n in range(per_thread):
+                for t in range(threads):
+                    assert await enqueuer.enqueue([_message(t, n)])
+            await enqueuer.aclose()
+
+        asyncio.run(fill())
+        total = threads * per_thread
+        started = time.monotonic()
+        worker = _worker(settings)
+        try:
+            asyncio.run(_wait_empty(settings))
+            wall = time.monotonic() - started
+        finally:
+            worker.terminate()
+            worker.wait(timeout=30)
+            asyncio.run(_cleanup(settings))
+        adds = _adds(fake)
+        stored = len(fake.messages())
+        active = max(adds) - min(adds) + latency
+        return {
+            "messages": total,
+            "stored": stored,
+            "threads": threads,
+            "latency_s": latency,
+            "msg_per_s": round(total / active),
+            "msg_per_s_incl_worker_start": round(total / wall),
+            "add_messages_calls": len(adds),
+            "calls_per_msg": round(len(adds) / total, 4),
+            "seconds": round(active, 2),
+        }
+
+
+def steady(rate: float, seconds: float, threads: int, latency: float) -> dict[str, object]:
+    with ZepFake(latency=latency) as fake:
+        settings = _settings(fake)
+        asyncio.run(_provision(settings, threads))
+        worker = _worker(settings)
+        try:
+            time.sleep(2.0)  # the worker is up before the clock starts
+
+            async def offer() -> float:
+                enqueuer = Enqueuer(settings)
+                turns = int(rate * seconds / 2)
+                interval = 2 / rate
+                begin = time.monotonic()
+                for n in range(turns):
+                    t = n % threads
+                    # the hooks queue the user's message, then the reply a moment later
+                    await enqueuer.enqueue([_message(t, n, "user")])
+                    await enqueuer.enqueue([_message(t, n, "assistant")])
+                    delay = begin + (n + 1) * interval - time.monotonic()
+                    if delay > 0:
+                        await asyncio.sleep(delay)
+                await enqueuer.aclose()
+                return time.monotonic() - begin
+
+            offered_for = asyncio.run(offer())
+            asyncio.run(_wait_empty(settings))
+        finally:
+            worker.terminate()
+            worker.wait(timeout=30)
+            asyncio.run(_cleanup(settings))
+        lags = sorted(
+            (
+                datetime.fromisoformat(m["created_at"])
+                - datetime.fromisoformat(m["reference_time"])
+            ).total_seconds()
+            for m in fake.messages()
+        )
+        adds = _adds(fake)
+        return {
+            "offered_msg_per_s": round(len(lags) / offered_for),
+            "messages": len(lags),
+            "threads": threads,
+            "latency_s": latency,
+            "lag_p50_s": round(statistics.median(lags), 3),
+            "lag_p99_s": round(lags[int(len(lags) * 0.99) - 1], 3),
+            "lag_max_s": round(lags[-1], 3),
+            "calls_per_msg": round(len(adds) / len(lags), 4),
+        }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--threads", type=int, default=200)
+    parser.add_argument("--per-thread", type=int, default=50)
+    parser.add_argument("--rate", type=float, default=500)
+    parser.add_argument("--seconds", type=float, default=10)
+    parser.add_argument("--chat-threads", type=int, default=100)
+    parser.add_argument("--latency", type=float, default=0.1)
+    args = parser.parse_args()
+    result = {
+        "backlog": backlog(args.threads, args.per_thread, args.latency),
+        "steady": steady(args.rate, args.seconds, args.chat_threads, args.latency),
+    }
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
