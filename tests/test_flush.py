@@ -194,3 +194,22 @@ async def test_unprovisioned_can_be_dead_lettered_instead(
     assert zep_fake.users() == []
     (raw,) = await redis.lrange(Keys(settings.key_prefix).dead, 0, -1)
     assert "unprovisioned" in DeadLetter.parse(raw).reason
+
+
+async def test_a_long_backlog_yields_the_thread_when_the_job_is_out_of_time(
+    zep_settings: Settings, zep_fake: ZepFake, redis: aioredis.Redis
+) -> None:
+    import time
+
+    from afterthought.backend import open_backend
+    from worker.flush import Flusher
+
+    await _queue(zep_settings, *[_message(f"m{i}", i) for i in range(90)])
+    flusher = Flusher(zep_settings, redis, open_backend(zep_settings))
+    (tk,) = await flusher.claim("t", limit=5)
+    stats = await flusher.flush_thread(tk, "t", until=time.monotonic())  # already out of time
+    assert stats["messages"] == 30  # one batch, then the lease is given back
+    keys = Keys(zep_settings.key_prefix)
+    assert not await redis.exists(keys.lease(tk)) and await redis.zscore(keys.ready, tk)
+    await drain(zep_settings)
+    assert _contents(zep_fake) == [f"m{i}" for i in range(90)]

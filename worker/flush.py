@@ -165,7 +165,9 @@ class Flusher:
             free = self.settings.worker_concurrency - len(running)
             if free > 0 and time.monotonic() < end and not await self.pacing.paused():
                 claimed = await self.claim(token, limit=free)
-                running |= {asyncio.create_task(self.flush_thread(tk, token)) for tk in claimed}
+                running |= {
+                    asyncio.create_task(self.flush_thread(tk, token, until=end)) for tk in claimed
+                }
                 if not claimed and not running:
                     break
             elif not running:
@@ -193,13 +195,16 @@ class Flusher:
             won = await pipe.execute()
         return [raw.decode() for raw, ok in zip(due, won, strict=True) if ok]
 
-    async def flush_thread(self, tk: str, token: str) -> Counter[str]:
-        """Send everything queued on one claimed thread; always gives the lease back."""
+    async def flush_thread(
+        self, tk: str, token: str, *, until: float = float("inf")
+    ) -> Counter[str]:
+        """Send what is queued on one claimed thread, batch after batch, until it is empty
+        or the job's time is up (``until``, monotonic); always gives the lease back."""
         stats: Counter[str] = Counter()
         next_ms = _now_ms()
         heartbeat = asyncio.create_task(self._heartbeat(tk, token))
         try:
-            while await self._flush_batch(tk, token, stats):
+            while await self._flush_batch(tk, token, stats) and time.monotonic() < until:
                 pass
         except _LeaseLost:
             stats["lease_lost"] += 1
