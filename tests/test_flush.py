@@ -213,3 +213,21 @@ async def test_a_long_backlog_yields_the_thread_when_the_job_is_out_of_time(
     assert not await redis.exists(keys.lease(tk)) and await redis.zscore(keys.ready, tk)
     await drain(zep_settings)
     assert _contents(zep_fake) == [f"m{i}" for i in range(90)]
+
+
+async def test_a_long_retry_after_defers_instead_of_sleeping_in_the_job(
+    zep_settings: Settings, zep_fake: ZepFake, redis: aioredis.Redis
+) -> None:
+    import time
+
+    from tests.conftest import run_worker_once
+
+    zep_fake.inject(Fault(match="POST /threads/.*/messages", status=429, retry_after=30))
+    await _queue(zep_settings, _message("I live in Lisbon.", 1))
+    await run_worker_once(zep_settings)  # had it slept in the job, it would have sent
+
+    keys = Keys(zep_settings.key_prefix)
+    score = await redis.zscore(keys.ready, _message("x", 1).thread_key)
+    assert score is not None and score / 1000 - time.time() > 25  # deferred past the limit
+    assert await redis.pttl(keys.rate_limit) > 25_000  # and every worker holds off
+    assert _contents(zep_fake) == []

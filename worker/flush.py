@@ -22,7 +22,7 @@ from afterthought.contract import MalformedPayload, QueuedMessage, split_content
 from afterthought.identity import IdentityRegistry
 from afterthought.keys import Keys
 from afterthought.settings import Settings
-from worker.pacing import Pacing
+from worker.pacing import MAX_IN_JOB_WAIT, Pacing
 
 log = logging.getLogger("afterthought.worker")
 
@@ -126,8 +126,14 @@ def _wait(state: RetryCallState) -> float:
     return max(backoff, retry_after or 0.0)
 
 
-def _transient(exc: BaseException) -> bool:
-    return isinstance(exc, BackendError) and exc.transient
+def _retry_in_job(exc: BaseException) -> bool:
+    """Transient, and not asking to wait longer than a job should sleep: a long
+    ``Retry-After`` defers the thread instead, freeing the slot."""
+    return (
+        isinstance(exc, BackendError)
+        and exc.transient
+        and (exc.retry_after or 0.0) <= MAX_IN_JOB_WAIT
+    )
 
 
 class _LeaseLost(Exception):
@@ -176,7 +182,11 @@ class Flusher:
                 running, timeout=CLAIM_INTERVAL, return_when=asyncio.FIRST_COMPLETED
             )
             for task in done:
-                stats.update(task.result())
+                if task.exception() is None:
+                    stats.update(task.result())
+                else:  # e.g. Redis failed at release: the lease expires, the thread recovers
+                    stats["errors"] += 1
+                    log.error("flush task failed error=%s", type(task.exception()).__name__)
         return stats
 
     async def claim(self, token: str, *, limit: int) -> list[str]:
@@ -378,7 +388,7 @@ class Flusher:
         backend (a crash, a timeout, a lost reply) or the batch replays a session, send
         only what it lacks (W2): this holds whether or not the backend honours keys."""
         async for attempt in AsyncRetrying(
-            retry=retry_if_exception(_transient),
+            retry=retry_if_exception(_retry_in_job),
             wait=_wait,
             stop=stop_after_attempt(IN_JOB_ATTEMPTS),
             reraise=True,

@@ -388,6 +388,10 @@ for _method, _pattern, _fn in _ROUTES:
 
 
 class _Server(ThreadingHTTPServer):
+    request_queue_size = (
+        256  # socketserver's 5 turns bursts of new connections into 1 s SYN retries
+    )
+
     def handle_error(self, request: Any, client_address: Any) -> None:
         """A client that gave up (timeout, budget) is normal here; anything else is not."""
         if not isinstance(sys.exc_info()[1], ConnectionError):
