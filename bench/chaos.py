@@ -15,7 +15,6 @@ import json
 import os
 import random
 import signal
-import subprocess
 import sys
 import time
 import uuid
@@ -30,21 +29,11 @@ sys.path.insert(0, str(ROOT))
 from afterthought.contract import QueuedMessage  # noqa: E402
 from afterthought.enqueue import Enqueuer  # noqa: E402
 from afterthought.identity import IdentityRegistry  # noqa: E402
-from afterthought.keys import Keys  # noqa: E402
 from afterthought.settings import Settings  # noqa: E402
 from afterthought.testing import ZepFake  # noqa: E402
+from bench.support import cleanup, spawn_worker, wait_settled  # noqa: E402
 
 APP = "chaos"
-
-
-def _spawn(env: dict[str, str]) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "afterthought.cli", "--log-level", "ERROR", "worker"],
-        env=env,
-        cwd=ROOT,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
 
 
 async def _produce(settings: Settings, messages: int, threads: int, seconds: float) -> None:
@@ -67,20 +56,6 @@ async def _produce(settings: Settings, messages: int, threads: int, seconds: flo
         if pause:
             await asyncio.sleep(pause)
     await enqueuer.aclose()
-
-
-async def _settled(settings: Settings, timeout: float) -> bool:
-    keys = Keys(settings.key_prefix)
-    client = aioredis.Redis.from_url(settings.redis_url)
-    deadline = time.monotonic() + timeout
-    try:
-        while time.monotonic() < deadline:
-            if not await client.zcard(keys.ready):
-                return True
-            await asyncio.sleep(0.1)
-        return False
-    finally:
-        await client.aclose()
 
 
 async def _verify(settings: Settings, fake: ZepFake, messages: int, threads: int) -> Counter[str]:
@@ -107,14 +82,6 @@ async def _verify(settings: Settings, fake: ZepFake, messages: int, threads: int
     return result
 
 
-async def _cleanup(settings: Settings) -> None:
-    client = aioredis.Redis.from_url(settings.redis_url)
-    for pattern in (f"{settings.key_prefix}:*", f"arq:*{settings.key_prefix}:*"):
-        async for key in client.scan_iter(match=pattern, count=1000):
-            await client.delete(key)
-    await client.aclose()
-
-
 def run(
     *,
     messages: int = 500,
@@ -138,17 +105,9 @@ def run(
         zep_base_url=fake.base_url,
         lease_seconds=2.0,
     )
-    env = {
-        **os.environ,
-        "REDIS_URL": settings.redis_url,
-        "ZEP_API_KEY": "chaos",
-        "ZEP_BASE_URL": fake.base_url,
-        "AFTERTHOUGHT_KEY_PREFIX": settings.key_prefix,
-        "AFTERTHOUGHT_LEASE_SECONDS": "2",
-        "AFTERTHOUGHT_PAUSE_SECONDS": "1",
-    }
+    env = {"AFTERTHOUGHT_LEASE_SECONDS": "2", "AFTERTHOUGHT_PAUSE_SECONDS": "1"}
     started = time.monotonic()
-    pool = [_spawn(env) for _ in range(workers)]
+    pool = [spawn_worker(settings, **env) for _ in range(workers)]
     produce_seconds = max(3.0, messages / 400)
     try:
         kill_times = sorted(rng.uniform(0.5, produce_seconds + 2) for _ in range(kills))
@@ -160,9 +119,9 @@ def run(
                 victim = rng.randrange(len(pool))
                 pool[victim].send_signal(signal.SIGKILL)
                 pool[victim].wait()
-                pool[victim] = _spawn(env)
+                pool[victim] = spawn_worker(settings, **env)
             await producing
-            return await _settled(settings, timeout)
+            return await wait_settled(settings, timeout)
 
         settled = asyncio.run(chaos())
         seconds = time.monotonic() - started
@@ -172,7 +131,7 @@ def run(
             proc.terminate()
         for proc in pool:
             proc.wait(timeout=30)
-        asyncio.run(_cleanup(settings))
+        asyncio.run(cleanup(settings))
         fake.stop()
     return {
         "messages": messages,

@@ -15,7 +15,6 @@ import asyncio
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 import uuid
@@ -31,9 +30,9 @@ from afterthought.backend import open_backend  # noqa: E402
 from afterthought.contract import QueuedMessage  # noqa: E402
 from afterthought.enqueue import Enqueuer  # noqa: E402
 from afterthought.identity import IdentityRegistry  # noqa: E402
-from afterthought.keys import Keys  # noqa: E402
 from afterthought.settings import Settings  # noqa: E402
 from afterthought.testing import ZepFake  # noqa: E402
+from bench.support import cleanup, spawn_worker, wait_settled  # noqa: E402
 
 APP = "bench"
 
@@ -44,22 +43,6 @@ def _settings(fake: ZepFake) -> Settings:
         key_prefix=f"bench-{uuid.uuid4().hex[:8]}",
         zep_api_key="bench",
         zep_base_url=fake.base_url,
-    )
-
-
-def _worker(settings: Settings) -> subprocess.Popen[bytes]:
-    env = {
-        **os.environ,
-        "REDIS_URL": settings.redis_url,
-        "ZEP_API_KEY": "bench",
-        "ZEP_BASE_URL": str(settings.zep_base_url),
-        "AFTERTHOUGHT_KEY_PREFIX": settings.key_prefix,
-    }
-    return subprocess.Popen(
-        [sys.executable, "-m", "afterthought.cli", "--log-level", "ERROR", "worker"],
-        env=env,
-        cwd=ROOT,
-        stdout=subprocess.DEVNULL,
     )
 
 
@@ -93,25 +76,6 @@ async def _provision(settings: Settings, threads: int) -> None:
     await client.aclose()
 
 
-async def _wait_empty(settings: Settings, timeout: float = 600) -> None:
-    client = aioredis.Redis.from_url(settings.redis_url)
-    keys = Keys(settings.key_prefix)
-    deadline = time.monotonic() + timeout
-    while await client.zcard(keys.ready):
-        if time.monotonic() > deadline:
-            raise TimeoutError("not drained")
-        await asyncio.sleep(0.02)
-    await client.aclose()
-
-
-async def _cleanup(settings: Settings) -> None:
-    client = aioredis.Redis.from_url(settings.redis_url)
-    for pattern in (f"{settings.key_prefix}:*", f"arq:*{settings.key_prefix}:*"):
-        async for key in client.scan_iter(match=pattern, count=1000):
-            await client.delete(key)
-    await client.aclose()
-
-
 def _adds(fake: ZepFake) -> list[float]:
     return [
         r.at
@@ -136,14 +100,14 @@ def backlog(threads: int, per_thread: int, latency: float) -> dict[str, object]:
         asyncio.run(fill())
         total = threads * per_thread
         started = time.monotonic()
-        worker = _worker(settings)
+        worker = spawn_worker(settings)
         try:
-            asyncio.run(_wait_empty(settings))
+            assert asyncio.run(wait_settled(settings, 600)), "not drained"
             wall = time.monotonic() - started
         finally:
             worker.terminate()
             worker.wait(timeout=30)
-            asyncio.run(_cleanup(settings))
+            asyncio.run(cleanup(settings))
         adds = _adds(fake)
         stored = len(fake.messages())
         active = max(adds) - min(adds) + latency
@@ -164,7 +128,7 @@ def steady(rate: float, seconds: float, threads: int, latency: float) -> dict[st
     with ZepFake(latency=latency) as fake:
         settings = _settings(fake)
         asyncio.run(_provision(settings, threads))
-        worker = _worker(settings)
+        worker = spawn_worker(settings)
         try:
             time.sleep(2.0)  # the worker is up before the clock starts
 
@@ -185,11 +149,11 @@ def steady(rate: float, seconds: float, threads: int, latency: float) -> dict[st
                 return time.monotonic() - begin
 
             offered_for = asyncio.run(offer())
-            asyncio.run(_wait_empty(settings))
+            assert asyncio.run(wait_settled(settings, 600)), "not drained"
         finally:
             worker.terminate()
             worker.wait(timeout=30)
-            asyncio.run(_cleanup(settings))
+            asyncio.run(cleanup(settings))
         lags = sorted(
             (
                 datetime.fromisoformat(m["created_at"])

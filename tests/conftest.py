@@ -16,6 +16,8 @@ import pytest
 import redis as syncredis
 import redis.asyncio as aioredis
 
+from afterthought.contract import QueuedMessage, Role
+from afterthought.enqueue import Enqueuer
 from afterthought.keys import Keys
 from afterthought.settings import Settings
 from afterthought.testing import RedisServer, ZepFake
@@ -97,6 +99,26 @@ async def redis() -> AsyncIterator[aioredis.Redis]:
     client = aioredis.Redis.from_url(REDIS_URL)
     yield client
     await client.aclose()
+
+
+def queued(text: str, n: int, *, session: str = "s1", role: Role = "user") -> QueuedMessage:
+    """Alice's n-th message in ``session`` of the test app."""
+    return QueuedMessage.build(
+        app="memtest",
+        user_id="alice",
+        session_id=session,
+        invocation_id=f"inv-{n}",
+        role=role,
+        ordinal=0,
+        content=text,
+    )
+
+
+async def enqueue(settings: Settings, *messages: QueuedMessage) -> None:
+    """Queue straight into Redis, as the hooks would."""
+    enqueuer = Enqueuer(settings)
+    assert await enqueuer.enqueue(list(messages))
+    await enqueuer.aclose()
 
 
 async def run_worker_once(settings: Settings) -> None:

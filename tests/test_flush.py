@@ -8,31 +8,10 @@ import pytest
 import redis.asyncio as aioredis
 
 from afterthought.contract import DeadLetter, QueuedMessage
-from afterthought.enqueue import Enqueuer
 from afterthought.keys import Keys
 from afterthought.settings import Settings
 from afterthought.testing import Fault, ZepFake
-from tests.conftest import drain
-
-APP = "memtest"
-
-
-def _message(text: str, n: int, *, session: str = "s1", role: str = "user") -> QueuedMessage:
-    return QueuedMessage.build(
-        app=APP,
-        user_id="alice",
-        session_id=session,
-        invocation_id=f"inv-{n}",
-        role=role,  # type: ignore[arg-type]
-        ordinal=0,
-        content=text,
-    )
-
-
-async def _queue(settings: Settings, *messages: QueuedMessage) -> None:
-    enqueuer = Enqueuer(settings)
-    assert await enqueuer.enqueue(list(messages))
-    await enqueuer.aclose()
+from tests.conftest import drain, enqueue, queued
 
 
 def _contents(fake: ZepFake) -> list[str]:
@@ -46,15 +25,15 @@ async def test_rerunning_the_job_after_a_lost_ack_adds_nothing(
     """A crash after the backend stored a batch but before Redis heard of it."""
     zep_fake.honor_idempotency = honor
     keys = Keys(zep_settings.key_prefix)
-    messages = [_message(f"fact {i}", i) for i in range(5)]
-    await _queue(zep_settings, *messages)
+    messages = [queued(f"fact {i}", i) for i in range(5)]
+    await enqueue(zep_settings, *messages)
     tk = messages[0].thread_key
-    queued = await redis.lrange(keys.pending(tk), 0, -1)
+    sent = await redis.lrange(keys.pending(tk), 0, -1)
     await drain(zep_settings)
     assert _contents(zep_fake) == [f"fact {i}" for i in range(5)]
 
     # Put the same batch back as if the ack had never happened, in-flight mark included.
-    await redis.rpush(keys.pending(tk), *queued)
+    await redis.rpush(keys.pending(tk), *sent)
     await redis.hset(keys.thread(tk), "inflight", "1:5")
     await redis.zadd(keys.ready, {tk: 0})
     await drain(zep_settings)
@@ -69,7 +48,7 @@ async def test_lost_reply_is_retried_without_duplicates(
 ) -> None:
     zep_fake.honor_idempotency = honor
     zep_fake.inject(Fault(match="POST /threads/.*/messages", drop=True, after_commit=True))
-    await _queue(zep_settings, _message("I live in Lisbon.", 1), _message("I like tea.", 2))
+    await enqueue(zep_settings, queued("I live in Lisbon.", 1), queued("I like tea.", 2))
     await drain(zep_settings)
 
     assert _contents(zep_fake) == ["I live in Lisbon.", "I like tea."]
@@ -83,7 +62,7 @@ async def test_rate_limit_is_retried_honouring_retry_after(
 ) -> None:
     zep_fake.inject(Fault(match="POST /threads/.*/messages", status=429, retry_after=0.3))
     zep_fake.inject(Fault(match="POST /threads/.*/messages", status=503))
-    await _queue(zep_settings, _message("I live in Lisbon.", 1))
+    await enqueue(zep_settings, queued("I live in Lisbon.", 1))
     await drain(zep_settings)
 
     assert _contents(zep_fake) == ["I live in Lisbon."]
@@ -97,7 +76,7 @@ async def test_transient_failures_past_the_job_are_deferred_not_lost(
     zep_settings: Settings, zep_fake: ZepFake, redis: aioredis.Redis
 ) -> None:
     zep_fake.inject(Fault(match="POST /threads/.*/messages", status=502, times=3))
-    await _queue(zep_settings, _message("I live in Lisbon.", 1))
+    await enqueue(zep_settings, queued("I live in Lisbon.", 1))
     await drain(zep_settings, timeout=30)
 
     assert _contents(zep_fake) == ["I live in Lisbon."]
@@ -112,7 +91,7 @@ async def test_long_content_is_split_into_ordered_parts(
         backend="zep", zep_api_key="k", zep_base_url=zep_fake.base_url, max_message_chars=1000
     )
     text = " ".join(f"word{i:04d}" for i in range(700))  # 6,299 characters
-    await _queue(settings, _message(text, 1), _message("short", 2))
+    await enqueue(settings, queued(text, 1), queued("short", 2))
     await drain(settings)
 
     stored = zep_fake.messages()
@@ -126,7 +105,7 @@ async def test_long_content_is_split_into_ordered_parts(
 async def test_batches_hold_at_most_thirty_messages(
     zep_settings: Settings, zep_fake: ZepFake
 ) -> None:
-    await _queue(zep_settings, *[_message(f"m{i}", i) for i in range(75)])
+    await enqueue(zep_settings, *[queued(f"m{i}", i) for i in range(75)])
     await drain(zep_settings)
 
     assert _contents(zep_fake) == [f"m{i}" for i in range(75)]
@@ -138,11 +117,11 @@ async def test_malformed_payload_is_dead_lettered_and_the_rest_flows(
     zep_settings: Settings, zep_fake: ZepFake, redis: aioredis.Redis
 ) -> None:
     keys = Keys(zep_settings.key_prefix)
-    good = _message("I live in Lisbon.", 1)
+    good = queued("I live in Lisbon.", 1)
     tk = good.thread_key
     await redis.rpush(keys.pending(tk), b'{"seq":1,"not":"a message"}', b"\xff\xfe garbage")
     await redis.hset(keys.thread(tk), "seq", 2)
-    await _queue(zep_settings, good)
+    await enqueue(zep_settings, good)
     await drain(zep_settings)
 
     assert _contents(zep_fake) == ["I live in Lisbon."]
@@ -155,7 +134,7 @@ async def test_permanent_error_dead_letters_with_reason(
     zep_settings: Settings, zep_fake: ZepFake, redis: aioredis.Redis
 ) -> None:
     zep_fake.inject(Fault(match="POST /threads/.*/messages", status=400))
-    await _queue(zep_settings, _message("I live in Lisbon.", 1))
+    await enqueue(zep_settings, queued("I live in Lisbon.", 1))
     await drain(zep_settings)
 
     assert _contents(zep_fake) == []
@@ -168,10 +147,10 @@ async def test_permanent_error_dead_letters_with_reason(
 async def test_worker_provisions_once_per_user_and_session(
     zep_settings: Settings, zep_fake: ZepFake
 ) -> None:
-    await _queue(zep_settings, _message("a", 1, session="s1"))
-    await _queue(zep_settings, _message("b", 2, session="s2"))
+    await enqueue(zep_settings, queued("a", 1, session="s1"))
+    await enqueue(zep_settings, queued("b", 2, session="s2"))
     await drain(zep_settings)
-    await _queue(zep_settings, _message("c", 3, session="s1"))
+    await enqueue(zep_settings, queued("c", 3, session="s1"))
     await drain(zep_settings)
 
     assert len(zep_fake.users()) == 1
@@ -188,7 +167,7 @@ async def test_unprovisioned_can_be_dead_lettered_instead(
     settings = make_settings(
         backend="zep", zep_api_key="k", zep_base_url=zep_fake.base_url, provision_on_worker=False
     )
-    await _queue(settings, _message("a", 1))
+    await enqueue(settings, queued("a", 1))
     await drain(settings)
 
     assert zep_fake.users() == []
@@ -204,7 +183,7 @@ async def test_a_long_backlog_yields_the_thread_when_the_job_is_out_of_time(
     from afterthought.backend import open_backend
     from worker.flush import Flusher
 
-    await _queue(zep_settings, *[_message(f"m{i}", i) for i in range(90)])
+    await enqueue(zep_settings, *[queued(f"m{i}", i) for i in range(90)])
     flusher = Flusher(zep_settings, redis, open_backend(zep_settings))
     (tk,) = await flusher.claim("t", limit=5)
     stats = await flusher.flush_thread(tk, "t", until=time.monotonic())  # already out of time
@@ -223,11 +202,11 @@ async def test_a_long_retry_after_defers_instead_of_sleeping_in_the_job(
     from tests.conftest import run_worker_once
 
     zep_fake.inject(Fault(match="POST /threads/.*/messages", status=429, retry_after=30))
-    await _queue(zep_settings, _message("I live in Lisbon.", 1))
+    await enqueue(zep_settings, queued("I live in Lisbon.", 1))
     await run_worker_once(zep_settings)  # had it slept in the job, it would have sent
 
     keys = Keys(zep_settings.key_prefix)
-    score = await redis.zscore(keys.ready, _message("x", 1).thread_key)
+    score = await redis.zscore(keys.ready, queued("x", 1).thread_key)
     assert score is not None and score / 1000 - time.time() > 25  # deferred past the limit
     assert await redis.pttl(keys.rate_limit) > 25_000  # and every worker holds off
     assert _contents(zep_fake) == []

@@ -27,30 +27,12 @@ from afterthought.testing.stand_in_model import StandInLlm
 from agent_hooks import ZepMemoryService, create_callbacks
 from bench import chaos
 from tests.adk_support import make_runner, new_session, say
-from tests.conftest import drain, run_worker_once
+from tests.conftest import drain, enqueue, queued, run_worker_once
 from worker.flush import Flusher
 from worker.settings import check_redis_policy, dispatch_once
 
 ROOT = Path(__file__).resolve().parents[1]
 ADDS = "POST /threads/.*/messages"
-
-
-def _message(text: str, n: int, *, session: str = "s1") -> QueuedMessage:
-    return QueuedMessage.build(
-        app="memtest",
-        user_id="alice",
-        session_id=session,
-        invocation_id=f"inv-{n}",
-        role="user",
-        ordinal=0,
-        content=text,
-    )
-
-
-async def _queue(settings: Settings, *messages: QueuedMessage) -> None:
-    enqueuer = Enqueuer(settings)
-    assert await enqueuer.enqueue(list(messages))
-    await enqueuer.aclose()
 
 
 def _posts(fake: ZepFake) -> list[tuple[int, int]]:
@@ -95,13 +77,13 @@ async def test_unauthorized_pauses_every_worker_and_dead_letters_nothing(
     )
     keys = Keys(settings.key_prefix)
     zep_fake.inject(Fault(match=ADDS, status=401, times=1))
-    await _queue(settings, _message("I live in Lisbon.", 1))
+    await enqueue(settings, queued("I live in Lisbon.", 1))
     await run_worker_once(settings)
 
     assert await redis.exists(keys.paused)
     assert zep_fake.messages() == [] and not await redis.llen(keys.dead)
-    assert await redis.llen(keys.pending(_message("x", 1).thread_key)) == 1
-    await redis.zadd(keys.ready, {_message("x", 1).thread_key: 0})  # due, yet paused:
+    assert await redis.llen(keys.pending(queued("x", 1).thread_key)) == 1
+    await redis.zadd(keys.ready, {queued("x", 1).thread_key: 0})  # due, yet paused:
     assert not await dispatch_once(redis, keys)  # type: ignore[arg-type]
 
     await redis.delete(keys.paused)  # the pause expires (or the operator fixed the key)
@@ -111,12 +93,12 @@ async def test_unauthorized_pauses_every_worker_and_dead_letters_nothing(
 
 async def test_a_429_holds_back_every_sender(zep_settings: Settings, zep_fake: ZepFake) -> None:
     zep_fake.inject(Fault(match=ADDS, status=429, retry_after=1.5))
-    await _queue(zep_settings, _message("one", 1, session="s1"))
+    await enqueue(zep_settings, queued("one", 1, session="s1"))
     worker = asyncio.create_task(drain(zep_settings))
     while not any(r.status == 429 for r in zep_fake.requests):
         await asyncio.sleep(0.01)
     await asyncio.sleep(0.1)  # the worker has read the 429 by now
-    await _queue(zep_settings, _message("two", 2, session="s2"))  # another thread
+    await enqueue(zep_settings, queued("two", 2, session="s2"))  # another thread
     await worker
     await drain(zep_settings)
 
@@ -129,7 +111,7 @@ async def test_a_429_holds_back_every_sender(zep_settings: Settings, zep_fake: Z
 
 async def test_too_large_is_resplit_and_resent(zep_settings: Settings, zep_fake: ZepFake) -> None:
     zep_fake.inject(Fault(match=ADDS, status=413, times=2))
-    await _queue(zep_settings, *[_message(f"m{i}", i) for i in range(30)])
+    await enqueue(zep_settings, *[queued(f"m{i}", i) for i in range(30)])
     await drain(zep_settings)
 
     assert [m["content"] for m in zep_fake.messages()] == [f"m{i}" for i in range(30)]
@@ -142,7 +124,7 @@ async def test_dead_letters_are_listed_and_replayed(
     zep_settings: Settings, zep_fake: ZepFake, redis: aioredis.Redis
 ) -> None:
     zep_fake.inject(Fault(match=ADDS, status=422))
-    await _queue(zep_settings, _message("I live in Lisbon.", 1))
+    await enqueue(zep_settings, queued("I live in Lisbon.", 1))
     await drain(zep_settings)
     letters = DeadLetters(redis, zep_settings)
     ((index, letter),) = await letters.listing()
@@ -159,8 +141,8 @@ def test_dlq_command_lists_without_content_and_replays(
     zep_settings: Settings, zep_fake: ZepFake
 ) -> None:
     zep_fake.inject(Fault(match=ADDS, status=400, times=2))
-    asyncio.run(_queue(zep_settings, _message("secret-ish text", 1)))
-    asyncio.run(_queue(zep_settings, _message("second", 2, session="s2")))
+    asyncio.run(enqueue(zep_settings, queued("secret-ish text", 1)))
+    asyncio.run(enqueue(zep_settings, queued("second", 2, session="s2")))
     asyncio.run(drain(zep_settings))
     env = {
         **os.environ,
@@ -197,12 +179,10 @@ async def test_a_dead_workers_threads_are_recovered(
     settings = make_settings(
         backend="zep", zep_api_key="k", zep_base_url=zep_fake.base_url, lease_seconds=1.0
     )
-    await _queue(settings, _message("one", 1), _message("two", 2))
+    await enqueue(settings, queued("one", 1), queued("two", 2))
     dead = Flusher(settings, redis, backend=_never_used())
     assert await dead.claim("dead-worker", limit=10)
-    await redis.hset(
-        Keys(settings.key_prefix).thread(_message("x", 1).thread_key), "inflight", "1:2"
-    )
+    await redis.hset(Keys(settings.key_prefix).thread(queued("x", 1).thread_key), "inflight", "1:2")
 
     await drain(settings, timeout=30)  # the bound of W4
     assert [m["content"] for m in zep_fake.messages()] == ["one", "two"]
@@ -223,15 +203,15 @@ async def test_redis_outage_is_buffered_then_drained_in_order(
     enqueuer = Enqueuer(settings)
     try:
         server.stop()
-        results = [await enqueuer.enqueue([_message(f"m{i}", i)]) for i in range(3)]
+        results = [await enqueuer.enqueue([queued(f"m{i}", i)]) for i in range(3)]
         assert results == [False, False, False] and enqueuer.buffered == 3
         RedisServer(port=server.port).start()  # back on the same address
         await asyncio.sleep(0.25)  # the breaker's window passes
-        assert await enqueuer.enqueue([_message("m3", 3)])
+        assert await enqueuer.enqueue([queued("m3", 3)])
         assert enqueuer.buffered == 0 and enqueuer.dropped == 0
         client = aioredis.Redis.from_url(url)
         raw = await client.lrange(
-            Keys(settings.key_prefix).pending(_message("x", 1).thread_key), 0, -1
+            Keys(settings.key_prefix).pending(queued("x", 1).thread_key), 0, -1
         )
         assert [QueuedMessage.decode(r).content for r in raw] == ["m0", "m1", "m2", "m3"]
         await client.shutdown(nosave=True)
@@ -245,7 +225,7 @@ async def test_buffer_overflow_is_dropped_and_counted(
     settings = make_settings(redis_url="redis://127.0.0.1:1/0", buffer_size=2)
     enqueuer = Enqueuer(settings)
     for i in range(3):
-        await enqueuer.enqueue([_message(f"m{i}", i)])
+        await enqueuer.enqueue([queued(f"m{i}", i)])
     assert enqueuer.buffered == 2 and enqueuer.dropped == 1
     assert "dropped=1" in caplog.text
 
@@ -255,8 +235,8 @@ async def test_queue_caps_push_back(
 ) -> None:
     settings = make_settings(thread_queue_cap=2)
     enqueuer = Enqueuer(settings)
-    assert await enqueuer.enqueue([_message("a", 1), _message("b", 2)])
-    assert not await enqueuer.enqueue([_message("c", 3)])  # refused by the cap: held back
+    assert await enqueuer.enqueue([queued("a", 1), queued("b", 2)])
+    assert not await enqueuer.enqueue([queued("c", 3)])  # refused by the cap: held back
     assert enqueuer.buffered == 1
     assert await redis.get(Keys(settings.key_prefix).depth) == b"2"
     await enqueuer.aclose()
@@ -266,7 +246,7 @@ async def test_previous_payload_version_is_accepted_and_unknown_dead_lettered(
     zep_settings: Settings, zep_fake: ZepFake, redis: aioredis.Redis
 ) -> None:
     keys = Keys(zep_settings.key_prefix)
-    old, future = _message("old format", 1), _message("from the future", 2)
+    old, future = queued("old format", 1), queued("from the future", 2)
     tk = old.thread_key
     for seq, message, version in ((1, old, 0), (2, future, 99)):
         body = message.encode().replace('"v":1', f'"v":{version}')
