@@ -32,7 +32,7 @@ from afterthought.enqueue import Enqueuer  # noqa: E402
 from afterthought.identity import IdentityRegistry  # noqa: E402
 from afterthought.settings import Settings  # noqa: E402
 from afterthought.testing import ZepFake  # noqa: E402
-from bench.support import cleanup, spawn_worker, wait_settled  # noqa: E402
+from afterthought.testing.processes import cleanup, spawn_worker, wait_settled  # noqa: E402
 
 APP = "bench"
 

@@ -8,24 +8,21 @@ from __future__ import annotations
 
 import asyncio
 import os
-import subprocess
 import sys
 import tempfile
-import time
 import uuid
 from contextlib import ExitStack
 from pathlib import Path
 
-import redis.asyncio as aioredis
 from google.adk.agents import LlmAgent
 from google.adk.models import BaseLlm
 from google.adk.runners import Runner
 from google.adk.sessions import InMemorySessionService
 from google.genai import types
 
-from afterthought.keys import Keys
 from afterthought.settings import Settings
 from afterthought.testing import RedisServer
+from afterthought.testing.processes import cleanup, spawn_worker, wait_settled
 from afterthought.testing.redis_server import listening
 from afterthought.testing.stand_in_model import StandInLlm
 from agent_hooks import create_callbacks
@@ -50,26 +47,6 @@ def choose_model() -> BaseLlm | str:
         return "gemini-2.5-flash"
     print("[demo] no GOOGLE_API_KEY: using the offline stand-in model\n")
     return StandInLlm()
-
-
-async def wait_until_persisted(settings: Settings, timeout: float = 30.0) -> None:
-    keys = Keys(settings.key_prefix)
-    client = aioredis.Redis.from_url(settings.redis_url)
-    deadline = time.monotonic() + timeout
-    try:
-        while await client.zcard(keys.ready):
-            if time.monotonic() > deadline:
-                raise TimeoutError("the worker did not persist the queue in time")
-            await asyncio.sleep(0.1)
-    finally:
-        await client.aclose()
-
-
-async def forget_demo_keys(settings: Settings) -> None:
-    client = aioredis.Redis.from_url(settings.redis_url)
-    async for key in client.scan_iter(match=f"{settings.key_prefix}:*"):
-        await client.delete(key)
-    await client.aclose()
 
 
 async def turn(runner: Runner, session_id: str, text: str) -> None:
@@ -98,7 +75,8 @@ async def conversation(settings: Settings) -> None:
     for text in SESSION_1:
         await turn(runner, first.id, text)
 
-    await wait_until_persisted(settings)
+    if not await wait_settled(settings, timeout=30):
+        raise TimeoutError("the worker did not persist the queue in time")
     print("[demo] the worker persisted session 1 (the agent wrote nothing itself)\n")
 
     second = await runner.session_service.create_session(app_name=APP, user_id=USER)
@@ -117,23 +95,14 @@ def main() -> int:
             key_prefix=f"demo-{uuid.uuid4().hex[:8]}",
             local_db_path=Path(tmp) / "memory.sqlite3",
         )
-        env = {
-            **os.environ,
-            "REDIS_URL": settings.redis_url,
-            "AFTERTHOUGHT_KEY_PREFIX": settings.key_prefix,
-            "AFTERTHOUGHT_LOCAL_DB_PATH": str(settings.local_db_path),
-        }
-        worker = subprocess.Popen(
-            [sys.executable, "-m", "afterthought.cli", "--log-level", "WARNING", "worker"],
-            env=env,
-        )
+        worker = spawn_worker(settings)  # `afterthought worker`, in its own process
         print(f"[demo] worker started (pid {worker.pid}), backend={settings.resolved_backend}")
         try:
             asyncio.run(conversation(settings))
         finally:
             worker.terminate()
             worker.wait(timeout=30)
-            asyncio.run(forget_demo_keys(settings))
+            asyncio.run(cleanup(settings))
     return 0
 
 

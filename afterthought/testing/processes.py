@@ -1,4 +1,5 @@
-"""What the benchmarks share: worker processes, waiting for the queue, cleaning up."""
+"""Driving a deployment from outside, as the example, the benchmarks and tests do: worker
+processes, waiting until the queue has settled, removing a run's keys."""
 
 from __future__ import annotations
 
@@ -7,14 +8,11 @@ import os
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import redis.asyncio as aioredis
 
 from afterthought.keys import Keys
 from afterthought.settings import Settings
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def spawn_worker(settings: Settings, **extra_env: str) -> subprocess.Popen[bytes]:
@@ -23,6 +21,7 @@ def spawn_worker(settings: Settings, **extra_env: str) -> subprocess.Popen[bytes
         **os.environ,
         "REDIS_URL": settings.redis_url,
         "AFTERTHOUGHT_KEY_PREFIX": settings.key_prefix,
+        "AFTERTHOUGHT_LOCAL_DB_PATH": str(settings.local_db_path),
         **extra_env,
     }
     if settings.zep_api_key is not None:
@@ -31,7 +30,6 @@ def spawn_worker(settings: Settings, **extra_env: str) -> subprocess.Popen[bytes
     return subprocess.Popen(
         [sys.executable, "-m", "afterthought.cli", "--log-level", "ERROR", "worker"],
         env=env,
-        cwd=ROOT,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
