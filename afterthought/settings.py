@@ -50,6 +50,8 @@ class Settings(BaseSettings):
     """Backend per-message limit; longer content is split into ordered parts, never cut."""
     max_queued_chars: int = Field(1_000_000, ge=1000)
     """Largest message accepted into the queue at all (protects Redis)."""
+    backend_timeout: float = Field(30.0, gt=0, le=300)
+    """Seconds a worker-side backend call may take before it counts as a timeout."""
     context_max_chars: int = Field(4000, ge=100)
     """Largest context block requested from the backend."""
     batch_size: int = Field(30, ge=1, le=30)

@@ -30,8 +30,6 @@ from afterthought.settings import Settings
 
 T = TypeVar("T")
 
-#: Worker-side calls may take this long; the turn path passes its own budget.
-WORKER_TIMEOUT = 30.0
 #: Messages per page when reading a thread back.
 PAGE_SIZE = 100
 
@@ -100,7 +98,7 @@ class ZepBackend(MemoryBackend):
         self._clients: PerLoop[tuple[AsyncZep, httpx.AsyncClient]] = PerLoop(self._connect)
 
     def _connect(self) -> tuple[AsyncZep, httpx.AsyncClient]:
-        http = httpx.AsyncClient(timeout=WORKER_TIMEOUT)
+        http = httpx.AsyncClient(timeout=self._settings.backend_timeout)
         key = self._settings.zep_api_key
         assert key is not None
         client = AsyncZep(
@@ -125,9 +123,9 @@ class ZepBackend(MemoryBackend):
                 raise
             raise error from None
 
-    @staticmethod
-    def _options(timeout: float = WORKER_TIMEOUT) -> RequestOptions:
-        return {"timeout": timeout, "max_retries": 0}
+    def _options(self, timeout: float | None = None) -> RequestOptions:
+        """Our own retry policy governs (the SDK's is off); the turn path passes its budget."""
+        return {"timeout": timeout or self._settings.backend_timeout, "max_retries": 0}
 
     async def ensure_user(
         self, *, zep_user_id: str, first_name: str | None = None, last_name: str | None = None

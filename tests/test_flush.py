@@ -210,3 +210,20 @@ async def test_a_long_retry_after_defers_instead_of_sleeping_in_the_job(
     assert score is not None and score / 1000 - time.time() > 25  # deferred past the limit
     assert await redis.pttl(keys.rate_limit) > 25_000  # and every worker holds off
     assert _contents(zep_fake) == []
+
+
+async def test_a_timeout_while_zep_is_still_working_is_retried_once_stored(
+    make_settings: Callable[..., Settings], zep_fake: ZepFake
+) -> None:
+    """The worker gives up waiting, Zep finishes anyway: the retry (same key) gets the
+    first call's reply instead of storing the batch again."""
+    settings = make_settings(
+        backend="zep", zep_api_key="k", zep_base_url=zep_fake.base_url, backend_timeout=0.5
+    )
+    zep_fake.inject(Fault(match="POST /threads/.*/messages", delay=1.5))
+    await enqueue(settings, queued("I live in Lisbon.", 1), queued("I like tea.", 2))
+    await drain(settings)
+
+    assert _contents(zep_fake) == ["I live in Lisbon.", "I like tea."]
+    posts = [r for r in zep_fake.requests if r.method == "POST" and r.path.endswith("/messages")]
+    assert len(posts) >= 2 and len({r.idempotency_key for r in posts}) == 1

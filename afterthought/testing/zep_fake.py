@@ -8,6 +8,7 @@ over HTTP under ``/_fake/`` when it runs in another process."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import random
 import re
@@ -108,6 +109,7 @@ class ZepFake:
         self._random = random.Random(seed)
         self._state = _State()
         self._lock = threading.RLock()
+        self._keys_in_flight: dict[str, threading.Lock] = {}
         fake = self
 
         class Handler(_Handler):
@@ -197,6 +199,14 @@ class ZepFake:
             if self.fault_rate and self._random.random() < self.fault_rate:
                 return self._random.choice(RANDOM_FAULTS)
         return None
+
+    def key_in_flight(self, method: str, key: str | None) -> threading.Lock | None:
+        """Like an idempotent API, a keyed mutation holds its key until it is answered: a
+        retry arriving meanwhile waits, then gets the first one's reply."""
+        if not key or not self.honor_idempotency or method not in {"POST", "PUT", "DELETE"}:
+            return None
+        with self._lock:
+            return self._keys_in_flight.setdefault(key, threading.Lock())
 
     def handle(self, method: str, path: str, query: JSON, body: Any, key: str | None) -> _Reply:
         """Route one API request; returns the reply (raised internally for errors)."""
@@ -443,14 +453,16 @@ class _Handler(BaseHTTPRequestHandler):
             self._reply(401, {"error": {"code": "unauthorized", "message": "missing key"}})
             return
         fault = fake._take_fault(method, path)
-        delay = fake.latency + (fault.delay if fault else 0.0)
-        if delay:
-            time.sleep(delay)
-        if fault and not fault.after_commit and (fault.drop or fault.status):
-            seen.status = fault.status or 0
-            self._fail(fault)
-            return
-        reply = fake.handle(method, path, query, body, key)
+        held = fake.key_in_flight(method, key)
+        with held or contextlib.nullcontext():
+            delay = fake.latency + (fault.delay if fault else 0.0)
+            if delay:
+                time.sleep(delay)
+            if fault and not fault.after_commit and (fault.drop or fault.status):
+                seen.status = fault.status or 0
+                self._fail(fault)
+                return
+            reply = fake.handle(method, path, query, body, key)
         seen.status = reply.status
         if fault and fault.after_commit and (fault.drop or fault.status):
             self._fail(fault)
