@@ -103,8 +103,10 @@ class MemoryBackend(abc.ABC):
         messages: Sequence[OutgoingMessage],
         idempotency_key: str,
         ignore_roles: Sequence[str] = (),
-    ) -> None:
-        """Append messages in order; a replay with the same key adds nothing."""
+        return_context: bool = False,
+    ) -> str | None:
+        """Append messages in order; a replay with the same key adds nothing. With
+        ``return_context``, the thread's context block after the call (else None)."""
 
     @abc.abstractmethod
     async def recent_messages(self, *, thread_uuid: str, limit: int) -> list[StoredMessage]:

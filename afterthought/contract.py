@@ -71,6 +71,12 @@ class QueuedMessage(BaseModel):
     """Hash of ``content``, kept only to detect corruption."""
     replay: bool = False
     """Re-added from a stored session: the worker sends only what the backend lacks."""
+    zep_user_uuid: str | None = None
+    """Pinned by the application (options or session state): the worker uses it."""
+    zep_graph_uuid: str | None = None
+    """Pinned graph, as above."""
+    zep_thread_uuid: str | None = None
+    """Pinned thread: the worker writes there and provisions nothing."""
 
     @classmethod
     def build(
@@ -86,6 +92,9 @@ class QueuedMessage(BaseModel):
         name: str | None = None,
         at: float | None = None,
         replay: bool = False,
+        zep_user_uuid: str | None = None,
+        zep_graph_uuid: str | None = None,
+        zep_thread_uuid: str | None = None,
     ) -> QueuedMessage:
         when = datetime.fromtimestamp(at, UTC) if at is not None else datetime.now(UTC)
         return cls(
@@ -108,6 +117,9 @@ class QueuedMessage(BaseModel):
             reference_time=when.isoformat(),
             checksum=checksum(content),
             replay=replay,
+            zep_user_uuid=zep_user_uuid,
+            zep_graph_uuid=zep_graph_uuid,
+            zep_thread_uuid=zep_thread_uuid,
         )
 
     @property

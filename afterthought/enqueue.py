@@ -23,6 +23,7 @@ from afterthought.direct_write import DirectWriter
 from afterthought.keys import Keys
 from afterthought.loops import PerLoop, redis_client
 from afterthought.settings import Settings
+from afterthought.telemetry import queue_failures
 
 log = logging.getLogger("afterthought.enqueue")
 
@@ -113,6 +114,7 @@ class Enqueuer:
         too_long = sum(len(m.content) > self._settings.max_queued_chars for m in messages)
         if too_long:
             self.dropped += len(messages)
+            queue_failures.add(len(messages), {"outcome": "refused"})
             log.warning(
                 "enqueue refused thread=%s oversized=%d max_chars=%d dropped_total=%d",
                 thread,
@@ -213,12 +215,14 @@ class Enqueuer:
         return True
 
     def _hold(self, messages: Sequence[QueuedMessage]) -> None:
+        queue_failures.add(len(messages), {"outcome": "buffered"})
         with self._lock:
             room = self._settings.buffer_size - len(self._buffer)
             self._buffer.extend(messages[: max(room, 0)])
             lost = len(messages) - max(room, 0)
         if lost > 0:
             self.dropped += lost
+            queue_failures.add(lost, {"outcome": "dropped"})
             log.error("enqueue buffer full: dropped=%d dropped_total=%d", lost, self.dropped)
 
     def _failed(self, exc: BaseException) -> None:

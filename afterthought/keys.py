@@ -81,5 +81,14 @@ class Keys:
         """STRING thread uuid of an ADK (app, session)."""
         return f"{self.prefix}:id:thread:{digest(app, session_id)}"
 
+    # --- the context cache (R2) -------------------------------------------------------
+    def context_user(self, app: str, user_id: str) -> str:
+        """STRING ``version\\nwritten_ms\\nblock``: the user's block; expires."""
+        return f"{self.prefix}:ctx:user:{digest(app, user_id)}"
+
+    def context_thread(self, app: str, session_id: str) -> str:
+        """STRING, same form: the block for one session's latest turns (overlay); expires."""
+        return f"{self.prefix}:ctx:thread:{digest(app, session_id)}"
+
     def lock(self, name: str) -> str:
         return f"{self.prefix}:lock:{name}"

@@ -134,16 +134,20 @@ class LocalBackend(MemoryBackend):
         messages: Sequence[OutgoingMessage],
         idempotency_key: str,
         ignore_roles: Sequence[str] = (),
-    ) -> None:
-        def work(db: sqlite3.Connection) -> None:
-            if not db.execute("SELECT 1 FROM threads WHERE uuid = ?", (thread_uuid,)).fetchone():
+        return_context: bool = False,
+    ) -> str | None:
+        def work(db: sqlite3.Connection) -> str | None:
+            found = db.execute(
+                "SELECT t.user_uuid, u.graph_uuid FROM threads t JOIN users u"
+                " ON u.uuid = t.user_uuid WHERE t.uuid = ?",
+                (thread_uuid,),
+            ).fetchone()
+            if not found:
                 raise BackendError("not_found", status=404, code="thread")
             seen = db.execute(
                 "INSERT OR IGNORE INTO idempotency VALUES (?, ?)", (idempotency_key, _now())
             )
-            if seen.rowcount == 0:
-                return
-            for m in messages:
+            for m in messages if seen.rowcount else ():
                 # The unique message key makes a replay under a new batch key a no-op too.
                 db.execute(
                     "INSERT OR IGNORE INTO messages (uuid, thread_uuid, message_key, role, name,"
@@ -162,8 +166,12 @@ class LocalBackend(MemoryBackend):
                         _now(),
                     ),
                 )
+            if not return_context:
+                return None
+            query = " ".join(m.content for m in messages if m.role == "user")
+            return self._context(db, UserRef(found[0], found[1]), query, 4000)
 
-        await self._run(work)
+        return await self._run(work)
 
     async def recent_messages(self, *, thread_uuid: str, limit: int) -> list[StoredMessage]:
         def work(db: sqlite3.Connection) -> list[StoredMessage]:
@@ -179,17 +187,17 @@ class LocalBackend(MemoryBackend):
     async def get_context(
         self, *, user: UserRef, query: str, max_chars: int, timeout: float
     ) -> str:
-        def work(db: sqlite3.Connection) -> str:
-            facts = db.execute(
-                "SELECT value, valid_at FROM facts WHERE user_uuid = ? AND invalid_at IS NULL"
-                " ORDER BY importance DESC, valid_at DESC LIMIT 50",
-                (user.user_uuid,),
-            ).fetchall()
-            said = self._user_statements(db, user.user_uuid, query)
-            return _render(facts, said, max_chars)
-
         async with asyncio.timeout(timeout):
-            return await self._run(work)
+            return await self._run(lambda db: self._context(db, user, query, max_chars))
+
+    def _context(self, db: sqlite3.Connection, user: UserRef, query: str, max_chars: int) -> str:
+        facts = db.execute(
+            "SELECT value, valid_at FROM facts WHERE user_uuid = ? AND invalid_at IS NULL"
+            " ORDER BY importance DESC, valid_at DESC LIMIT 50",
+            (user.user_uuid,),
+        ).fetchall()
+        said = self._user_statements(db, user.user_uuid, query)
+        return _render(facts, said, max_chars)
 
     @staticmethod
     def _user_statements(

@@ -54,6 +54,16 @@ class Settings(BaseSettings):
     """Seconds a worker-side backend call may take before it counts as a timeout."""
     context_max_chars: int = Field(4000, ge=100)
     """Largest context block requested from the backend."""
+    context_fresh_seconds: float = Field(60.0, ge=0)
+    """A cached block younger than this is served as is; older, it is served and refreshed."""
+    context_ttl_seconds: float = Field(7 * 86400, gt=0)
+    """A cached block older than this is gone (and read through again)."""
+    read_breaker_failures: int = Field(3, ge=1)
+    """Consecutive failed memory reads that stop the turn path from calling the backend."""
+    read_breaker_seconds: float = Field(10.0, gt=0)
+    """How long the turn path then serves only what the cache holds."""
+    context_template_uuid: str | None = None
+    """Context template rendering every block (see ``afterthought.templates``)."""
     batch_size: int = Field(30, ge=1, le=30)
     """Messages per ``add_messages`` call (Zep accepts at most 30)."""
     lease_seconds: float = Field(20.0, gt=0, le=25)

@@ -170,7 +170,8 @@ class ZepBackend(MemoryBackend):
         messages: Sequence[OutgoingMessage],
         idempotency_key: str,
         ignore_roles: Sequence[str] = (),
-    ) -> None:
+        return_context: bool = False,
+    ) -> str | None:
         payload = [
             AddMessage(
                 role=m.role,
@@ -182,7 +183,9 @@ class ZepBackend(MemoryBackend):
             for m in messages
         ]
         extra: dict[str, Any] = {"ignore_roles": list(ignore_roles)} if ignore_roles else {}
-        await self._call(
+        if return_context:
+            extra["return_context"] = True
+        result = await self._call(
             lambda z: z.thread.add_messages(
                 thread_uuid,
                 messages=payload,
@@ -191,6 +194,7 @@ class ZepBackend(MemoryBackend):
                 **extra,
             )
         )
+        return str(result.context or "").strip() if return_context else None
 
     async def recent_messages(self, *, thread_uuid: str, limit: int) -> list[StoredMessage]:
         pager = await self._call(

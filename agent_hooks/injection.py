@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import logging
 import re
+from typing import Literal
 
 from google.adk.models.llm_request import LlmRequest
+from google.genai import types
+
+log = logging.getLogger("afterthought.hooks")
 
 #: Seed 000's canonical template (zep-adk's Python, TypeScript and Go share it).
 DEFAULT_CONTEXT_TEMPLATE = (
@@ -15,6 +20,11 @@ DEFAULT_CONTEXT_TEMPLATE = (
     "{context}\n"
     "</ZEP_CONTEXT>"
 )
+
+Injection = Literal["system_instruction", "user_content"]
+
+#: ADK's private hook for request-scoped user content (``PreloadMemoryTool`` uses it).
+_TRANSIENT = "_insert_transient_user_content"
 
 _FENCE = re.compile(
     r"<\s*([A-Za-z_][\w-]*)\s*>\s*\{context\}|\{context\}\s*<\s*/\s*([A-Za-z_][\w-]*)"
@@ -38,6 +48,18 @@ def render(block: str, template: str = DEFAULT_CONTEXT_TEMPLATE) -> str:
     return template.replace("{context}", neutralise(block, fence_names(template)))
 
 
-def inject(llm_request: LlmRequest, text: str) -> None:
-    """Append to the system instruction (ADK's helper joins with a blank line)."""
+def transient_content_supported() -> bool:
+    return callable(getattr(LlmRequest, _TRANSIENT, None))
+
+
+def inject(llm_request: LlmRequest, text: str, how: Injection = "system_instruction") -> None:
+    """System instruction by default. ``user_content`` keeps the system prompt stable (and
+    provider context caches warm) through ADK's private transient-content hook; without
+    it, it falls back to the system instruction."""
+    if how == "user_content":
+        if transient_content_supported():
+            content = types.Content(role="user", parts=[types.Part.from_text(text=text)])
+            getattr(llm_request, _TRANSIENT)([content])
+            return
+        log.warning("this ADK has no transient user content; memory goes to the system prompt")
     llm_request.append_instructions([text])

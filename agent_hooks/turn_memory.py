@@ -1,12 +1,14 @@
-"""The per-process memory of the turn path: read one context block per invocation within
-the budget, queue each message once, and never let a memory failure reach ADK."""
+"""The turn path shared by the callbacks, the plugin and ``ZepContextTool``: read one
+context block per invocation within the budget (one Redis MGET when the cache is warm),
+queue each message once, and never let a memory failure reach ADK (R1)."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import OrderedDict
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TypeVar
 
@@ -15,12 +17,16 @@ from google.adk.models.llm_request import LlmRequest
 from google.adk.models.llm_response import LlmResponse
 
 from afterthought.backend import MemoryBackend, UserRef, open_backend
+from afterthought.context_cache import ContextCache, now_version
 from afterthought.contract import QueuedMessage, Role, thread_key
 from afterthought.direct_write import DirectWriter
 from afterthought.enqueue import Enqueuer
 from afterthought.identity import IdentityRegistry
+from afterthought.keys import Keys, digest
 from afterthought.settings import Settings
-from agent_hooks.injection import DEFAULT_CONTEXT_TEMPLATE, inject, render
+from afterthought.telemetry import context_cache_reads, memory_read_failures, retrieval_duration
+from agent_hooks.identity import IdentityResolver, ZepIdentity, display_name, resolve
+from agent_hooks.injection import DEFAULT_CONTEXT_TEMPLATE, Injection, inject, render
 from agent_hooks.messages import said_text
 
 log = logging.getLogger("afterthought.hooks")
@@ -31,11 +37,35 @@ MAX_TRACKED_INVOCATIONS = 4096
 #: Session-state key holding the id of the session that owns the run. An ``AgentTool``
 #: copies its caller's state into the child session, so a child sees another id there.
 OWNER_KEY = "afterthought:session"
+#: One background refresh per cached block at a time, across processes.
+REFRESH_LOCK_MS = 10_000
+
+
+@dataclass(frozen=True, slots=True)
+class ContextInput:
+    """What a custom ``context_builder`` gets."""
+
+    user_message: str
+    """The text of the user's message that started the invocation."""
+    user: UserRef | None
+    """The user's backend identity, if known."""
+    thread_uuid: str | None
+    """The session's backend thread, if known."""
+    backend: MemoryBackend
+    """The configured backend (``backend.zep`` is the SDK client on Zep)."""
+    callback_context: CallbackContext
+    """ADK's context of this model call."""
+    llm_request: LlmRequest
+    """The request about to go to the model."""
+
+
+ContextBuilder = Callable[[ContextInput], Awaitable[str | None]]
 
 
 @dataclass(slots=True)
 class _Turn:
     block: asyncio.Future[str]
+    identity: ZepIdentity
     ordinals: dict[Role, int] = field(default_factory=dict)
 
     def next_ordinal(self, role: Role) -> int:
@@ -57,25 +87,36 @@ class _Who:
 
 
 class TurnMemory:
-    """Shared by the before/after callbacks (and later the plugin and tools)."""
-
     def __init__(
         self,
         settings: Settings,
         *,
         context_template: str = DEFAULT_CONTEXT_TEMPLATE,
+        context_builder: ContextBuilder | None = None,
+        injection: Injection = "system_instruction",
+        identity: ZepIdentity | None = None,
+        resolve_identity: IdentityResolver | None = None,
         backend: MemoryBackend | None = None,
     ) -> None:
         if "{context}" not in context_template:
             raise ValueError("context_template must contain a literal {context}")
         self.settings = settings
         self.context_template = context_template
+        self.context_builder = context_builder
+        self.injection: Injection = injection
+        self.identity = identity or ZepIdentity()
+        self.resolve_identity = resolve_identity
         self._backend = backend
         self.direct: DirectWriter | None = None
         if settings.direct_write_on_outage:
             self.direct = DirectWriter(settings, self.backend)
         self.enqueuer = Enqueuer(settings, direct=self.direct)
+        self.cache = ContextCache(settings)
+        self._keys = Keys(settings.key_prefix)
         self._turns: OrderedDict[str, _Turn] = OrderedDict()
+        self._refreshing: set[asyncio.Task[None]] = set()
+        self._read_failures = 0
+        self._read_open_until = 0.0
 
     @property
     def backend(self) -> MemoryBackend:
@@ -94,12 +135,12 @@ class TurnMemory:
             if turn is None:
                 # First model call of the invocation: queue the user's message while the
                 # block is read, so the turn waits for the slower of the two, not both.
-                turn, write = self._start_turn(callback_context)
+                turn, write = await self._start_turn(callback_context, llm_request)
                 block, _ = await asyncio.gather(turn.block, write)
             else:  # later calls (after a tool step) reuse the block: tool steps keep memory
                 block = await turn.block
             if block:
-                inject(llm_request, render(block, self.context_template))
+                inject(llm_request, render(block, self.context_template), self.injection)
         except Exception as exc:  # R1: memory never breaks the turn
             log.warning(
                 "before_model failed invocation=%s error=%s",
@@ -108,41 +149,141 @@ class TurnMemory:
             )
         return None
 
-    def _start_turn(self, ctx: CallbackContext) -> tuple[_Turn, Awaitable[bool]]:
+    async def _start_turn(
+        self, ctx: CallbackContext, llm_request: LlmRequest
+    ) -> tuple[_Turn, Awaitable[bool]]:
         who = _Who.of(ctx)
+        identity = await resolve(ctx, explicit=self.identity, resolver=self.resolve_identity)
         text = said_text(ctx.user_content)
-        turn = _Turn(block=asyncio.ensure_future(self._read_block(who, ctx, text)))
+        block = asyncio.ensure_future(self._read_block(who, ctx, llm_request, identity, text))
+        turn = _Turn(block=block, identity=identity)
         self._remember(who.invocation_id, turn)
         if not text:
             return turn, _done(True)
         message = self._message(who, turn, "user", text, ctx, at=_user_event_time(ctx))
         return turn, self.enqueuer.enqueue([message])
 
-    async def _read_block(self, who: _Who, ctx: CallbackContext, query: str) -> str:
-        budget = self.settings.retrieval_budget
+    async def _read_block(
+        self,
+        who: _Who,
+        ctx: CallbackContext,
+        llm_request: LlmRequest,
+        identity: ZepIdentity,
+        query: str,
+    ) -> str:
+        """R2: the cached block (one MGET); stale, it is served and refreshed in the
+        background; missing, it is read through within the budget."""
+        started = time.perf_counter()
         try:
-            async with asyncio.timeout(budget):
-                user = await self._user(who, ctx)
-                if user is None:
-                    return ""
-                return await self.backend.get_context(
-                    user=user,
-                    query=query,
-                    max_chars=self.settings.context_max_chars,
-                    timeout=budget,
+            async with asyncio.timeout(self.settings.retrieval_budget):
+                if self.context_builder is not None:
+                    return await self._build(who, ctx, llm_request, identity, query)
+                redis = self.enqueuer.redis()
+                cached = await self.cache.read(
+                    redis, app=who.app, user_id=who.user_id, session_id=who.session_id
                 )
+                if self.direct is not None and not self.direct.knows(
+                    thread_key(app=who.app, user_id=who.user_id, session_id=who.session_id)
+                ):
+                    await self._user(who, identity)  # learn the thread for outage writes
+                if cached is not None:
+                    fresh = cached.age <= self.settings.context_fresh_seconds
+                    context_cache_reads.add(1, {"result": "hit" if fresh else "stale"})
+                    if not fresh:
+                        self._refresh_later(who, identity, query)
+                    return cached.block
+                context_cache_reads.add(1, {"result": "miss"})
+                return await self._fetch(who, identity, query, version=now_version()) or ""
         except Exception as exc:
+            memory_read_failures.add(1)
             log.warning(
                 "memory read skipped invocation=%s error=%s", who.invocation_id, type(exc).__name__
             )
             return ""
+        finally:
+            retrieval_duration.record(time.perf_counter() - started)
 
-    async def _user(self, who: _Who, ctx: CallbackContext) -> UserRef | None:
-        """Identity from session state when pinned there, else the registry."""
-        state = ctx.state
-        user_uuid, graph_uuid = state.get("zep_user_uuid"), state.get("zep_graph_uuid")
-        if isinstance(user_uuid, str) and isinstance(graph_uuid, str):
-            return UserRef(user_uuid=user_uuid, graph_uuid=graph_uuid)
+    async def _fetch(
+        self, who: _Who, identity: ZepIdentity, query: str, *, version: int
+    ) -> str | None:
+        """Read the block from the backend and cache it; None if nobody is known yet."""
+        if time.monotonic() < self._read_open_until:
+            return None  # the read breaker is open: the cache is all we use for now
+        user = await self._user(who, identity)
+        if user is None:
+            return None
+        try:
+            block = await self.backend.get_context(
+                user=user,
+                query=query,
+                max_chars=self.settings.context_max_chars,
+                timeout=self.settings.retrieval_budget,
+            )
+        except Exception:
+            self._read_failures += 1
+            if self._read_failures >= self.settings.read_breaker_failures:
+                self._read_open_until = time.monotonic() + self.settings.read_breaker_seconds
+            raise
+        self._read_failures = 0
+        await self.cache.write(
+            self.enqueuer.redis(),
+            app=who.app,
+            user_id=who.user_id,
+            session_id=None,
+            block=block,
+            version=version,
+        )
+        return block
+
+    def _refresh_later(self, who: _Who, identity: ZepIdentity, query: str) -> None:
+        async def refresh() -> None:
+            lock = self._keys.lock(f"refresh:{digest(who.app, who.user_id)}")
+            redis = self.enqueuer.redis()
+            if not await redis.set(lock, "1", nx=True, px=REFRESH_LOCK_MS):
+                return  # another process is on it
+            try:
+                await self._fetch(who, identity, query, version=now_version())
+            except Exception as exc:
+                log.info("context refresh failed error=%s", type(exc).__name__)
+            finally:
+                await redis.delete(lock)
+
+        task = asyncio.get_running_loop().create_task(refresh())
+        self._refreshing.add(task)
+        task.add_done_callback(self._refreshing.discard)
+
+    async def _build(
+        self,
+        who: _Who,
+        ctx: CallbackContext,
+        llm_request: LlmRequest,
+        identity: ZepIdentity,
+        query: str,
+    ) -> str:
+        assert self.context_builder is not None
+        user = await self._user(who, identity)
+        thread = identity.thread_uuid
+        if thread is None and user is not None:
+            known = await IdentityRegistry(self.enqueuer.redis(), self.settings).lookup(
+                app=who.app, user_id=who.user_id, session_id=who.session_id
+            )
+            thread = known.thread_uuid
+        built = await self.context_builder(
+            ContextInput(
+                user_message=query,
+                user=user,
+                thread_uuid=thread,
+                backend=self.backend,
+                callback_context=ctx,
+                llm_request=llm_request,
+            )
+        )
+        return built or ""
+
+    async def _user(self, who: _Who, identity: ZepIdentity) -> UserRef | None:
+        """The graph to read: pinned (options, resolver, state), else the registry's."""
+        if identity.graph_uuid:
+            return UserRef(user_uuid=identity.user_uuid or "", graph_uuid=identity.graph_uuid)
         registry = IdentityRegistry(self.enqueuer.redis(), self.settings)
         known = await registry.lookup(app=who.app, user_id=who.user_id, session_id=who.session_id)
         if self.direct is not None and known.user and known.thread_uuid:
@@ -165,7 +306,10 @@ class TurnMemory:
             who = _Who.of(callback_context)
             turn = self._turns.get(who.invocation_id)
             if turn is None:
-                turn = _Turn(block=_done(""))
+                identity = await resolve(
+                    callback_context, explicit=self.identity, resolver=self.resolve_identity
+                )
+                turn = _Turn(block=_done(""), identity=identity)
                 self._remember(who.invocation_id, turn)
             message = self._message(who, turn, "assistant", text, callback_context, at=None)
             await self.enqueuer.enqueue([message])
@@ -196,11 +340,8 @@ class TurnMemory:
         *,
         at: float | None,
     ) -> QueuedMessage:
-        if role == "assistant":
-            name: str | None = self.settings.assistant_name
-        else:
-            parts = [ctx.state.get("zep_first_name"), ctx.state.get("zep_last_name")]
-            name = " ".join(p for p in parts if isinstance(p, str) and p) or None
+        name = self.settings.assistant_name if role == "assistant" else display_name(ctx)
+        pinned = turn.identity
         return QueuedMessage.build(
             app=who.app,
             user_id=who.user_id,
@@ -211,12 +352,22 @@ class TurnMemory:
             content=text,
             name=name,
             at=at,
+            zep_user_uuid=pinned.user_uuid,
+            zep_graph_uuid=pinned.graph_uuid,
+            zep_thread_uuid=pinned.thread_uuid,
         )
 
     def _remember(self, invocation_id: str, turn: _Turn) -> None:
         self._turns[invocation_id] = turn
         while len(self._turns) > MAX_TRACKED_INVOCATIONS:
             self._turns.popitem(last=False)
+
+    async def aclose(self) -> None:
+        """Send what the outage buffer still holds and close this loop's connections."""
+        await self.enqueuer.drain_buffer()
+        await self.enqueuer.aclose()
+        if self._backend is not None:
+            await self._backend.aclose()
 
 
 def _user_event_time(ctx: CallbackContext) -> float | None:

@@ -137,6 +137,7 @@ async def test_turn_survives_zep_failing(
         retrieval_budget=0.3,
     )
     await _remembered(settings)
+    await _forget_cached_blocks(settings)  # a cold cache: the turn must ask Zep
     zep_fake.inject(fault)
 
     runner, model = make_runner(create_callbacks(settings=settings))
@@ -145,6 +146,25 @@ async def test_turn_survives_zep_failing(
     assert reply == "(stand-in model) I received no memory about you."
     assert any(r.path.endswith("/context") for r in zep_fake.requests)  # it was tried
     assert "<ZEP_CONTEXT>" not in system_text(model.requests[-1])
+
+
+async def test_a_warm_cache_keeps_memory_while_zep_is_down(
+    zep_settings: Settings, zep_fake: ZepFake
+) -> None:
+    await _remembered(zep_settings)
+    zep_fake.inject(Fault(match=".*", status=503, times=1000))
+    runner, model = make_runner(create_callbacks(settings=zep_settings))
+    await say(runner, "alice", await new_session(runner, "alice"), "Where do I live?")
+    assert any("Lisbon" in line for line in memory_lines(model.requests[-1]))
+
+
+async def _forget_cached_blocks(settings: Settings) -> None:
+    import redis.asyncio as aioredis
+
+    client = aioredis.Redis.from_url(settings.redis_url)
+    async for key in client.scan_iter(match=f"{settings.key_prefix}:ctx:*"):
+        await client.delete(key)
+    await client.aclose()
 
 
 async def test_no_content_in_logs_when_everything_fails(

@@ -18,6 +18,7 @@ from tenacity.wait import wait_random_exponential
 
 from afterthought.backend import BackendError, MemoryBackend, UserRef, ignored_roles
 from afterthought.batching import Call, missing, pack, parts
+from afterthought.context_cache import ContextCache, now_version
 from afterthought.contract import MalformedPayload, QueuedMessage, split_content
 from afterthought.identity import IdentityRegistry
 from afterthought.keys import Keys
@@ -155,6 +156,7 @@ class Flusher:
         self._dead = redis.register_script(DEAD_LUA)
         self._release = redis.register_script(RELEASE_LUA)
         self.ignore_roles = ignored_roles(settings, backend)
+        self.cache = ContextCache(settings)
 
     @property
     def lease_ms(self) -> int:
@@ -290,7 +292,7 @@ class Flusher:
             if not ok:
                 raise _LeaseLost
         replay = any(m.replay for m in batch)
-        await self._send_resplitting(
+        context = await self._send_resplitting(
             thread_uuid, batch, stats, reconcile=inflight is not None or replay, replay=replay
         )
         left = await self._ack(
@@ -306,6 +308,16 @@ class Flusher:
             raise _LeaseLost
         stats["messages"] += len(batch)
         log.info("flushed thread=%s seq=%s..%s", tk, first, last)
+        if context is not None:  # R2: the next turn reads what Zep now knows
+            head = batch[0]
+            await self.cache.write(
+                self.redis,
+                app=head.app,
+                user_id=head.user_id,
+                session_id=head.session_id,
+                block=context,
+                version=now_version(),
+            )
         return bool(left)
 
     def _decode_head(
@@ -349,15 +361,17 @@ class Flusher:
         *,
         reconcile: bool,
         replay: bool,
-    ) -> None:
+    ) -> str | None:
         """Send the batch; when the backend says too large, send fewer messages per call,
-        then smaller parts, before giving up (413 / 400 too long)."""
+        then smaller parts, before giving up (413 / 400 too long). Returns the context
+        block the last call brought back."""
         per_call, part_chars = self.settings.batch_size, self.settings.max_message_chars
         while True:
             calls = pack(parts(batch, part_chars), per_call)
             try:
-                await self._send_all(thread_uuid, calls, stats, reconcile=reconcile, replay=replay)
-                return
+                return await self._send_all(
+                    thread_uuid, calls, stats, reconcile=reconcile, replay=replay
+                )
             except BackendError as exc:
                 if exc.kind != "too_large":
                     raise
@@ -383,7 +397,7 @@ class Flusher:
         *,
         reconcile: bool,
         replay: bool,
-    ) -> None:
+    ) -> str | None:
         """Send with in-job retries. Whenever an earlier attempt may have reached the
         backend (a crash, a timeout, a lost reply) or the batch replays a session, send
         only what it lacks (W2): this holds whether or not the backend honours keys."""
@@ -397,14 +411,16 @@ class Flusher:
                 todo = calls
                 if reconcile or attempt.retry_state.attempt_number > 1:
                     todo = await self._missing(thread_uuid, calls, replay=replay)
+                context = None
                 for call in todo:
                     await self.pacing.wait()
                     try:
-                        await self.backend.add_messages(
+                        context = await self.backend.add_messages(
                             thread_uuid=thread_uuid,
                             messages=call.messages,
                             idempotency_key=call.idempotency_key,
                             ignore_roles=self.ignore_roles,
+                            return_context=call is todo[-1],
                         )
                     except BackendError as exc:
                         if exc.kind == "rate_limited":
@@ -412,6 +428,8 @@ class Flusher:
                         raise
                     stats["calls"] += 1
                     stats["parts"] += len(call.messages)
+                return context
+        return None
 
     async def _missing(self, thread_uuid: str, calls: list[Call], *, replay: bool) -> list[Call]:
         wanted = [m for c in calls for m in c.messages]
@@ -420,6 +438,9 @@ class Flusher:
         return pack(missing(wanted, stored, replay=replay), self.settings.batch_size)
 
     async def _identity(self, message: QueuedMessage) -> tuple[UserRef, str]:
+        if message.zep_thread_uuid:  # pinned by the application: nothing to provision
+            user = UserRef(message.zep_user_uuid or "", message.zep_graph_uuid or "")
+            return user, message.zep_thread_uuid
         if self.settings.provision_on_worker:
             return await self.registry.ensure(
                 self.backend,
