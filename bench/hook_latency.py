@@ -1,0 +1,169 @@
+"""What memory adds to an ADK turn: afterthought's hooks vs zep-adk 1.0.0, same scripted
+agent, same Zep fake answering in 150 ms.
+
+    pip install -e '.[bench]'   # zep-adk, for the comparison only
+    python bench/hook_latency.py [--turns 300]
+
+Added latency = a percentile of turns with memory minus the same percentile of a bare
+agent. afterthought warm: the context cache holds the user's block; cold: every turn
+misses it and reads through. Prints one JSON object. Uses REDIS_URL or 127.0.0.1:6379."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import redis.asyncio as aioredis
+from google.adk.agents import LlmAgent
+from google.adk.runners import Runner
+from google.adk.sessions import InMemorySessionService
+from google.genai import types
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from afterthought.settings import Settings  # noqa: E402
+from afterthought.testing import ZepFake  # noqa: E402
+from afterthought.testing.processes import cleanup, spawn_worker, wait_settled  # noqa: E402
+from afterthought.testing.stand_in_model import StandInLlm  # noqa: E402
+from agent_hooks import create_callbacks  # noqa: E402
+
+APP = "latency"
+
+
+def _percentiles(samples: list[float]) -> dict[str, float]:
+    ordered = sorted(samples)
+    return {
+        "p50_ms": round(statistics.median(ordered) * 1000, 3),
+        "p99_ms": round(ordered[max(0, int(len(ordered) * 0.99) - 1)] * 1000, 3),
+    }
+
+
+async def _turns(
+    runner: Runner,
+    user: str,
+    n: int,
+    *,
+    state: dict[str, Any] | None = None,
+    before_each: Callable[[], Any] | None = None,
+) -> list[float]:
+    """``n`` timed turns, each the first of a new session (equal history for everyone)."""
+    took = []
+    for i in range(n):
+        session = await runner.session_service.create_session(
+            app_name=APP, user_id=user, state=state or {}
+        )
+        if before_each is not None:
+            await before_each()
+        started = time.perf_counter()
+        async for _ in runner.run_async(
+            user_id=user, session_id=session.id, new_message=types.UserContent(f"turn {i}")
+        ):
+            pass
+        took.append(time.perf_counter() - started)
+    return took
+
+
+def _runner(**callbacks: Any) -> Runner:
+    agent = LlmAgent(name="helper", model=StandInLlm(), instruction="Be brief.", **callbacks)
+    return Runner(app_name=APP, agent=agent, session_service=InMemorySessionService())
+
+
+async def bare(n: int) -> list[float]:
+    runner = _runner()
+    await _turns(runner, "u", 5)
+    return await _turns(runner, "u", n)
+
+
+async def ours(settings: Settings, n: int, *, warm: bool) -> list[float]:
+    memory = create_callbacks(settings=settings)
+    runner = _runner(
+        before_model_callback=memory.before_model_callback,
+        after_model_callback=memory.after_model_callback,
+    )
+    user = f"user-{uuid.uuid4().hex[:6]}"
+    await _turns(runner, user, 1)  # the worker provisions and fills the cache
+    worker = spawn_worker(settings)
+    try:
+        assert await wait_settled(settings, 60)
+    finally:
+        worker.terminate()
+        worker.wait(timeout=30)
+    client = aioredis.Redis.from_url(settings.redis_url)
+
+    async def forget_block() -> None:
+        async for key in client.scan_iter(match=f"{settings.key_prefix}:ctx:*"):
+            await client.delete(key)
+
+    await _turns(runner, user, 5)  # connections and scripts warmed
+    took = await _turns(runner, user, n, before_each=None if warm else forget_block)
+    await client.aclose()
+    return took
+
+
+async def zep_adk(base_url: str, n: int) -> list[float]:
+    from zep_adk import ZepContextTool, create_after_model_callback
+    from zep_cloud import AsyncZep
+
+    zep = AsyncZep(api_key="bench", base_url=base_url)
+    user = await zep.user.create(user_id=f"adk-{uuid.uuid4().hex[:6]}", first_name="Bench")
+    thread = await zep.thread.create(user_uuid=str(user.uuid_))
+    runner = _runner(
+        tools=[ZepContextTool(zep_client=zep)],
+        after_model_callback=create_after_model_callback(zep),
+    )
+    state = {"zep_user_uuid": str(user.uuid_), "zep_thread_uuid": str(thread.uuid_)}
+    await _turns(runner, "adk", 3, state=state)
+    return await _turns(runner, "adk", n, state=state)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--turns", type=int, default=300)
+    parser.add_argument("--latency", type=float, default=0.15)
+    args = parser.parse_args()
+    with ZepFake(latency=args.latency) as fake:
+        settings = Settings(
+            redis_url=os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0"),
+            key_prefix=f"latency-{uuid.uuid4().hex[:8]}",
+            zep_api_key="bench",
+            zep_base_url=fake.base_url,
+        )
+        try:
+            baseline = asyncio.run(bare(args.turns))
+            warm = asyncio.run(ours(settings, args.turns, warm=True))
+            cold = asyncio.run(ours(settings, max(20, args.turns // 10), warm=False))
+            theirs = asyncio.run(zep_adk(fake.base_url, max(20, args.turns // 10)))
+        finally:
+            asyncio.run(cleanup(settings))
+    base = _percentiles(baseline)
+
+    def added(samples: list[float]) -> dict[str, float]:
+        got = _percentiles(samples)
+        return {k: round(got[k] - base[k], 3) for k in got}
+
+    result: dict[str, Any] = {
+        "zep_latency_s": args.latency,
+        "bare_turn": base,
+        "afterthought_warm_added": added(warm),
+        "afterthought_cold_added": added(cold),
+        "zep_adk_added": added(theirs),
+    }
+    ours_p50 = max(result["afterthought_warm_added"]["p50_ms"], 0.001)
+    result["zep_adk_over_afterthought_warm_p50"] = round(
+        result["zep_adk_added"]["p50_ms"] / ours_p50, 1
+    )
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
