@@ -88,8 +88,8 @@ class MemoryBackend(abc.ABC):
     @abc.abstractmethod
     async def ensure_user(
         self, *, zep_user_id: str, first_name: str | None = None, last_name: str | None = None
-    ) -> UserRef:
-        """Create the user, or find the one already created with this id."""
+    ) -> tuple[UserRef, bool]:
+        """Create the user, or find the one already created with this id (then False)."""
 
     @abc.abstractmethod
     async def create_thread(self, *, user: UserRef, idempotency_key: str) -> str:

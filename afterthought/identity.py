@@ -52,7 +52,45 @@ class IdentityRegistry:
         )
         return _user_ref(user_uuid, graph_uuid)
 
-    async def ensure(
+    async def ensure_user(
+        self,
+        backend: MemoryBackend,
+        *,
+        app: str,
+        user_id: str,
+        first_name: str | None = None,
+        last_name: str | None = None,
+    ) -> tuple[UserRef, bool]:
+        """The user, created once across processes; True if this call created it."""
+        user = await self.lookup_user(app=app, user_id=user_id)
+        if user is not None:
+            return user, False
+        async with self._lock(digest(app, user_id)):
+            return await self._ensure_user_locked(backend, app, user_id, first_name, last_name)
+
+    async def _ensure_user_locked(
+        self,
+        backend: MemoryBackend,
+        app: str,
+        user_id: str,
+        first_name: str | None,
+        last_name: str | None,
+    ) -> tuple[UserRef, bool]:
+        user = await self.lookup_user(app=app, user_id=user_id)
+        if user is not None:
+            return user, False
+        user, created = await backend.ensure_user(
+            zep_user_id=self._settings.zep_user_id(app=app, user_id=user_id),
+            first_name=first_name,
+            last_name=last_name,
+        )
+        await self._redis.hset(
+            self._keys.user(app, user_id),
+            mapping={"user_uuid": user.user_uuid, "graph_uuid": user.graph_uuid},
+        )
+        return user, created
+
+    async def ensure_thread(
         self,
         backend: MemoryBackend,
         *,
@@ -61,31 +99,32 @@ class IdentityRegistry:
         session_id: str,
         first_name: str | None = None,
         last_name: str | None = None,
-    ) -> tuple[UserRef, str]:
-        """Provision (once, across processes) and record the user and the session's thread."""
+    ) -> tuple[UserRef, str, bool]:
+        """The session's thread (and its user), created once across processes; True if
+        this call created the thread. Threads are created with a stable idempotency key
+        too, for a retry after a lost reply."""
         known = await self.lookup(app=app, user_id=user_id, session_id=session_id)
         if known.user and known.thread_uuid:
-            return known.user, known.thread_uuid
+            return known.user, known.thread_uuid, False
         async with self._lock(digest(app, user_id)):
+            user, _ = await self._ensure_user_locked(backend, app, user_id, first_name, last_name)
             known = await self.lookup(app=app, user_id=user_id, session_id=session_id)
-            user = known.user
-            if user is None:
-                user = await backend.ensure_user(
-                    zep_user_id=self._settings.zep_user_id(app=app, user_id=user_id),
-                    first_name=first_name,
-                    last_name=last_name,
-                )
-                await self._redis.hset(
-                    self._keys.user(app, user_id),
-                    mapping={"user_uuid": user.user_uuid, "graph_uuid": user.graph_uuid},
-                )
-            thread_uuid = known.thread_uuid
-            if thread_uuid is None:
-                thread_uuid = await backend.create_thread(
-                    user=user, idempotency_key=f"thread:{digest(app, session_id)}"
-                )
-                await self._redis.set(self._keys.session(app, session_id), thread_uuid)
-            return user, thread_uuid
+            if known.thread_uuid is not None:
+                return user, known.thread_uuid, False
+            thread_uuid = await backend.create_thread(
+                user=user, idempotency_key=f"thread:{digest(app, session_id)}"
+            )
+            await self._redis.set(self._keys.session(app, session_id), thread_uuid)
+            return user, thread_uuid, True
+
+    async def ensure(
+        self, backend: MemoryBackend, *, app: str, user_id: str, session_id: str
+    ) -> tuple[UserRef, str]:
+        """What the worker needs before it can send: the user and the session's thread."""
+        user, thread_uuid, _ = await self.ensure_thread(
+            backend, app=app, user_id=user_id, session_id=session_id
+        )
+        return user, thread_uuid
 
     def _lock(self, name: str) -> _Lock:
         return _Lock(self._redis, self._keys.lock(name))

@@ -99,16 +99,16 @@ class LocalBackend(MemoryBackend):
 
     async def ensure_user(
         self, *, zep_user_id: str, first_name: str | None = None, last_name: str | None = None
-    ) -> UserRef:
-        def work(db: sqlite3.Connection) -> UserRef:
-            db.execute(
+    ) -> tuple[UserRef, bool]:
+        def work(db: sqlite3.Connection) -> tuple[UserRef, bool]:
+            inserted = db.execute(
                 "INSERT OR IGNORE INTO users VALUES (?, ?, ?, ?, ?, ?)",
                 (str(uuid.uuid4()), zep_user_id, str(uuid.uuid4()), first_name, last_name, _now()),
             )
             row = db.execute(
                 "SELECT uuid, graph_uuid FROM users WHERE user_id = ?", (zep_user_id,)
             ).fetchone()
-            return UserRef(user_uuid=row[0], graph_uuid=row[1])
+            return UserRef(user_uuid=row[0], graph_uuid=row[1]), inserted.rowcount == 1
 
         return await self._run(work)
 

@@ -129,12 +129,13 @@ class ZepBackend(MemoryBackend):
 
     async def ensure_user(
         self, *, zep_user_id: str, first_name: str | None = None, last_name: str | None = None
-    ) -> UserRef:
+    ) -> tuple[UserRef, bool]:
         names: dict[str, Any] = {}
         if first_name:
             names["first_name"] = first_name
         if last_name:
             names["last_name"] = last_name
+        created = True
         try:
             user = await self._call(
                 lambda z: z.user.create(
@@ -144,12 +145,13 @@ class ZepBackend(MemoryBackend):
         except BackendError as exc:
             if exc.kind != "conflict":
                 raise
+            created = False  # 409: it exists (perhaps created by our own lost reply)
             user = await self._call(
                 lambda z: z.user.lookup(user_id=zep_user_id, request_options=self._options())
             )
         if not user.uuid_ or not user.graph_uuid:
             raise BackendError("invalid_response", code="user without uuid")
-        return UserRef(user_uuid=user.uuid_, graph_uuid=user.graph_uuid)
+        return UserRef(user_uuid=user.uuid_, graph_uuid=user.graph_uuid), created
 
     async def create_thread(self, *, user: UserRef, idempotency_key: str) -> str:
         thread = await self._call(

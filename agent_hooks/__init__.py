@@ -1,7 +1,29 @@
 """Runs inside the agent process: ADK hooks that read memory inline and queue every write."""
 
-from agent_hooks.callbacks import MemoryCallbacks, create_callbacks
+from agent_hooks.callbacks import (
+    MemoryCallbacks,
+    create_after_model_callback,
+    create_before_model_callback,
+    create_callbacks,
+)
+from agent_hooks.context_tool import ZepContextTool
+from agent_hooks.identity import ZepIdentity
 from agent_hooks.injection import DEFAULT_CONTEXT_TEMPLATE
 from agent_hooks.memory_service import ZepMemoryService
+from agent_hooks.plugin import MemoryPlugin
+from agent_hooks.turn_memory import ContextBuilder, ContextInput, TurnMemory
 
-__all__ = ["DEFAULT_CONTEXT_TEMPLATE", "MemoryCallbacks", "ZepMemoryService", "create_callbacks"]
+__all__ = [
+    "DEFAULT_CONTEXT_TEMPLATE",
+    "ContextBuilder",
+    "ContextInput",
+    "MemoryCallbacks",
+    "MemoryPlugin",
+    "TurnMemory",
+    "ZepContextTool",
+    "ZepIdentity",
+    "ZepMemoryService",
+    "create_after_model_callback",
+    "create_before_model_callback",
+    "create_callbacks",
+]

@@ -1,9 +1,12 @@
 """ADK model callbacks that give an ``LlmAgent`` long-term memory.
 
-cb = create_callbacks()
-LlmAgent(..., before_model_callback=cb.before_model_callback,
-         after_model_callback=cb.after_model_callback)
-"""
+    memory = create_callbacks()
+    LlmAgent(..., before_model_callback=memory.before_model_callback,
+             after_model_callback=memory.after_model_callback)
+
+Keyword arguments are :class:`~afterthought.settings.Settings` fields (``key_prefix=``) or
+:class:`~agent_hooks.turn_memory.TurnMemory` options (``context_template=``,
+``context_builder=``, ``injection=``, ``identity=``, ``resolve_identity=``)."""
 
 from __future__ import annotations
 
@@ -14,13 +17,10 @@ from google.adk.agents.callback_context import CallbackContext
 from google.adk.models.llm_request import LlmRequest
 from google.adk.models.llm_response import LlmResponse
 
-from afterthought.backend import MemoryBackend
-from afterthought.settings import Settings
-from agent_hooks.injection import DEFAULT_CONTEXT_TEMPLATE
 from agent_hooks.turn_memory import TurnMemory
 
-BeforeModelCallback = Callable[..., Awaitable[LlmResponse | None]]
-AfterModelCallback = Callable[..., Awaitable[LlmResponse | None]]
+BeforeModelCallback = Callable[[CallbackContext, LlmRequest], Awaitable[LlmResponse | None]]
+AfterModelCallback = Callable[[CallbackContext, LlmResponse], Awaitable[LlmResponse | None]]
 
 
 class MemoryCallbacks(NamedTuple):
@@ -28,23 +28,25 @@ class MemoryCallbacks(NamedTuple):
     after_model_callback: AfterModelCallback
 
 
-def create_callbacks(
-    *,
-    settings: Settings | None = None,
-    context_template: str = DEFAULT_CONTEXT_TEMPLATE,
-    backend: MemoryBackend | None = None,
-    **overrides: Any,
-) -> MemoryCallbacks:
-    """The before/after pair, sharing per-invocation state. ``overrides`` are
-    :class:`~afterthought.settings.Settings` fields (e.g. ``key_prefix="myapp"``)."""
-    memory = TurnMemory(
-        _settings(settings, overrides), context_template=context_template, backend=backend
-    )
+def create_before_model_callback(
+    memory: TurnMemory | None = None, **kwargs: Any
+) -> BeforeModelCallback:
+    """Injects memory into every model call and queues the user's message once."""
+    memory = memory or TurnMemory.create(**kwargs)
 
     async def before_model_callback(
         callback_context: CallbackContext, llm_request: LlmRequest
     ) -> LlmResponse | None:
         return await memory.before_model(callback_context=callback_context, llm_request=llm_request)
+
+    return before_model_callback
+
+
+def create_after_model_callback(
+    memory: TurnMemory | None = None, **kwargs: Any
+) -> AfterModelCallback:
+    """Queues what the agent said (final text only)."""
+    memory = memory or TurnMemory.create(**kwargs)
 
     async def after_model_callback(
         callback_context: CallbackContext, llm_response: LlmResponse
@@ -53,12 +55,12 @@ def create_callbacks(
             callback_context=callback_context, llm_response=llm_response
         )
 
-    return MemoryCallbacks(before_model_callback, after_model_callback)
+    return after_model_callback
 
 
-def _settings(settings: Settings | None, overrides: dict[str, Any]) -> Settings:
-    if settings is None:
-        return Settings(**overrides)
-    if not overrides:
-        return settings
-    return Settings.model_validate({**settings.model_dump(), **overrides})
+def create_callbacks(memory: TurnMemory | None = None, **kwargs: Any) -> MemoryCallbacks:
+    """The pair, sharing one :class:`TurnMemory` (per-invocation block and ordinals)."""
+    memory = memory or TurnMemory.create(**kwargs)
+    return MemoryCallbacks(
+        create_before_model_callback(memory), create_after_model_callback(memory)
+    )

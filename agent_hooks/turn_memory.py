@@ -10,7 +10,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from google.adk.agents.callback_context import CallbackContext
 from google.adk.models.llm_request import LlmRequest
@@ -117,6 +117,18 @@ class TurnMemory:
         self._refreshing: set[asyncio.Task[None]] = set()
         self._read_failures = 0
         self._read_open_until = 0.0
+
+    @classmethod
+    def create(cls, *, settings: Settings | None = None, **kwargs: Any) -> TurnMemory:
+        """Keyword arguments that name a :class:`Settings` field override it; the rest are
+        options of this class (``context_template``, ``identity``, ...)."""
+        fields = {k: v for k, v in kwargs.items() if k in Settings.model_fields}
+        options = {k: v for k, v in kwargs.items() if k not in fields}
+        if settings is None:
+            settings = Settings(**fields)
+        elif fields:
+            settings = Settings.model_validate({**settings.model_dump(), **fields})
+        return cls(settings, **options)
 
     @property
     def backend(self) -> MemoryBackend:

@@ -25,7 +25,7 @@ async def test_provision_write_and_read_on_zep_cloud(
     make_settings: Callable[..., Settings],
 ) -> None:
     backend = ZepBackend(make_settings(backend="zep", zep_api_key=LIVE_KEY))
-    user = await backend.ensure_user(zep_user_id=f"afterthought-live-{uuid.uuid4().hex[:8]}")
+    user, _ = await backend.ensure_user(zep_user_id=f"afterthought-live-{uuid.uuid4().hex[:8]}")
     try:
         thread = await backend.create_thread(user=user, idempotency_key=uuid.uuid4().hex)
         context = await backend.get_context(user=user, query="hello", max_chars=500, timeout=10)

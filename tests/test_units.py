@@ -163,8 +163,8 @@ async def test_local_backend_replays_nothing_twice(tmp_path: Any) -> None:
     from afterthought.backend import MESSAGE_KEY_FIELD, OutgoingMessage
 
     backend = LocalBackend(tmp_path / "m.sqlite3")
-    user = await backend.ensure_user(zep_user_id="u")
-    assert await backend.ensure_user(zep_user_id="u") == user
+    user, created = await backend.ensure_user(zep_user_id="u")
+    assert created and await backend.ensure_user(zep_user_id="u") == (user, False)
     thread = await backend.create_thread(user=user, idempotency_key="t")
     assert await backend.create_thread(user=user, idempotency_key="t") == thread
     message = OutgoingMessage(
