@@ -1,0 +1,295 @@
+"""The ADK surface through real Runners and Apps with the stand-in model: plugin, context
+tool, injection modes, context builder, identity, provisioning races, the cached read path."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import redis.asyncio as aioredis
+from google.adk.agents import LlmAgent, SequentialAgent
+from google.adk.apps import App
+from google.adk.runners import Runner
+from google.adk.sessions import InMemorySessionService
+
+from afterthought.context_cache import ContextCache
+from afterthought.keys import Keys
+from afterthought.settings import Settings
+from afterthought.testing import ZepFake
+from afterthought.testing.stand_in_model import StandInLlm, memory_lines, system_text
+from agent_hooks import (
+    ContextInput,
+    MemoryPlugin,
+    ZepContextTool,
+    ZepIdentity,
+    create_after_model_callback,
+    create_callbacks,
+)
+from agent_hooks.injection import transient_content_supported
+from agent_hooks.provisioning import ensure_thread, ensure_user
+from tests.adk_support import APP, make_runner, new_session, say
+from tests.conftest import drain
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+async def _remembered(settings: Settings, text: str = "I live in Lisbon.") -> None:
+    runner, _ = make_runner(create_callbacks(settings=settings))
+    await say(runner, "alice", await new_session(runner, "alice"), text)
+    await drain(settings)
+
+
+def _contexts(fake: ZepFake) -> int:
+    return sum(r.path.endswith("/context") for r in fake.requests)
+
+
+async def test_plugin_gives_every_agent_of_an_app_memory(
+    zep_settings: Settings, zep_fake: ZepFake
+) -> None:
+    await _remembered(zep_settings)
+    first, second = StandInLlm(script=["Step one."]), StandInLlm(script=["Step two."])
+    pipeline = SequentialAgent(
+        name="pipeline",
+        sub_agents=[LlmAgent(name="a", model=first), LlmAgent(name="b", model=second)],
+    )
+    app = App(name=APP, root_agent=pipeline, plugins=[MemoryPlugin(settings=zep_settings)])
+    runner = Runner(app=app, session_service=InMemorySessionService())
+    await say(runner, "alice", await new_session(runner, "alice"), "Plan my day.")
+    await drain(zep_settings)
+
+    for model in (first, second):
+        assert any("Lisbon" in line for line in memory_lines(model.requests[-1]))
+    stored = [(m["role"], m["content"]) for m in zep_fake.messages()][2:]
+    assert stored == [
+        ("user", "Plan my day."),
+        ("assistant", "Step one."),
+        ("assistant", "Step two."),
+    ]
+    await runner.close()
+
+
+async def test_context_tool_is_never_declared_and_keeps_memory_across_tool_steps(
+    local_settings: Settings,
+) -> None:
+    await _remembered(local_settings)
+
+    def weather(city: str) -> str:
+        """Weather for a city."""
+        return f"sunny in {city}"
+
+    tool = ZepContextTool(settings=local_settings)
+    model = StandInLlm(script=[{"call": "weather", "args": {"city": "Lisbon"}}, "Sunny."])
+    agent = LlmAgent(
+        name="helper",
+        model=model,
+        tools=[tool, weather],
+        after_model_callback=create_after_model_callback(tool.memory),
+    )
+    runner = Runner(app_name=APP, agent=agent, session_service=InMemorySessionService())
+    await say(runner, "alice", await new_session(runner, "alice"), "Weather at home?")
+
+    assert len(model.requests) == 2
+    for request in model.requests:
+        assert any("Lisbon" in line for line in memory_lines(request))
+        assert "zep_context" not in request.tools_dict
+        assert "weather" in request.tools_dict
+
+
+def test_adk_still_has_the_private_transient_content_hook() -> None:
+    """``injection="user_content"`` relies on it; this fails loudly when ADK drops it."""
+    assert transient_content_supported()
+
+
+async def test_user_content_injection_keeps_the_system_prompt_stable(
+    local_settings: Settings,
+) -> None:
+    await _remembered(local_settings)
+    runner, model = make_runner(create_callbacks(settings=local_settings, injection="user_content"))
+    await say(runner, "alice", await new_session(runner, "alice"), "Where do I live?")
+
+    request = model.requests[-1]
+    assert "<ZEP_CONTEXT>" not in system_text(request)
+    user_texts = [p.text or "" for c in request.contents if c.role == "user" for p in c.parts or []]
+    assert any("<ZEP_CONTEXT>" in t and "Lisbon" in t for t in user_texts)
+    assert user_texts[-1] == "Where do I live?"  # memory sits before the user's turn
+
+
+async def test_custom_context_builder_and_template(local_settings: Settings) -> None:
+    await _remembered(local_settings)
+    seen: list[ContextInput] = []
+
+    async def builder(given: ContextInput) -> str | None:
+        seen.append(given)
+        return "custom block with {braces} and 100%"
+
+    memory = create_callbacks(
+        settings=local_settings, context_builder=builder, context_template="MEM<<{context}>>"
+    )
+    runner, model = make_runner(memory)
+    await say(runner, "alice", await new_session(runner, "alice"), "Hi")
+
+    assert "MEM<<custom block with {braces} and 100%>>" in system_text(model.requests[-1])
+    assert seen[0].user_message == "Hi" and seen[0].user is not None
+
+
+async def test_explicit_graph_binding_reads_a_shared_graph(
+    zep_settings: Settings, zep_fake: ZepFake
+) -> None:
+    """A shared (non-user) graph: everyone's turns read the knowledge base's memory."""
+    await _remembered(zep_settings, "Our office is in Porto.")
+    (company,) = zep_fake.users()
+    memory = create_callbacks(
+        settings=zep_settings, identity=ZepIdentity(graph_uuid=company["graph_uuid"])
+    )
+    runner, model = make_runner(memory)
+    await say(runner, "bob", await new_session(runner, "bob"), "Where is the office?")
+    assert any("Porto" in line for line in memory_lines(model.requests[-1]))
+
+
+async def test_pinned_state_identity_is_used_and_nothing_is_provisioned(
+    zep_settings: Settings, zep_fake: ZepFake
+) -> None:
+    from zep_cloud import AsyncZep
+
+    zep = AsyncZep(api_key="k", base_url=zep_fake.base_url)
+    user = await zep.user.create(user_id="app-owned")
+    thread = await zep.thread.create(user_uuid=str(user.uuid_))
+    runner, _ = make_runner(create_callbacks(settings=zep_settings))
+    session = await runner.session_service.create_session(
+        app_name=APP,
+        user_id="alice",
+        state={
+            "zep_user_uuid": str(user.uuid_),
+            "zep_graph_uuid": str(user.graph_uuid),
+            "zep_thread_uuid": str(thread.uuid_),
+            "zep_first_name": "Alice",
+        },
+    )
+    await say(runner, "alice", session.id, "I live in Lisbon.")
+    await drain(zep_settings)
+
+    assert len(zep_fake.users()) == 1 and len(zep_fake.threads()) == 1
+    stored = zep_fake.messages(str(thread.uuid_))
+    assert (stored[0]["content"], stored[0]["name"]) == ("I live in Lisbon.", "Alice")
+
+
+async def test_a_per_call_resolver_picks_the_identity(
+    zep_settings: Settings, zep_fake: ZepFake
+) -> None:
+    await _remembered(zep_settings, "Tenant A likes tea.")
+    (tenant,) = zep_fake.users()
+
+    def resolver(ctx: object) -> ZepIdentity:
+        return ZepIdentity(graph_uuid=tenant["graph_uuid"])
+
+    runner, model = make_runner(create_callbacks(settings=zep_settings, resolve_identity=resolver))
+    await say(runner, "carol", await new_session(runner, "carol"), "What do we like?")
+    assert any("tea" in line for line in memory_lines(model.requests[-1]))
+
+
+async def test_first_turn_of_a_new_session_is_served_from_the_cache(
+    zep_settings: Settings, zep_fake: ZepFake
+) -> None:
+    await _remembered(zep_settings)  # the worker wrote the user's block
+    before = _contexts(zep_fake)
+    runner, model = make_runner(create_callbacks(settings=zep_settings))
+    await say(runner, "alice", await new_session(runner, "alice"), "Where do I live?")
+    assert any("Lisbon" in line for line in memory_lines(model.requests[-1]))
+    assert _contexts(zep_fake) == before  # no backend read on the turn
+
+
+async def test_a_stale_block_is_served_then_refreshed_once(
+    make_settings: Callable[..., Settings], zep_fake: ZepFake, redis: aioredis.Redis
+) -> None:
+    settings = make_settings(
+        backend="zep", zep_api_key="k", zep_base_url=zep_fake.base_url, context_fresh_seconds=0
+    )
+    await _remembered(settings)
+    await ContextCache(settings).write(
+        redis, app=APP, user_id="alice", session_id=None, block="old block", version=1
+    )
+    await redis.delete(Keys(settings.key_prefix).context_thread(APP, "x"))
+    memory = create_callbacks(settings=settings)
+    runner, model = make_runner(memory)
+    before = _contexts(zep_fake)
+    await asyncio.gather(
+        *[say(runner, "alice", await new_session(runner, "alice"), "Hi") for _ in range(3)]
+    )
+    assert all(memory_lines(r) for r in model.requests)  # served at once, stale or not
+    for _ in range(50):
+        if _contexts(zep_fake) > before:
+            break
+        await asyncio.sleep(0.05)
+    await asyncio.sleep(0.2)
+    assert _contexts(zep_fake) - before == 1  # one refresh for the key, not one per turn
+    cached = await ContextCache(settings).read(redis, app=APP, user_id="alice", session_id="y")
+    assert cached is not None and "Lisbon" in cached.block
+
+
+async def test_cache_writes_keep_the_newest_version(
+    local_settings: Settings, redis: aioredis.Redis
+) -> None:
+    cache = ContextCache(local_settings)
+    await cache.write(redis, app=APP, user_id="u", session_id="s", block="newer", version=20)
+    await cache.write(redis, app=APP, user_id="u", session_id="s", block="older", version=10)
+    cached = await cache.read(redis, app=APP, user_id="u", session_id="s")
+    assert cached is not None and (cached.block, cached.version) == ("newer", 20)
+
+
+async def test_provisioning_calls_on_created_once(
+    zep_settings: Settings, zep_fake: ZepFake
+) -> None:
+    created: list[str] = []
+
+    async def hook(user: object) -> None:
+        created.append(str(user))
+
+    for _ in range(2):
+        await ensure_user(app=APP, user_id="dana", on_created=hook, settings=zep_settings)
+    thread, made = await ensure_thread(
+        app=APP, user_id="dana", session_id="s1", settings=zep_settings
+    )
+    again, made_again = await ensure_thread(
+        app=APP, user_id="dana", session_id="s1", settings=zep_settings
+    )
+    assert len(created) == 1 and (made, made_again) == (True, False) and thread == again
+    assert len(zep_fake.users()) == 1 and len(zep_fake.threads()) == 1
+
+
+RACE = """
+import asyncio, json, sys
+from afterthought.settings import Settings
+from agent_hooks.provisioning import ensure_thread
+settings = Settings.model_validate_json(sys.argv[1])
+thread, created = asyncio.run(ensure_thread(app="memtest", user_id="eve", session_id="s1",
+                                            settings=settings))
+print(json.dumps([thread, created]))
+"""
+
+
+def test_provisioning_raced_from_several_processes_creates_one_user_and_thread(
+    zep_settings: Settings, zep_fake: ZepFake
+) -> None:
+    zep_fake.latency = 0.05  # widen the race
+    payload = zep_settings.model_dump_json().replace('"**********"', '"k"')
+    settings = json.loads(payload)
+    settings["zep_api_key"] = "k"
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", RACE, json.dumps(settings)],
+            cwd=ROOT,
+            env=os.environ.copy(),
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(4)
+    ]
+    results = [json.loads(p.communicate(timeout=60)[0]) for p in procs]
+    assert len({thread for thread, _ in results}) == 1
+    assert sum(created for _, created in results) == 1
+    assert len(zep_fake.users()) == 1 and len(zep_fake.threads()) == 1
