@@ -7,6 +7,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
+from afterthought.search import SearchHit, SearchRequest
+
 if TYPE_CHECKING:
     from afterthought.settings import Settings
 
@@ -117,6 +119,22 @@ class MemoryBackend(abc.ABC):
         self, *, user: UserRef, query: str, max_chars: int, timeout: float
     ) -> str:
         """The user's context block for ``query``; empty when there is nothing to say."""
+
+    @abc.abstractmethod
+    async def add_fact(
+        self, *, user: UserRef, text: str, key: str, trust: str, reference_time: str
+    ) -> None:
+        """Store a fact about the user, with provenance; a replay of ``key`` adds nothing."""
+
+    @abc.abstractmethod
+    async def delete_memory(self, *, user: UserRef, memory_uuid: str) -> None:
+        """Delete one stored memory (a fact, or what a search returned); gone is fine."""
+
+    @abc.abstractmethod
+    async def search(
+        self, *, graph_uuid: str, request: SearchRequest, timeout: float
+    ) -> list[SearchHit]:
+        """One page of results (``request.limit``), best first; ``context`` gives one hit."""
 
     async def aclose(self) -> None:
         """Release the running loop's connections."""

@@ -16,6 +16,9 @@ PAYLOAD_VERSION = 1
 ACCEPTED_VERSIONS = frozenset({PAYLOAD_VERSION, PAYLOAD_VERSION - 1})
 
 Role = Literal["user", "assistant", "system", "tool", "function"]
+Kind = Literal["message", "fact", "forget"]
+#: The pseudo-session that carries a user's fact writes and forgets through the queue.
+MEMORY_SESSION = "~memory"
 
 
 class MalformedPayload(ValueError):
@@ -71,6 +74,11 @@ class QueuedMessage(BaseModel):
     """Hash of ``content``, kept only to detect corruption."""
     replay: bool = False
     """Re-added from a stored session: the worker sends only what the backend lacks."""
+    kind: Kind = "message"
+    """``message`` for the thread; ``fact``: ``content`` is a fact about the user to store;
+    ``forget``: ``content`` is the id of a stored memory to delete."""
+    trust: str | None = None
+    """Who vouches for a fact: ``model`` (the remember tool), ``app`` (add_memory)."""
     zep_user_uuid: str | None = None
     """Pinned by the application (options or session state): the worker uses it."""
     zep_graph_uuid: str | None = None
@@ -92,6 +100,8 @@ class QueuedMessage(BaseModel):
         name: str | None = None,
         at: float | None = None,
         replay: bool = False,
+        kind: Kind = "message",
+        trust: str | None = None,
         zep_user_uuid: str | None = None,
         zep_graph_uuid: str | None = None,
         zep_thread_uuid: str | None = None,
@@ -117,6 +127,8 @@ class QueuedMessage(BaseModel):
             reference_time=when.isoformat(),
             checksum=checksum(content),
             replay=replay,
+            kind=kind,
+            trust=trust,
             zep_user_uuid=zep_user_uuid,
             zep_graph_uuid=zep_graph_uuid,
             zep_thread_uuid=zep_thread_uuid,

@@ -14,7 +14,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from afterthought.backend import (
     MESSAGE_KEY_FIELD,
@@ -24,6 +24,7 @@ from afterthought.backend import (
     StoredMessage,
     UserRef,
 )
+from afterthought.search import SearchHit, SearchRequest
 
 T = TypeVar("T")
 
@@ -54,6 +55,7 @@ CREATE TABLE IF NOT EXISTS facts (
   kind TEXT, confidence REAL, importance REAL, trust TEXT, source_keys TEXT NOT NULL,
   valid_at TEXT NOT NULL, invalid_at TEXT, created_at TEXT NOT NULL);
 CREATE INDEX IF NOT EXISTS facts_user ON facts(user_uuid, invalid_at);
+CREATE UNIQUE INDEX IF NOT EXISTS facts_source ON facts(user_uuid, source_keys);
 CREATE TABLE IF NOT EXISTS idempotency (key TEXT PRIMARY KEY, created_at TEXT NOT NULL);
 """
 
@@ -201,11 +203,12 @@ class LocalBackend(MemoryBackend):
 
     @staticmethod
     def _user_statements(
-        db: sqlite3.Connection, user_uuid: str, query: str
-    ) -> list[tuple[str, str]]:
-        """What the user said before: matches for the query first, then the most recent."""
+        db: sqlite3.Connection, user_uuid: str, query: str, *, with_ids: bool = False
+    ) -> list[Any]:
+        """What the user said before: matches for the query first, then the most recent;
+        ``(content, at)``, or ``(uuid, content, at)`` with ``with_ids``."""
         base = (
-            "SELECT m.id, m.content, m.reference_time FROM messages m"
+            "SELECT m.id, m.content, m.reference_time, m.uuid FROM messages m"
             " JOIN threads t ON t.uuid = m.thread_uuid"
             " WHERE t.user_uuid = ? AND m.role = 'user' AND m.ingested = 1"
         )
@@ -220,12 +223,84 @@ class LocalBackend(MemoryBackend):
             ).fetchall()
         recent = db.execute(f"{base} ORDER BY m.id DESC LIMIT 10", (user_uuid,)).fetchall()
         seen: set[int] = set()
-        ordered: list[tuple[str, str]] = []
-        for row_id, content, at in [*matched, *recent]:
+        ordered: list[Any] = []
+        for row_id, content, at, message_uuid in [*matched, *recent]:
             if row_id not in seen:
                 seen.add(row_id)
-                ordered.append((content, at or ""))
+                row = (content, at or "")
+                ordered.append((message_uuid, *row) if with_ids else row)
         return ordered
+
+    async def add_fact(
+        self, *, user: UserRef, text: str, key: str, trust: str, reference_time: str
+    ) -> None:
+        await self._run(
+            lambda db: db.execute(
+                "INSERT OR IGNORE INTO facts (uuid, user_uuid, subject, predicate, value, kind,"
+                " confidence, importance, trust, source_keys, valid_at, created_at)"
+                " VALUES (?, ?, 'user', 'noted', ?, 'note', 1.0, 0.5, ?, ?, ?, ?)",
+                (
+                    str(uuid.uuid4()),
+                    user.user_uuid,
+                    text,
+                    trust,
+                    json.dumps([key]),
+                    reference_time,
+                    _now(),
+                ),
+            )
+        )
+
+    async def delete_memory(self, *, user: UserRef, memory_uuid: str) -> None:
+        def work(db: sqlite3.Connection) -> None:
+            db.execute(
+                "DELETE FROM facts WHERE uuid = ? AND user_uuid = ?", (memory_uuid, user.user_uuid)
+            )
+            db.execute(
+                "DELETE FROM messages WHERE uuid = ? AND thread_uuid IN"
+                " (SELECT uuid FROM threads WHERE user_uuid = ?)",
+                (memory_uuid, user.user_uuid),
+            )
+
+        await self._run(work)
+
+    async def search(
+        self, *, graph_uuid: str, request: SearchRequest, timeout: float
+    ) -> list[SearchHit]:
+        """Facts for ``edges``, what users said for ``episodes``, the block for ``context``;
+        the store has no nodes, observations or thread summaries (empty, not an error)."""
+
+        def work(db: sqlite3.Connection) -> list[SearchHit]:
+            user = db.execute(
+                "SELECT uuid FROM users WHERE graph_uuid = ? OR uuid = ?", (graph_uuid, graph_uuid)
+            ).fetchone()
+            if user is None:
+                return []
+            if request.scope == "context":
+                text = self._context(db, UserRef(user[0], graph_uuid), request.query, 4000)
+                return [SearchHit(uuid="context", text=text)] if text else []
+            if request.scope == "edges":
+                return self._facts(db, user[0], request.query, request.limit)
+            if request.scope == "episodes":
+                rows = self._user_statements(db, user[0], request.query, with_ids=True)
+                return [SearchHit(uuid=i, text=c, created_at=at) for i, c, at in rows][
+                    : request.limit
+                ]
+            return []
+
+        async with asyncio.timeout(timeout):
+            return await self._run(work)
+
+    @staticmethod
+    def _facts(db: sqlite3.Connection, user_uuid: str, query: str, limit: int) -> list[SearchHit]:
+        rows = db.execute(
+            "SELECT uuid, value, valid_at FROM facts WHERE user_uuid = ? AND invalid_at IS NULL"
+            " ORDER BY valid_at DESC",
+            (user_uuid,),
+        ).fetchall()
+        words = {w.lower() for w in _WORD.findall(query)}
+        ranked = sorted(rows, key=lambda r: -len(words & {w.lower() for w in _WORD.findall(r[1])}))
+        return [SearchHit(uuid=u, text=v, created_at=at) for u, v, at in ranked[:limit]]
 
     async def aclose(self) -> None:
         with self._lock:

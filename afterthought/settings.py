@@ -52,6 +52,8 @@ class Settings(BaseSettings):
     """Largest message accepted into the queue at all (protects Redis)."""
     backend_timeout: float = Field(30.0, gt=0, le=300)
     """Seconds a worker-side backend call may take before it counts as a timeout."""
+    tool_timeout: float = Field(5.0, gt=0, le=60)
+    """Seconds a model-called memory tool may wait for the backend."""
     context_max_chars: int = Field(4000, ge=100)
     """Largest context block requested from the backend."""
     context_fresh_seconds: float = Field(60.0, ge=0)

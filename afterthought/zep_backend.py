@@ -18,6 +18,7 @@ from zep_cloud.core.parse_error import ParsingError
 from zep_cloud.core.request_options import RequestOptions
 
 from afterthought.backend import (
+    MESSAGE_KEY_FIELD,
     BackendError,
     ErrorKind,
     MemoryBackend,
@@ -26,6 +27,7 @@ from afterthought.backend import (
     UserRef,
 )
 from afterthought.loops import PerLoop
+from afterthought.search import SearchHit, SearchRequest
 from afterthought.settings import Settings
 
 T = TypeVar("T")
@@ -86,6 +88,16 @@ def classify(exc: BaseException) -> BackendError | None:
     if isinstance(exc, httpx.TransportError):
         return BackendError("unavailable")
     return None
+
+
+def _hit(item: Any) -> SearchHit:
+    """Edges read as their fact, episodes as their content, the rest as name: summary."""
+    text = getattr(item, "fact", None) or getattr(item, "content", None)
+    if not text:
+        name, summary = getattr(item, "name", None), getattr(item, "summary", None)
+        text = f"{name}: {summary}" if name and summary else (name or summary or "")
+    when = getattr(item, "valid_at", None) or getattr(item, "created_at", None)
+    return SearchHit(uuid=str(getattr(item, "uuid_", "") or ""), text=str(text), created_at=when)
 
 
 class ZepBackend(MemoryBackend):
@@ -239,6 +251,79 @@ class ZepBackend(MemoryBackend):
             )
         )
         return str(response.context or "").strip()
+
+    async def add_fact(
+        self, *, user: UserRef, text: str, key: str, trust: str, reference_time: str
+    ) -> None:
+        await self._call(
+            lambda z: z.graph.episode.add(
+                user.graph_uuid,
+                data=text,
+                type="text",
+                source_description=f"afterthought {trust}",
+                reference_time=reference_time,
+                metadata={MESSAGE_KEY_FIELD: key, "trust": trust},
+                idempotency_key=f"fact:{key}",
+                request_options=self._options(),
+            )
+        )
+
+    async def delete_memory(self, *, user: UserRef, memory_uuid: str) -> None:
+        try:
+            await self._call(
+                lambda z: z.graph.edge.delete(
+                    user.graph_uuid, memory_uuid, request_options=self._options()
+                )
+            )
+        except BackendError as exc:
+            if exc.kind != "not_found":
+                raise
+
+    async def search(
+        self, *, graph_uuid: str, request: SearchRequest, timeout: float
+    ) -> list[SearchHit]:
+        options = self._options(timeout)
+        given: dict[str, Any] = {
+            k: v
+            for k, v in (
+                ("filters", request.filters),
+                ("reranker", request.reranker),
+                ("mmr_lambda", request.mmr_lambda),
+                ("center_node_uuid", request.center_node_uuid),
+                ("bfs_origin_node_uuids", request.bfs_origin_node_uuids),
+            )
+            if v is not None  # None would be sent as JSON null
+        }
+        if request.scope == "context":
+            filters = {"filters": given["filters"]} if "filters" in given else {}
+            found = await self._call(
+                lambda z: z.graph.get_context(
+                    graph_uuid, query=request.query, request_options=options, **filters
+                )
+            )
+            text = str(found.context or "").strip()
+            return [SearchHit(uuid="context", text=text)] if text else []
+
+        def method(z: AsyncZep) -> Any:
+            graph = z.graph
+            return {
+                "edges": graph.search_edges,
+                "nodes": graph.search_nodes,
+                "episodes": graph.search_episodes,
+                "observations": graph.search_observations,
+                "thread_summaries": graph.search_thread_summaries,
+            }[request.scope]
+
+        pager = await self._call(
+            lambda z: method(z)(
+                graph_uuid,
+                query=request.query,
+                page_size=request.limit,
+                request_options=options,
+                **given,
+            )
+        )
+        return [_hit(item) for item in (pager.items or [])[: request.limit]]
 
     async def aclose(self) -> None:
         held = self._clients.pop_current()

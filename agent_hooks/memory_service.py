@@ -1,6 +1,6 @@
-"""``ZepMemoryService``: ADK's memory-service interface over the same queue and backend.
-Adding a session queues its messages (keyed like the callbacks key them), so re-adding a
-session already persisted turn by turn adds nothing."""
+"""``ZepMemoryService``: ADK's memory-service interface (2.13) over the same queue, cache
+and backend as the callbacks. Every write is queued; re-adding a session already
+persisted turn by turn adds nothing; searches never raise."""
 
 from __future__ import annotations
 
@@ -15,32 +15,24 @@ from google.adk.sessions.session import Session
 from google.genai import types
 from typing_extensions import override
 
-from afterthought.backend import MemoryBackend, open_backend
-from afterthought.enqueue import Enqueuer
-from afterthought.identity import IdentityRegistry
-from afterthought.settings import Settings
-from agent_hooks.messages import messages_from_events
+from afterthought.contract import checksum
+from afterthought.search import SearchRequest
+from agent_hooks.messages import messages_from_events, said_text
+from agent_hooks.turn_memory import TurnMemory, Who
 
 log = logging.getLogger("afterthought.hooks")
 
 
 class ZepMemoryService(BaseMemoryService):
-    def __init__(
-        self,
-        *,
-        settings: Settings | None = None,
-        backend: MemoryBackend | None = None,
-        **overrides: Any,
-    ) -> None:
-        self.settings = settings or Settings(**overrides)
-        self.enqueuer = Enqueuer(self.settings)
-        self._backend = backend
+    """Takes the same keyword arguments as ``create_callbacks`` (or ``memory=`` to share)."""
+
+    def __init__(self, *, memory: TurnMemory | None = None, limit: int = 10, **kwargs: Any):
+        self.memory = memory or TurnMemory.create(**kwargs)
+        self.limit = limit
 
     @property
-    def backend(self) -> MemoryBackend:
-        if self._backend is None:
-            self._backend = open_backend(self.settings)
-        return self._backend
+    def settings(self) -> Any:
+        return self.memory.settings
 
     @override
     async def add_session_to_memory(self, session: Session) -> None:
@@ -71,29 +63,69 @@ class ZepMemoryService(BaseMemoryService):
             assistant_name=self.settings.assistant_name,
         )
         for start in range(0, len(messages), 100):  # a few round trips, not one per message
-            await self.enqueuer.enqueue(messages[start : start + 100])
+            await self.memory.enqueuer.enqueue(messages[start : start + 100])
         log.info("session queued for memory messages=%d", len(messages))
+
+    @override
+    async def add_memory(
+        self,
+        *,
+        app_name: str,
+        user_id: str,
+        memories: Sequence[MemoryEntry],
+        custom_metadata: Mapping[str, object] | None = None,
+    ) -> None:
+        """Queued fact writes (trust ``app``); the same text added twice is stored once."""
+        for entry in memories:
+            text = said_text(entry.content).strip()
+            if not text:
+                raise ValueError("a memory entry needs text content")
+            await self.memory.queue_change(
+                app=app_name,
+                user_id=user_id,
+                kind="fact",
+                content=text,
+                source=checksum(text),
+                trust="app",
+            )
+
+    @override
+    async def delete_memory(
+        self, *, app_name: str, user_id: str, memory_id: str | None = None
+    ) -> None:
+        """A queued forget of one memory (an id ``search_memory`` returned)."""
+        if not memory_id:
+            raise ValueError("name the memory_id to delete (from search_memory results)")
+        await self.memory.queue_change(
+            app=app_name, user_id=user_id, kind="forget", content=memory_id, source=memory_id
+        )
 
     @override
     async def search_memory(
         self, *, app_name: str, user_id: str, query: str
     ) -> SearchMemoryResponse:
-        """The user's context block for ``query``, as one entry (empty on any failure)."""
+        """Facts about the user for ``query``: each with its id (for ``delete_memory``),
+        author and time. Empty on any failure."""
         try:
-            registry = IdentityRegistry(self.enqueuer.redis(), self.settings)
-            user = await registry.lookup_user(app=app_name, user_id=user_id)
+            user = await self.memory.user_of(Who(app_name, user_id, "", ""), self.memory.identity)
             if user is None:
                 return SearchMemoryResponse()
-            block = await self.backend.get_context(
-                user=user,
-                query=query,
-                max_chars=self.settings.context_max_chars,
-                timeout=self.settings.retrieval_budget,
+            hits = await self.memory.backend.search(
+                graph_uuid=user.graph_uuid,
+                request=SearchRequest(query=query[:400] or "the user", limit=self.limit),
+                timeout=self.settings.tool_timeout,
             )
         except Exception as exc:
             log.warning("memory search failed error=%s", type(exc).__name__)
             return SearchMemoryResponse()
-        if not block:
-            return SearchMemoryResponse()
-        entry = MemoryEntry(content=types.Content(role="user", parts=[types.Part(text=block)]))
-        return SearchMemoryResponse(memories=[entry.model_copy(update={"author": "memory"})])
+        return SearchMemoryResponse(
+            memories=[
+                MemoryEntry(
+                    id=hit.uuid,
+                    author="memory",
+                    timestamp=hit.created_at,
+                    content=types.Content(role="user", parts=[types.Part(text=hit.text)]),
+                )
+                for hit in hits
+            ]
+        )

@@ -18,7 +18,7 @@ from google.adk.models.llm_response import LlmResponse
 
 from afterthought.backend import MemoryBackend, UserRef, open_backend
 from afterthought.context_cache import ContextCache, now_version
-from afterthought.contract import QueuedMessage, Role, thread_key
+from afterthought.contract import MEMORY_SESSION, Kind, QueuedMessage, Role, thread_key
 from afterthought.direct_write import DirectWriter
 from afterthought.enqueue import Enqueuer
 from afterthought.identity import IdentityRegistry
@@ -75,14 +75,16 @@ class _Turn:
 
 
 @dataclass(frozen=True, slots=True)
-class _Who:
+class Who:
+    """The ADK ids of a turn."""
+
     app: str
     user_id: str
     session_id: str
     invocation_id: str
 
     @classmethod
-    def of(cls, ctx: CallbackContext) -> _Who:
+    def of(cls, ctx: CallbackContext) -> Who:
         return cls(ctx.session.app_name, ctx.user_id, ctx.session.id, ctx.invocation_id)
 
 
@@ -164,7 +166,7 @@ class TurnMemory:
     async def _start_turn(
         self, ctx: CallbackContext, llm_request: LlmRequest
     ) -> tuple[_Turn, Awaitable[bool]]:
-        who = _Who.of(ctx)
+        who = Who.of(ctx)
         identity = await resolve(ctx, explicit=self.identity, resolver=self.resolve_identity)
         text = said_text(ctx.user_content)
         block = asyncio.ensure_future(self._read_block(who, ctx, llm_request, identity, text))
@@ -177,9 +179,9 @@ class TurnMemory:
 
     async def _read_block(
         self,
-        who: _Who,
+        who: Who,
         ctx: CallbackContext,
-        llm_request: LlmRequest,
+        llm_request: LlmRequest | None,
         identity: ZepIdentity,
         query: str,
     ) -> str:
@@ -188,7 +190,7 @@ class TurnMemory:
         started = time.perf_counter()
         try:
             async with asyncio.timeout(self.settings.retrieval_budget):
-                if self.context_builder is not None:
+                if self.context_builder is not None and llm_request is not None:
                     return await self._build(who, ctx, llm_request, identity, query)
                 redis = self.enqueuer.redis()
                 cached = await self.cache.read(
@@ -197,7 +199,7 @@ class TurnMemory:
                 if self.direct is not None and not self.direct.knows(
                     thread_key(app=who.app, user_id=who.user_id, session_id=who.session_id)
                 ):
-                    await self._user(who, identity)  # learn the thread for outage writes
+                    await self.user_of(who, identity)  # learn the thread for outage writes
                 if cached is not None:
                     fresh = cached.age <= self.settings.context_fresh_seconds
                     context_cache_reads.add(1, {"result": "hit" if fresh else "stale"})
@@ -216,12 +218,12 @@ class TurnMemory:
             retrieval_duration.record(time.perf_counter() - started)
 
     async def _fetch(
-        self, who: _Who, identity: ZepIdentity, query: str, *, version: int
+        self, who: Who, identity: ZepIdentity, query: str, *, version: int
     ) -> str | None:
         """Read the block from the backend and cache it; None if nobody is known yet."""
         if time.monotonic() < self._read_open_until:
             return None  # the read breaker is open: the cache is all we use for now
-        user = await self._user(who, identity)
+        user = await self.user_of(who, identity)
         if user is None:
             return None
         try:
@@ -247,7 +249,7 @@ class TurnMemory:
         )
         return block
 
-    def _refresh_later(self, who: _Who, identity: ZepIdentity, query: str) -> None:
+    def _refresh_later(self, who: Who, identity: ZepIdentity, query: str) -> None:
         async def refresh() -> None:
             lock = self._keys.lock(f"refresh:{digest(who.app, who.user_id)}")
             redis = self.enqueuer.redis()
@@ -266,14 +268,14 @@ class TurnMemory:
 
     async def _build(
         self,
-        who: _Who,
+        who: Who,
         ctx: CallbackContext,
         llm_request: LlmRequest,
         identity: ZepIdentity,
         query: str,
     ) -> str:
         assert self.context_builder is not None
-        user = await self._user(who, identity)
+        user = await self.user_of(who, identity)
         thread = identity.thread_uuid
         if thread is None and user is not None:
             known = await IdentityRegistry(self.enqueuer.redis(), self.settings).lookup(
@@ -292,7 +294,7 @@ class TurnMemory:
         )
         return built or ""
 
-    async def _user(self, who: _Who, identity: ZepIdentity) -> UserRef | None:
+    async def user_of(self, who: Who, identity: ZepIdentity) -> UserRef | None:
         """The graph to read: pinned (options, resolver, state), else the registry's."""
         if identity.graph_uuid:
             return UserRef(user_uuid=identity.user_uuid or "", graph_uuid=identity.graph_uuid)
@@ -315,7 +317,7 @@ class TurnMemory:
             text = said_text(llm_response.content)
             if not text.strip():  # function-call-only, thought-only or empty
                 return None
-            who = _Who.of(callback_context)
+            who = Who.of(callback_context)
             turn = self._turns.get(who.invocation_id)
             if turn is None:
                 identity = await resolve(
@@ -333,6 +335,41 @@ class TurnMemory:
             )
         return None
 
+    # --- memory changes (tools, memory service) --------------------------------------------
+    async def queue_change(
+        self,
+        *,
+        app: str,
+        user_id: str,
+        kind: Kind,
+        content: str,
+        source: str,
+        trust: str | None = None,
+        identity: ZepIdentity | None = None,
+    ) -> bool:
+        """Queue a fact to store or a memory to forget. ``source`` names the change (an
+        invocation, or the content itself), so the same change queued twice stays one."""
+        pinned = identity or self.identity
+        message = QueuedMessage.build(
+            app=app,
+            user_id=user_id,
+            session_id=MEMORY_SESSION,
+            invocation_id=f"{kind}:{source}",
+            role="user",
+            ordinal=0,
+            content=content,
+            kind=kind,
+            trust=trust,
+            zep_user_uuid=pinned.user_uuid,
+            zep_graph_uuid=pinned.graph_uuid,
+        )
+        return await self.enqueuer.enqueue([message])
+
+    async def current_block(self, ctx: CallbackContext, query: str) -> str:
+        """The block the turn path would inject now (for the model-called context tool)."""
+        identity = await resolve(ctx, explicit=self.identity, resolver=self.resolve_identity)
+        return await self._read_block(Who.of(ctx), ctx, None, identity, query)
+
     # --- shared -------------------------------------------------------------------------
     def _nested(self, ctx: CallbackContext) -> bool:
         """W8: a nested run (an ``AgentTool``'s child runner) is not the user's turn."""
@@ -344,7 +381,7 @@ class TurnMemory:
 
     def _message(
         self,
-        who: _Who,
+        who: Who,
         turn: _Turn,
         role: Role,
         text: str,

@@ -282,7 +282,6 @@ class Flusher:
             await self._dead_letter(tk, token, 1, reason=f"malformed: {exc}", attempts=0)
             stats["dead"] += 1
             return True
-        _, thread_uuid = await self._identity(batch[0])
         first, last = batch[0].seq or 0, batch[-1].seq or 0
         if inflight is None:
             ok = await self._begin(
@@ -291,10 +290,15 @@ class Flusher:
             )
             if not ok:
                 raise _LeaseLost
-        replay = any(m.replay for m in batch)
-        context = await self._send_resplitting(
-            thread_uuid, batch, stats, reconcile=inflight is not None or replay, replay=replay
-        )
+        context = None
+        if batch[0].kind == "message":
+            _, thread_uuid = await self._identity(batch[0])
+            replay = any(m.replay for m in batch)
+            context = await self._send_resplitting(
+                thread_uuid, batch, stats, reconcile=inflight is not None or replay, replay=replay
+            )
+        else:
+            await self._apply_memory_changes(batch, stats)
         left = await self._ack(
             keys=[
                 self.keys.lease(tk),
@@ -342,10 +346,12 @@ class Flusher:
         return self._fit(messages)
 
     def _fit(self, messages: list[QueuedMessage]) -> list[QueuedMessage]:
-        """Whole messages whose parts fit one call; a lone huge message goes alone."""
+        """Whole messages of one kind whose parts fit one call; a lone huge one goes alone."""
         limit, size = self.settings.batch_size, 0
         fitted: list[QueuedMessage] = []
         for m in messages:
+            if m.kind != messages[0].kind:
+                break
             parts = len(split_content(m.content, self.settings.max_message_chars))
             if fitted and size + parts > limit:
                 break
@@ -436,6 +442,31 @@ class Flusher:
         limit = REPLAY_LOOKBACK if replay else len(wanted) + 30
         stored = await self.backend.recent_messages(thread_uuid=thread_uuid, limit=limit)
         return pack(missing(wanted, stored, replay=replay), self.settings.batch_size)
+
+    async def _apply_memory_changes(self, batch: list[QueuedMessage], stats: Counter[str]) -> None:
+        """Facts to store and memories to forget, in queue order. Both are idempotent by
+        key at the backend; the user's cached block is dropped so the next turn rereads."""
+        head = batch[0]
+        if head.zep_graph_uuid:
+            user = UserRef(head.zep_user_uuid or "", head.zep_graph_uuid)
+        else:
+            user, _ = await self.registry.ensure_user(
+                self.backend, app=head.app, user_id=head.user_id
+            )
+        for item in batch:
+            await self.pacing.wait()
+            if item.kind == "fact":
+                await self.backend.add_fact(
+                    user=user,
+                    text=item.content,
+                    key=item.key,
+                    trust=item.trust or "app",
+                    reference_time=item.reference_time,
+                )
+            else:
+                await self.backend.delete_memory(user=user, memory_uuid=item.content)
+            stats[item.kind] += 1
+        await self.cache.delete(self.redis, app=head.app, user_id=head.user_id)
 
     async def _identity(self, message: QueuedMessage) -> tuple[UserRef, str]:
         if message.zep_thread_uuid:  # pinned by the application: nothing to provision

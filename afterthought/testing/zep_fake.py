@@ -83,6 +83,8 @@ class _State:
     threads: dict[str, JSON] = field(default_factory=dict)
     messages: dict[str, list[JSON]] = field(default_factory=dict)
     replies: dict[str, tuple[int, JSON | None]] = field(default_factory=dict)
+    episodes: dict[str, list[JSON]] = field(default_factory=dict)
+    deleted: set[str] = field(default_factory=set)
 
 
 def _now() -> str:
@@ -341,24 +343,100 @@ class ZepFake:
         return 200, {"context": self._context_for(thread["user_uuid"], "", 4000)}
 
     def _graph_context(self, graph_uuid: str, *, query: JSON, body: JSON) -> tuple[int, JSON]:
-        owner = next(
-            (u for u in self._state.users.values() if graph_uuid in (u["graph_uuid"], u["uuid"])),
-            None,
-        )
-        if owner is None:
-            raise _error(404, "not_found", "graph not found")
+        owner = self._owner(graph_uuid)
         limit = int(body.get("max_characters") or 4000)
         context = self._context_for(owner["uuid"], str(body.get("query", "")), limit)
         return 200, {"context": context, "truncated": False}
 
-    def _context_for(self, user_uuid: str, query: str, limit: int) -> str:
-        """Zep would extract facts; the fake lists what was ingested, newest first."""
-        facts = [
-            f"  - {m['content']} ({(m['reference_time'] or m['created_at'])[:10]} - present)"
+    def _knowledge(self, user_uuid: str) -> list[JSON]:
+        """What Zep would have extracted facts from: ingested messages and added episodes,
+        newest first (the fake's "facts" are their texts; deleted ones are gone)."""
+        said = [
+            m
             for t in self._state.threads.values()
             if t["user_uuid"] == user_uuid
-            for m in reversed(self._state.messages[t["uuid"]])
+            for m in self._state.messages[t["uuid"]]
             if m["ingested"]
+        ]
+        added = self._state.episodes.get(user_uuid, [])
+        return sorted(
+            (m for m in [*said, *added] if m["uuid"] not in self._state.deleted),
+            key=lambda m: m["created_at"],
+            reverse=True,
+        )
+
+    def _owner(self, graph_uuid: str) -> JSON:
+        for user in self._state.users.values():
+            if graph_uuid in (user["graph_uuid"], user["uuid"]):
+                return user
+        raise _error(404, "not_found", "graph not found")
+
+    def _search(self, graph_uuid: str, scope: str, *, query: JSON, body: JSON) -> tuple[int, JSON]:
+        owner = self._owner(graph_uuid)
+        size = int(query.get("page_size") or 50)
+        if not 1 <= size <= 50:
+            raise _error(400, "invalid_request", "page_size must be 1..50")
+        if scope == "observations" and body.get("filters"):
+            raise _error(400, "unsupported_filter", "observation search supports no filters")
+        words = set(str(body.get("query", "")).lower().split())
+        known = sorted(
+            self._knowledge(owner["uuid"]),
+            key=lambda m: -len(words & set(m["content"].lower().split())),
+        )[:size]
+        if scope == "edges":
+            items = [
+                {
+                    "uuid": m["uuid"],
+                    "fact": m["content"],
+                    "name": "STATED",
+                    "created_at": m["created_at"],
+                    "valid_at": m.get("reference_time"),
+                }
+                for m in known
+            ]
+        elif scope == "episodes":
+            items = [
+                {"uuid": m["uuid"], "content": m["content"], "created_at": m["created_at"]}
+                for m in known
+            ]
+        else:
+            items = []
+        return 200, {"items": items, "next_cursor": ""}
+
+    def _add_episode(self, graph_uuid: str, *, query: JSON, body: JSON) -> tuple[int, JSON]:
+        owner = self._owner(graph_uuid)
+        if not isinstance(body.get("data"), str) or not body["data"]:
+            raise _error(400, "invalid_request", "data is required")
+        episode = {
+            "uuid": str(uuid.uuid4()),
+            "content": body["data"],
+            "metadata": body.get("metadata") or {},
+            "source_description": body.get("source_description"),
+            "reference_time": body.get("reference_time"),
+            "created_at": _now(),
+            "graph_uuid": owner["graph_uuid"],
+        }
+        self._state.episodes.setdefault(owner["uuid"], []).append(episode)
+        return 202, {"episode": episode, "task": _task("graph.episode.add")}
+
+    def episodes(self) -> list[JSON]:
+        with self._lock:
+            return [e for added in self._state.episodes.values() for e in added]
+
+    def _delete_edge(
+        self, graph_uuid: str, edge_uuid: str, *, query: JSON, body: Any
+    ) -> tuple[int, JSON]:
+        owner = self._owner(graph_uuid)
+        if not any(m["uuid"] == edge_uuid for m in self._knowledge(owner["uuid"])):
+            raise _error(404, "not_found", "edge not found")
+        self._state.deleted.add(edge_uuid)
+        return 202, {"task": _task("graph.edge.delete")}
+
+    def _context_for(self, user_uuid: str, query: str, limit: int) -> str:
+        """Zep would extract facts; the fake lists what it knows, newest first."""
+        facts = [
+            f"  - {m['content']} ({(m.get('reference_time') or m['created_at'])[:10]} - present)"
+            for m in self._knowledge(user_uuid)
         ]
         if not facts:
             return ""
@@ -391,6 +469,10 @@ _ROUTES: list[tuple[str, str, _Handler_t]] = [
     ("GET", r"/threads/([\w-]+)/messages", ZepFake._list_messages),
     ("GET", r"/threads/([\w-]+)/context", ZepFake._thread_context),
     ("POST", r"/graphs/([\w-]+)/context", ZepFake._graph_context),
+    ("POST", r"/graphs/([\w-]+)/search/(edges|nodes|episodes|observations)", ZepFake._search),
+    ("POST", r"/graphs/([\w-]+)/search/(thread)-summaries", ZepFake._search),
+    ("POST", r"/graphs/([\w-]+)/episodes", ZepFake._add_episode),
+    ("DELETE", r"/graphs/([\w-]+)/edges/([\w-]+)", ZepFake._delete_edge),
 ]
 _ROUTES_BY_METHOD: dict[str, list[tuple[re.Pattern[str], _Handler_t]]] = {}
 for _method, _pattern, _fn in _ROUTES:
