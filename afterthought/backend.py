@@ -116,9 +116,30 @@ class MemoryBackend(abc.ABC):
 
     @abc.abstractmethod
     async def get_context(
-        self, *, user: UserRef, query: str, max_chars: int, timeout: float
+        self,
+        *,
+        user: UserRef,
+        query: str,
+        max_chars: int,
+        timeout: float,
+        template_uuid: str | None = None,
     ) -> str:
-        """The user's context block for ``query``; empty when there is nothing to say."""
+        """The user's context block for ``query`` (rendered with the template, if any);
+        empty when there is nothing to say."""
+
+    @abc.abstractmethod
+    async def create_template(self, *, name: str, template: str) -> str:
+        """Store a context template; returns its UUID (see ``afterthought.templates``)."""
+
+    @abc.abstractmethod
+    async def get_template(self, template_uuid: str) -> tuple[str, str]:
+        """``(name, template)``."""
+
+    @abc.abstractmethod
+    async def update_template(self, template_uuid: str, *, name: str, template: str) -> None: ...
+
+    @abc.abstractmethod
+    async def delete_template(self, template_uuid: str) -> None: ...
 
     @abc.abstractmethod
     async def add_fact(

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import re
 import sqlite3
@@ -16,6 +17,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
+from afterthought import templates
 from afterthought.backend import (
     MESSAGE_KEY_FIELD,
     BackendError,
@@ -27,6 +29,7 @@ from afterthought.backend import (
 from afterthought.search import SearchHit, SearchRequest
 
 T = TypeVar("T")
+log = logging.getLogger("afterthought.local")
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS users (
@@ -57,6 +60,9 @@ CREATE TABLE IF NOT EXISTS facts (
 CREATE INDEX IF NOT EXISTS facts_user ON facts(user_uuid, invalid_at);
 CREATE UNIQUE INDEX IF NOT EXISTS facts_source ON facts(user_uuid, source_keys);
 CREATE TABLE IF NOT EXISTS idempotency (key TEXT PRIMARY KEY, created_at TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS templates (
+  uuid TEXT PRIMARY KEY, name TEXT UNIQUE NOT NULL, template TEXT NOT NULL,
+  created_at TEXT NOT NULL);
 """
 
 _WORD = re.compile(r"\w{3,}", re.UNICODE)
@@ -187,19 +193,81 @@ class LocalBackend(MemoryBackend):
         return await self._run(work)
 
     async def get_context(
-        self, *, user: UserRef, query: str, max_chars: int, timeout: float
+        self,
+        *,
+        user: UserRef,
+        query: str,
+        max_chars: int,
+        timeout: float,
+        template_uuid: str | None = None,
     ) -> str:
         async with asyncio.timeout(timeout):
-            return await self._run(lambda db: self._context(db, user, query, max_chars))
+            return await self._run(
+                lambda db: self._context(db, user, query, max_chars, template_uuid)
+            )
 
-    def _context(self, db: sqlite3.Connection, user: UserRef, query: str, max_chars: int) -> str:
+    def _context(
+        self,
+        db: sqlite3.Connection,
+        user: UserRef,
+        query: str,
+        max_chars: int,
+        template_uuid: str | None = None,
+    ) -> str:
         facts = db.execute(
             "SELECT value, valid_at FROM facts WHERE user_uuid = ? AND invalid_at IS NULL"
-            " ORDER BY importance DESC, valid_at DESC LIMIT 50",
+            " ORDER BY importance DESC, valid_at DESC LIMIT 1000",
             (user.user_uuid,),
         ).fetchall()
-        said = self._user_statements(db, user.user_uuid, query)
-        return _render(facts, said, max_chars)
+        if template_uuid is None:
+            said = self._user_statements(db, user.user_uuid, query)
+            return _render(facts, said, max_chars)
+        row = db.execute("SELECT template FROM templates WHERE uuid = ?", (template_uuid,))
+        found = row.fetchone()
+        if found is None:
+            raise BackendError("not_found", status=404, code="template")
+        # The store has facts (for %{edges}); a user summary only once synthesis writes one.
+        text, missing = templates.render(
+            found[0], {"edges": [f"- {v} (since {at[:10]})" for v, at in facts]}
+        )
+        if missing:
+            log.warning("local backend renders empty: %s", ",".join(sorted(set(missing))))
+        return text[:max_chars]
+
+    async def create_template(self, *, name: str, template: str) -> str:
+        def work(db: sqlite3.Connection) -> str:
+            db.execute(
+                "INSERT OR IGNORE INTO templates VALUES (?, ?, ?, ?)",
+                (str(uuid.uuid4()), name, template, _now()),
+            )
+            row = db.execute("SELECT uuid FROM templates WHERE name = ?", (name,)).fetchone()
+            return str(row[0])
+
+        return await self._run(work)
+
+    async def get_template(self, template_uuid: str) -> tuple[str, str]:
+        def work(db: sqlite3.Connection) -> tuple[str, str]:
+            row = db.execute(
+                "SELECT name, template FROM templates WHERE uuid = ?", (template_uuid,)
+            ).fetchone()
+            if row is None:
+                raise BackendError("not_found", status=404, code="template")
+            return str(row[0]), str(row[1])
+
+        return await self._run(work)
+
+    async def update_template(self, template_uuid: str, *, name: str, template: str) -> None:
+        await self._run(
+            lambda db: db.execute(
+                "UPDATE templates SET name = ?, template = ? WHERE uuid = ?",
+                (name, template, template_uuid),
+            )
+        )
+
+    async def delete_template(self, template_uuid: str) -> None:
+        await self._run(
+            lambda db: db.execute("DELETE FROM templates WHERE uuid = ?", (template_uuid,))
+        )
 
     @staticmethod
     def _user_statements(

@@ -240,17 +240,54 @@ class ZepBackend(MemoryBackend):
         return found
 
     async def get_context(
-        self, *, user: UserRef, query: str, max_chars: int, timeout: float
+        self,
+        *,
+        user: UserRef,
+        query: str,
+        max_chars: int,
+        timeout: float,
+        template_uuid: str | None = None,
     ) -> str:
+        template = {"template_uuid": template_uuid} if template_uuid else {}
         response = await self._call(
             lambda z: z.graph.get_context(
                 user.graph_uuid,
                 query=query or "the user",
                 max_characters=max_chars,
                 request_options=self._options(timeout),
+                **template,
             )
         )
         return str(response.context or "").strip()
+
+    async def create_template(self, *, name: str, template: str) -> str:
+        created = await self._call(
+            lambda z: z.context.create_template(
+                name=name,
+                template=template,
+                idempotency_key=f"template:{name}",
+                request_options=self._options(),
+            )
+        )
+        return str(created.uuid_)
+
+    async def get_template(self, template_uuid: str) -> tuple[str, str]:
+        found = await self._call(
+            lambda z: z.context.get_template(template_uuid, request_options=self._options())
+        )
+        return str(found.name or ""), str(found.template or "")
+
+    async def update_template(self, template_uuid: str, *, name: str, template: str) -> None:
+        await self._call(
+            lambda z: z.context.update_template(
+                template_uuid, name=name, template=template, request_options=self._options()
+            )
+        )
+
+    async def delete_template(self, template_uuid: str) -> None:
+        await self._call(
+            lambda z: z.context.delete_template(template_uuid, request_options=self._options())
+        )
 
     async def add_fact(
         self, *, user: UserRef, text: str, key: str, trust: str, reference_time: str

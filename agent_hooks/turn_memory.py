@@ -232,6 +232,7 @@ class TurnMemory:
                 query=query,
                 max_chars=self.settings.context_max_chars,
                 timeout=self.settings.retrieval_budget,
+                template_uuid=self.settings.context_template_uuid,
             )
         except Exception:
             self._read_failures += 1

@@ -292,11 +292,21 @@ class Flusher:
                 raise _LeaseLost
         context = None
         if batch[0].kind == "message":
-            _, thread_uuid = await self._identity(batch[0])
+            user, thread_uuid = await self._identity(batch[0])
             replay = any(m.replay for m in batch)
             context = await self._send_resplitting(
                 thread_uuid, batch, stats, reconcile=inflight is not None or replay, replay=replay
             )
+            template = self.settings.context_template_uuid
+            if template and user.graph_uuid:  # return_context knows no templates
+                said = " ".join(m.content for m in batch if m.role == "user")
+                context = await self.backend.get_context(
+                    user=user,
+                    query=said,
+                    max_chars=self.settings.context_max_chars,
+                    timeout=self.settings.backend_timeout,
+                    template_uuid=template,
+                )
         else:
             await self._apply_memory_changes(batch, stats)
         left = await self._ack(
@@ -407,6 +417,7 @@ class Flusher:
         """Send with in-job retries. Whenever an earlier attempt may have reached the
         backend (a crash, a timeout, a lost reply) or the batch replays a session, send
         only what it lacks (W2): this holds whether or not the backend honours keys."""
+        templated = self.settings.context_template_uuid is not None
         async for attempt in AsyncRetrying(
             retry=retry_if_exception(_retry_in_job),
             wait=_wait,
@@ -426,7 +437,7 @@ class Flusher:
                             messages=call.messages,
                             idempotency_key=call.idempotency_key,
                             ignore_roles=self.ignore_roles,
-                            return_context=call is todo[-1],
+                            return_context=call is todo[-1] and not templated,
                         )
                     except BackendError as exc:
                         if exc.kind == "rate_limited":

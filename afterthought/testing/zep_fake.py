@@ -84,6 +84,7 @@ class _State:
     messages: dict[str, list[JSON]] = field(default_factory=dict)
     replies: dict[str, tuple[int, JSON | None]] = field(default_factory=dict)
     episodes: dict[str, list[JSON]] = field(default_factory=dict)
+    templates: dict[str, JSON] = field(default_factory=dict)
     deleted: set[str] = field(default_factory=set)
 
 
@@ -345,8 +346,47 @@ class ZepFake:
     def _graph_context(self, graph_uuid: str, *, query: JSON, body: JSON) -> tuple[int, JSON]:
         owner = self._owner(graph_uuid)
         limit = int(body.get("max_characters") or 4000)
+        template = body.get("template_uuid")
+        if template:  # a toy renderer: %{edges} gets the facts, other variables nothing
+            if template not in self._state.templates:
+                raise _error(404, "not_found", "template not found")
+            facts = "\n".join(f"- {m['content']}" for m in self._knowledge(owner["uuid"]))
+            text = self._state.templates[template]["template"].replace("%{edges}", facts)
+            text = re.sub(r"%\{[^}]*\}", "", text)
+            return 200, {"context": text[:limit], "truncated": False}
         context = self._context_for(owner["uuid"], str(body.get("query", "")), limit)
         return 200, {"context": context, "truncated": False}
+
+    def _create_template(self, *, query: JSON, body: JSON) -> tuple[int, JSON]:
+        if any(t["name"] == body.get("name") for t in self._state.templates.values()):
+            raise _error(409, "already_exists", "template name taken")
+        if "%{" not in str(body.get("template", "")):
+            raise _error(400, "invalid_template", "no variables")
+        created: JSON = {
+            "uuid": str(uuid.uuid4()),
+            "name": body.get("name"),
+            "template": body.get("template"),
+            "created_at": _now(),
+        }
+        self._state.templates[created["uuid"]] = created
+        return 201, created
+
+    def _template(self, template_uuid: str, *, query: JSON, body: Any) -> tuple[int, JSON]:
+        if template_uuid not in self._state.templates:
+            raise _error(404, "not_found", "template not found")
+        return 200, self._state.templates[template_uuid]
+
+    def _update_template(self, template_uuid: str, *, query: JSON, body: JSON) -> tuple[int, JSON]:
+        self._template(template_uuid, query=query, body=body)
+        self._state.templates[template_uuid].update(
+            {k: body[k] for k in ("name", "template") if k in body}
+        )
+        return 200, self._state.templates[template_uuid]
+
+    def _delete_template(self, template_uuid: str, *, query: JSON, body: Any) -> tuple[int, JSON]:
+        self._template(template_uuid, query=query, body=body)
+        del self._state.templates[template_uuid]
+        return 200, {}
 
     def _knowledge(self, user_uuid: str) -> list[JSON]:
         """What Zep would have extracted facts from: ingested messages and added episodes,
@@ -473,6 +513,10 @@ _ROUTES: list[tuple[str, str, _Handler_t]] = [
     ("POST", r"/graphs/([\w-]+)/search/(thread)-summaries", ZepFake._search),
     ("POST", r"/graphs/([\w-]+)/episodes", ZepFake._add_episode),
     ("DELETE", r"/graphs/([\w-]+)/edges/([\w-]+)", ZepFake._delete_edge),
+    ("POST", r"/context-templates", ZepFake._create_template),
+    ("GET", r"/context-templates/([\w-]+)", ZepFake._template),
+    ("PUT", r"/context-templates/([\w-]+)", ZepFake._update_template),
+    ("DELETE", r"/context-templates/([\w-]+)", ZepFake._delete_template),
 ]
 _ROUTES_BY_METHOD: dict[str, list[tuple[re.Pattern[str], _Handler_t]]] = {}
 for _method, _pattern, _fn in _ROUTES:
