@@ -61,7 +61,7 @@ class UserRef:
 
 @dataclass(frozen=True, slots=True)
 class OutgoingMessage:
-    role: str
+    role: str | None
     content: str
     reference_time: str
     name: str | None = None

@@ -16,6 +16,24 @@ PAYLOAD_VERSION = 1
 ACCEPTED_VERSIONS = frozenset({PAYLOAD_VERSION, PAYLOAD_VERSION - 1})
 
 Role = Literal["user", "assistant", "system", "tool", "function"]
+_ROLES: dict[str, Role] = {
+    "user": "user",
+    "human": "user",
+    "assistant": "assistant",
+    "ai": "assistant",
+    "model": "assistant",
+    "system": "system",
+    "tool": "tool",
+    "function": "function",
+}
+
+
+def to_role(raw: str | None) -> Role | None:
+    """A backend role: ``human``/``ai`` (and ADK's ``model``) coerced, anything else None,
+    which is sent as no role at all (seed 004; v4 has no ``norole``)."""
+    return _ROLES.get((raw or "").strip().lower())
+
+
 Kind = Literal["message", "fact", "forget"]
 #: The pseudo-session that carries a user's fact writes and forgets through the queue.
 MEMORY_SESSION = "~memory"
@@ -60,8 +78,8 @@ class QueuedMessage(BaseModel):
     """ADK session id."""
     invocation_id: str
     """ADK invocation that produced the message."""
-    role: Role
-    """Backend role."""
+    role: Role | None
+    """Backend role; None: sent without one."""
     ordinal: int = Field(ge=0)
     """Position among this invocation's messages of the same role."""
     content: str = Field(min_length=1)
@@ -94,7 +112,7 @@ class QueuedMessage(BaseModel):
         user_id: str,
         session_id: str,
         invocation_id: str,
-        role: Role,
+        role: Role | None,
         ordinal: int,
         content: str,
         name: str | None = None,
@@ -113,7 +131,7 @@ class QueuedMessage(BaseModel):
                 user_id=user_id,
                 session_id=session_id,
                 invocation_id=invocation_id,
-                role=role,
+                role=role or "",
                 ordinal=ordinal,
             ),
             app=app,

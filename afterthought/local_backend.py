@@ -165,7 +165,7 @@ class LocalBackend(MemoryBackend):
                         str(uuid.uuid4()),
                         thread_uuid,
                         m.metadata.get(MESSAGE_KEY_FIELD),
-                        m.role,
+                        m.role or "",
                         m.name,
                         m.content,
                         json.dumps(dict(m.metadata)),

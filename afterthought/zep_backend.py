@@ -188,11 +188,11 @@ class ZepBackend(MemoryBackend):
     ) -> str | None:
         payload = [
             AddMessage(
-                role=m.role,
                 content=m.content,
-                name=m.name,
                 reference_time=m.reference_time,
                 metadata=dict(m.metadata),
+                # Unset fields are left out of the JSON; None would be sent as null.
+                **{k: v for k, v in (("role", m.role), ("name", m.name)) if v is not None},
             )
             for m in messages
         ]

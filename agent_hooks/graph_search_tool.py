@@ -101,15 +101,21 @@ class ZepGraphSearchTool(BaseTool):
         self.exposed = [k for k, v in self.options.items() if v is EXPOSED]
         # What the model may still supply counts as supplied; the rest must be valid now.
         could = {"mmr_lambda": 0.5, "center_node_uuid": "supplied-by-the-model"}
-        wrong = self._problems(
-            {k: could.get(k, _DEFAULTS[k]) if v is EXPOSED else v for k, v in self.options.items()}
-        )
+        values = {
+            k: could.get(k, _DEFAULTS[k]) if v is EXPOSED else v for k, v in self.options.items()
+        }
+        wrong = self._problems(self._unranked_context(values))
         if wrong:
             raise ValueError("invalid search options: " + "; ".join(wrong))
 
+    def _unranked_context(self, values: dict[str, Any]) -> dict[str, Any]:
+        """Context ranks by itself: drop a reranker that only came from the default or the
+        model (a pinned one stays, and is reported)."""
+        if values["scope"] == "context" and self.options["reranker"] is EXPOSED:
+            return {**values, "reranker": None}
+        return values
+
     def _problems(self, values: dict[str, Any]) -> list[str]:
-        if values["scope"] == "context":
-            values = {**values, "reranker": None}  # context ranks by itself
         return problems(
             **values, filters=self.filters, bfs_origin_node_uuids=self.bfs_origin_node_uuids
         )
@@ -136,8 +142,7 @@ class ZepGraphSearchTool(BaseTool):
         chosen = {k: args[k] for k in self.exposed if args.get(k) is not None}
         pinned = {k: v for k, v in self.options.items() if v is not EXPOSED}
         values = {**_DEFAULTS, **chosen, **pinned}  # pinned beats the model, the model defaults
-        if values["scope"] == "context":
-            values["reranker"] = None
+        values = self._unranked_context(values)
         wrong = self._problems(values)
         if wrong:
             return "Not searched: " + "; ".join(wrong) + "."

@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from google.adk.events.event import Event
 from google.genai import types
 
-from afterthought.contract import QueuedMessage, Role
+from afterthought.contract import QueuedMessage, to_role
 
 
 def said_text(content: types.Content | None) -> str:
@@ -28,14 +28,15 @@ def messages_from_events(
 ) -> list[QueuedMessage]:
     """Finished events with something said, keyed like the callbacks key them; marked as
     replays, so the worker sends only what the backend does not hold yet."""
-    ordinals: dict[tuple[str, Role], int] = {}
+    ordinals: dict[tuple[str, str], int] = {}
     messages: list[QueuedMessage] = []
     for event in events:
         text = said_text(event.content)
         if event.partial or not text.strip() or not event.invocation_id:
             continue
-        role: Role = "user" if event.author == "user" else "assistant"
-        slot = (event.invocation_id, role)
+        said_by = event.content.role if event.content else None
+        role = "user" if event.author == "user" else to_role(said_by)
+        slot = (event.invocation_id, role or "")
         ordinal = ordinals.get(slot, 0)
         ordinals[slot] = ordinal + 1
         messages.append(

@@ -351,7 +351,9 @@ class ZepFake:
             if template not in self._state.templates:
                 raise _error(404, "not_found", "template not found")
             facts = "\n".join(f"- {m['content']}" for m in self._knowledge(owner["uuid"]))
-            text = self._state.templates[template]["template"].replace("%{edges}", facts)
+            text = re.sub(
+                r"%\{edges[^}]*\}", lambda _: facts, self._state.templates[template]["template"]
+            )
             text = re.sub(r"%\{[^}]*\}", "", text)
             return 200, {"context": text[:limit], "truncated": False}
         context = self._context_for(owner["uuid"], str(body.get("query", "")), limit)

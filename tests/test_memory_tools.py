@@ -1,0 +1,245 @@
+"""Graph search, model-called memory tools, the memory service's fact paths, context
+templates and roles — through a real Runner where a model is involved."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from google.adk.agents import LlmAgent
+from google.adk.events.event import Event
+from google.adk.memory.memory_entry import MemoryEntry
+from google.adk.models.llm_request import LlmRequest
+from google.adk.runners import Runner
+from google.adk.sessions import InMemorySessionService
+from google.genai import types
+
+from afterthought.backend import open_backend
+from afterthought.contract import to_role
+from afterthought.settings import Settings
+from afterthought.templates import TemplateError, create_template, get_template, problems
+from afterthought.testing import Fault, ZepFake
+from afterthought.testing.stand_in_model import StandInLlm, memory_lines
+from agent_hooks import TurnMemory, ZepMemoryService, create_callbacks
+from agent_hooks.graph_search_tool import NO_RESULTS, UNAVAILABLE, ZepGraphSearchTool
+from agent_hooks.memory_tools import create_memory_tools
+from agent_hooks.messages import messages_from_events
+from tests.adk_support import APP, make_runner, new_session, say
+from tests.conftest import drain
+
+
+async def _remembered(settings: Settings, text: str = "I live in Lisbon.") -> None:
+    runner, _ = make_runner(create_callbacks(settings=settings))
+    await say(runner, "alice", await new_session(runner, "alice"), text)
+    await drain(settings)
+
+
+def _tool_output(request: LlmRequest) -> Any:
+    for content in reversed(request.contents):
+        for part in content.parts or []:
+            if part.function_response is not None:
+                return (part.function_response.response or {}).get("result")
+    raise AssertionError("no tool result in the request")
+
+
+async def _call_tool(tool: Any, args: dict[str, Any], user: str = "alice") -> Any:
+    model = StandInLlm(script=[{"call": tool.name, "args": args}, "done"])
+    agent = LlmAgent(name="helper", model=model, tools=[tool])
+    runner = Runner(app_name=APP, agent=agent, session_service=InMemorySessionService())
+    await say(runner, user, await new_session(runner, user), "Look it up.")
+    return _tool_output(model.requests[-1])
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"scope": "context", "reranker": "mmr"},
+        {"reranker": "mmr", "mmr_lambda": None},
+        {"scope": "episodes", "reranker": "node_distance"},
+        {"scope": "edges", "limit": 0},
+        {"scope": "observations", "reranker": "rrf"},  # observations take no filters:
+        {"scope": None},
+    ],
+)
+def test_invalid_pinned_search_fails_at_construction(
+    options: dict[str, Any], local_settings: Settings
+) -> None:
+    filters = {"edge_types": ["LIVES_IN"]} if options.get("scope") == "observations" else None
+    with pytest.raises(ValueError):
+        ZepGraphSearchTool(settings=local_settings, filters=filters, **options)
+
+
+def test_declaration_exposes_only_what_is_not_pinned(local_settings: Settings) -> None:
+    tool = ZepGraphSearchTool(settings=local_settings, scope="edges", limit=5, mmr_lambda=None)
+    schema = tool._get_declaration().parameters
+    assert schema is not None and schema.properties is not None
+    assert set(schema.properties) == {"query", "reranker", "center_node_uuid"}
+    ZepGraphSearchTool(settings=local_settings, reranker="mmr")  # the model can give lambda
+
+
+async def test_search_tool_finds_facts_and_ignores_identity_arguments(
+    zep_settings: Settings, zep_fake: ZepFake
+) -> None:
+    await _remembered(zep_settings)
+    tool = ZepGraphSearchTool(settings=zep_settings)
+    found = await _call_tool(tool, {"query": "Lisbon", "graph_uuid": "someone-else"})
+    assert "Lisbon" in found
+    searches = [r for r in zep_fake.requests if "/search/" in r.path]
+    (graph,) = {r.path.split("/")[2] for r in searches}
+    assert graph == zep_fake.users()[0]["graph_uuid"]  # the turn's user, not the model's pick
+
+
+async def test_invalid_model_choice_costs_no_call_and_names_the_choices(
+    zep_settings: Settings, zep_fake: ZepFake
+) -> None:
+    await _remembered(zep_settings)
+    tool = ZepGraphSearchTool(settings=zep_settings)
+    before = len(zep_fake.requests)
+    answer = await _call_tool(
+        tool, {"query": "Lisbon", "scope": "episodes", "reranker": "node_distance"}
+    )
+    assert "rrf, cross_encoder" in answer and answer.startswith("Not searched")
+    assert not [r for r in zep_fake.requests[before:] if "/search/" in r.path]
+
+
+async def test_backend_errors_never_reach_the_model(
+    zep_settings: Settings, zep_fake: ZepFake
+) -> None:
+    await _remembered(zep_settings)
+    zep_fake.inject(Fault(match="/search/", status=500, times=10))
+    answer = await _call_tool(ZepGraphSearchTool(settings=zep_settings), {"query": "Lisbon"})
+    assert answer == UNAVAILABLE
+
+
+async def test_search_on_the_local_backend(local_settings: Settings) -> None:
+    await _remembered(local_settings)
+    tool = ZepGraphSearchTool(settings=local_settings, scope="episodes")
+    assert "Lisbon" in await _call_tool(tool, {"query": "Lisbon"})
+    assert await _call_tool(tool, {"query": "x"}, user="nobody") == NO_RESULTS
+
+
+async def test_remember_tool_stores_a_model_fact_that_later_turns_see(
+    any_settings: Settings,
+) -> None:
+    await _remembered(any_settings)
+    memory = TurnMemory.create(settings=any_settings)
+    remember, _, recall = create_memory_tools(memory)
+    assert await _call_tool(remember, {"fact": "Alice is allergic to peanuts."}) == "Saved."
+    await drain(any_settings)
+
+    runner, model = make_runner(create_callbacks(settings=any_settings))
+    await say(runner, "alice", await new_session(runner, "alice"), "Any allergies?")
+    assert any("peanuts" in line for line in memory_lines(model.requests[-1]))
+    assert "peanuts" in await _call_tool(recall, {})
+    assert (await _call_tool(remember, {"fact": "  "})).startswith("Nothing saved")
+
+
+async def test_remembered_facts_carry_model_trust_on_zep(
+    zep_settings: Settings, zep_fake: ZepFake
+) -> None:
+    await _remembered(zep_settings)
+    remember = create_memory_tools(settings=zep_settings)[0]
+    await _call_tool(remember, {"fact": "Prefers mornings."})
+    await drain(zep_settings)
+    (episode,) = zep_fake.episodes()
+    assert episode["metadata"]["trust"] == "model" and episode["content"] == "Prefers mornings."
+
+
+async def test_memory_service_adds_searches_and_deletes(any_settings: Settings) -> None:
+    await _remembered(any_settings)
+    service = ZepMemoryService(settings=any_settings)
+    entry = MemoryEntry(content=types.Content(role="user", parts=[types.Part(text="Owns a cat.")]))
+    for _ in range(2):  # the same memory twice is stored once
+        await service.add_memory(app_name=APP, user_id="alice", memories=[entry])
+    await drain(any_settings)
+
+    found = await service.search_memory(app_name=APP, user_id="alice", query="cat")
+    cats = [m for m in found.memories if "cat" in (m.content.parts or [])[0].text]  # type: ignore[operator]
+    assert len(cats) == 1 and cats[0].id and cats[0].timestamp
+
+    await service.delete_memory(app_name=APP, user_id="alice", memory_id=cats[0].id)
+    await drain(any_settings)
+    again = await service.search_memory(app_name=APP, user_id="alice", query="cat")
+    assert not [m for m in again.memories if m.id == cats[0].id]
+    with pytest.raises(ValueError):
+        await service.delete_memory(app_name=APP, user_id="alice")
+
+
+@pytest.mark.parametrize(
+    ("template", "fragment"),
+    [
+        ("%{edges limit=10}", None),
+        ("# FACTS\n%{edges limit=5 types=[lives_in,likes]}\n%{user_summary}", None),
+        ("%{observations limit=20}%{thread_summaries limit=3}", None),
+        ("", "empty"),
+        ("%{edges limit=0}", "limit must be 1..1000"),
+        ("%{edges limit=1001}", "limit must be 1..1000"),
+        ("%{facts}", "unknown variable"),
+        ("%{edges limit=3", "unbalanced"),
+        ("%{user_summary limit=3}", "takes no parameters"),
+        ("%{observations types=[a]}", "takes limit"),
+        ("%{edges include_attributes=maybe}", "true or false"),
+        ("%{entities types=a,b}", "types must look like"),
+    ],
+)
+def test_template_validator(template: str, fragment: str | None) -> None:
+    found = problems(template)
+    if fragment is None:
+        assert found == []
+    else:
+        assert any(fragment in p for p in found), found
+
+
+async def test_templates_render_every_read(make_settings: Any, any_settings: Settings) -> None:
+    backend = open_backend(any_settings)
+    with pytest.raises(TemplateError):
+        await create_template(backend, name="bad", template="%{nope}")
+    uuid = await create_template(backend, name="facts", template="KNOWN:\n%{edges limit=5}")
+    assert await get_template(backend, uuid) == ("facts", "KNOWN:\n%{edges limit=5}")
+    await backend.aclose()
+    settings = Settings.model_validate({**any_settings.model_dump(), "context_template_uuid": uuid})
+
+    memory = TurnMemory.create(settings=settings)
+    remember = create_memory_tools(memory)[0]
+    await _remembered(settings)
+    await _call_tool(remember, {"fact": "Alice rides a bike."})
+    await drain(settings)
+    runner, model = make_runner(create_callbacks(settings=settings))
+    await say(runner, "alice", await new_session(runner, "alice"), "Hi")
+    lines = memory_lines(model.requests[-1])
+    assert lines[0] == "KNOWN:" and any("bike" in line for line in lines)
+
+
+def test_roles_are_coerced_or_omitted() -> None:
+    assert [to_role(r) for r in ("human", "AI", "model", "user", "tool", "narrator", None)] == [
+        "user",
+        "assistant",
+        "assistant",
+        "user",
+        "tool",
+        None,
+        None,
+    ]
+
+
+async def test_an_unknown_role_is_sent_without_one(
+    zep_settings: Settings, zep_fake: ZepFake
+) -> None:
+    events = [
+        Event(author="user", invocation_id="i1", content=types.UserContent("Hello")),
+        Event(
+            author="narrator",
+            invocation_id="i1",
+            content=types.Content(role="narrator", parts=[types.Part(text="Meanwhile...")]),
+        ),
+    ]
+    messages = messages_from_events(
+        events, app=APP, user_id="alice", session_id="s1", assistant_name=None
+    )
+    assert [m.role for m in messages] == ["user", None]
+    memory = TurnMemory.create(settings=zep_settings)
+    assert await memory.enqueuer.enqueue(messages)
+    await drain(zep_settings)
+    posts = [r for r in zep_fake.requests if r.method == "POST" and r.path.endswith("/messages")]
+    sent = [m for r in posts for m in r.body["messages"]]
+    assert "role" not in sent[1] and sent[0]["role"] == "user"
