@@ -293,3 +293,44 @@ def test_provisioning_raced_from_several_processes_creates_one_user_and_thread(
     assert len({thread for thread, _ in results}) == 1
     assert sum(created for _, created in results) == 1
     assert len(zep_fake.users()) == 1 and len(zep_fake.threads()) == 1
+
+
+def test_hooks_record_opentelemetry_metrics_without_ids_or_content(
+    local_settings: Settings,
+) -> None:
+    """The instruments are created at import against the global meter provider, so the
+    test runs in a fresh interpreter with an in-memory reader installed first."""
+    script = f"""
+import asyncio, json
+from opentelemetry import metrics
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+reader = InMemoryMetricReader()
+metrics.set_meter_provider(MeterProvider(metric_readers=[reader]))
+from afterthought.settings import Settings
+from agent_hooks import create_callbacks
+from tests.adk_support import make_runner, new_session, say
+settings = Settings.model_validate_json({local_settings.model_dump_json()!r})
+
+async def main():
+    runner, _ = make_runner(create_callbacks(settings=settings))
+    session = await new_session(runner, "alice")
+    await say(runner, "alice", session, "secret-words here")
+    await say(runner, "alice", session, "again")
+
+asyncio.run(main())
+found = {{}}
+for rm in reader.get_metrics_data().resource_metrics:
+    for sm in rm.scope_metrics:
+        for m in sm.metrics:
+            found[m.name] = [dict(p.attributes or {{}}) for p in m.data.data_points]
+print(json.dumps(found))
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    assert "afterthought.retrieval.duration" in found
+    assert {"result": "miss"} in found["afterthought.context_cache.reads"]
+    assert "secret" not in done.stdout and "alice" not in done.stdout
