@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
+from afterthought.facts import Fact, StoredFact
 from afterthought.search import SearchHit, SearchRequest
 
 if TYPE_CHECKING:
@@ -81,6 +82,16 @@ class StoredMessage:
         return value if isinstance(value, str) else None
 
 
+@dataclass(frozen=True, slots=True)
+class HistoryMessage:
+    """A stored message as synthesis reads it."""
+
+    key: str
+    role: str
+    content: str
+    reference_time: str
+
+
 class MemoryBackend(abc.ABC):
     """Implemented by :class:`~afterthought.zep_backend.ZepBackend` and
     :class:`~afterthought.local_backend.LocalBackend`. Failures raise :class:`BackendError`."""
@@ -150,6 +161,23 @@ class MemoryBackend(abc.ABC):
     @abc.abstractmethod
     async def delete_memory(self, *, user: UserRef, memory_uuid: str) -> None:
         """Delete one stored memory (a fact, or what a search returned); gone is fine."""
+
+    @abc.abstractmethod
+    async def user_messages(
+        self, *, user: UserRef, after: str | None, limit: int
+    ) -> tuple[list[HistoryMessage], str | None]:
+        """The user's stored messages after the cursor ``after``, oldest first, and the
+        cursor of the last one (None if there were none)."""
+
+    @abc.abstractmethod
+    async def list_facts(self, *, user: UserRef) -> list[StoredFact]:
+        """The user's facts, superseded ones included (``invalid_at`` set)."""
+
+    @abc.abstractmethod
+    async def write_facts(
+        self, *, user: UserRef, add: Sequence[Fact], invalidate: Sequence[str], at: str
+    ) -> None:
+        """Add facts (with provenance) and mark superseded ones invalid, all or nothing."""
 
     @abc.abstractmethod
     async def search(

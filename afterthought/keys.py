@@ -90,5 +90,19 @@ class Keys:
         """STRING, same form: the block for one session's latest turns (overlay); expires."""
         return f"{self.prefix}:ctx:thread:{digest(app, session_id)}"
 
+    # --- out-of-band memory ---------------------------------------------------------------
+    def synthesized(self, app: str, user_id: str) -> str:
+        """STRING: the backend cursor up to which the user's messages were synthesized."""
+        return f"{self.prefix}:synth:{digest(app, user_id)}"
+
+    def tombstones(self, app: str, user_id: str) -> str:
+        """SET of forgotten fact signatures: synthesis never writes them again."""
+        return f"{self.prefix}:tomb:{digest(app, user_id)}"
+
+    @property
+    def quarantine(self) -> str:
+        """LIST (JSON) of facts validation refused, newest last; trimmed to a bound."""
+        return f"{self.prefix}:quarantine"
+
     def lock(self, name: str) -> str:
         return f"{self.prefix}:lock:{name}"

@@ -21,11 +21,13 @@ from afterthought import templates
 from afterthought.backend import (
     MESSAGE_KEY_FIELD,
     BackendError,
+    HistoryMessage,
     MemoryBackend,
     OutgoingMessage,
     StoredMessage,
     UserRef,
 )
+from afterthought.facts import Fact, StoredFact
 from afterthought.search import SearchHit, SearchRequest
 
 T = TypeVar("T")
@@ -58,7 +60,8 @@ CREATE TABLE IF NOT EXISTS facts (
   kind TEXT, confidence REAL, importance REAL, trust TEXT, source_keys TEXT NOT NULL,
   valid_at TEXT NOT NULL, invalid_at TEXT, created_at TEXT NOT NULL);
 CREATE INDEX IF NOT EXISTS facts_user ON facts(user_uuid, invalid_at);
-CREATE UNIQUE INDEX IF NOT EXISTS facts_source ON facts(user_uuid, source_keys);
+CREATE UNIQUE INDEX IF NOT EXISTS facts_unique
+  ON facts(user_uuid, subject, predicate, value, source_keys);
 CREATE TABLE IF NOT EXISTS idempotency (key TEXT PRIMARY KEY, created_at TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS templates (
   uuid TEXT PRIMARY KEY, name TEXT UNIQUE NOT NULL, template TEXT NOT NULL,
@@ -214,14 +217,16 @@ class LocalBackend(MemoryBackend):
         max_chars: int,
         template_uuid: str | None = None,
     ) -> str:
-        facts = db.execute(
-            "SELECT value, valid_at FROM facts WHERE user_uuid = ? AND invalid_at IS NULL"
-            " ORDER BY importance DESC, valid_at DESC LIMIT 1000",
-            (user.user_uuid,),
-        ).fetchall()
+        facts = [
+            (value if predicate == "noted" else f"{predicate.replace('_', ' ')}: {value}", at)
+            for predicate, value, at in db.execute(
+                "SELECT predicate, value, valid_at FROM facts WHERE user_uuid = ?"
+                " AND invalid_at IS NULL ORDER BY importance DESC, valid_at DESC LIMIT 1000",
+                (user.user_uuid,),
+            )
+        ]
         if template_uuid is None:
-            said = self._user_statements(db, user.user_uuid, query)
-            return _render(facts, said, max_chars)
+            return _render(facts, max_chars)
         row = db.execute("SELECT template FROM templates WHERE uuid = ?", (template_uuid,))
         found = row.fetchone()
         if found is None:
@@ -332,6 +337,79 @@ class LocalBackend(MemoryBackend):
 
         await self._run(work)
 
+    async def user_messages(
+        self, *, user: UserRef, after: str | None, limit: int
+    ) -> tuple[list[HistoryMessage], str | None]:
+        def work(db: sqlite3.Connection) -> tuple[list[HistoryMessage], str | None]:
+            rows = db.execute(
+                "SELECT m.id, m.message_key, m.role, m.content, m.reference_time"
+                " FROM messages m JOIN threads t ON t.uuid = m.thread_uuid"
+                " WHERE t.user_uuid = ? AND m.id > ? ORDER BY m.id LIMIT ?",
+                (user.user_uuid, int(after or 0), limit),
+            ).fetchall()
+            found = [HistoryMessage(r[1] or str(r[0]), r[2], r[3], r[4] or "") for r in rows]
+            return found, (str(rows[-1][0]) if rows else None)
+
+        return await self._run(work)
+
+    async def list_facts(self, *, user: UserRef) -> list[StoredFact]:
+        def work(db: sqlite3.Connection) -> list[StoredFact]:
+            rows = db.execute(
+                "SELECT uuid, subject, predicate, value, kind, importance, trust, valid_at,"
+                " invalid_at, source_keys FROM facts WHERE user_uuid = ? ORDER BY valid_at",
+                (user.user_uuid,),
+            ).fetchall()
+            return [
+                StoredFact(
+                    r[0],
+                    r[1],
+                    r[2],
+                    r[3],
+                    r[4] or "",
+                    r[5] or 0.5,
+                    r[6] or "",
+                    r[7],
+                    r[8],
+                    json.loads(r[9]),
+                )
+                for r in rows
+            ]
+
+        return await self._run(work)
+
+    async def write_facts(
+        self, *, user: UserRef, add: Sequence[Fact], invalidate: Sequence[str], at: str
+    ) -> None:
+        def work(db: sqlite3.Connection) -> None:  # one transaction: all or nothing
+            for fact_uuid in invalidate:
+                db.execute(
+                    "UPDATE facts SET invalid_at = ? WHERE uuid = ? AND user_uuid = ?"
+                    " AND invalid_at IS NULL",
+                    (at, fact_uuid, user.user_uuid),
+                )
+            for fact in add:
+                db.execute(
+                    "INSERT OR IGNORE INTO facts (uuid, user_uuid, subject, predicate, value,"
+                    " kind, confidence, importance, trust, source_keys, valid_at, created_at)"
+                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (
+                        str(uuid.uuid4()),
+                        user.user_uuid,
+                        fact.subject,
+                        fact.predicate,
+                        fact.value,
+                        fact.kind,
+                        fact.confidence,
+                        fact.importance,
+                        fact.trust,
+                        json.dumps(sorted(fact.source_keys)),
+                        fact.valid_at or at,
+                        _now(),
+                    ),
+                )
+
+        await self._run(work)
+
     async def search(
         self, *, graph_uuid: str, request: SearchRequest, timeout: float
     ) -> list[SearchHit]:
@@ -377,18 +455,15 @@ class LocalBackend(MemoryBackend):
                 self._db = None
 
 
-def _render(facts: list[tuple[str, str]], said: list[tuple[str, str]], max_chars: int) -> str:
-    """Zep-like sections; whole lines only, so the block never ends mid-sentence."""
-    lines: list[str] = []
-    if facts:
-        lines += ["# Facts about the user", *(f"- {v} (since {at[:10]})" for v, at in facts)]
-    if said:
-        lines += ["# What the user said before", *(f"- {c} ({at[:10]})" for c, at in said)]
+def _render(facts: list[tuple[str, str]], max_chars: int) -> str:
+    """Current facts only (R3: the block carries validated facts, never raw statements);
+    whole lines only, so the block never ends mid-sentence."""
     out: list[str] = []
     size = 0
-    for line in lines:
+    for value, at in facts:
+        line = f"- {value} (since {at[:10]})"
         if size + len(line) + 1 > max_chars:
             break
         out.append(line)
         size += len(line) + 1
-    return "\n".join(out)
+    return "\n".join(["# Facts about the user", *out]) if out else ""

@@ -89,6 +89,12 @@ class Settings(BaseSettings):
     direct_write_on_outage: bool = False
     """While Redis is down, the agent writes buffered messages to the backend itself (for
     threads whose identity it has seen), trading strict thread order for durability."""
+    synthesis_idle_seconds: float = Field(5.0, ge=0)
+    """Synthesis runs this long after a user's last flushed message (debounced)."""
+    synthesis_model: str | None = None
+    """An ADK model name for fact extraction (e.g. a Gemini model); else the offline rules."""
+    accept_assistant_facts: bool = False
+    """Write facts the assistant asserted about the user (quarantined by default)."""
     skip_nested: bool = True
     """Ignore nested runs (an ``AgentTool``'s child runner): no read, no write."""
 
@@ -109,6 +115,22 @@ class Settings(BaseSettings):
         if "{user_id}" not in value:
             raise ValueError("zep_user_id_template must contain {user_id}")
         return value
+
+    def as_env(self) -> dict[str, str]:
+        """These settings as the environment of another process (a worker, say)."""
+        names = {
+            "redis_url": "REDIS_URL",
+            "zep_api_key": "ZEP_API_KEY",
+            "zep_base_url": "ZEP_BASE_URL",
+        }
+        env = {}
+        for field, value in self.model_dump().items():
+            if value is None:
+                continue
+            if hasattr(value, "get_secret_value"):
+                value = value.get_secret_value()
+            env[names.get(field, f"AFTERTHOUGHT_{field.upper()}")] = str(value)
+        return env
 
     @property
     def resolved_backend(self) -> Literal["zep", "local"]:

@@ -21,11 +21,13 @@ from afterthought.backend import (
     MESSAGE_KEY_FIELD,
     BackendError,
     ErrorKind,
+    HistoryMessage,
     MemoryBackend,
     OutgoingMessage,
     StoredMessage,
     UserRef,
 )
+from afterthought.facts import Fact, StoredFact
 from afterthought.loops import PerLoop
 from afterthought.search import SearchHit, SearchRequest
 from afterthought.settings import Settings
@@ -315,6 +317,20 @@ class ZepBackend(MemoryBackend):
         except BackendError as exc:
             if exc.kind != "not_found":
                 raise
+
+    # Our own synthesis on Zep ("managed" mode) is not built yet: on Zep, Zep extracts.
+    async def user_messages(
+        self, *, user: UserRef, after: str | None, limit: int
+    ) -> tuple[list[HistoryMessage], str | None]:
+        raise BackendError("bad_request", code="managed synthesis not supported yet")
+
+    async def list_facts(self, *, user: UserRef) -> list[StoredFact]:
+        raise BackendError("bad_request", code="managed synthesis not supported yet")
+
+    async def write_facts(
+        self, *, user: UserRef, add: Sequence[Fact], invalidate: Sequence[str], at: str
+    ) -> None:
+        raise BackendError("bad_request", code="managed synthesis not supported yet")
 
     async def search(
         self, *, graph_uuid: str, request: SearchRequest, timeout: float

@@ -77,7 +77,7 @@ async def conversation(settings: Settings) -> None:
 
     if not await wait_settled(settings, timeout=30):
         raise TimeoutError("the worker did not persist the queue in time")
-    print("[demo] the worker persisted session 1 (the agent wrote nothing itself)\n")
+    print("[demo] the worker persisted session 1 and distilled facts from it\n")
 
     second = await runner.session_service.create_session(app_name=APP, user_id=USER)
     print("--- session 2 (a new session: only long-term memory connects them) ---")
@@ -94,6 +94,7 @@ def main() -> int:
             redis_url=choose_redis(stack),
             key_prefix=f"demo-{uuid.uuid4().hex[:8]}",
             local_db_path=Path(tmp) / "memory.sqlite3",
+            synthesis_idle_seconds=0.5,  # facts right after the session, for the demo
         )
         worker = spawn_worker(settings)  # `afterthought worker`, in its own process
         print(f"[demo] worker started (pid {worker.pid}), backend={settings.resolved_backend}")

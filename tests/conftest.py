@@ -69,6 +69,7 @@ def make_settings(prefix: str, tmp_path: Path) -> Callable[..., Settings]:
             "key_prefix": prefix,
             "local_db_path": tmp_path / "memory.sqlite3",
             "backend": "local",
+            "synthesis_idle_seconds": 0,
         }
         values.update(overrides)
         return Settings(**values)

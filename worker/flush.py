@@ -10,7 +10,7 @@ import random
 import secrets
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 import redis.asyncio as aioredis
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
@@ -142,7 +142,16 @@ class _LeaseLost(Exception):
 
 
 class Flusher:
-    def __init__(self, settings: Settings, redis: aioredis.Redis, backend: MemoryBackend) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        redis: aioredis.Redis,
+        backend: MemoryBackend,
+        *,
+        after_flush: Callable[[QueuedMessage], Awaitable[None]] | None = None,
+    ) -> None:
+        """``after_flush`` runs after each batch of messages reached the backend."""
+        self.after_flush = after_flush
         self.settings = settings
         self.redis = redis
         self.backend = backend
@@ -322,6 +331,8 @@ class Flusher:
             raise _LeaseLost
         stats["messages"] += len(batch)
         log.info("flushed thread=%s seq=%s..%s", tk, first, last)
+        if self.after_flush is not None and batch[0].kind == "message":
+            await self.after_flush(batch[0])
         if context is not None:  # R2: the next turn reads what Zep now knows
             head = batch[0]
             await self.cache.write(

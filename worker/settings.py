@@ -18,9 +18,11 @@ from arq.worker import Worker, func
 from redis.exceptions import RedisError
 
 from afterthought.backend import open_backend
-from afterthought.keys import Keys
+from afterthought.contract import QueuedMessage
+from afterthought.keys import Keys, digest
 from afterthought.settings import Settings
 from worker.flush import Flusher
+from worker.synthesize import Synthesizer, synthesizes
 
 log = logging.getLogger("afterthought.worker")
 
@@ -47,6 +49,12 @@ async def flush(ctx: dict[str, Any]) -> dict[str, int]:
     await flusher.redis.delete(flusher.keys.dispatch)  # started: the next one may be queued
     stats: Counter[str] = await flusher.drain(budget=FLUSH_BUDGET_SECONDS)
     return dict(stats)
+
+
+async def synthesize(ctx: dict[str, Any], app: str, user_id: str) -> dict[str, int]:
+    """The job: synthesize one user's new messages into facts."""
+    synthesizer: Synthesizer = ctx["synthesizer"]
+    return dict(await synthesizer.run(app=app, user_id=user_id))
 
 
 async def dispatch_once(redis: ArqRedis, keys: Keys) -> bool:
@@ -98,7 +106,22 @@ def worker_settings(
         await check_redis_policy(redis)
         backend = open_backend(s)
         ctx["backend"] = backend
-        ctx["flusher"] = Flusher(s, redis, backend)
+        after_flush = None
+        if synthesizes(s, backend):
+            ctx["synthesizer"] = Synthesizer(s, redis, backend)
+
+            async def after_flush(message: QueuedMessage) -> None:
+                # Debounced: while one waits for the user, another is not queued (same id).
+                await redis.enqueue_job(
+                    "synthesize",
+                    message.app,
+                    message.user_id,
+                    _job_id=keys.job_id("synth", digest(message.app, message.user_id)),
+                    _queue_name=keys.queue,
+                    _defer_by=s.synthesis_idle_seconds,
+                )
+
+        ctx["flusher"] = Flusher(s, redis, backend, after_flush=after_flush)
         await dispatch_once(redis, keys)
         if not burst:
             ctx["dispatcher"] = asyncio.create_task(_dispatch_forever(redis, keys))
@@ -114,7 +137,10 @@ def worker_settings(
             await ctx["backend"].aclose()
 
     return {
-        "functions": [func(flush, name="flush", keep_result=0, timeout=FLUSH_TIMEOUT_SECONDS)],
+        "functions": [
+            func(flush, name="flush", keep_result=0, timeout=FLUSH_TIMEOUT_SECONDS),
+            func(synthesize, name="synthesize", keep_result=0, timeout=FLUSH_TIMEOUT_SECONDS),
+        ],
         "queue_name": keys.queue,
         "redis_settings": RedisSettings.from_dsn(s.redis_url),
         "job_serializer": json_dumps,

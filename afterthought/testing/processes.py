@@ -17,16 +17,7 @@ from afterthought.settings import Settings
 
 def spawn_worker(settings: Settings, **extra_env: str) -> subprocess.Popen[bytes]:
     """``afterthought worker`` in its own process, configured like ``settings``."""
-    env = {
-        **os.environ,
-        "REDIS_URL": settings.redis_url,
-        "AFTERTHOUGHT_KEY_PREFIX": settings.key_prefix,
-        "AFTERTHOUGHT_LOCAL_DB_PATH": str(settings.local_db_path),
-        **extra_env,
-    }
-    if settings.zep_api_key is not None:
-        env["ZEP_API_KEY"] = settings.zep_api_key.get_secret_value()
-        env["ZEP_BASE_URL"] = str(settings.zep_base_url)
+    env = {**os.environ, **settings.as_env(), **extra_env}
     return subprocess.Popen(
         [sys.executable, "-m", "afterthought.cli", "--log-level", "ERROR", "worker"],
         env=env,
@@ -36,12 +27,21 @@ def spawn_worker(settings: Settings, **extra_env: str) -> subprocess.Popen[bytes
 
 
 async def wait_settled(settings: Settings, timeout: float) -> bool:
-    """True once no thread is ready or deferred; False if ``timeout`` passes first."""
+    """True once no thread is ready or deferred and no synthesis waits; False if
+    ``timeout`` passes first. (A killed worker's own job may linger in arq's queue until
+    arq's timeout; the threads it held are recovered without it, so it is not waited on.)"""
     keys = Keys(settings.key_prefix)
+    synth = keys.job_id("synth", "").encode()
     client = aioredis.Redis.from_url(settings.redis_url)
     deadline = time.monotonic() + timeout
+
+    async def busy() -> bool:
+        if await client.zcard(keys.ready):
+            return True
+        return any(job.startswith(synth) for job in await client.zrange(keys.queue, 0, -1))
+
     try:
-        while await client.zcard(keys.ready):
+        while await busy():
             if time.monotonic() > deadline:
                 return False
             await asyncio.sleep(0.02)

@@ -1,0 +1,179 @@
+"""Synthesis (local backend; Zep "managed" mode): the user's new messages since a
+watermark -> extract -> validate (quarantine) -> consolidate -> write, then advance the
+watermark — only after the write succeeded, so a killed run is redone, and redoing it
+writes nothing twice (duplicates of current facts are skipped)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections import Counter
+from datetime import UTC, datetime
+
+import redis.asyncio as aioredis
+
+from afterthought.backend import HistoryMessage, MemoryBackend, UserRef
+from afterthought.context_cache import ContextCache, now_version
+from afterthought.facts import Fact, StoredFact
+from afterthought.identity import IdentityRegistry
+from afterthought.keys import Keys, digest
+from afterthought.settings import Settings
+from worker.extract import Extractor, ModelExtractor, RuleExtractor
+from worker.validate import quarantine_reason
+
+log = logging.getLogger("afterthought.worker")
+
+#: Messages read per pass; a long backlog takes several passes.
+PAGE = 200
+#: Quarantine entries kept for review.
+QUARANTINE_MAX = 10_000
+
+
+def default_extractor(settings: Settings) -> Extractor:
+    if settings.synthesis_model:
+        return ModelExtractor(settings.synthesis_model)
+    return RuleExtractor()
+
+
+def synthesizes(settings: Settings, backend: MemoryBackend) -> bool:
+    """Our synthesis runs where nothing else extracts: locally, and in ``managed`` mode."""
+    return backend.name == "local" or settings.memory_mode == "managed"
+
+
+def consolidate(
+    proposed: list[Fact], current: list[StoredFact], tombstones: set[str]
+) -> tuple[list[Fact], list[str], Counter[str]]:
+    """What to add and which current facts it supersedes. A fact already current is a
+    duplicate; a forgotten one stays forgotten; a newer single-valued statement (same
+    subject and predicate) invalidates the older one."""
+    live = [f for f in current if f.invalid_at is None]
+    add: list[Fact] = []
+    invalidate: list[str] = []
+    outcome: Counter[str] = Counter()
+    for fact in proposed:
+        if fact.signature in tombstones:
+            outcome["forgotten"] += 1
+            continue
+        same = [c for c in live if (c.subject, c.predicate) == (fact.subject, fact.predicate)]
+        if any(c.signature == fact.signature for c in same) or any(
+            a.signature == fact.signature for a in add
+        ):
+            outcome["duplicate"] += 1
+            continue
+        if fact.single_valued:
+            for older in same:
+                invalidate.append(older.uuid)
+                live.remove(older)
+                outcome["superseded"] += 1
+            add = [a for a in add if (a.subject, a.predicate) != (fact.subject, fact.predicate)]
+        add.append(fact)
+    outcome["written"] = len(add)
+    return add, invalidate, outcome
+
+
+class Synthesizer:
+    def __init__(
+        self,
+        settings: Settings,
+        redis: aioredis.Redis,
+        backend: MemoryBackend,
+        extractor: Extractor | None = None,
+    ) -> None:
+        self.settings = settings
+        self.redis = redis
+        self.backend = backend
+        self.extractor = extractor or default_extractor(settings)
+        self.keys = Keys(settings.key_prefix)
+        self.registry = IdentityRegistry(redis, settings)
+        self.cache = ContextCache(settings)
+
+    async def run(self, *, app: str, user_id: str) -> Counter[str]:
+        stats: Counter[str] = Counter()
+        user = await self.registry.lookup_user(app=app, user_id=user_id)
+        if user is None:
+            return stats
+        watermark = self.keys.synthesized(app, user_id)
+        while True:
+            after = await self.redis.get(watermark)
+            messages, cursor = await self.backend.user_messages(
+                user=user, after=after.decode() if after else None, limit=PAGE
+            )
+            if cursor is None:
+                break
+            stats.update(await self._pass(app, user_id, user, messages))
+            await self.redis.set(watermark, cursor)  # advanced only after the write
+            if len(messages) < PAGE:
+                break
+        if stats["written"] or stats["superseded"]:
+            block = await self.backend.get_context(
+                user=user,
+                query="",
+                max_chars=self.settings.context_max_chars,
+                timeout=self.settings.backend_timeout,
+                template_uuid=self.settings.context_template_uuid,
+            )
+            await self.cache.write(
+                self.redis,
+                app=app,
+                user_id=user_id,
+                session_id=None,
+                block=block,
+                version=now_version(),
+            )
+        log.info(
+            "synthesized user=%s messages=%d written=%d superseded=%d quarantined=%d",
+            digest(app, user_id),
+            stats["messages"],
+            stats["written"],
+            stats["superseded"],
+            stats["quarantined"],
+        )
+        return stats
+
+    async def _pass(
+        self, app: str, user_id: str, user: UserRef, messages: list[HistoryMessage]
+    ) -> Counter[str]:
+        sources = {m.key: m for m in messages}
+        proposed = await self.extractor.extract(messages)
+        accepted: list[Fact] = []
+        quarantined = []
+        for fact in proposed:
+            reason = quarantine_reason(
+                fact, sources, accept_assistant_facts=self.settings.accept_assistant_facts
+            )
+            if reason is None:
+                accepted.append(fact)
+            else:
+                quarantined.append((fact, reason))
+        tombstones = {
+            t.decode() for t in await self.redis.smembers(self.keys.tombstones(app, user_id))
+        }
+        current = await self.backend.list_facts(user=user)
+        add, invalidate, outcome = consolidate(accepted, current, tombstones)
+        now = datetime.now(UTC).isoformat()
+        if add or invalidate:
+            await self.backend.write_facts(user=user, add=add, invalidate=invalidate, at=now)
+        if quarantined:
+            await self._quarantine(app, user_id, quarantined)
+        outcome["messages"] = len(messages)
+        outcome["quarantined"] = len(quarantined)
+        return outcome
+
+    async def _quarantine(self, app: str, user_id: str, found: list[tuple[Fact, str]]) -> None:
+        """Recorded for review, never written (the record holds the proposal, in Redis)."""
+        entries = [
+            json.dumps(
+                {
+                    "user": digest(app, user_id),
+                    "reason": reason,
+                    "at": int(time.time() * 1000),
+                    "fact": fact.model_dump(),
+                }
+            )
+            for fact, reason in found
+        ]
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.rpush(self.keys.quarantine, *entries)
+            pipe.ltrim(self.keys.quarantine, -QUARANTINE_MAX, -1)
+            await pipe.execute()
