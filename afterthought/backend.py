@@ -163,6 +163,10 @@ class MemoryBackend(abc.ABC):
         """Delete one stored memory (a fact, or what a search returned); gone is fine."""
 
     @abc.abstractmethod
+    async def delete_user(self, *, user: UserRef) -> None:
+        """Delete the user with its threads, messages and facts; gone is fine."""
+
+    @abc.abstractmethod
     async def user_messages(
         self, *, user: UserRef, after: str | None, limit: int
     ) -> tuple[list[HistoryMessage], str | None]:

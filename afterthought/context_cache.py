@@ -60,7 +60,8 @@ class ContextCache:
         """The session's overlay if there is one (it is about this conversation), else the
         user's block — so a new session starts from what is known of the user."""
         overlay, user = await redis.mget(
-            self._keys.context_thread(app, session_id), self._keys.context_user(app, user_id)
+            self._keys.context_thread(app, user_id, session_id),
+            self._keys.context_user(app, user_id),
         )
         raw = overlay or user
         return CachedBlock.parse(raw) if raw else None
@@ -77,7 +78,7 @@ class ContextCache:
     ) -> None:
         keys = [self._keys.context_user(app, user_id)]
         if session_id is not None:
-            keys.append(self._keys.context_thread(app, session_id))
+            keys.append(self._keys.context_thread(app, user_id, session_id))
         await redis.eval(
             WRITE_LUA, len(keys), *keys, version, int(time.time() * 1000), block, self._ttl_ms
         )

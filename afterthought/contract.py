@@ -68,6 +68,8 @@ class QueuedMessage(BaseModel):
     """Payload version."""
     seq: int | None = None
     """Per-thread sequence number, assigned by the enqueue script."""
+    epoch: int = 0
+    """The user's deletion epoch when queued (by the script); forgetting bumps it."""
     key: str
     """Deterministic message key (see :func:`message_key`); travels in backend metadata."""
     app: str
@@ -157,8 +159,8 @@ class QueuedMessage(BaseModel):
         return thread_key(app=self.app, user_id=self.user_id, session_id=self.session_id)
 
     def encode(self) -> str:
-        """JSON without ``seq``: the enqueue script prepends ``{"seq":N,`` to this."""
-        return self.model_dump_json(exclude={"seq"})
+        """JSON without ``seq`` and ``epoch``: the enqueue script prepends them."""
+        return self.model_dump_json(exclude={"seq", "epoch"})
 
     @classmethod
     def decode(cls, raw: bytes | str) -> QueuedMessage:

@@ -14,14 +14,15 @@ from afterthought.enqueue import APPEND_LUA, REFUSED
 from afterthought.keys import Keys
 from afterthought.settings import Settings
 
-# KEYS pending, thread, ready, depth, dead; ARGV tk, now, thread_cap, global_cap, letter, item
+# KEYS pending, thread, ready, depth, dead, epoch, user threads; ARGV tk, now, thread_cap,
+# global_cap, letter, item
 REPLAY_LUA = (
     APPEND_LUA
     + """
 local full = room(KEYS[1], KEYS[4], 1, tonumber(ARGV[3]), tonumber(ARGV[4]))
 if full < 0 then return full end
 if redis.call('LREM', KEYS[5], 1, ARGV[5]) == 0 then return -3 end
-return push(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1], ARGV[2], 6)
+return push(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1], ARGV[2], 6, KEYS[6], KEYS[7])
 """
 )
 
@@ -67,6 +68,8 @@ class DeadLetters:
                     self._keys.ready,
                     self._keys.depth,
                     self._keys.dead,
+                    self._keys.epoch(message.app, message.user_id),
+                    self._keys.user_threads(message.app, message.user_id),
                 ],
                 args=[
                     letter.thread,

@@ -37,12 +37,15 @@ local function room(pending, depth, n, thread_cap, global_cap)
   if tonumber(redis.call('GET', depth) or '0') + n > global_cap then return -2 end
   return 0
 end
-local function push(pending, thread, ready, depth, tk, now, first)
+local function push(pending, thread, ready, depth, tk, now, first, epoch_key, threads)
   local seq = tonumber(redis.call('HGET', thread, 'seq') or '0')
+  local epoch = redis.call('GET', epoch_key) or '0'
   for i = first, #ARGV do
     seq = seq + 1
-    redis.call('RPUSH', pending, '{"seq":' .. seq .. ',' .. string.sub(ARGV[i], 2))
+    redis.call('RPUSH', pending,
+      '{"seq":' .. seq .. ',"epoch":' .. epoch .. ',' .. string.sub(ARGV[i], 2))
   end
+  redis.call('SADD', threads, tk)
   redis.call('HSET', thread, 'seq', seq)
   redis.call('INCRBY', depth, #ARGV - first + 1)
   redis.call('ZADD', ready, 'NX', now, tk)
@@ -50,13 +53,14 @@ local function push(pending, thread, ready, depth, tk, now, first)
 end
 """
 
-# KEYS pending, thread, ready, depth; ARGV tk, now_ms, thread_cap, global_cap, payloads...
+# KEYS pending, thread, ready, depth, epoch, user threads; ARGV tk, now_ms, thread_cap,
+# global_cap, payloads...
 ENQUEUE_LUA = (
     APPEND_LUA
     + """
 local full = room(KEYS[1], KEYS[4], #ARGV - 4, tonumber(ARGV[3]), tonumber(ARGV[4]))
 if full < 0 then return full end
-return push(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1], ARGV[2], 5)
+return push(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1], ARGV[2], 5, KEYS[5], KEYS[6])
 """
 )
 
@@ -191,6 +195,8 @@ class Enqueuer:
                         self._keys.thread(thread),
                         self._keys.ready,
                         self._keys.depth,
+                        self._keys.epoch(messages[0].app, messages[0].user_id),
+                        self._keys.user_threads(messages[0].app, messages[0].user_id),
                     ],
                     args=[
                         thread,

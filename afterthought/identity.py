@@ -40,7 +40,7 @@ class IdentityRegistry:
     async def lookup(self, *, app: str, user_id: str, session_id: str) -> Identity:
         async with self._redis.pipeline(transaction=False) as pipe:
             pipe.hmget(self._keys.user(app, user_id), ["user_uuid", "graph_uuid"])
-            pipe.get(self._keys.session(app, session_id))
+            pipe.get(self._keys.session(app, user_id, session_id))
             (user_uuid, graph_uuid), thread = await pipe.execute()
         return Identity(
             user=_user_ref(user_uuid, graph_uuid), thread_uuid=thread.decode() if thread else None
@@ -114,7 +114,7 @@ class IdentityRegistry:
             thread_uuid = await backend.create_thread(
                 user=user, idempotency_key=f"thread:{digest(app, session_id)}"
             )
-            await self._redis.set(self._keys.session(app, session_id), thread_uuid)
+            await self._redis.set(self._keys.session(app, user_id, session_id), thread_uuid)
             return user, thread_uuid, True
 
     async def ensure(

@@ -77,23 +77,31 @@ class Keys:
         """HASH ``user_uuid``, ``graph_uuid`` of an ADK (app, user)."""
         return f"{self.prefix}:id:user:{digest(app, user_id)}"
 
-    def session(self, app: str, session_id: str) -> str:
-        """STRING thread uuid of an ADK (app, session)."""
-        return f"{self.prefix}:id:thread:{digest(app, session_id)}"
+    def session(self, app: str, user_id: str, session_id: str) -> str:
+        """STRING thread uuid of an ADK session (under its user, so forget finds it)."""
+        return f"{self.prefix}:id:thread:{digest(app, user_id)}:{digest(app, session_id)}"
 
     # --- the context cache (R2) -------------------------------------------------------
     def context_user(self, app: str, user_id: str) -> str:
         """STRING ``version\\nwritten_ms\\nblock``: the user's block; expires."""
         return f"{self.prefix}:ctx:user:{digest(app, user_id)}"
 
-    def context_thread(self, app: str, session_id: str) -> str:
+    def context_thread(self, app: str, user_id: str, session_id: str) -> str:
         """STRING, same form: the block for one session's latest turns (overlay); expires."""
-        return f"{self.prefix}:ctx:thread:{digest(app, session_id)}"
+        return f"{self.prefix}:ctx:thread:{digest(app, user_id)}:{digest(app, session_id)}"
 
     # --- out-of-band memory ---------------------------------------------------------------
     def synthesized(self, app: str, user_id: str) -> str:
         """STRING: the backend cursor up to which the user's messages were synthesized."""
         return f"{self.prefix}:synth:{digest(app, user_id)}"
+
+    def epoch(self, app: str, user_id: str) -> str:
+        """Counter bumped when a user is forgotten: older queued messages are dropped."""
+        return f"{self.prefix}:epoch:{digest(app, user_id)}"
+
+    def user_threads(self, app: str, user_id: str) -> str:
+        """SET of the user's thread keys (so forgetting a user finds its queues)."""
+        return f"{self.prefix}:threads:{digest(app, user_id)}"
 
     def tombstones(self, app: str, user_id: str) -> str:
         """SET of forgotten fact signatures: synthesis never writes them again."""

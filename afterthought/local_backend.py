@@ -324,6 +324,11 @@ class LocalBackend(MemoryBackend):
             )
         )
 
+    async def delete_user(self, *, user: UserRef) -> None:
+        await self._run(
+            lambda db: db.execute("DELETE FROM users WHERE uuid = ?", (user.user_uuid,))
+        )
+
     async def delete_memory(self, *, user: UserRef, memory_uuid: str) -> None:
         def work(db: sqlite3.Connection) -> None:
             db.execute(

@@ -307,6 +307,15 @@ class ZepBackend(MemoryBackend):
             )
         )
 
+    async def delete_user(self, *, user: UserRef) -> None:
+        try:
+            await self._call(
+                lambda z: z.user.delete(user.user_uuid, request_options=self._options())
+            )
+        except BackendError as exc:
+            if exc.kind != "not_found":
+                raise
+
     async def delete_memory(self, *, user: UserRef, memory_uuid: str) -> None:
         try:
             await self._call(

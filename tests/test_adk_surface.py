@@ -213,7 +213,7 @@ async def test_a_stale_block_is_served_then_refreshed_once(
     await ContextCache(settings).write(
         redis, app=APP, user_id="alice", session_id=None, block="old block", version=1
     )
-    await redis.delete(Keys(settings.key_prefix).context_thread(APP, "x"))
+    await redis.delete(Keys(settings.key_prefix).context_thread(APP, "alice", "x"))
     memory = create_callbacks(settings=settings)
     runner, model = make_runner(memory)
     before = _contexts(zep_fake)

@@ -326,7 +326,18 @@ WRITE_COMMANDS = {
     "lpop",
     "zrem",
 }
-DURABLE = (":pending:", ":thread:", ":id:", ":depth", ":ready", ":synth:", ":tomb:", ":quarantine")
+DURABLE = (
+    ":pending:",
+    ":thread:",
+    ":threads:",
+    ":epoch:",
+    ":id:",
+    ":depth",
+    ":ready",
+    ":synth:",
+    ":tomb:",
+    ":quarantine",
+)
 
 
 async def test_nested_agent_tool_runs_are_not_remembered(

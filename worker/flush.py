@@ -23,6 +23,7 @@ from afterthought.contract import MalformedPayload, QueuedMessage, split_content
 from afterthought.identity import IdentityRegistry
 from afterthought.keys import Keys
 from afterthought.settings import Settings
+from worker.forget import Forgetter
 from worker.pacing import MAX_IN_JOB_WAIT, Pacing
 
 log = logging.getLogger("afterthought.worker")
@@ -166,6 +167,7 @@ class Flusher:
         self._release = redis.register_script(RELEASE_LUA)
         self.ignore_roles = ignored_roles(settings, backend)
         self.cache = ContextCache(settings)
+        self.forgetter = Forgetter(settings, redis, backend)
 
     @property
     def lease_ms(self) -> int:
@@ -292,6 +294,13 @@ class Flusher:
             stats["dead"] += 1
             return True
         first, last = batch[0].seq or 0, batch[-1].seq or 0
+        epoch = int(await self.redis.get(self.keys.epoch(batch[0].app, batch[0].user_id)) or 0)
+        forgotten = [m for m in batch if m.epoch < epoch]
+        if forgotten:  # queued before the user was forgotten: dropped, never sent
+            if await self._acknowledge(tk, token, forgotten[-1].seq or 0) == -1:
+                raise _LeaseLost
+            stats["forgotten"] += len(forgotten)
+            return True
         if inflight is None:
             ok = await self._begin(
                 keys=[self.keys.lease(tk), self.keys.thread(tk)],
@@ -318,15 +327,7 @@ class Flusher:
                 )
         else:
             await self._apply_memory_changes(batch, stats)
-        left = await self._ack(
-            keys=[
-                self.keys.lease(tk),
-                self.keys.pending(tk),
-                self.keys.thread(tk),
-                self.keys.depth,
-            ],
-            args=[token, last],
-        )
+        left = await self._acknowledge(tk, token, last)
         if left == -1:
             raise _LeaseLost
         stats["messages"] += len(batch)
@@ -344,6 +345,20 @@ class Flusher:
                 version=now_version(),
             )
         return bool(left)
+
+    async def _acknowledge(self, tk: str, token: str, last: int) -> int:
+        """Pop what is done up to ``last``; the messages left, or -1 if the lease is lost."""
+        return int(
+            await self._ack(
+                keys=[
+                    self.keys.lease(tk),
+                    self.keys.pending(tk),
+                    self.keys.thread(tk),
+                    self.keys.depth,
+                ],
+                args=[token, last],
+            )
+        )
 
     def _decode_head(
         self, raw_items: Sequence[bytes], inflight: bytes | None
@@ -486,7 +501,9 @@ class Flusher:
                     reference_time=item.reference_time,
                 )
             else:
-                await self.backend.delete_memory(user=user, memory_uuid=item.content)
+                await self.forgetter.forget_fact(
+                    app=item.app, user_id=item.user_id, fact_uuid=item.content
+                )
             stats[item.kind] += 1
         await self.cache.delete(self.redis, app=head.app, user_id=head.user_id)
 

@@ -1,0 +1,84 @@
+"""Forgetting: a user, a fact, a query (dry run first); forgotten stays forgotten."""
+
+from __future__ import annotations
+
+import redis.asyncio as aioredis
+
+from afterthought.backend import open_backend
+from afterthought.keys import Keys
+from afterthought.settings import Settings
+from afterthought.testing.stand_in_model import memory_lines
+from agent_hooks import create_callbacks
+from tests.adk_support import APP, make_runner, new_session, say
+from tests.conftest import drain, enqueue, queued
+from worker.forget import Forgetter
+from worker.synthesize import Synthesizer
+
+
+async def _session(settings: Settings, *lines: str, user: str = "alice") -> list[str]:
+    runner, model = make_runner(create_callbacks(settings=settings))
+    session = await new_session(runner, user)
+    for line in lines:
+        await say(runner, user, session, line)
+    await drain(settings)
+    return memory_lines(model.requests[-1])
+
+
+def _forgetter(settings: Settings, redis: aioredis.Redis) -> Forgetter:
+    return Forgetter(settings, redis, open_backend(settings))
+
+
+async def test_a_forgotten_fact_stays_gone_when_synthesis_runs_again(
+    local_settings: Settings, redis: aioredis.Redis
+) -> None:
+    await _session(local_settings, "I live in Lisbon.", "I'm allergic to peanuts.")
+    forgetter = _forgetter(local_settings, redis)
+    dry = await forgetter.forget_matching(app=APP, user_id="alice", query="peanuts")
+    assert dry.dry_run and len(dry.facts) == 1
+    assert "peanuts" in "\n".join(await _session(local_settings, "Hi"))  # a dry run changed nothing
+
+    done = await forgetter.forget_matching(app=APP, user_id="alice", query="peanuts", confirm=True)
+    assert done.facts == dry.facts
+    await redis.delete(Keys(local_settings.key_prefix).synthesized(APP, "alice"))
+    await Synthesizer(local_settings, redis, forgetter.backend).run(app=APP, user_id="alice")
+    block = "\n".join(await _session(local_settings, "What do you know?"))
+    assert "peanuts" not in block and "Lisbon" in block
+
+
+async def test_forgetting_a_user_leaves_nothing_queued_stored_or_cached(
+    local_settings: Settings, redis: aioredis.Redis
+) -> None:
+    await _session(local_settings, "I live in Lisbon.")
+    await _session(local_settings, "I live in Oslo.", user="bob")
+    await enqueue(local_settings, queued("I work at Acme.", 99))  # queued, not yet sent
+    keys = Keys(local_settings.key_prefix)
+
+    done = await _forgetter(local_settings, redis).forget_user(app=APP, user_id="alice")
+    assert done.queued == 1
+    await drain(local_settings)
+    for key in (
+        keys.user(APP, "alice"),
+        keys.user_threads(APP, "alice"),
+        keys.context_user(APP, "alice"),
+        keys.synthesized(APP, "alice"),
+    ):
+        assert not await redis.exists(key), key
+    assert not [
+        k
+        async for k in redis.scan_iter(match=f"{keys.prefix}:ctx:thread:*")
+        if k.decode().startswith(keys.context_thread(APP, "alice", "x")[:-33])
+    ]
+    assert await _session(local_settings, "Hello") == []  # nothing of alice comes back
+    assert any("Oslo" in line for line in await _session(local_settings, "Hi", user="bob"))
+
+
+async def test_messages_queued_before_a_forget_are_dropped_not_sent(
+    local_settings: Settings, redis: aioredis.Redis
+) -> None:
+    """The deletion epoch: what a worker picks up after the forget was queued before it."""
+    await enqueue(local_settings, queued("I live in Lisbon.", 1))
+    await redis.incr(Keys(local_settings.key_prefix).epoch(APP, "alice"))  # forgotten meanwhile
+    await enqueue(local_settings, queued("I live in Oslo.", 2))  # said after the forget
+    await drain(local_settings)
+    block = "\n".join(await _session(local_settings, "Hi"))
+    assert "Oslo" in block and "Lisbon" not in block
