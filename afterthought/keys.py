@@ -108,6 +108,16 @@ class Keys:
         return f"{self.prefix}:tomb:{digest(app, user_id)}"
 
     @property
+    def audit(self) -> str:
+        """STREAM: the audit log (bounded by MAXLEN)."""
+        return f"{self.prefix}:audit"
+
+    @property
+    def audit_key(self) -> str:
+        """STRING: the HMAC key of the audit log when none is configured."""
+        return f"{self.prefix}:audit:key"
+
+    @property
     def quarantine(self) -> str:
         """LIST (JSON) of facts validation refused, newest last; trimmed to a bound."""
         return f"{self.prefix}:quarantine"

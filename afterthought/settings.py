@@ -95,6 +95,10 @@ class Settings(BaseSettings):
     """An ADK model name for fact extraction (e.g. a Gemini model); else the offline rules."""
     accept_assistant_facts: bool = False
     """Write facts the assistant asserted about the user (quarantined by default)."""
+    audit_key: SecretStr | None = None
+    """HMAC key of the audit log's content digests (else a random key kept in Redis)."""
+    audit_max_entries: int = Field(100_000, ge=100)
+    """Entries the audit stream keeps (older ones are trimmed)."""
     skip_nested: bool = True
     """Ignore nested runs (an ``AgentTool``'s child runner): no read, no write."""
 

@@ -140,3 +140,23 @@ async def test_assistant_claims_are_quarantined_with_a_model_extractor(
     stats = await synth.run(app=APP, user_id="alice")
     assert stats["quarantined"] == 1 and stats["written"] == 0
     await backend.aclose()
+
+
+async def test_the_audit_log_records_writes_and_deletes_without_content(
+    local_settings: Settings, redis: aioredis.Redis
+) -> None:
+    import hashlib
+
+    from worker.forget import Forgetter
+
+    await _session(local_settings, "I live in Lisbon.", POISON[0])
+    forgetter = Forgetter(local_settings, redis, open_backend(local_settings))
+    await forgetter.forget_matching(app=APP, user_id="alice", query="Lisbon", confirm=True)
+
+    entries = [fields for _, fields in await redis.xrange(Keys(local_settings.key_prefix).audit)]
+    ops = {f[b"op"] for f in entries}
+    assert {b"add_message", b"write_fact", b"quarantine", b"delete_fact"} <= ops
+    everything = b" ".join(v for f in entries for v in f.values())
+    assert b"Lisbon" not in everything and b"Admin" not in everything
+    mac = next(f[b"hmac"] for f in entries if f[b"op"] == b"add_message")
+    assert len(mac) == 64 and mac != hashlib.sha256(b"I live in Lisbon.").hexdigest().encode()

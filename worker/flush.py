@@ -16,12 +16,13 @@ import redis.asyncio as aioredis
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
 from tenacity.wait import wait_random_exponential
 
+from afterthought.audit import AuditLog, Entry
 from afterthought.backend import BackendError, MemoryBackend, UserRef, ignored_roles
 from afterthought.batching import Call, missing, pack, parts
 from afterthought.context_cache import ContextCache, now_version
 from afterthought.contract import MalformedPayload, QueuedMessage, split_content
 from afterthought.identity import IdentityRegistry
-from afterthought.keys import Keys
+from afterthought.keys import Keys, digest
 from afterthought.settings import Settings
 from worker.forget import Forgetter
 from worker.pacing import MAX_IN_JOB_WAIT, Pacing
@@ -168,6 +169,7 @@ class Flusher:
         self.ignore_roles = ignored_roles(settings, backend)
         self.cache = ContextCache(settings)
         self.forgetter = Forgetter(settings, redis, backend)
+        self.audit = AuditLog(redis, settings)
 
     @property
     def lease_ms(self) -> int:
@@ -300,6 +302,7 @@ class Flusher:
             if await self._acknowledge(tk, token, forgotten[-1].seq or 0) == -1:
                 raise _LeaseLost
             stats["forgotten"] += len(forgotten)
+            await self._audit(tk, forgotten, op="add_message", outcome="forgotten")
             return True
         if inflight is None:
             ok = await self._begin(
@@ -332,6 +335,8 @@ class Flusher:
             raise _LeaseLost
         stats["messages"] += len(batch)
         log.info("flushed thread=%s seq=%s..%s", tk, first, last)
+        if batch[0].kind == "message":
+            await self._audit(tk, batch, op="add_message", outcome="sent")
         if self.after_flush is not None and batch[0].kind == "message":
             await self.after_flush(batch[0])
         if context is not None:  # R2: the next turn reads what Zep now knows
@@ -345,6 +350,25 @@ class Flusher:
                 version=now_version(),
             )
         return bool(left)
+
+    async def _audit(
+        self, tk: str, items: Sequence[QueuedMessage], *, op: str, outcome: str
+    ) -> None:
+        await self.audit.record(
+            [
+                Entry(
+                    job="flush",
+                    op=op,
+                    user=digest(m.app, m.user_id),
+                    thread=tk,
+                    key=m.key,
+                    content=m.content,
+                    trust=m.trust or m.role or "",
+                    outcome=outcome,
+                )
+                for m in items
+            ]
+        )
 
     async def _acknowledge(self, tk: str, token: str, last: int) -> int:
         """Pop what is done up to ``last``; the messages left, or -1 if the lease is lost."""
@@ -506,6 +530,18 @@ class Flusher:
                 )
             stats[item.kind] += 1
         await self.cache.delete(self.redis, app=head.app, user_id=head.user_id)
+        await self._audit(
+            head.thread_key,
+            [i for i in batch if i.kind == "fact"],
+            op="write_fact",
+            outcome="written",
+        )
+        await self._audit(
+            head.thread_key,
+            [i for i in batch if i.kind == "forget"],
+            op="delete_fact",
+            outcome="deleted",
+        )
 
     async def _identity(self, message: QueuedMessage) -> tuple[UserRef, str]:
         if message.zep_thread_uuid:  # pinned by the application: nothing to provision
@@ -547,3 +583,6 @@ class Flusher:
             args=[token, count, tk, reason, attempts, _now_ms()],
         )
         log.error("dead-lettered thread=%s messages=%d reason=%s", tk, count, reason)
+        await self.audit.record(
+            [Entry(job="flush", op="dead_letter", user="", thread=tk, outcome=reason)]
+        )

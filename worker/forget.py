@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 import redis.asyncio as aioredis
 
+from afterthought.audit import AuditLog, Entry
 from afterthought.backend import BackendError, MemoryBackend, UserRef
 from afterthought.context_cache import ContextCache
 from afterthought.contract import DeadLetter
@@ -51,6 +52,7 @@ class Forgetter:
         self.registry = IdentityRegistry(redis, settings)
         self.cache = ContextCache(settings)
         self._purge = redis.register_script(PURGE_LUA)
+        self.audit = AuditLog(redis, settings)
 
     async def forget_user(self, *, app: str, user_id: str) -> Forgotten:
         done = Forgotten(users=1)
@@ -89,6 +91,7 @@ class Forgetter:
             stale += [k async for k in self.redis.scan_iter(match=pattern, count=1000)]
         await self.redis.delete(*stale)
         log.warning("forgot user=%s queued=%d dead=%d", who, done.queued, done.dead_letters)
+        await self.audit.record([Entry("forget", "forget_user", who, "deleted")])
         return done
 
     async def forget_fact(self, *, app: str, user_id: str, fact_uuid: str) -> Forgotten:
@@ -100,6 +103,9 @@ class Forgetter:
             await self.redis.sadd(self.keys.tombstones(app, user_id), known[fact_uuid].signature)
         await self.backend.delete_memory(user=user, memory_uuid=fact_uuid)
         await self.cache.delete(self.redis, app=app, user_id=user_id)
+        await self.audit.record(
+            [Entry("forget", "delete_fact", digest(app, user_id), "deleted", key=fact_uuid)]
+        )
         return Forgotten(facts=[fact_uuid])
 
     async def forget_matching(

@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 
 import redis.asyncio as aioredis
 
+from afterthought.audit import AuditLog, Entry
 from afterthought.backend import HistoryMessage, MemoryBackend, UserRef
 from afterthought.context_cache import ContextCache, now_version
 from afterthought.facts import Fact, StoredFact
@@ -87,6 +88,7 @@ class Synthesizer:
         self.keys = Keys(settings.key_prefix)
         self.registry = IdentityRegistry(redis, settings)
         self.cache = ContextCache(settings)
+        self.audit = AuditLog(redis, settings)
 
     async def run(self, *, app: str, user_id: str) -> Counter[str]:
         stats: Counter[str] = Counter()
@@ -154,6 +156,34 @@ class Synthesizer:
         now = datetime.now(UTC).isoformat()
         if add or invalidate:
             await self.backend.write_facts(user=user, add=add, invalidate=invalidate, at=now)
+        who = digest(app, user_id)
+        await self.audit.record(
+            [
+                Entry(
+                    "synthesize",
+                    "write_fact",
+                    who,
+                    "written",
+                    key=",".join(f.source_keys),
+                    content=f.statement(),
+                    trust=f.trust,
+                )
+                for f in add
+            ]
+            + [Entry("synthesize", "invalidate_fact", who, "superseded", key=u) for u in invalidate]
+            + [
+                Entry(
+                    "synthesize",
+                    "quarantine",
+                    who,
+                    reason,
+                    key=",".join(f.source_keys),
+                    content=f.statement(),
+                    trust=f.trust,
+                )
+                for f, reason in quarantined
+            ]
+        )
         if quarantined:
             await self._quarantine(app, user_id, quarantined)
         outcome["messages"] = len(messages)
