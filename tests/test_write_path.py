@@ -337,6 +337,7 @@ DURABLE = (
     ":synth:",
     ":tomb:",
     ":quarantine",
+    ":audit",
 )
 
 
