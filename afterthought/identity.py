@@ -86,7 +86,13 @@ class IdentityRegistry:
         )
         await self._redis.hset(
             self._keys.user(app, user_id),
-            mapping={"user_uuid": user.user_uuid, "graph_uuid": user.graph_uuid},
+            # The ADK ids too, so operations (pruning, forgetting) can walk the users.
+            mapping={
+                "user_uuid": user.user_uuid,
+                "graph_uuid": user.graph_uuid,
+                "app": app,
+                "user_id": user_id,
+            },
         )
         return user, created
 

@@ -95,6 +95,14 @@ class Settings(BaseSettings):
     """An ADK model name for fact extraction (e.g. a Gemini model); else the offline rules."""
     accept_assistant_facts: bool = False
     """Write facts the assistant asserted about the user (quarantined by default)."""
+    fact_ttl_days: dict[str, float] = Field(default_factory=lambda: {"ephemeral": 7.0})
+    """Days a fact of a kind lives (JSON in the environment); kinds not named live on."""
+    stale_days: float = Field(365.0, gt=0)
+    """Unimportant facts (importance < 0.5) not restated for this long are pruned."""
+    superseded_grace_days: float = Field(30.0, ge=0)
+    """Superseded facts are kept this long (for history), then pruned."""
+    max_facts_per_user: int = Field(500, ge=1)
+    """Above this, the least important x least recent facts are pruned."""
     audit_key: SecretStr | None = None
     """HMAC key of the audit log's content digests (else a random key kept in Redis)."""
     audit_max_entries: int = Field(100_000, ge=100)

@@ -12,7 +12,7 @@ import uuid
 from collections import Counter
 from typing import Any
 
-from arq import ArqRedis
+from arq import ArqRedis, cron
 from arq.connections import RedisSettings
 from arq.worker import Worker, func
 from redis.exceptions import RedisError
@@ -22,6 +22,7 @@ from afterthought.contract import QueuedMessage
 from afterthought.keys import Keys, digest
 from afterthought.settings import Settings
 from worker.flush import Flusher
+from worker.prune import Pruner
 from worker.synthesize import Synthesizer, synthesizes
 
 log = logging.getLogger("afterthought.worker")
@@ -55,6 +56,15 @@ async def synthesize(ctx: dict[str, Any], app: str, user_id: str) -> dict[str, i
     """The job: synthesize one user's new messages into facts."""
     synthesizer: Synthesizer = ctx["synthesizer"]
     return dict(await synthesizer.run(app=app, user_id=user_id))
+
+
+async def prune(ctx: dict[str, Any]) -> dict[str, int]:
+    """The daily cron: prune every user's facts (for real; the CLI dry-runs by default)."""
+    pruner: Pruner | None = ctx.get("pruner")
+    if pruner is None:  # zep mode: Zep keeps its own graph
+        return {}
+    report = await pruner.prune_all(dry_run=False)
+    return {"pruned": len(report.pruned), "kept": report.kept}
 
 
 async def dispatch_once(redis: ArqRedis, keys: Keys) -> bool:
@@ -109,6 +119,7 @@ def worker_settings(
         after_flush = None
         if synthesizes(s, backend):
             ctx["synthesizer"] = Synthesizer(s, redis, backend)
+            ctx["pruner"] = Pruner(s, redis, backend)
 
             async def after_flush(message: QueuedMessage) -> None:
                 # Debounced: while one waits for the user, another is not queued (same id).
@@ -140,6 +151,17 @@ def worker_settings(
         "functions": [
             func(flush, name="flush", keep_result=0, timeout=FLUSH_TIMEOUT_SECONDS),
             func(synthesize, name="synthesize", keep_result=0, timeout=FLUSH_TIMEOUT_SECONDS),
+        ],
+        "cron_jobs": [
+            # keep_result: a late re-enqueue of the same tick is refused (arq #196).
+            cron(
+                prune,
+                name=keys.job_id("cron", "prune"),
+                hour={3},
+                minute={17},
+                keep_result=3600,
+                timeout=3600,
+            ),
         ],
         "queue_name": keys.queue,
         "redis_settings": RedisSettings.from_dsn(s.redis_url),
