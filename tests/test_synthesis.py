@@ -160,3 +160,14 @@ async def test_the_audit_log_records_writes_and_deletes_without_content(
     assert b"Lisbon" not in everything and b"Admin" not in everything
     mac = next(f[b"hmac"] for f in entries if f[b"op"] == b"add_message")
     assert len(mac) == 64 and mac != hashlib.sha256(b"I live in Lisbon.").hexdigest().encode()
+
+
+async def test_the_cron_sweep_synthesizes_every_known_user(
+    local_settings: Settings, redis: aioredis.Redis
+) -> None:
+    await _session(local_settings, "I live in Lisbon.")
+    keys = Keys(local_settings.key_prefix)
+    await redis.delete(keys.synthesized(APP, "alice"))  # as if the debounced run never came
+    synth = Synthesizer(local_settings, redis, open_backend(local_settings))
+    stats = await synth.run_all()
+    assert stats["messages"] >= 1 and stats["duplicate"] == 1

@@ -58,6 +58,12 @@ async def synthesize(ctx: dict[str, Any], app: str, user_id: str) -> dict[str, i
     return dict(await synthesizer.run(app=app, user_id=user_id))
 
 
+async def synthesize_all(ctx: dict[str, Any]) -> dict[str, int]:
+    """The cron behind the debounced runs: any user with unsynthesized messages."""
+    synthesizer: Synthesizer | None = ctx.get("synthesizer")
+    return dict(await synthesizer.run_all()) if synthesizer else {}
+
+
 async def prune(ctx: dict[str, Any]) -> dict[str, int]:
     """The daily cron: prune every user's facts (for real; the CLI dry-runs by default)."""
     pruner: Pruner | None = ctx.get("pruner")
@@ -153,6 +159,13 @@ def worker_settings(
             func(synthesize, name="synthesize", keep_result=0, timeout=FLUSH_TIMEOUT_SECONDS),
         ],
         "cron_jobs": [
+            cron(
+                synthesize_all,
+                name=keys.job_id("cron", "synthesize"),
+                minute=set(range(0, 60, 10)),
+                keep_result=600,
+                timeout=1800,
+            ),
             # keep_result: a late re-enqueue of the same tick is refused (arq #196).
             cron(
                 prune,

@@ -133,6 +133,15 @@ class Synthesizer:
         )
         return stats
 
+    async def run_all(self) -> Counter[str]:
+        """Every user the registry knows (the cron's sweep behind the debounced runs)."""
+        stats: Counter[str] = Counter()
+        async for key in self.redis.scan_iter(match=f"{self.keys.prefix}:id:user:*", count=1000):
+            app, user_id = await self.redis.hmget(key, ["app", "user_id"])
+            if app and user_id:
+                stats.update(await self.run(app=app.decode(), user_id=user_id.decode()))
+        return stats
+
     async def _pass(
         self, app: str, user_id: str, user: UserRef, messages: list[HistoryMessage]
     ) -> Counter[str]:
