@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Literal
 
@@ -141,7 +142,8 @@ class Settings(BaseSettings):
                 continue
             if hasattr(value, "get_secret_value"):
                 value = value.get_secret_value()
-            env[names.get(field, f"AFTERTHOUGHT_{field.upper()}")] = str(value)
+            text = json.dumps(value) if isinstance(value, dict | list) else str(value)
+            env[names.get(field, f"AFTERTHOUGHT_{field.upper()}")] = text
         return env
 
     @property

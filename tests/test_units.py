@@ -174,3 +174,15 @@ async def test_local_backend_replays_nothing_twice(tmp_path: Any) -> None:
     await backend.add_messages(thread_uuid=thread, messages=[message], idempotency_key="b2")
     assert [m.key for m in await backend.recent_messages(thread_uuid=thread, limit=10)] == ["k1"]
     await backend.aclose()
+
+
+def test_settings_survive_the_trip_through_another_process_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A worker spawned from these settings must read back exactly these settings."""
+    original = Settings(
+        zep_api_key="k", key_prefix="x", fact_ttl_days={"ephemeral": 3}, skip_nested=False
+    )
+    for name, value in original.as_env().items():
+        monkeypatch.setenv(name, value)
+    assert Settings() == original

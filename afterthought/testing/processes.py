@@ -21,8 +21,7 @@ def spawn_worker(settings: Settings, **extra_env: str) -> subprocess.Popen[bytes
     return subprocess.Popen(
         [sys.executable, "-m", "afterthought.cli", "--log-level", "ERROR", "worker"],
         env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,  # errors still reach stderr: a crash is never silent
     )
 
 
