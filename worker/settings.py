@@ -30,6 +30,8 @@ log = logging.getLogger("afterthought.worker")
 #: One flush job drains for at most this long, then yields its slot to the next job.
 FLUSH_BUDGET_SECONDS = 20.0
 FLUSH_TIMEOUT_SECONDS = 60
+# arq waits out the longest function timeout (+10 s) before re-running a SIGKILLed job, so
+# no function gets a long one: the crons do their sweeps within ten flush timeouts.
 #: How often each worker looks for due threads with no job queued to drain them.
 DISPATCH_INTERVAL_SECONDS = 0.05
 #: A queued job that no worker starts within this long no longer blocks a new one.
@@ -164,7 +166,7 @@ def worker_settings(
                 name=keys.job_id("cron", "synthesize"),
                 minute=set(range(0, 60, 10)),
                 keep_result=600,
-                timeout=1800,
+                timeout=FLUSH_TIMEOUT_SECONDS * 10,
             ),
             # keep_result: a late re-enqueue of the same tick is refused (arq #196).
             cron(
@@ -173,7 +175,7 @@ def worker_settings(
                 hour={3},
                 minute={17},
                 keep_result=3600,
-                timeout=3600,
+                timeout=FLUSH_TIMEOUT_SECONDS * 10,
             ),
         ],
         "queue_name": keys.queue,
