@@ -75,6 +75,67 @@ def _dlq(args: argparse.Namespace) -> int:
     return asyncio.run(run())
 
 
+def _operate(args: argparse.Namespace) -> int:
+    """prune and forget: both dry runs unless ``--yes``."""
+    import asyncio
+    import json
+    from dataclasses import asdict
+
+    import redis.asyncio as aioredis
+
+    from afterthought.backend import open_backend
+    from afterthought.identity import IdentityRegistry
+    from afterthought.settings import Settings
+    from worker.forget import Forgetter
+    from worker.prune import Pruner
+
+    settings = Settings()
+
+    async def run() -> int:
+        client = aioredis.Redis.from_url(settings.redis_url)
+        backend = open_backend(settings)
+        apply = bool(args.yes)
+        try:
+            if args.command == "prune":
+                pruner = Pruner(settings, client, backend)
+                if args.user:
+                    user = await IdentityRegistry(client, settings).lookup_user(
+                        app=args.app, user_id=args.user
+                    )
+                    if user is None:
+                        print(f"afterthought: no such user in app {args.app!r}", file=sys.stderr)
+                        return 1
+                    report = await pruner.prune_user(
+                        app=args.app, user_id=args.user, user=user, dry_run=not apply
+                    )
+                else:
+                    report = await pruner.prune_all(dry_run=not apply)
+                print(json.dumps(asdict(report)))
+                return 0
+            forgetter = Forgetter(settings, client, backend)
+            if args.query:
+                done = await forgetter.forget_matching(
+                    app=args.app, user_id=args.user, query=args.query, confirm=apply
+                )
+            elif not apply:
+                what = f"fact {args.fact}" if args.fact else "everything of this user"
+                print(f"would forget {what}; add --yes to do it", file=sys.stderr)
+                return 2
+            elif args.fact:
+                done = await forgetter.forget_fact(
+                    app=args.app, user_id=args.user, fact_uuid=args.fact
+                )
+            else:
+                done = await forgetter.forget_user(app=args.app, user_id=args.user)
+            print(json.dumps(asdict(done)))
+            return 0
+        finally:
+            await backend.aclose()
+            await client.aclose()
+
+    return asyncio.run(run())
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="afterthought",
@@ -99,6 +160,24 @@ def main(argv: list[str] | None = None) -> int:
     dlq.add_argument("--json", action="store_true", help="list as JSON")
     dlq.add_argument("--yes", action="store_true", help="confirm a purge")
     dlq.set_defaults(run=_dlq)
+
+    prune = commands.add_parser("prune", help="prune facts (a dry run unless --yes)")
+    prune.add_argument("--app", default="", help="with --user: the ADK app name")
+    prune.add_argument("--user", help="only this ADK user id (with --app)")
+    prune.add_argument("--dry-run", action="store_true", help="report only (the default)")
+    prune.add_argument("--yes", action="store_true", help="delete what the report lists")
+    prune.set_defaults(run=_operate)
+
+    forget = commands.add_parser(
+        "forget", help="forget a user, one fact, or facts matching a query"
+    )
+    forget.add_argument("--app", required=True, help="the ADK app name")
+    forget.add_argument("--user", required=True, help="the ADK user id")
+    which = forget.add_mutually_exclusive_group()
+    which.add_argument("--fact", help="one fact id (from search results)")
+    which.add_argument("--query", help="facts holding every word (listed unless --yes)")
+    forget.add_argument("--yes", action="store_true", help="really forget")
+    forget.set_defaults(run=_operate)
 
     args = parser.parse_args(argv)
     logging.basicConfig(level=args.log_level, format=LOG_FORMAT)

@@ -7,12 +7,13 @@ SDK's text, which can echo request bodies."""
 from __future__ import annotations
 
 import email.utils
+import json
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 import httpx
-from zep_cloud import AddMessage, AsyncZep
+from zep_cloud import AddMessage, AsyncZep, EdgeInput, EdgeNodeRef
 from zep_cloud.core.api_error import ApiError
 from zep_cloud.core.parse_error import ParsingError
 from zep_cloud.core.request_options import RequestOptions
@@ -28,6 +29,7 @@ from afterthought.backend import (
     UserRef,
 )
 from afterthought.facts import Fact, StoredFact
+from afterthought.keys import digest
 from afterthought.loops import PerLoop
 from afterthought.search import SearchHit, SearchRequest
 from afterthought.settings import Settings
@@ -327,19 +329,116 @@ class ZepBackend(MemoryBackend):
             if exc.kind != "not_found":
                 raise
 
-    # Our own synthesis on Zep ("managed" mode) is not built yet: on Zep, Zep extracts.
+    # --- our synthesis on Zep ("managed" mode) and pruning -------------------------------
     async def user_messages(
         self, *, user: UserRef, after: str | None, limit: int
     ) -> tuple[list[HistoryMessage], str | None]:
-        raise BackendError("bad_request", code="managed synthesis not supported yet")
+        """All the user's threads, oldest first. The cursor is how many messages of each
+        thread were read before (a JSON map), so a run resumes where the last one ended."""
+        seen: dict[str, int] = json.loads(after) if after else {}
+        threads = await self._call(
+            lambda z: z.thread.list(
+                user_uuid=user.user_uuid, page_size=PAGE_SIZE, request_options=self._options()
+            )
+        )
+        found: list[tuple[str, str, HistoryMessage]] = []
+        async for thread in threads:
+            uuid_ = str(thread.uuid_)
+            pager = await self._call(
+                lambda z, t=uuid_: z.thread.list_messages(  # type: ignore[misc]
+                    t, page_size=PAGE_SIZE, order="asc", request_options=self._options()
+                )
+            )
+            position = 0
+            async for m in pager:
+                position += 1
+                if position <= seen.get(uuid_, 0):
+                    continue
+                key = str((m.metadata or {}).get(MESSAGE_KEY_FIELD) or m.uuid_)
+                found.append(
+                    (
+                        str(m.created_at or ""),
+                        uuid_,
+                        HistoryMessage(
+                            key,
+                            str(m.role or ""),
+                            m.content or "",
+                            str(m.reference_time or m.created_at or ""),
+                        ),
+                    )
+                )
+        found.sort(key=lambda item: item[0])
+        taken = found[:limit]
+        if not taken:
+            return [], None
+        for _, uuid_, _message in taken:
+            seen[uuid_] = seen.get(uuid_, 0) + 1
+        return [message for _, _, message in taken], json.dumps(seen, sort_keys=True)
 
     async def list_facts(self, *, user: UserRef) -> list[StoredFact]:
-        raise BackendError("bad_request", code="managed synthesis not supported yet")
+        """Every edge of the user's graph: ours carry their fields in attributes; Zep's
+        own read as user facts of unknown kind (pruning treats them alike)."""
+        pager = await self._call(
+            lambda z: z.graph.edge.list(
+                user.graph_uuid, page_size=PAGE_SIZE, request_options=self._options()
+            )
+        )
+        facts = []
+        async for edge in pager:
+            a = edge.attributes or {}
+            facts.append(
+                StoredFact(
+                    uuid=str(edge.uuid_),
+                    subject=str(a.get("subject") or "user"),
+                    predicate=str(a.get("predicate") or (edge.name or "related_to").lower()),
+                    value=str(a.get("value") or edge.fact or ""),
+                    kind=str(a.get("kind") or "preference"),
+                    importance=float(a.get("importance") or 0.5),
+                    trust=str(a.get("trust") or "zep"),
+                    valid_at=str(edge.valid_at or edge.created_at or ""),
+                    invalid_at=edge.invalid_at,
+                    source_keys=json.loads(a.get("source_keys") or "[]"),
+                )
+            )
+        return facts
 
     async def write_facts(
         self, *, user: UserRef, add: Sequence[Fact], invalidate: Sequence[str], at: str
     ) -> None:
-        raise BackendError("bad_request", code="managed synthesis not supported yet")
+        """v4 cannot set ``invalid_at`` on an existing edge: a superseded fact is deleted
+        (the audit log keeps that it was). New facts carry their provenance."""
+        for edge_uuid in invalidate:
+            await self.delete_memory(user=user, memory_uuid=edge_uuid)
+        if not add:
+            return
+        edges = [
+            EdgeInput(
+                fact=fact.statement(),
+                fact_name=fact.predicate.upper(),
+                source_node=EdgeNodeRef(name=fact.subject),
+                target_node=EdgeNodeRef(name=fact.value),
+                valid_at=fact.valid_at or at,
+                attributes={
+                    "subject": fact.subject,
+                    "predicate": fact.predicate,
+                    "value": fact.value,
+                    "kind": fact.kind,
+                    "importance": fact.importance,
+                    "trust": fact.trust,
+                    "source_keys": json.dumps(sorted(fact.source_keys)),
+                },
+                metadata={MESSAGE_KEY_FIELD: fact.signature, "trust": fact.trust},
+            )
+            for fact in add
+        ]
+        key = "facts:" + digest(
+            *(f.signature for f in add), *(k for f in add for k in f.source_keys)
+        )
+        await self._call(
+            lambda z: z.graph.edge.add(
+                user.graph_uuid, edges=edges, idempotency_key=key, request_options=self._options()
+            )
+        )
 
     async def search(
         self, *, graph_uuid: str, request: SearchRequest, timeout: float

@@ -82,3 +82,37 @@ async def test_messages_queued_before_a_forget_are_dropped_not_sent(
     await drain(local_settings)
     block = "\n".join(await _session(local_settings, "Hi"))
     assert "Oslo" in block and "Lisbon" not in block
+
+
+def test_prune_and_forget_commands_dry_run_first(local_settings: Settings) -> None:
+    import asyncio
+    import json
+    import os
+    import subprocess
+    import sys
+
+    asyncio.run(_session(local_settings, "I live in Lisbon.", "I'm allergic to peanuts."))
+    env = {**os.environ, **local_settings.as_env()}
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "afterthought.cli", "--log-level", "ERROR", *args],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+
+    pruned = cli("prune")
+    assert pruned.returncode == 0 and json.loads(pruned.stdout)["dry_run"] is True
+    listed = cli("forget", "--app", APP, "--user", "alice", "--query", "peanuts")
+    found = json.loads(listed.stdout)
+    assert found["dry_run"] and len(found["facts"]) == 1
+    assert cli("forget", "--app", APP, "--user", "alice").returncode == 2  # needs --yes
+    done = cli("forget", "--app", APP, "--user", "alice", "--query", "peanuts", "--yes")
+    assert json.loads(done.stdout)["facts"] == found["facts"]
+    block = "\n".join(asyncio.run(_session(local_settings, "Hi")))
+    assert "peanuts" not in block and "Lisbon" in block
+    gone = cli("forget", "--app", APP, "--user", "alice", "--yes")
+    assert gone.returncode == 0 and json.loads(gone.stdout)["users"] == 1
+    assert asyncio.run(_session(local_settings, "Hi again")) == []

@@ -4,6 +4,7 @@ newer statements superseding older ones, poison kept out of the context."""
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import redis.asyncio as aioredis
 
@@ -11,6 +12,7 @@ from afterthought.backend import HistoryMessage, open_backend
 from afterthought.identity import IdentityRegistry
 from afterthought.keys import Keys
 from afterthought.settings import Settings
+from afterthought.testing import ZepFake
 from afterthought.testing.stand_in_model import StandInLlm, memory_lines
 from agent_hooks import create_callbacks
 from tests.adk_support import APP, make_runner, new_session, say
@@ -171,3 +173,86 @@ async def test_the_cron_sweep_synthesizes_every_known_user(
     synth = Synthesizer(local_settings, redis, open_backend(local_settings))
     stats = await synth.run_all()
     assert stats["messages"] >= 1 and stats["duplicate"] == 1
+
+
+async def test_managed_mode_on_zep_feeds_the_graph_only_validated_facts(
+    make_settings: Any, zep_fake: ZepFake, redis: aioredis.Redis
+) -> None:
+    settings = make_settings(
+        backend="zep", zep_api_key="k", zep_base_url=zep_fake.base_url, memory_mode="managed"
+    )
+    await _session(settings, "I live in Lisbon.", POISON[1])
+    await _session(settings, "I moved to Porto.")
+    block = "\n".join(await _session(settings, "What do you know about me?"))
+
+    assert "Porto" in block and "Lisbon" not in block and "Atlantis" not in block
+    posts = [r for r in zep_fake.requests if r.method == "POST" and r.path.endswith("/messages")]
+    assert all(r.body["ignore_roles"] == ["user", "assistant"] for r in posts)
+    (edge,) = zep_fake.edges()  # Lisbon was superseded (deleted: v4 cannot invalidate)
+    assert edge["attributes"]["predicate"] == "lives_in" and edge["attributes"]["value"] == "Porto"
+
+    await redis.delete(Keys(settings.key_prefix).synthesized(APP, "alice"))  # a killed run
+    backend = open_backend(settings)
+    stats = await Synthesizer(settings, redis, backend).run(app=APP, user_id="alice")
+    assert stats["written"] == 0 and len(zep_fake.edges()) == 1  # redone, written once
+    await backend.aclose()
+
+
+async def test_pruning_acts_on_zep_edges_too(
+    zep_settings: Settings, zep_fake: ZepFake, redis: aioredis.Redis
+) -> None:
+    from worker.prune import Pruner
+
+    await _session(zep_settings, "Hello")  # provisions alice
+    backend = open_backend(zep_settings)
+    user = await IdentityRegistry(redis, zep_settings).lookup_user(app=APP, user_id="alice")
+    assert user is not None
+    from afterthought.facts import Fact
+
+    facts = [
+        Fact(subject="user", predicate="likes", value=v, source_keys=[v], valid_at=at)
+        for v, at in (
+            ("tea", "2026-01-01T00:00:00+00:00"),
+            ("the Tea!", "2026-02-01T00:00:00+00:00"),
+        )
+    ]
+    await backend.write_facts(user=user, add=facts, invalidate=[], at="2026-02-01T00:00:00+00:00")
+    pruner = Pruner(zep_settings, redis, backend)
+    dry = await pruner.prune_all()
+    assert [reason for _, reason in dry.pruned] == ["near-duplicate"] and len(zep_fake.edges()) == 2
+    await pruner.prune_all(dry_run=False)
+    assert [e["attributes"]["value"] for e in zep_fake.edges()] == ["the Tea!"]
+    await backend.aclose()
+
+
+def test_consolidation_respects_time() -> None:
+    from afterthought.facts import Fact, StoredFact
+    from worker.synthesize import consolidate
+
+    current = [
+        StoredFact(
+            "p",
+            "user",
+            "lives_in",
+            "Porto",
+            "location",
+            0.7,
+            "user",
+            "2026-02-01T00:00:00+00:00",
+            None,
+            ["k2"],
+        )
+    ]
+
+    def said(value: str, when: str) -> Fact:
+        return Fact(
+            subject="user", predicate="lives_in", value=value, source_keys=[value], valid_at=when
+        )
+
+    add, invalidate, outcome = consolidate(
+        [said("Lisbon", "2026-01-01T00:00:00Z"), said("Oslo", "2026-03-01T00:00:00Z")],
+        current,
+        set(),
+    )
+    assert [f.value for f in add] == ["Oslo"] and invalidate == ["p"]
+    assert outcome["outdated"] == 1 and outcome["superseded"] == 1

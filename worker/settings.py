@@ -68,9 +68,7 @@ async def synthesize_all(ctx: dict[str, Any]) -> dict[str, int]:
 
 async def prune(ctx: dict[str, Any]) -> dict[str, int]:
     """The daily cron: prune every user's facts (for real; the CLI dry-runs by default)."""
-    pruner: Pruner | None = ctx.get("pruner")
-    if pruner is None:  # zep mode: Zep keeps its own graph
-        return {}
+    pruner: Pruner = ctx["pruner"]
     report = await pruner.prune_all(dry_run=False)
     return {"pruned": len(report.pruned), "kept": report.kept}
 
@@ -125,9 +123,9 @@ def worker_settings(
         backend = open_backend(s)
         ctx["backend"] = backend
         after_flush = None
+        ctx["pruner"] = Pruner(s, redis, backend)  # every mode: on Zep, Zep's edges too
         if synthesizes(s, backend):
             ctx["synthesizer"] = Synthesizer(s, redis, backend)
-            ctx["pruner"] = Pruner(s, redis, backend)
 
             async def after_flush(message: QueuedMessage) -> None:
                 # Debounced: while one waits for the user, another is not queued (same id).

@@ -42,12 +42,21 @@ def synthesizes(settings: Settings, backend: MemoryBackend) -> bool:
     return backend.name == "local" or settings.memory_mode == "managed"
 
 
+def _when(iso: str | None) -> datetime:
+    try:
+        when = datetime.fromisoformat((iso or "").replace("Z", "+00:00"))
+    except ValueError:
+        return datetime.min.replace(tzinfo=UTC)
+    return when if when.tzinfo else when.replace(tzinfo=UTC)
+
+
 def consolidate(
     proposed: list[Fact], current: list[StoredFact], tombstones: set[str]
 ) -> tuple[list[Fact], list[str], Counter[str]]:
     """What to add and which current facts it supersedes. A fact already current is a
     duplicate; a forgotten one stays forgotten; a newer single-valued statement (same
-    subject and predicate) invalidates the older one."""
+    subject and predicate) invalidates the older one — and an older one, re-read, does
+    not displace a newer."""
     live = [f for f in current if f.invalid_at is None]
     add: list[Fact] = []
     invalidate: list[str] = []
@@ -63,6 +72,9 @@ def consolidate(
             outcome["duplicate"] += 1
             continue
         if fact.single_valued:
+            if any(_when(c.valid_at) > _when(fact.valid_at) for c in same):
+                outcome["outdated"] += 1  # history re-read: a newer value already holds
+                continue
             for older in same:
                 invalidate.append(older.uuid)
                 live.remove(older)

@@ -85,6 +85,7 @@ class _State:
     replies: dict[str, tuple[int, JSON | None]] = field(default_factory=dict)
     episodes: dict[str, list[JSON]] = field(default_factory=dict)
     templates: dict[str, JSON] = field(default_factory=dict)
+    edges: dict[str, list[JSON]] = field(default_factory=dict)
     deleted: set[str] = field(default_factory=set)
 
 
@@ -401,8 +402,9 @@ class ZepFake:
             if m["ingested"]
         ]
         added = self._state.episodes.get(user_uuid, [])
+        edges = [{**e, "content": e["fact"]} for e in self._state.edges.get(user_uuid, [])]
         return sorted(
-            (m for m in [*said, *added] if m["uuid"] not in self._state.deleted),
+            (m for m in [*said, *added, *edges] if m["uuid"] not in self._state.deleted),
             key=lambda m: m["created_at"],
             reverse=True,
         )
@@ -461,6 +463,56 @@ class ZepFake:
         self._state.episodes.setdefault(owner["uuid"], []).append(episode)
         return 202, {"episode": episode, "task": _task("graph.episode.add")}
 
+    def _add_edges(self, graph_uuid: str, *, query: JSON, body: JSON) -> tuple[int, JSON]:
+        owner = self._owner(graph_uuid)
+        incoming = body.get("edges") or []
+        if not 1 <= len(incoming) <= 100:
+            raise _error(400, "invalid_request", "between 1 and 100 edges")
+        added = []
+        for e in incoming:
+            if not e.get("fact") or not e.get("fact_name"):
+                raise _error(400, "invalid_request", "fact and fact_name are required")
+            edge = {
+                "uuid": str(uuid.uuid4()),
+                "graph_uuid": owner["graph_uuid"],
+                "name": e["fact_name"],
+                "created_at": _now(),
+                **{k: e.get(k) for k in ("fact", "attributes", "metadata", "valid_at")},
+                "invalid_at": e.get("invalid_at"),
+            }
+            self._state.edges.setdefault(owner["uuid"], []).append(edge)
+            added.append({**edge, "fact_name": edge["name"]})
+        return 202, {"edges": added, "task": _task("graph.edge.add")}
+
+    def _list_edges(self, graph_uuid: str, *, query: JSON, body: JSON) -> tuple[int, JSON]:
+        owner = self._owner(graph_uuid)
+        items = [
+            e
+            for e in self._state.edges.get(owner["uuid"], [])
+            if e["uuid"] not in self._state.deleted
+        ]
+        start, size = int(query.get("cursor") or 0), int(query.get("page_size") or 50)
+        page = items[start : start + size]
+        end = start + len(page)
+        return 200, {"items": page, "next_cursor": str(end) if end < len(items) else ""}
+
+    def _list_threads(self, *, query: JSON, body: Any) -> tuple[int, JSON]:
+        items = [
+            t
+            for t in self._state.threads.values()
+            if not query.get("user_uuid") or t["user_uuid"] == query["user_uuid"]
+        ]
+        return 200, {"items": items, "next_cursor": "", "total_size": len(items)}
+
+    def edges(self) -> list[JSON]:
+        with self._lock:
+            return [
+                e
+                for added in self._state.edges.values()
+                for e in added
+                if e["uuid"] not in self._state.deleted
+            ]
+
     def episodes(self) -> list[JSON]:
         with self._lock:
             return [e for added in self._state.episodes.values() for e in added]
@@ -515,6 +567,9 @@ _ROUTES: list[tuple[str, str, _Handler_t]] = [
     ("POST", r"/graphs/([\w-]+)/search/(thread)-summaries", ZepFake._search),
     ("POST", r"/graphs/([\w-]+)/episodes", ZepFake._add_episode),
     ("DELETE", r"/graphs/([\w-]+)/edges/([\w-]+)", ZepFake._delete_edge),
+    ("POST", r"/graphs/([\w-]+)/edges", ZepFake._add_edges),
+    ("POST", r"/graphs/([\w-]+)/edges/list", ZepFake._list_edges),
+    ("GET", r"/threads", ZepFake._list_threads),
     ("POST", r"/context-templates", ZepFake._create_template),
     ("GET", r"/context-templates/([\w-]+)", ZepFake._template),
     ("PUT", r"/context-templates/([\w-]+)", ZepFake._update_template),
