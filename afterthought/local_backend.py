@@ -15,7 +15,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from afterthought import templates
 from afterthought.backend import (
@@ -276,10 +276,10 @@ class LocalBackend(MemoryBackend):
 
     @staticmethod
     def _user_statements(
-        db: sqlite3.Connection, user_uuid: str, query: str, *, with_ids: bool = False
-    ) -> list[Any]:
+        db: sqlite3.Connection, user_uuid: str, query: str
+    ) -> list[tuple[str, str, str]]:
         """What the user said before: matches for the query first, then the most recent;
-        ``(content, at)``, or ``(uuid, content, at)`` with ``with_ids``."""
+        ``(uuid, content, at)``."""
         base = (
             "SELECT m.id, m.content, m.reference_time, m.uuid FROM messages m"
             " JOIN threads t ON t.uuid = m.thread_uuid"
@@ -296,12 +296,11 @@ class LocalBackend(MemoryBackend):
             ).fetchall()
         recent = db.execute(f"{base} ORDER BY m.id DESC LIMIT 10", (user_uuid,)).fetchall()
         seen: set[int] = set()
-        ordered: list[Any] = []
+        ordered: list[tuple[str, str, str]] = []
         for row_id, content, at, message_uuid in [*matched, *recent]:
             if row_id not in seen:
                 seen.add(row_id)
-                row = (content, at or "")
-                ordered.append((message_uuid, *row) if with_ids else row)
+                ordered.append((message_uuid, content, at or ""))
         return ordered
 
     async def add_fact(
@@ -433,7 +432,7 @@ class LocalBackend(MemoryBackend):
             if request.scope == "edges":
                 return self._facts(db, user[0], request.query, request.limit)
             if request.scope == "episodes":
-                rows = self._user_statements(db, user[0], request.query, with_ids=True)
+                rows = self._user_statements(db, user[0], request.query)
                 return [SearchHit(uuid=i, text=c, created_at=at) for i, c, at in rows][
                     : request.limit
                 ]

@@ -131,11 +131,6 @@ class Settings(BaseSettings):
 
     def as_env(self) -> dict[str, str]:
         """These settings as the environment of another process (a worker, say)."""
-        names = {
-            "redis_url": "REDIS_URL",
-            "zep_api_key": "ZEP_API_KEY",
-            "zep_base_url": "ZEP_BASE_URL",
-        }
         env = {}
         for field, value in self.model_dump().items():
             if value is None:
@@ -143,7 +138,9 @@ class Settings(BaseSettings):
             if hasattr(value, "get_secret_value"):
                 value = value.get_secret_value()
             text = json.dumps(value) if isinstance(value, dict | list) else str(value)
-            env[names.get(field, f"AFTERTHOUGHT_{field.upper()}")] = text
+            alias = type(self).model_fields[field].validation_alias
+            name = alias.choices[0] if isinstance(alias, AliasChoices) else None
+            env[str(name or f"AFTERTHOUGHT_{field.upper()}")] = text
         return env
 
     @property

@@ -17,6 +17,7 @@ from typing_extensions import override
 
 from afterthought.contract import checksum
 from afterthought.search import SearchRequest
+from afterthought.settings import Settings
 from agent_hooks.messages import messages_from_events, said_text
 from agent_hooks.turn_memory import TurnMemory, Who
 
@@ -31,7 +32,7 @@ class ZepMemoryService(BaseMemoryService):
         self.limit = limit
 
     @property
-    def settings(self) -> Any:
+    def settings(self) -> Settings:
         return self.memory.settings
 
     @override

@@ -21,7 +21,7 @@ from afterthought.context_cache import ContextCache, now_version
 from afterthought.contract import MEMORY_SESSION, Kind, QueuedMessage, Role, thread_key
 from afterthought.direct_write import DirectWriter
 from afterthought.enqueue import Enqueuer
-from afterthought.identity import IdentityRegistry
+from afterthought.identity import Identity, IdentityRegistry
 from afterthought.keys import Keys, digest
 from afterthought.settings import Settings
 from afterthought.telemetry import context_cache_reads, memory_read_failures, retrieval_duration
@@ -276,18 +276,12 @@ class TurnMemory:
         query: str,
     ) -> str:
         assert self.context_builder is not None
-        user = await self.user_of(who, identity)
-        thread = identity.thread_uuid
-        if thread is None and user is not None:
-            known = await IdentityRegistry(self.enqueuer.redis(), self.settings).lookup(
-                app=who.app, user_id=who.user_id, session_id=who.session_id
-            )
-            thread = known.thread_uuid
+        known = await self.identity_of(who, identity)
         built = await self.context_builder(
             ContextInput(
                 user_message=query,
-                user=user,
-                thread_uuid=thread,
+                user=known.user,
+                thread_uuid=known.thread_uuid,
                 backend=self.backend,
                 callback_context=ctx,
                 llm_request=llm_request,
@@ -295,16 +289,27 @@ class TurnMemory:
         )
         return built or ""
 
-    async def user_of(self, who: Who, identity: ZepIdentity) -> UserRef | None:
-        """The graph to read: pinned (options, resolver, state), else the registry's."""
-        if identity.graph_uuid:
-            return UserRef(user_uuid=identity.user_uuid or "", graph_uuid=identity.graph_uuid)
+    async def identity_of(self, who: Who, identity: ZepIdentity) -> Identity:
+        """Pinned parts (options, resolver, state) win; the registry fills the rest, in one
+        round trip, and only when something is missing."""
+        if identity.graph_uuid and identity.thread_uuid:
+            user = UserRef(user_uuid=identity.user_uuid or "", graph_uuid=identity.graph_uuid)
+            return Identity(user=user, thread_uuid=identity.thread_uuid)
         registry = IdentityRegistry(self.enqueuer.redis(), self.settings)
         known = await registry.lookup(app=who.app, user_id=who.user_id, session_id=who.session_id)
         if self.direct is not None and known.user and known.thread_uuid:
             thread = thread_key(app=who.app, user_id=who.user_id, session_id=who.session_id)
             self.direct.remember(thread, known.thread_uuid)
-        return known.user
+        if identity.graph_uuid:
+            pinned = UserRef(user_uuid=identity.user_uuid or "", graph_uuid=identity.graph_uuid)
+            return Identity(user=pinned, thread_uuid=identity.thread_uuid or known.thread_uuid)
+        return Identity(user=known.user, thread_uuid=identity.thread_uuid or known.thread_uuid)
+
+    async def user_of(self, who: Who, identity: ZepIdentity) -> UserRef | None:
+        """The graph to read: pinned (options, resolver, state), else the registry's."""
+        if identity.graph_uuid:  # no Redis needed
+            return UserRef(user_uuid=identity.user_uuid or "", graph_uuid=identity.graph_uuid)
+        return (await self.identity_of(who, identity)).user
 
     # --- after the model ----------------------------------------------------------------
     async def after_model(
