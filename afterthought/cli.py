@@ -1,117 +1,212 @@
 """``afterthought``: the command line. The only core module that may import both sides;
-it does so lazily, per subcommand."""
+it does so lazily, per subcommand.
+
+Exit codes: 0 done; 1 done, but something needs attention (an unhealthy status, letters
+not replayed, backfill lines skipped); 2 a usage or configuration error, or a destructive
+action without ``--yes``; 3 Redis or the backend unreachable; 130 interrupted."""
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import json
 import logging
 import sys
+from collections.abc import Awaitable, Callable
+from dataclasses import asdict
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
-LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"
-
-
-def _worker(args: argparse.Namespace) -> int:
-    from afterthought.settings import Settings
-    from worker.settings import create_worker
-
-    overrides = {"worker_concurrency": args.concurrency} if args.concurrency else {}
-    worker = create_worker(Settings(**overrides), burst=args.burst)
-    worker.run()
-    return 0
-
-
-def _dlq(args: argparse.Namespace) -> int:
-    import asyncio
-    import json
-    from datetime import UTC, datetime
-
+if TYPE_CHECKING:
     import redis.asyncio as aioredis
 
-    from afterthought.dead_letters import DeadLetters
+    from afterthought.settings import Settings
+    from afterthought.status import Status
+
+OK, ATTENTION, USAGE, UNREACHABLE, INTERRUPTED = 0, 1, 2, 3, 130
+TEXT_LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"
+
+
+class JsonLogFormatter(logging.Formatter):
+    """One JSON object a line. Our log lines are ``event key=value ...`` (ids and lengths,
+    never content), so the pairs become fields."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        message = record.getMessage()
+        line: dict[str, Any] = {
+            "ts": self.formatTime(record, "%Y-%m-%dT%H:%M:%S%z"),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "msg": message,
+        }
+        for word in message.split():
+            name, eq, value = word.partition("=")
+            if eq and name.isidentifier() and name not in line:
+                line[name] = value
+        if record.exc_info and record.exc_info[0] is not None:
+            line["error"] = record.exc_info[0].__name__  # the type: its text may quote content
+        return json.dumps(line)
+
+
+def _settings(args: argparse.Namespace, **overrides: Any) -> Settings:
     from afterthought.settings import Settings
 
-    settings = Settings()
+    if args.prefix:
+        overrides["key_prefix"] = args.prefix
+    return Settings(**overrides)
+
+
+def _with_redis(
+    args: argparse.Namespace, work: Callable[[Settings, aioredis.Redis], Awaitable[int]]
+) -> int:
+    """Run ``work`` with the settings and a Redis client, closed after."""
+    import redis.asyncio as aioredis
+
+    settings = _settings(args)
+
+    from redis.exceptions import RedisError
 
     async def run() -> int:
         client = aioredis.Redis.from_url(settings.redis_url)
-        letters = DeadLetters(client, settings)
         try:
-            if args.action == "list":
-                rows = [
-                    {
-                        "index": i,
-                        "at": datetime.fromtimestamp(d.at / 1000, UTC).isoformat(),
-                        "thread": d.thread,
-                        "reason": d.reason,
-                        "attempts": d.attempts,
-                        "bytes": len(d.item),
-                    }
-                    for i, d in await letters.listing(count=args.limit)
-                ]
-                if args.json:
-                    print(json.dumps(rows))
-                for row in [] if args.json else rows:
-                    print(
-                        "{index:>5}  {at}  thread={thread}  attempts={attempts}  "
-                        "bytes={bytes}  {reason}".format(**row)
-                    )
-                return 0
-            indexes = None if args.all else args.index
-            if not args.all and not args.index:
-                print("afterthought: name letters by index, or pass --all", file=sys.stderr)
-                return 2
-            if args.action == "replay":
-                done = await letters.replay(indexes)
-                print(f"replayed={done.replayed} malformed={done.malformed} refused={done.refused}")
-                return 0 if not done.refused else 1
-            if not args.yes:
-                print("afterthought: purging deletes messages for good; add --yes", file=sys.stderr)
-                return 2
-            print(f"purged={await letters.purge(indexes)}")
-            return 0
+            return await work(settings, client)
         finally:
             await client.aclose()
 
-    return asyncio.run(run())
+    try:
+        return asyncio.run(run())
+    except (RedisError, ConnectionError) as exc:
+        where = urlsplit(settings.redis_url)  # printed without the credentials it may hold
+        print(
+            f"afterthought: cannot reach Redis at {where.hostname}:{where.port or 6379} "
+            f"({type(exc).__name__})",
+            file=sys.stderr,
+        )
+        return UNREACHABLE
+
+
+def _worker(args: argparse.Namespace) -> int:
+    from worker.settings import create_worker
+
+    overrides: dict[str, Any] = {}
+    if args.concurrency:
+        overrides["worker_concurrency"] = args.concurrency
+    if args.metrics_port is not None:
+        overrides["metrics_port"] = args.metrics_port
+    arq: dict[str, Any] = {"max_jobs": args.max_jobs} if args.max_jobs else {}
+    create_worker(_settings(args, **overrides), burst=args.burst, **arq).run()
+    return OK
+
+
+def _status(args: argparse.Namespace) -> int:
+    from afterthought.status import snapshot
+
+    async def work(settings: Settings, client: aioredis.Redis) -> int:
+        status = await snapshot(client, settings)
+        print(status.model_dump_json(indent=2) if args.json else _describe(status))
+        return OK if not status.problems else ATTENTION
+
+    return _with_redis(args, work)
+
+
+def _describe(status: Status) -> str:
+    q, pause, synth = status.queue, status.pause, status.synthesis
+    oldest = "-" if q.oldest_age_seconds is None else f"{q.oldest_age_seconds:.1f}s"
+    paused = "no"
+    if pause.paused:
+        paused = f"yes ({pause.reason}), probing in {pause.resumes_in_seconds or 0:.0f}s"
+    if pause.rate_limited_for_seconds:
+        paused += f"; rate limited for {pause.rate_limited_for_seconds:.1f}s"
+    lines = [
+        f"prefix        {status.prefix}",
+        f"queue         {q.messages} messages in {q.threads} threads, oldest {oldest}",
+        f"  threads     due {q.due}, leased {q.leased}, deferred {q.deferred}, "
+        f"stranded {q.stranded}; {q.jobs_waiting} jobs waiting",
+        f"dead letters  {status.dead_letters}",
+        f"paused        {paused}",
+        f"workers       {len(status.workers)} live",
+        *(
+            f"  {w.id}  seen {w.last_seen_seconds:.0f}s ago, jobs done {w.jobs_complete}, "
+            f"failed {w.jobs_failed}, running {w.jobs_ongoing}"
+            for w in status.workers
+        ),
+        f"synthesis     {synth.pending_users} users pending"
+        + (f", lag {synth.lag_seconds:.1f}s" if synth.lag_seconds is not None else ""),
+        f"problems      {', '.join(status.problems) or 'none'}",
+    ]
+    return "\n".join(lines)
+
+
+def _dlq(args: argparse.Namespace) -> int:
+    from datetime import UTC, datetime
+
+    from afterthought.dead_letters import DeadLetters
+
+    async def work(settings: Settings, client: aioredis.Redis) -> int:
+        letters = DeadLetters(client, settings)
+        if args.action == "list":
+            rows = [
+                {
+                    "index": i,
+                    "at": datetime.fromtimestamp(d.at / 1000, UTC).isoformat(),
+                    "thread": d.thread,
+                    "reason": d.reason,
+                    "attempts": d.attempts,
+                    "bytes": len(d.item),
+                }
+                for i, d in await letters.listing(count=args.limit)
+            ]
+            if args.json:
+                print(json.dumps(rows))
+            for row in [] if args.json else rows:
+                print(
+                    "{index:>5}  {at}  thread={thread}  attempts={attempts}  "
+                    "bytes={bytes}  {reason}".format(**row)
+                )
+            return OK
+        indexes = None if args.all else args.index
+        if not args.all and not args.index:
+            print("afterthought: name letters by index, or pass --all", file=sys.stderr)
+            return USAGE
+        if args.action == "replay":
+            done = await letters.replay(indexes)
+            print(f"replayed={done.replayed} malformed={done.malformed} refused={done.refused}")
+            return OK if not done.refused else ATTENTION
+        if not args.yes:
+            print("afterthought: purging deletes messages for good; add --yes", file=sys.stderr)
+            return USAGE
+        print(f"purged={await letters.purge(indexes)}")
+        return OK
+
+    return _with_redis(args, work)
 
 
 def _operate(args: argparse.Namespace) -> int:
     """prune and forget: both dry runs unless ``--yes``."""
-    import asyncio
-    import json
-    from dataclasses import asdict
-
-    import redis.asyncio as aioredis
-
     from afterthought.backend import open_backend
     from afterthought.identity import IdentityRegistry
-    from afterthought.settings import Settings
     from worker.forget import Forgetter
     from worker.prune import Pruner
 
-    settings = Settings()
-
-    async def run() -> int:
-        client = aioredis.Redis.from_url(settings.redis_url)
+    async def work(settings: Settings, client: aioredis.Redis) -> int:
         backend = open_backend(settings)
-        apply = bool(args.yes)
+        apply = bool(args.yes) and not getattr(args, "dry_run", False)
         try:
             if args.command == "prune":
                 pruner = Pruner(settings, client, backend)
                 if args.user:
-                    user = await IdentityRegistry(client, settings).lookup_user(
-                        app=args.app, user_id=args.user
-                    )
+                    registry = IdentityRegistry(client, settings)
+                    user = await registry.lookup_user(app=args.app, user_id=args.user)
                     if user is None:
                         print(f"afterthought: no such user in app {args.app!r}", file=sys.stderr)
-                        return 1
+                        return ATTENTION
                     report = await pruner.prune_user(
                         app=args.app, user_id=args.user, user=user, dry_run=not apply
                     )
                 else:
                     report = await pruner.prune_all(dry_run=not apply)
                 print(json.dumps(asdict(report)))
-                return 0
+                return OK
             forgetter = Forgetter(settings, client, backend)
             if args.query:
                 done = await forgetter.forget_matching(
@@ -120,7 +215,7 @@ def _operate(args: argparse.Namespace) -> int:
             elif not apply:
                 what = f"fact {args.fact}" if args.fact else "everything of this user"
                 print(f"would forget {what}; add --yes to do it", file=sys.stderr)
-                return 2
+                return USAGE
             elif args.fact:
                 done = await forgetter.forget_fact(
                     app=args.app, user_id=args.user, fact_uuid=args.fact
@@ -128,29 +223,77 @@ def _operate(args: argparse.Namespace) -> int:
             else:
                 done = await forgetter.forget_user(app=args.app, user_id=args.user)
             print(json.dumps(asdict(done)))
-            return 0
+            return OK
         finally:
             await backend.aclose()
-            await client.aclose()
 
-    return asyncio.run(run())
+    return _with_redis(args, work)
 
 
-def main(argv: list[str] | None = None) -> int:
+def _backfill(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from tqdm import tqdm
+
+    from agent_hooks.backfill import Backfill, database_source, jsonl_source
+
+    async def work(settings: Settings, client: aioredis.Redis) -> int:
+        if args.jsonl:
+            source = jsonl_source(Path(args.jsonl))
+        else:
+            source = await database_source(args.db_url, app=args.app, user_id=args.user)
+        with tqdm(
+            total=source.total, unit="session", disable=args.no_progress or None, file=sys.stderr
+        ) as bar:
+            report = await Backfill(settings, client, source).run(advance=bar.update)
+        print(json.dumps(asdict(report)))
+        return ATTENTION if report.malformed or report.refused else OK
+
+    return _with_redis(args, work)
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from agent_hooks.demo import main as demo
+
+    return demo()
+
+
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="afterthought",
-        description="Long-term memory for ADK agents: run the worker that persists it.",
+        description="Long-term memory for ADK agents: the worker that persists it, and the "
+        "operations around it. Settings come from the environment (REDIS_URL, ZEP_API_KEY, "
+        "AFTERTHOUGHT_*; see the README).",
+        epilog="exit codes: 0 done; 1 needs attention; 2 usage or confirmation needed; "
+        "3 Redis or backend unreachable; 130 interrupted",
     )
     parser.add_argument(
         "--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"]
     )
-    commands = parser.add_subparsers(dest="command", required=True)
-    worker = commands.add_parser(
-        "worker", help="persist queued turns (settings from REDIS_URL, ZEP_API_KEY, ...)"
+    parser.add_argument(
+        "--log-format", default="text", choices=["text", "json"], help="json: one object a line"
     )
+    parser.add_argument(
+        "--prefix",
+        help="the deployment's key prefix, which also names its arq queue "
+        "(default: AFTERTHOUGHT_KEY_PREFIX or 'afterthought')",
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    worker = commands.add_parser("worker", help="persist queued turns; run synthesis and pruning")
     worker.add_argument("--burst", action="store_true", help="exit once the queue is empty")
-    worker.add_argument("--concurrency", type=int, help="threads flushed at once per job")
+    worker.add_argument("--concurrency", type=int, help="threads one flush job sends at once")
+    worker.add_argument("--max-jobs", type=int, help="arq jobs this process runs at once")
+    worker.add_argument(
+        "--metrics-port", type=int, help="serve /metrics and /healthz here (0: any free port)"
+    )
     worker.set_defaults(run=_worker)
+
+    status = commands.add_parser(
+        "status", help="queue depth and age, threads, dead letters, pause, workers, synthesis"
+    )
+    status.add_argument("--json", action="store_true", help="the stable JSON shape")
+    status.set_defaults(run=_status)
 
     dlq = commands.add_parser("dlq", help="list, replay or purge dead letters")
     dlq.add_argument("action", choices=["list", "replay", "purge"])
@@ -164,7 +307,7 @@ def main(argv: list[str] | None = None) -> int:
     prune = commands.add_parser("prune", help="prune facts (a dry run unless --yes)")
     prune.add_argument("--app", default="", help="with --user: the ADK app name")
     prune.add_argument("--user", help="only this ADK user id (with --app)")
-    prune.add_argument("--dry-run", action="store_true", help="report only (the default)")
+    prune.add_argument("--dry-run", action="store_true", help="report only, even with --yes")
     prune.add_argument("--yes", action="store_true", help="delete what the report lists")
     prune.set_defaults(run=_operate)
 
@@ -179,15 +322,44 @@ def main(argv: list[str] | None = None) -> int:
     forget.add_argument("--yes", action="store_true", help="really forget")
     forget.set_defaults(run=_operate)
 
+    backfill = commands.add_parser(
+        "backfill", help="queue existing ADK sessions for memory (resumable)"
+    )
+    source = backfill.add_mutually_exclusive_group(required=True)
+    source.add_argument("--jsonl", metavar="FILE", help="one ADK Session JSON a line")
+    source.add_argument("--db-url", help="an ADK DatabaseSessionService URL")
+    backfill.add_argument("--app", help="with --db-url: the ADK app name")
+    backfill.add_argument("--user", help="with --db-url: only this user's sessions")
+    backfill.add_argument("--no-progress", action="store_true", help="no progress bar")
+    backfill.set_defaults(run=_backfill)
+
+    demo = commands.add_parser("demo", help="an offline two-session conversation with memory")
+    demo.set_defaults(run=_demo)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    from afterthought.backend import BackendError
+
+    parser = _parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(level=args.log_level, format=LOG_FORMAT)
+    if args.command == "backfill" and args.db_url and not args.app:
+        parser.error("backfill --db-url needs --app")
+    handler = logging.StreamHandler()
+    handler.setFormatter(
+        JsonLogFormatter() if args.log_format == "json" else logging.Formatter(TEXT_LOG_FORMAT)
+    )
+    logging.basicConfig(level=args.log_level, handlers=[handler])
     try:
         code: int = args.run(args)
     except KeyboardInterrupt:
-        return 130
+        return INTERRUPTED
+    except BackendError as exc:
+        print(f"afterthought: the memory backend failed: {exc}", file=sys.stderr)
+        return UNREACHABLE
     except (ValueError, RuntimeError) as exc:  # configuration problems, said plainly
         print(f"afterthought: {exc}", file=sys.stderr)
-        return 2
+        return USAGE
     return code
 
 

@@ -68,6 +68,8 @@ class QueuedMessage(BaseModel):
     """Payload version."""
     seq: int | None = None
     """Per-thread sequence number, assigned by the enqueue script."""
+    queued_ms: int | None = None
+    """When the enqueue script queued it (Redis' clock of the caller, ms): status's ages."""
     epoch: int = 0
     """The user's deletion epoch when queued (by the script); forgetting bumps it."""
     key: str
@@ -159,8 +161,8 @@ class QueuedMessage(BaseModel):
         return thread_key(app=self.app, user_id=self.user_id, session_id=self.session_id)
 
     def encode(self) -> str:
-        """JSON without ``seq`` and ``epoch``: the enqueue script prepends them."""
-        return self.model_dump_json(exclude={"seq", "epoch"})
+        """JSON without ``seq``, ``epoch`` and ``queued_ms``: the enqueue script prepends them."""
+        return self.model_dump_json(exclude={"seq", "epoch", "queued_ms"})
 
     @classmethod
     def decode(cls, raw: bytes | str) -> QueuedMessage:

@@ -43,7 +43,8 @@ local function push(pending, thread, ready, depth, tk, now, first, epoch_key, th
   for i = first, #ARGV do
     seq = seq + 1
     redis.call('RPUSH', pending,
-      '{"seq":' .. seq .. ',"epoch":' .. epoch .. ',' .. string.sub(ARGV[i], 2))
+      '{"seq":' .. seq .. ',"epoch":' .. epoch .. ',"queued_ms":' .. now .. ','
+        .. string.sub(ARGV[i], 2))
   end
   redis.call('SADD', threads, tk)
   redis.call('HSET', thread, 'seq', seq)
@@ -66,6 +67,7 @@ return push(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1], ARGV[2], 5, KEYS[5], KE
 
 #: Returned by the scripts when a cap refuses the messages.
 REFUSED = {-1: "thread queue full", -2: "queue full"}
+UNREACHABLE = "redis unreachable"
 
 
 class Enqueuer:
@@ -133,7 +135,7 @@ class Enqueuer:
                 return True
             self._write_directly()
             return False
-        if await self._send(thread, messages):
+        if await self.send(messages) is None:
             return True
         self._hold(messages)
         self._write_directly()
@@ -175,7 +177,7 @@ class Enqueuer:
                 run: list[QueuedMessage] = []
                 while self._buffer and self._buffer[0].thread_key == thread and len(run) < 100:
                     run.append(self._buffer.popleft())
-            if not await self._send(thread, run):
+            if await self.send(run) is not None:
                 with self._lock:
                     self._buffer.extendleft(reversed(run))
                 return False
@@ -184,7 +186,10 @@ class Enqueuer:
             )
         return False
 
-    async def _send(self, thread: str, messages: Sequence[QueuedMessage]) -> bool:
+    async def send(self, messages: Sequence[QueuedMessage]) -> str | None:
+        """One attempt, no buffering: None once queued, else why not (a full queue, or
+        Redis unreachable). Messages of one thread, as for ``enqueue``."""
+        thread = messages[0].thread_key
         _, script = self._client.get()
         s = self._settings
         try:
@@ -208,7 +213,7 @@ class Enqueuer:
                 )
         except (RedisError, OSError, TimeoutError) as exc:
             self._failed(exc)
-            return False
+            return UNREACHABLE
         self._failures = 0
         if result in REFUSED:
             log.warning(
@@ -217,8 +222,8 @@ class Enqueuer:
                 len(messages),
                 REFUSED[result],
             )
-            return False
-        return True
+            return REFUSED[result]
+        return None
 
     def _hold(self, messages: Sequence[QueuedMessage]) -> None:
         queue_failures.add(len(messages), {"outcome": "buffered"})

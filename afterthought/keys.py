@@ -68,6 +68,10 @@ class Keys:
         """arq's queue ZSET name."""
         return f"{self.prefix}:arq:queue"
 
+    def health(self, worker: str) -> str:
+        """STRING arq's health line of one worker process; expires unless it is renewed."""
+        return f"{self.prefix}:health:{worker}"
+
     def job_id(self, kind: str, suffix: str) -> str:
         """arq job id; arq stores it under ``arq:job:<id>``, so the prefix travels inside."""
         return f"{self.prefix}:{kind}:{suffix}"
@@ -121,6 +125,10 @@ class Keys:
     def quarantine(self) -> str:
         """LIST (JSON) of facts validation refused, newest last; trimmed to a bound."""
         return f"{self.prefix}:quarantine"
+
+    def backfill(self, source: str) -> str:
+        """HASH of a backfill source's progress: sessions done, and where the next begins."""
+        return f"{self.prefix}:backfill:{source}"
 
     def lock(self, name: str) -> str:
         return f"{self.prefix}:lock:{name}"

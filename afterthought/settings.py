@@ -108,6 +108,10 @@ class Settings(BaseSettings):
     """HMAC key of the audit log's content digests (else a random key kept in Redis)."""
     audit_max_entries: int = Field(100_000, ge=100)
     """Entries the audit stream keeps (older ones are trimmed)."""
+    metrics_port: int | None = Field(None, ge=0, le=65535)
+    """Port of a worker's Prometheus ``/metrics`` and ``/healthz``; off when unset."""
+    metrics_host: str = "127.0.0.1"
+    """Address the metrics endpoint binds (``0.0.0.0`` in a container)."""
     skip_nested: bool = True
     """Ignore nested runs (an ``AgentTool``'s child runner): no read, no write."""
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import atexit
 import os
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -146,3 +148,16 @@ async def drain(settings: Settings, *, timeout: float = 30.0) -> None:
             await asyncio.sleep(0.05)
     finally:
         await client.aclose()
+
+
+def run_cli(
+    settings: Settings, *args: str, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    """``afterthought ARGS`` in its own process, configured like ``settings``."""
+    return subprocess.run(
+        [sys.executable, "-m", "afterthought.cli", "--log-level", "ERROR", *args],
+        env={**os.environ, **settings.as_env()},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )

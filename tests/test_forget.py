@@ -10,7 +10,7 @@ from afterthought.settings import Settings
 from afterthought.testing.stand_in_model import memory_lines
 from agent_hooks import create_callbacks
 from tests.adk_support import APP, make_runner, new_session, say
-from tests.conftest import drain, enqueue, queued
+from tests.conftest import drain, enqueue, queued, run_cli
 from worker.forget import Forgetter
 from worker.synthesize import Synthesizer
 
@@ -87,21 +87,10 @@ async def test_messages_queued_before_a_forget_are_dropped_not_sent(
 def test_prune_and_forget_commands_dry_run_first(local_settings: Settings) -> None:
     import asyncio
     import json
-    import os
-    import subprocess
-    import sys
+    from functools import partial
 
     asyncio.run(_session(local_settings, "I live in Lisbon.", "I'm allergic to peanuts."))
-    env = {**os.environ, **local_settings.as_env()}
-
-    def cli(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "afterthought.cli", "--log-level", "ERROR", *args],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+    cli = partial(run_cli, local_settings)
 
     pruned = cli("prune")
     assert pruned.returncode == 0 and json.loads(pruned.stdout)["dry_run"] is True

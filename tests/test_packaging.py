@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import ast
+import re
 import os
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 from afterthought.settings import Settings
@@ -43,13 +45,35 @@ def test_cli_explains_itself() -> None:
     assert bad.returncode == 2
 
 
-def test_compose_has_durable_redis_a_worker_and_the_agent() -> None:
+def test_compose_runs_durable_redis_two_workers_the_agent_and_prometheus(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """What ``docker compose config`` would check where Docker exists, and what we mean."""
     compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
     services = compose["services"]
-    assert {"redis", "worker", "agent"} <= set(services)
+    assert {"redis", "worker", "agent", "prometheus"} <= set(services)
     redis_command = " ".join(services["redis"]["command"])
     assert "--appendonly yes" in redis_command and "noeviction" in redis_command
-    assert services["worker"]["command"] == ["afterthought", "worker"]
+    worker = services["worker"]
+    assert worker["command"][0] == "afterthought" and worker["command"][-1] == "worker"
+    assert worker["deploy"]["replicas"] == 2
+    port = worker["environment"]["AFTERTHOUGHT_METRICS_PORT"]
+    assert f"127.0.0.1:{port}/healthz" in " ".join(worker["healthcheck"]["test"])
+    for name, value in worker["environment"].items():  # compose's ${NAME:-default}, unset
+        if value := re.sub(r"\$\{\w+:-([^}]*)\}", r"\1", value):
+            monkeypatch.setenv(name, value)
+    assert Settings().metrics_port == int(port)  # the environment is valid settings
+    assert services["agent"]["depends_on"]["worker"]["condition"] == "service_healthy"
+
+    mount = services["prometheus"]["volumes"][0].split(":")
+    scrape = yaml.safe_load((ROOT / mount[0]).read_text())
+    (job,) = scrape["scrape_configs"]
+    (discovery,) = job["dns_sd_configs"]
+    assert discovery["names"] == ["worker"] and discovery["port"] == int(port)
+    for service in services.values():  # every build context and mounted file exists
+        for volume in service.get("volumes", []):
+            if volume.startswith("./"):
+                assert (ROOT / volume.split(":")[0]).exists(), volume
 
 
 def test_each_side_imports_only_the_core() -> None:

@@ -6,9 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import os
 import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -27,7 +25,7 @@ from afterthought.testing.stand_in_model import StandInLlm
 from agent_hooks import ZepMemoryService, create_callbacks
 from bench import chaos
 from tests.adk_support import make_runner, new_session, say
-from tests.conftest import drain, enqueue, queued, run_worker_once
+from tests.conftest import drain, enqueue, queued, run_cli, run_worker_once
 from worker.flush import Flusher
 from worker.settings import check_redis_policy, dispatch_once
 
@@ -144,20 +142,9 @@ def test_dlq_command_lists_without_content_and_replays(
     asyncio.run(enqueue(zep_settings, queued("secret-ish text", 1)))
     asyncio.run(enqueue(zep_settings, queued("second", 2, session="s2")))
     asyncio.run(drain(zep_settings))
-    env = {
-        **os.environ,
-        "REDIS_URL": zep_settings.redis_url,
-        "AFTERTHOUGHT_KEY_PREFIX": zep_settings.key_prefix,
-    }
 
     def cli(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "afterthought.cli", "dlq", *args],
-            env=env,
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-        )
+        return run_cli(zep_settings, "dlq", *args)
 
     listed = cli("list", "--json")
     assert listed.returncode == 0, listed.stderr

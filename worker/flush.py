@@ -24,6 +24,7 @@ from afterthought.contract import MalformedPayload, QueuedMessage, split_content
 from afterthought.identity import IdentityRegistry
 from afterthought.keys import Keys, digest
 from afterthought.settings import Settings
+from worker import metrics
 from worker.forget import Forgetter
 from worker.pacing import MAX_IN_JOB_WAIT, Pacing
 
@@ -274,6 +275,7 @@ class Flusher:
             delay = min(MAX_DEFER_SECONDS, 2.0**attempts) * random.uniform(0.5, 1.0)
             delay = max(delay, exc.retry_after or 0.0)
             stats["deferred"] += 1
+            metrics.RETRIES.labels("deferred").inc()
             log.warning(
                 "flush deferred thread=%s error=%s attempts=%d in=%.1fs", tk, exc, attempts, delay
             )
@@ -476,6 +478,8 @@ class Flusher:
         ):
             with attempt:
                 todo = calls
+                if attempt.retry_state.attempt_number > 1:
+                    metrics.RETRIES.labels("in_job").inc()
                 if reconcile or attempt.retry_state.attempt_number > 1:
                     todo = await self._missing(thread_uuid, calls, replay=replay)
                 context = None
@@ -495,6 +499,7 @@ class Flusher:
                         raise
                     stats["calls"] += 1
                     stats["parts"] += len(call.messages)
+                    metrics.BATCH_SIZE.observe(len(call.messages))
                 return context
         return None
 

@@ -7,6 +7,8 @@ import asyncio
 import contextlib
 import json
 import logging
+import os
+import socket
 import time
 import uuid
 from collections import Counter
@@ -21,6 +23,8 @@ from afterthought.backend import open_backend
 from afterthought.contract import QueuedMessage
 from afterthought.keys import Keys, digest
 from afterthought.settings import Settings
+from afterthought.status import HEALTH_INTERVAL_SECONDS
+from worker import metrics
 from worker.flush import Flusher
 from worker.prune import Pruner
 from worker.synthesize import Synthesizer, synthesizes
@@ -46,6 +50,7 @@ def json_loads(raw: bytes) -> Any:
     return json.loads(raw)
 
 
+@metrics.metered
 async def flush(ctx: dict[str, Any]) -> dict[str, int]:
     """The job: drain due threads (any of them) for up to a budget."""
     flusher: Flusher = ctx["flusher"]
@@ -54,18 +59,21 @@ async def flush(ctx: dict[str, Any]) -> dict[str, int]:
     return dict(stats)
 
 
+@metrics.metered
 async def synthesize(ctx: dict[str, Any], app: str, user_id: str) -> dict[str, int]:
     """The job: synthesize one user's new messages into facts."""
     synthesizer: Synthesizer = ctx["synthesizer"]
     return dict(await synthesizer.run(app=app, user_id=user_id))
 
 
+@metrics.metered
 async def synthesize_all(ctx: dict[str, Any]) -> dict[str, int]:
     """The cron behind the debounced runs: any user with unsynthesized messages."""
     synthesizer: Synthesizer | None = ctx.get("synthesizer")
     return dict(await synthesizer.run_all()) if synthesizer else {}
 
 
+@metrics.metered
 async def prune(ctx: dict[str, Any]) -> dict[str, int]:
     """The daily cron: prune every user's facts (for real; the CLI dry-runs by default)."""
     pruner: Pruner = ctx["pruner"]
@@ -116,11 +124,12 @@ def worker_settings(
     """Keyword arguments for ``arq.Worker`` (arq takes a dict as settings too)."""
     s = settings or Settings()
     keys = Keys(s.key_prefix)
+    worker_id = f"{socket.gethostname()}:{os.getpid()}"
 
     async def on_startup(ctx: dict[str, Any]) -> None:
         redis: ArqRedis = ctx["redis"]
         await check_redis_policy(redis)
-        backend = open_backend(s)
+        backend = metrics.metered_backend(open_backend(s))
         ctx["backend"] = backend
         after_flush = None
         ctx["pruner"] = Pruner(s, redis, backend)  # every mode: on Zep, Zep's edges too
@@ -140,16 +149,22 @@ def worker_settings(
 
         ctx["flusher"] = Flusher(s, redis, backend, after_flush=after_flush)
         await dispatch_once(redis, keys)
+        tasks = ctx["tasks"] = []
         if not burst:
-            ctx["dispatcher"] = asyncio.create_task(_dispatch_forever(redis, keys))
-        log.info("worker ready backend=%s prefix=%s", backend.name, s.key_prefix)
+            tasks.append(asyncio.create_task(_dispatch_forever(redis, keys)))
+        if s.metrics_port is not None:
+            health = metrics.Health(worker_id)
+            ctx["metrics_server"] = metrics.serve(s.metrics_host, s.metrics_port, health)
+            tasks.append(asyncio.create_task(metrics.refresh_forever(redis, s, health)))
+        log.info("worker ready id=%s backend=%s prefix=%s", worker_id, backend.name, s.key_prefix)
 
     async def on_shutdown(ctx: dict[str, Any]) -> None:
-        task: asyncio.Task[None] | None = ctx.get("dispatcher")
-        if task is not None:
+        for task in ctx.get("tasks", []):
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        if "metrics_server" in ctx:
+            ctx["metrics_server"].shutdown()
         if "backend" in ctx:
             await ctx["backend"].aclose()
 
@@ -186,8 +201,8 @@ def worker_settings(
         "poll_delay": DISPATCH_INTERVAL_SECONDS,
         "keep_result": 0,
         "max_jobs": 10,
-        "health_check_interval": 30,
-        "health_check_key": keys.job_id("health", uuid.uuid4().hex[:12]),
+        "health_check_interval": HEALTH_INTERVAL_SECONDS,
+        "health_check_key": keys.health(worker_id),
         **arq_overrides,
     }
 

@@ -1,0 +1,175 @@
+"""Importing existing ADK sessions into the queue (``afterthought backfill``): from an ADK
+``DatabaseSessionService`` or a JSONL export, one ``Session`` JSON per line.
+
+Resumable: a session is marked done (with its ``last_update_time``) only once all of it
+is queued, so an interrupted run starts again where it stopped and a session that grew
+since is imported again. Never duplicating: its messages carry the callbacks' keys and
+are replays, so the worker sends only what the backend lacks."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import redis.asyncio as aioredis
+from google.adk.sessions import Session
+from pydantic import ValidationError
+
+from afterthought.contract import QueuedMessage
+from afterthought.enqueue import UNREACHABLE, Enqueuer
+from afterthought.keys import Keys, digest
+from afterthought.settings import Settings
+from agent_hooks.messages import messages_from_events
+
+log = logging.getLogger("afterthought.backfill")
+
+#: Messages per enqueue round trip.
+CHUNK = 100
+#: Progress is kept this long after the last session was imported.
+PROGRESS_TTL_SECONDS = 30 * 86400
+#: While the queue is full, wait this long between tries (workers drain it meanwhile).
+FULL_WAIT_SECONDS = 1.0
+#: Tries of an unreachable Redis before the run stops (it resumes when run again).
+UNREACHABLE_TRIES = 5
+
+
+class BackfillError(RuntimeError):
+    """The run stopped; what was marked done stays done."""
+
+
+@dataclass
+class Report:
+    sessions: int = 0
+    """Sessions queued by this run."""
+    skipped: int = 0
+    """Sessions an earlier run queued already (and unchanged since)."""
+    messages: int = 0
+    """Messages queued by this run."""
+    malformed: list[int] = field(default_factory=list)
+    """Line numbers of a JSONL export that are not an ADK session."""
+    refused: list[str] = field(default_factory=list)
+    """Ids of sessions with a message over ``max_queued_chars``: not queued, not marked
+    done (raise the limit and run again)."""
+
+
+@dataclass(frozen=True)
+class Source:
+    """Sessions to import, their count (for the progress bar), and a stable name."""
+
+    name: str
+    total: int
+    sessions: Callable[[Report], AsyncIterator[Session]]
+
+
+def jsonl_source(path: Path) -> Source:
+    path = path.resolve()
+    if not path.is_file():
+        raise BackfillError(f"no such file: {path}")
+    with path.open("rb") as lines:
+        total = sum(1 for line in lines if line.strip())
+
+    async def sessions(report: Report) -> AsyncIterator[Session]:
+        with path.open(encoding="utf-8", errors="replace") as lines:
+            for number, line in enumerate(lines, start=1):
+                if not line.strip():
+                    continue
+                try:
+                    yield Session.model_validate_json(line)
+                except ValidationError:
+                    # The line number only: the line itself is somebody's conversation.
+                    report.malformed.append(number)
+                    log.warning("backfill skipped line=%d reason=not an ADK session", number)
+
+    return Source(name=f"jsonl:{path}", total=total, sessions=sessions)
+
+
+async def database_source(url: str, *, app: str, user_id: str | None = None) -> Source:
+    """Sessions of ``app`` (one user's, with ``user_id``) in an ADK session database."""
+    try:
+        from google.adk.sessions import DatabaseSessionService
+    except ImportError as exc:
+        raise BackfillError(
+            "reading an ADK session database needs SQLAlchemy: pip install 'afterthought[db]'"
+        ) from exc
+    service = DatabaseSessionService(db_url=url)
+    listed = (await service.list_sessions(app_name=app, user_id=user_id)).sessions
+
+    async def sessions(report: Report) -> AsyncIterator[Session]:
+        for stub in listed:
+            full = await service.get_session(
+                app_name=stub.app_name, user_id=stub.user_id, session_id=stub.id
+            )
+            if full is not None:  # deleted since it was listed
+                yield full
+
+    # The name leaves out the URL's credentials: it ends up in a Redis key's digest only,
+    # but a password must not decide whether a run resumes.
+    host = url.split("@")[-1]
+    return Source(name=f"db:{host}:{app}:{user_id or ''}", total=len(listed), sessions=sessions)
+
+
+class Backfill:
+    def __init__(self, settings: Settings, redis: aioredis.Redis, source: Source) -> None:
+        # A larger deadline than the turn path's: a backfill waits for Redis, not a user.
+        self._settings = settings.model_copy(
+            update={"enqueue_timeout": max(settings.enqueue_timeout, 5.0)}
+        )
+        self._redis = redis
+        self._source = source
+        self._progress = Keys(settings.key_prefix).backfill(digest(source.name))
+        self._enqueuer = Enqueuer(self._settings, redis=redis)
+
+    async def run(self, *, advance: Callable[[], None] = lambda: None) -> Report:
+        """Queue every session not queued before; ``advance`` is called once a session."""
+        report = Report()
+        async for session in self._source.sessions(report):
+            field_name = digest(session.app_name, session.user_id, session.id)
+            done = await self._redis.hget(self._progress, field_name)
+            if done is not None and float(done) >= session.last_update_time:
+                report.skipped += 1
+            elif (queued := await self._queue(session)) is None:
+                report.refused.append(session.id)
+            else:
+                report.messages += queued
+                async with self._redis.pipeline(transaction=True) as pipe:
+                    pipe.hset(self._progress, field_name, repr(session.last_update_time))
+                    pipe.expire(self._progress, PROGRESS_TTL_SECONDS)
+                    await pipe.execute()
+                report.sessions += 1
+            advance()
+        log.info(
+            "backfill done sessions=%d skipped=%d messages=%d malformed=%d refused=%d",
+            report.sessions,
+            report.skipped,
+            report.messages,
+            len(report.malformed),
+            len(report.refused),
+        )
+        return report
+
+    async def _queue(self, session: Session) -> int | None:
+        messages = messages_from_events(
+            session.events,
+            app=session.app_name,
+            user_id=session.user_id,
+            session_id=session.id,
+            assistant_name=self._settings.assistant_name,
+        )
+        if any(len(m.content) > self._settings.max_queued_chars for m in messages):
+            log.warning("backfill refused session=%s reason=message too long", session.id)
+            return None
+        for start in range(0, len(messages), CHUNK):
+            await self._send(messages[start : start + CHUNK])
+        return len(messages)
+
+    async def _send(self, chunk: list[QueuedMessage]) -> None:
+        unreachable = 0
+        while (why := await self._enqueuer.send(chunk)) is not None:
+            if why == UNREACHABLE:
+                unreachable += 1
+                if unreachable >= UNREACHABLE_TRIES:
+                    raise ConnectionError("Redis is unreachable; run backfill again to resume")
+            await asyncio.sleep(FULL_WAIT_SECONDS)  # backpressure: workers make room

@@ -1,0 +1,294 @@
+"""Running it: every CLI subcommand as a subprocess against real Redis and the Zep fake,
+the status JSON's shape, the metrics endpoint, backfill."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import httpx
+import pytest
+import redis.asyncio as aioredis
+from google.adk.events import Event
+from google.adk.sessions import Session
+from google.genai import types
+from prometheus_client.parser import text_string_to_metric_families
+
+from afterthought.backend import BackendError
+from afterthought.keys import Keys
+from afterthought.settings import Settings
+from afterthought.testing import ZepFake
+from afterthought.testing.processes import spawn_worker, wait_settled
+from afterthought.testing.redis_server import free_port
+from afterthought.testing.zep_fake import Fault
+from agent_hooks.backfill import Backfill, jsonl_source
+from tests.adk_support import APP
+from tests.conftest import drain, enqueue, queued, run_cli
+from worker.pacing import Pacing
+
+ADDS = "POST /threads/.*/messages"
+
+#: The documented shape of ``status --json`` (README, "Status"): fields may be added to
+#: it, never renamed or removed; this test is the contract.
+STATUS_SHAPE = {
+    "version": int,
+    "prefix": str,
+    "at": float,
+    "queue": {
+        "messages": int,
+        "threads": int,
+        "due": int,
+        "leased": int,
+        "deferred": int,
+        "stranded": int,
+        "oldest_age_seconds": (float, type(None)),
+        "jobs_waiting": int,
+    },
+    "dead_letters": int,
+    "pause": {
+        "paused": bool,
+        "reason": (str, type(None)),
+        "resumes_in_seconds": (float, type(None)),
+        "rate_limited_for_seconds": (float, type(None)),
+    },
+    "workers": list,
+    "synthesis": {"pending_users": int, "lag_seconds": (float, type(None))},
+    "problems": list,
+}
+WORKER_SHAPE = {"id", "last_seen_seconds", "jobs_complete", "jobs_failed", "jobs_retried"}
+
+
+def assert_shape(value: object, shape: object) -> None:
+    if isinstance(shape, dict):
+        assert isinstance(value, dict) and set(value) == set(shape), value
+        for name, inner in shape.items():
+            assert_shape(value[name], inner)
+    else:
+        assert isinstance(value, shape), (value, shape)  # type: ignore[arg-type]
+
+
+def status(settings: Settings) -> tuple[int, dict]:  # type: ignore[type-arg]
+    done = run_cli(settings, "status", "--json")
+    assert done.returncode in (0, 1), done.stderr
+    found = json.loads(done.stdout)
+    assert_shape(found, STATUS_SHAPE)
+    return done.returncode, found
+
+
+async def test_status_reports_queue_dead_letters_pause_and_stranded_threads(
+    zep_settings: Settings, zep_fake: ZepFake, redis: aioredis.Redis
+) -> None:
+    code, empty = status(zep_settings)
+    assert code == 1 and empty["problems"] == ["no_workers"]
+    assert empty["queue"]["messages"] == 0 and empty["queue"]["oldest_age_seconds"] is None
+
+    await enqueue(zep_settings, queued("secret one", 1), queued("secret two", 2))
+    await enqueue(zep_settings, queued("secret three", 3, session="s2"))
+    _, found = status(zep_settings)
+    queue = found["queue"]
+    assert (queue["messages"], queue["threads"], queue["due"]) == (3, 2, 2)
+    assert 0 <= queue["oldest_age_seconds"] < 60 and queue["stranded"] == 0
+
+    keys = Keys(zep_settings.key_prefix)
+    long_ago = int((time.time() - 3600) * 1000)
+    thread = (await redis.zrange(keys.ready, 0, 0))[0]
+    await redis.zadd(keys.ready, {thread: long_ago})  # due an hour ago, nobody took it
+    _, found = status(zep_settings)
+    assert found["queue"]["stranded"] == 1 and "stranded_threads" in found["problems"]
+
+    zep_fake.inject(Fault(match=ADDS, status=400, times=10))
+    await drain(zep_settings)
+    await Pacing(redis, keys, pause_seconds=30).pause(BackendError("unauthorized", code="401"))
+    code, found = status(zep_settings)
+    assert code == 1 and found["dead_letters"] == 3 and found["queue"]["messages"] == 0
+    assert found["pause"]["paused"] and 0 < found["pause"]["resumes_in_seconds"] <= 30
+    assert {"dead_letters", "paused"} <= set(found["problems"])
+
+    text = run_cli(zep_settings, "status")
+    assert text.returncode == 1 and "dead letters  3" in text.stdout
+    assert "secret" not in text.stdout  # ids and counts, never content
+
+
+async def test_a_worker_serves_metrics_and_health_and_shows_in_status(
+    make_settings: Callable[..., Settings], zep_fake: ZepFake
+) -> None:
+    port = free_port()
+    settings = make_settings(
+        backend="zep",
+        zep_api_key="test-key",
+        zep_base_url=zep_fake.base_url,
+        metrics_port=port,
+    )
+    zep_fake.inject(Fault(match=ADDS, status=503, times=1))
+    for n in range(40):
+        await enqueue(settings, queued(f"secret message {n}", n, session=f"s{n % 4}"))
+    worker = spawn_worker(settings)
+    try:
+        assert await wait_settled(settings, timeout=60)
+        url = f"http://127.0.0.1:{port}"
+        async with httpx.AsyncClient() as http:
+            deadline = time.monotonic() + 30
+            while True:  # the queue gauges follow within a refresh
+                body = (await http.get(f"{url}/metrics")).text
+                samples = {
+                    (s.name, tuple(sorted(s.labels.items()))): s.value
+                    for family in text_string_to_metric_families(body)
+                    for s in family.samples
+                }
+                if samples.get(("afterthought_workers", ())) == 1 or time.monotonic() > deadline:
+                    break
+                await asyncio.sleep(0.5)
+            health = await http.get(f"{url}/healthz")
+        assert health.status_code == 200 and health.json()["ok"] is True
+
+        def value(name: str, **labels: str) -> float:
+            return samples.get((name, tuple(sorted(labels.items()))), 0.0)
+
+        assert value("afterthought_job_events_total", function="flush", event="messages") == 40
+        assert value("afterthought_jobs_total", function="flush", outcome="ok") >= 1
+        assert value("afterthought_retries_total", kind="in_job") >= 1
+        assert value("afterthought_batch_size_count") >= 4
+        assert value("afterthought_batch_size_sum") >= 40  # the retried call counts again
+        ok_adds = value(
+            "afterthought_backend_seconds_count", operation="add_messages", outcome="ok"
+        )
+        failed = value(
+            "afterthought_backend_seconds_count", operation="add_messages", outcome="unavailable"
+        )
+        assert ok_adds >= 4 and failed == 1
+        assert value("afterthought_queue_messages") == 0 and value("afterthought_paused") == 0
+        assert value("afterthought_workers") == 1
+        assert "secret" not in body
+
+        code, found = status(settings)
+        assert code == 0 and found["problems"] == []
+        (alive,) = found["workers"]
+        assert set(alive) >= WORKER_SHAPE and str(worker.pid) in alive["id"]
+        assert alive["last_seen_seconds"] <= 11
+    finally:
+        worker.terminate()
+        worker.wait(timeout=30)
+
+
+def _session(n: int, *, turns: int = 3, at: float = 1_700_000_000.0) -> Session:
+    events = []
+    for t in range(turns):
+        invocation = f"inv-{n}-{t}"
+        events.append(
+            Event(
+                author="user",
+                invocation_id=invocation,
+                content=types.UserContent(f"session {n} turn {t}"),
+                timestamp=at + t,
+            )
+        )
+        events.append(
+            Event(
+                author="assistant",
+                invocation_id=invocation,
+                content=types.ModelContent(f"reply {n}.{t}"),
+                timestamp=at + t + 0.5,
+            )
+        )
+    return Session(
+        id=f"old-{n}", app_name=APP, user_id="alice", events=events, last_update_time=at + turns
+    )
+
+
+class Interrupted(Exception):
+    pass
+
+
+async def test_backfill_resumes_after_interruption_without_duplicating(
+    zep_settings: Settings, zep_fake: ZepFake, redis: aioredis.Redis, tmp_path: Path
+) -> None:
+    export = tmp_path / "sessions.jsonl"
+    lines = [_session(n).model_dump_json() for n in range(6)]
+    lines.insert(3, '{"not": "a session"}')
+    export.write_text("\n".join(lines) + "\n")
+
+    done = 0
+
+    def advance() -> None:  # the operator's Ctrl-C after the third session
+        nonlocal done
+        done += 1
+        if done == 3:
+            raise Interrupted
+
+    with pytest.raises(Interrupted):
+        await Backfill(zep_settings, redis, jsonl_source(export)).run(advance=advance)
+    await drain(zep_settings)  # a worker persisted the first part meanwhile
+
+    resumed = run_cli(zep_settings, "backfill", "--jsonl", str(export))
+    report = json.loads(resumed.stdout)
+    assert resumed.returncode == 1  # done, but one line was skipped: attention
+    assert report == {
+        "sessions": 3,
+        "skipped": 3,
+        "messages": 18,
+        "malformed": [4],
+        "refused": [],
+    }
+    assert "not" not in resumed.stderr  # the bad line is named by number, not quoted
+    again = json.loads(run_cli(zep_settings, "backfill", "--jsonl", str(export)).stdout)
+    assert (again["sessions"], again["skipped"]) == (0, 6)
+    await drain(zep_settings)
+
+    stored = zep_fake.messages()
+    assert len(stored) == 36 and len({m["content"] for m in stored}) == 36
+    first = [m["content"] for m in stored if m["content"].startswith(("session 0", "reply 0."))]
+    assert first == [t for n in range(3) for t in (f"session 0 turn {n}", f"reply 0.{n}")]
+
+
+async def test_backfill_from_an_adk_session_database(
+    zep_settings: Settings, zep_fake: ZepFake, tmp_path: Path
+) -> None:
+    from google.adk.sessions import DatabaseSessionService
+
+    url = f"sqlite+aiosqlite:///{tmp_path / 'sessions.db'}"
+    service = DatabaseSessionService(db_url=url)
+    for n in range(2):
+        session = await service.create_session(app_name=APP, user_id="bob", session_id=f"db-{n}")
+        for event in _session(n, turns=2).events:
+            await service.append_event(session, event)
+    await service.close()
+
+    done = run_cli(zep_settings, "backfill", "--db-url", url, "--app", APP, "--no-progress")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["messages"] == 8
+    await drain(zep_settings)
+    assert len(zep_fake.messages()) == 8
+    assert run_cli(zep_settings, "backfill", "--db-url", url).returncode == 2  # needs --app
+
+
+def test_worker_burst_drains_and_logs_json_without_content(local_settings: Settings) -> None:
+    asyncio.run(enqueue(local_settings, queued("private words", 1), queued("more", 2)))
+    done = run_cli(
+        local_settings, "--log-level", "INFO", "--log-format", "json", "worker", "--burst"
+    )
+    assert done.returncode == 0, done.stderr
+    lines = [json.loads(line) for line in done.stderr.splitlines() if line.startswith("{")]
+    flushed = [line for line in lines if line["msg"].startswith("flushed ")]
+    assert flushed and flushed[0]["thread"] and flushed[0]["level"] == "info"
+    assert "private" not in done.stderr
+    _, found = status(local_settings)
+    assert found["queue"]["messages"] == 0
+
+
+def test_commands_fail_clearly(local_settings: Settings, tmp_path: Path) -> None:
+    port = free_port()
+    nowhere = local_settings.model_copy(
+        update={"redis_url": f"redis://user:sekret@127.0.0.1:{port}/0"}
+    )
+    down = run_cli(nowhere, "status")
+    assert down.returncode == 3 and f"127.0.0.1:{port}" in down.stderr
+    assert "sekret" not in down.stderr
+    missing = run_cli(local_settings, "backfill", "--jsonl", str(tmp_path / "none.jsonl"))
+    assert missing.returncode == 2 and "no such file" in missing.stderr
+    assert run_cli(local_settings, "backfill").returncode == 2  # names no source
+    assert run_cli(local_settings, "forget", "--app", APP).returncode == 2  # no --user
+    bad_setting = run_cli(local_settings.model_copy(update={"key_prefix": "has space"}), "status")
+    assert bad_setting.returncode == 2 and "key_prefix" in bad_setting.stderr

@@ -1,0 +1,196 @@
+"""The worker's Prometheus metrics and its ``/metrics`` + ``/healthz`` endpoint.
+
+Labels are job names, outcomes and backend operations, all fixed in code: never ids or
+content. Queue gauges describe the whole deployment (every worker exports the same
+values: aggregate them with ``max``)."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable, Coroutine, Iterable
+from typing import Any, ParamSpec, cast
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+
+import redis.asyncio as aioredis
+from prometheus_client import Counter, Gauge, Histogram, make_wsgi_app
+from redis.exceptions import RedisError
+
+from afterthought.backend import BackendError, MemoryBackend
+from afterthought.settings import Settings
+from afterthought.status import Status, snapshot
+
+log = logging.getLogger("afterthought.worker")
+
+P = ParamSpec("P")
+
+#: Queue gauges are refreshed this often; /healthz fails after three missed refreshes.
+REFRESH_SECONDS = 5.0
+
+JOBS = Counter("afterthought_jobs", "Jobs run, by function and outcome.", ["function", "outcome"])
+JOB_SECONDS = Histogram(
+    "afterthought_job_seconds",
+    "Job durations.",
+    ["function"],
+    buckets=(0.01, 0.05, 0.1, 0.5, 1, 2, 5, 10, 20, 60, 300),
+)
+JOB_EVENTS = Counter(
+    "afterthought_job_events",
+    "What jobs did (flush: messages, calls, dead, forgotten, deferred...; synthesis: "
+    "written, superseded, quarantined...; prune: pruned).",
+    ["function", "event"],
+)
+RETRIES = Counter(
+    "afterthought_retries",
+    "Backend retries: in_job (the batch is retried at once) or deferred (the thread later).",
+    ["kind"],
+)
+BATCH_SIZE = Histogram(
+    "afterthought_batch_size",
+    "Messages per add_messages call.",
+    buckets=(1, 2, 5, 10, 15, 20, 25, 30),
+)
+BACKEND_SECONDS = Histogram(
+    "afterthought_backend_seconds",
+    "Backend call latency, by operation and outcome (ok or the error kind).",
+    ["operation", "outcome"],
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+)
+QUEUE_MESSAGES = Gauge("afterthought_queue_messages", "Messages queued across all threads.")
+QUEUE_THREADS = Gauge(
+    "afterthought_queue_threads",
+    "Threads with messages queued, by state: due, leased, deferred, stranded.",
+    ["state"],
+)
+QUEUE_OLDEST = Gauge(
+    "afterthought_queue_oldest_seconds", "How long the oldest queued message has waited."
+)
+DEAD_LETTERS = Gauge("afterthought_dead_letters", "Items in the dead-letter list.")
+PAUSED = Gauge("afterthought_paused", "1 while consumption is paused after a 401/403.")
+SYNTHESIS_LAG = Gauge(
+    "afterthought_synthesis_lag_seconds", "How long the most overdue synthesis job has been due."
+)
+WORKERS = Gauge("afterthought_workers", "Worker processes whose health reports are live.")
+
+
+def metered(
+    job: Callable[P, Coroutine[Any, Any, dict[str, int]]],
+) -> Callable[P, Coroutine[Any, Any, dict[str, int]]]:
+    """Count a job's outcome, time it, and add up the counts it returns."""
+    name = job.__name__
+
+    @functools.wraps(job)
+    async def run(*args: P.args, **kwargs: P.kwargs) -> dict[str, int]:
+        start = time.perf_counter()
+        outcome = "failed"
+        try:
+            result = await job(*args, **kwargs)
+            outcome = "ok"
+        except asyncio.CancelledError:
+            outcome = "cancelled"  # arq's timeout, or the worker shutting down
+            raise
+        finally:
+            JOBS.labels(name, outcome).inc()
+            JOB_SECONDS.labels(name).observe(time.perf_counter() - start)
+        for event, count in result.items():
+            if count > 0:
+                JOB_EVENTS.labels(name, event).inc(count)
+        return result
+
+    return run
+
+
+class _Metered:
+    """Times every coroutine method of a backend; everything else passes through."""
+
+    def __init__(self, backend: MemoryBackend) -> None:
+        self._backend = backend
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._backend, name)
+        if not asyncio.iscoroutinefunction(attr) or name == "aclose":
+            return attr
+
+        async def timed(*args: Any, **kwargs: Any) -> Any:
+            start = time.perf_counter()
+            outcome = "ok"
+            try:
+                return await attr(*args, **kwargs)
+            except BackendError as exc:
+                outcome = exc.kind
+                raise
+            except BaseException:
+                outcome = "error"
+                raise
+            finally:
+                BACKEND_SECONDS.labels(name, outcome).observe(time.perf_counter() - start)
+
+        return timed
+
+
+def metered_backend(backend: MemoryBackend) -> MemoryBackend:
+    return cast(MemoryBackend, _Metered(backend))
+
+
+def record(status: Status) -> None:
+    queue = status.queue
+    QUEUE_MESSAGES.set(queue.messages)
+    for state in ("due", "leased", "deferred", "stranded"):
+        QUEUE_THREADS.labels(state).set(getattr(queue, state))
+    QUEUE_OLDEST.set(queue.oldest_age_seconds or 0.0)
+    DEAD_LETTERS.set(status.dead_letters)
+    PAUSED.set(int(status.pause.paused))
+    SYNTHESIS_LAG.set(status.synthesis.lag_seconds or 0.0)
+    WORKERS.set(len(status.workers))
+
+
+class Health:
+    """What ``/healthz`` answers: healthy while the refresh loop reaches Redis."""
+
+    def __init__(self, worker_id: str) -> None:
+        self.worker_id = worker_id
+        self.last_ok = 0.0
+
+    def report(self) -> tuple[bool, dict[str, Any]]:
+        age = time.monotonic() - self.last_ok if self.last_ok else None
+        ok = age is not None and age < 3 * REFRESH_SECONDS
+        return ok, {"ok": ok, "worker": self.worker_id, "last_refresh_seconds": age}
+
+
+async def refresh_forever(redis: aioredis.Redis, settings: Settings, health: Health) -> None:
+    while True:
+        try:
+            record(await snapshot(redis, settings))
+            health.last_ok = time.monotonic()
+        except (RedisError, OSError) as exc:
+            log.warning("metrics refresh failed error=%s", type(exc).__name__)
+        await asyncio.sleep(REFRESH_SECONDS)
+
+
+class _Quiet(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:  # scrapes are not news
+        pass
+
+
+def serve(host: str, port: int, health: Health) -> WSGIServer:
+    """``/metrics`` and ``/healthz`` on a daemon thread (scrapes never touch the loop)."""
+    metrics_app = make_wsgi_app()
+
+    def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        if environ.get("PATH_INFO") == "/healthz":
+            ok, body = health.report()
+            start_response(
+                "200 OK" if ok else "503 Service Unavailable",
+                [("Content-Type", "application/json")],
+            )
+            return [json.dumps(body).encode()]
+        return cast(Iterable[bytes], metrics_app(environ, start_response))
+
+    server = make_server(host, port, app, handler_class=_Quiet)
+    threading.Thread(target=server.serve_forever, name="afterthought-metrics", daemon=True).start()
+    log.info("metrics serving host=%s port=%d", host, server.server_port)
+    return server
