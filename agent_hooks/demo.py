@@ -11,7 +11,8 @@ import asyncio
 import os
 import tempfile
 import uuid
-from contextlib import ExitStack
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 from google.adk.agents import LlmAgent
@@ -49,10 +50,10 @@ def choose_model() -> BaseLlm | str:
     return StandInLlm()
 
 
-async def turn(runner: Runner, session_id: str, text: str) -> None:
-    print(f"user> {text}")
+async def turn(runner: Runner, session_id: str, text: str, *, user_id: str = USER) -> None:
+    print(f"{user_id}> {text}")
     async for event in runner.run_async(
-        user_id=USER, session_id=session_id, new_message=types.UserContent(text)
+        user_id=user_id, session_id=session_id, new_message=types.UserContent(text)
     ):
         if event.is_final_response() and event.content and event.content.parts:
             reply = "".join(p.text or "" for p in event.content.parts)
@@ -75,8 +76,7 @@ async def conversation(settings: Settings) -> None:
     for text in SESSION_1:
         await turn(runner, first.id, text)
 
-    if not await wait_settled(settings, timeout=30):
-        raise TimeoutError("the worker did not persist the queue in time")
+    await settled(settings)
     print("[demo] the worker persisted session 1 and distilled facts from it\n")
 
     second = await runner.session_service.create_session(app_name=APP, user_id=USER)
@@ -84,11 +84,16 @@ async def conversation(settings: Settings) -> None:
     await turn(runner, second.id, SESSION_2)
 
 
-def main(*, external_worker: bool = False) -> int:
-    if external_worker:
-        # A worker runs elsewhere (docker compose): every setting comes from the environment.
-        asyncio.run(conversation(Settings()))
-        return 0
+async def settled(settings: Settings) -> None:
+    if not await wait_settled(settings, timeout=60):
+        raise TimeoutError("the worker did not persist the queue in time")
+
+
+@contextmanager
+def demo_deployment() -> Iterator[Settings]:
+    """A throwaway deployment: Redis (``REDIS_URL``, the machine's, or a private one), a
+    fresh key prefix, a temporary SQLite file, and a worker process; all removed after.
+    Other settings (``ZEP_API_KEY`` among them) come from the environment."""
     with ExitStack() as stack, tempfile.TemporaryDirectory(prefix="afterthought-demo-") as tmp:
         settings = Settings(
             redis_url=choose_redis(stack),
@@ -99,9 +104,18 @@ def main(*, external_worker: bool = False) -> int:
         worker = spawn_worker(settings)  # `afterthought worker`, in its own process
         print(f"[demo] worker started (pid {worker.pid}), backend={settings.resolved_backend}")
         try:
-            asyncio.run(conversation(settings))
+            yield settings
         finally:
             worker.terminate()
             worker.wait(timeout=30)
             asyncio.run(cleanup(settings))
+
+
+def main(*, external_worker: bool = False) -> int:
+    if external_worker:
+        # A worker runs elsewhere (docker compose): every setting comes from the environment.
+        asyncio.run(conversation(Settings()))
+        return 0
+    with demo_deployment() as settings:
+        asyncio.run(conversation(settings))
     return 0

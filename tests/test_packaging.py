@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import ast
-import re
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -17,32 +17,54 @@ from afterthought.settings import Settings
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_offline_example_remembers_across_sessions(local_settings: Settings) -> None:
+def _run(settings: Settings, *command: str) -> subprocess.CompletedProcess[str]:
+    """A user's command, offline: no model or Zep keys, the test Redis."""
     env = {k: v for k, v in os.environ.items() if k not in {"GOOGLE_API_KEY", "ZEP_API_KEY"}}
-    env["REDIS_URL"] = local_settings.redis_url
-    done = subprocess.run(
-        [sys.executable, "examples/offline_chat.py"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
+    env["REDIS_URL"] = settings.redis_url
+    return subprocess.run(
+        [sys.executable, *command], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
     )
+
+
+@pytest.mark.parametrize(
+    "command", [["examples/offline_chat.py"], ["-m", "afterthought.cli", "demo"]]
+)
+def test_offline_example_remembers_across_sessions(
+    local_settings: Settings, command: list[str]
+) -> None:
+    done = _run(local_settings, *command)
     assert done.returncode == 0, done.stderr
     session_2 = done.stdout.split("--- session 2")[1]
     assert "stand-in model" in session_2
     assert "Lisbon" in session_2 and "genmaicha" in session_2
 
 
+def test_multi_user_example_keeps_each_users_memory_apart(local_settings: Settings) -> None:
+    done = _run(local_settings, "examples/multi_user_app.py")
+    assert done.returncode == 0, done.stderr
+    ada, grace = done.stdout.split(": session 2")[1:]
+    assert "Lisbon" in ada and "window seats" in ada and "Oslo" not in ada
+    assert "Oslo" in grace and "skiing" in grace and "Lisbon" not in grace
+    assert "search_memory(ada, 'seat')" in done.stdout
+
+
+def test_live_example_says_which_keys_are_missing(local_settings: Settings) -> None:
+    done = _run(local_settings, "examples/live_gemini_zep.py")
+    assert done.returncode == 2
+    assert "GOOGLE_API_KEY" in done.stderr and "ZEP_API_KEY" in done.stderr
+
+
 def test_cli_explains_itself() -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "afterthought.cli", "--help"], capture_output=True, text=True
-    )
-    assert done.returncode == 0 and "worker" in done.stdout
-    bad = subprocess.run(
-        [sys.executable, "-m", "afterthought.cli", "nope"], capture_output=True, text=True
-    )
-    assert bad.returncode == 2
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        command = [sys.executable, "-m", "afterthought.cli", *args]
+        return subprocess.run(command, capture_output=True, text=True, timeout=30)
+
+    top = cli("--help")
+    assert top.returncode == 0 and "exit codes" in top.stdout
+    for command in ("worker", "status", "prune", "forget", "dlq", "backfill", "demo"):
+        assert command in top.stdout
+        assert cli(command, "--help").returncode == 0, command
+    assert cli("nope").returncode == 2
 
 
 def test_compose_runs_durable_redis_two_workers_the_agent_and_prometheus(
