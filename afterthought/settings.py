@@ -102,6 +102,8 @@ class Settings(BaseSettings):
     """Unimportant facts (importance < 0.5) not restated for this long are pruned."""
     superseded_grace_days: float = Field(30.0, ge=0)
     """Superseded facts are kept this long (for history), then pruned."""
+    prune_at: str = "03:17"
+    """UTC time (``HH:MM``) of the workers' daily prune, or ``off`` to schedule it yourself."""
     max_facts_per_user: int = Field(500, ge=1)
     """Above this, the least important x least recent facts are pruned."""
     audit_key: SecretStr | None = None
@@ -120,6 +122,16 @@ class Settings(BaseSettings):
     def _plain_prefix(cls, value: str) -> str:
         if not value or not all(c.isalnum() or c in "-_." for c in value):
             raise ValueError("key_prefix must be non-empty letters, digits, '-', '_' or '.'")
+        return value
+
+    @field_validator("prune_at")
+    @classmethod
+    def _daily_time(cls, value: str) -> str:
+        hour, _, minute = value.partition(":")
+        if value != "off" and not (
+            hour.isdigit() and minute.isdigit() and int(hour) < 24 and int(minute) < 60
+        ):
+            raise ValueError("prune_at must be HH:MM (UTC) or off")
         return value
 
     @field_validator("zep_user_id_template")

@@ -186,3 +186,47 @@ def test_settings_survive_the_trip_through_another_process_environment(
     for name, value in original.as_env().items():
         monkeypatch.setenv(name, value)
     assert Settings() == original
+
+
+def test_prune_schedule_is_a_setting() -> None:
+    from worker.settings import worker_settings
+
+    def prune_crons(**overrides: Any) -> list[Any]:
+        crons = worker_settings(Settings(**overrides))["cron_jobs"]
+        return [c for c in crons if c.name.endswith(":cron:prune")]
+
+    (daily,) = prune_crons(prune_at="04:30")
+    assert (daily.hour, daily.minute) == ({4}, {30})
+    assert prune_crons(prune_at="off") == []
+    for bad in ("4pm", "24:00", "12:60", ""):
+        with pytest.raises(ValidationError, match="prune_at"):
+            Settings(prune_at=bad)
+
+
+def test_json_logs_carry_the_pairs_but_not_exception_text() -> None:
+    import json
+    import logging
+    import sys
+
+    from afterthought.cli import JsonLogFormatter
+
+    try:
+        raise ValueError("quoted user content")
+    except ValueError:
+        record = logging.LogRecord(
+            "afterthought.worker",
+            logging.ERROR,
+            __file__,
+            1,
+            "flushed thread=%s seq=%s",
+            ("t1", "1..3"),
+            sys.exc_info(),
+        )
+    line = json.loads(JsonLogFormatter().format(record))
+    assert (line["msg"], line["thread"], line["seq"]) == (
+        "flushed thread=t1 seq=1..3",
+        "t1",
+        "1..3",
+    )
+    assert line["level"] == "error" and line["error"] == "ValueError"
+    assert "quoted" not in json.dumps(line)

@@ -15,6 +15,7 @@ from collections import Counter
 from typing import Any
 
 from arq import ArqRedis, cron
+from arq.cron import CronJob
 from arq.connections import RedisSettings
 from arq.worker import Worker, func
 from redis.exceptions import RedisError
@@ -118,6 +119,19 @@ async def check_redis_policy(redis: ArqRedis) -> str | None:
     return str(policy)
 
 
+def _prune_cron(keys: Keys, at: str) -> CronJob:
+    hour, minute = at.split(":")
+    # keep_result: a late re-enqueue of the same tick is refused (arq #196).
+    return cron(
+        prune,
+        name=keys.job_id("cron", "prune"),
+        hour={int(hour)},
+        minute={int(minute)},
+        keep_result=3600,
+        timeout=FLUSH_TIMEOUT_SECONDS * 10,
+    )
+
+
 def worker_settings(
     settings: Settings | None = None, *, burst: bool = False, **arq_overrides: Any
 ) -> dict[str, Any]:
@@ -181,15 +195,7 @@ def worker_settings(
                 keep_result=600,
                 timeout=FLUSH_TIMEOUT_SECONDS * 10,
             ),
-            # keep_result: a late re-enqueue of the same tick is refused (arq #196).
-            cron(
-                prune,
-                name=keys.job_id("cron", "prune"),
-                hour={3},
-                minute={17},
-                keep_result=3600,
-                timeout=FLUSH_TIMEOUT_SECONDS * 10,
-            ),
+            *([] if s.prune_at == "off" else [_prune_cron(keys, s.prune_at)]),
         ],
         "queue_name": keys.queue,
         "redis_settings": RedisSettings.from_dsn(s.redis_url),
