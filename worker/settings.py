@@ -15,8 +15,8 @@ from collections import Counter
 from typing import Any
 
 from arq import ArqRedis, cron
-from arq.cron import CronJob
 from arq.connections import RedisSettings
+from arq.cron import CronJob
 from arq.worker import Worker, func
 from redis.exceptions import RedisError
 
