@@ -72,6 +72,11 @@ class Keys:
         """STRING arq's health line of one worker process; expires unless it is renewed."""
         return f"{self.prefix}:health:{worker}"
 
+    @property
+    def status(self) -> str:
+        """STRING: the latest status snapshot (JSON), shared by every worker's gauges."""
+        return f"{self.prefix}:status"
+
     def job_id(self, kind: str, suffix: str) -> str:
         """arq job id; arq stores it under ``arq:job:<id>``, so the prefix travels inside."""
         return f"{self.prefix}:{kind}:{suffix}"

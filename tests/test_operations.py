@@ -138,7 +138,10 @@ async def test_a_worker_serves_metrics_and_health_and_shows_in_status(
                     for family in text_string_to_metric_families(body)
                     for s in family.samples
                 }
-                if samples.get(("afterthought_workers", ())) == 1 or time.monotonic() > deadline:
+                settled = samples.get(("afterthought_queue_messages", ())) == 0
+                if (settled and samples.get(("afterthought_workers", ())) == 1) or (
+                    time.monotonic() > deadline
+                ):
                     break
                 await asyncio.sleep(0.5)
             health = await http.get(f"{url}/healthz")
@@ -292,3 +295,19 @@ def test_commands_fail_clearly(local_settings: Settings, tmp_path: Path) -> None
     assert run_cli(local_settings, "forget", "--app", APP).returncode == 2  # no --user
     bad_setting = run_cli(local_settings.model_copy(update={"key_prefix": "has space"}), "status")
     assert bad_setting.returncode == 2 and "key_prefix" in bad_setting.stderr
+
+
+async def test_workers_share_one_snapshot_per_period(
+    local_settings: Settings, redis: aioredis.Redis
+) -> None:
+    from worker.metrics import shared_snapshot
+
+    first = await shared_snapshot(redis, local_settings, "host:1")
+    await enqueue(local_settings, queued("new", 1))
+    second = await shared_snapshot(redis, local_settings, "host:2")
+    assert second == first  # read, not recomputed, within the period
+    keys = Keys(local_settings.key_prefix)
+    await redis.delete(keys.lock("status"))  # the period is over
+    third = await shared_snapshot(redis, local_settings, "host:2")
+    assert third.queue.messages == 1
+    assert 0 < await redis.pttl(keys.status) <= 15_000

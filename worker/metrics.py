@@ -21,6 +21,7 @@ from prometheus_client import Counter, Gauge, Histogram, make_wsgi_app
 from redis.exceptions import RedisError
 
 from afterthought.backend import BackendError, MemoryBackend
+from afterthought.keys import Keys
 from afterthought.settings import Settings
 from afterthought.status import Status, snapshot
 
@@ -161,10 +162,24 @@ class Health:
         return ok, {"ok": ok, "worker": self.worker_id, "last_refresh_seconds": age}
 
 
+async def shared_snapshot(redis: aioredis.Redis, settings: Settings, worker_id: str) -> Status:
+    """One worker takes the snapshot each period and shares it; the others read it (one
+    GET), so a deployment pays for one snapshot however many workers it runs."""
+    keys = Keys(settings.key_prefix)
+    period_ms = int(REFRESH_SECONDS * 1000)
+    if not await redis.set(keys.lock("status"), worker_id, nx=True, px=period_ms - 100):
+        shared = await redis.get(keys.status)
+        if shared is not None:
+            return Status.model_validate_json(shared)
+    status = await snapshot(redis, settings)
+    await redis.set(keys.status, status.model_dump_json(), px=3 * period_ms)
+    return status
+
+
 async def refresh_forever(redis: aioredis.Redis, settings: Settings, health: Health) -> None:
     while True:
         try:
-            record(await snapshot(redis, settings))
+            record(await shared_snapshot(redis, settings, health.worker_id))
             health.last_ok = time.monotonic()
         except (RedisError, OSError) as exc:
             log.warning("metrics refresh failed error=%s", type(exc).__name__)
