@@ -116,3 +116,11 @@ def test_each_side_imports_only_the_core() -> None:
     ):
         for path in (ROOT / side).rglob("*.py"):
             assert ours(path) <= allowed, path
+
+
+def test_every_setting_is_in_the_readme_table() -> None:
+    readme = (ROOT / "README.md").read_text()
+    table = readme[readme.index("## Settings") : readme.index("## Identity")]
+    bare = {"redis_url", "zep_api_key", "zep_base_url"}  # documented by their env names
+    for field in Settings.model_fields:
+        assert f"`{field.upper() if field in bare else field}`" in table, field
