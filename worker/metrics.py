@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import inspect
 import json
 import logging
 import threading
@@ -113,7 +114,7 @@ class _Metered:
 
     def __getattr__(self, name: str) -> Any:
         attr = getattr(self._backend, name)
-        if not asyncio.iscoroutinefunction(attr) or name == "aclose":
+        if not inspect.iscoroutinefunction(attr) or name == "aclose":
             return attr
 
         async def timed(*args: Any, **kwargs: Any) -> Any:
