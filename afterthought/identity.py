@@ -112,8 +112,16 @@ class IdentityRegistry:
         known = await self.lookup(app=app, user_id=user_id, session_id=session_id)
         if known.user and known.thread_uuid:
             return known.user, known.thread_uuid, False
-        async with self._lock(digest(app, user_id)):
-            user, _ = await self._ensure_user_locked(backend, app, user_id, first_name, last_name)
+        user = (
+            known.user
+            or (
+                await self.ensure_user(
+                    backend, app=app, user_id=user_id, first_name=first_name, last_name=last_name
+                )
+            )[0]
+        )
+        # Locked per session, not per user: a user's new sessions are provisioned in parallel.
+        async with self._lock(digest(app, user_id, session_id)):
             known = await self.lookup(app=app, user_id=user_id, session_id=session_id)
             if known.thread_uuid is not None:
                 return user, known.thread_uuid, False

@@ -5,6 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import signal
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -18,7 +22,7 @@ from google.genai import types
 from prometheus_client.parser import text_string_to_metric_families
 
 from afterthought.backend import BackendError
-from afterthought.keys import Keys
+from afterthought.keys import Keys, digest
 from afterthought.settings import Settings
 from afterthought.testing import ZepFake
 from afterthought.testing.processes import spawn_worker, wait_settled
@@ -244,6 +248,35 @@ async def test_backfill_resumes_after_interruption_without_duplicating(
     assert len(stored) == 36 and len({m["content"] for m in stored}) == 36
     first = [m["content"] for m in stored if m["content"].startswith(("session 0", "reply 0."))]
     assert first == [t for n in range(3) for t in (f"session 0 turn {n}", f"reply 0.{n}")]
+
+
+async def test_backfill_killed_midway_resumes_without_duplicating(
+    zep_settings: Settings, zep_fake: ZepFake, redis: aioredis.Redis, tmp_path: Path
+) -> None:
+    export = tmp_path / "big.jsonl"
+    sessions = 600
+    export.write_text(
+        "".join(_session(n, turns=2).model_dump_json() + "\n" for n in range(sessions))
+    )
+    progress = Keys(zep_settings.key_prefix).backfill(digest(f"jsonl:{export.resolve()}"))
+    command = [sys.executable, "-m", "afterthought.cli", "backfill", "--jsonl", str(export)]
+    running = subprocess.Popen(
+        command, env={**os.environ, **zep_settings.as_env()}, stdout=subprocess.DEVNULL
+    )
+    deadline = time.monotonic() + 60
+    while await redis.hlen(progress) < 100 and time.monotonic() < deadline:
+        await asyncio.sleep(0.005)
+    running.kill()  # SIGKILL: no clean-up, perhaps between queueing a session and marking it
+    assert running.wait(timeout=10) == -signal.SIGKILL
+    marked = await redis.hlen(progress)
+    assert 100 <= marked < sessions
+
+    resumed = run_cli(zep_settings, "backfill", "--jsonl", str(export))
+    report = json.loads(resumed.stdout)
+    assert report["skipped"] == marked and report["sessions"] == sessions - marked
+    await drain(zep_settings, timeout=120)
+    stored = [m["content"] for m in zep_fake.messages()]
+    assert len(stored) == sessions * 4 and len(set(stored)) == sessions * 4
 
 
 async def test_backfill_from_an_adk_session_database(
