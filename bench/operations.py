@@ -1,5 +1,7 @@
 """What the operations cost: ``afterthought status`` (the snapshot the worker's gauges also
-read) against a large queue, and ``backfill`` from a JSONL export.
+read) against a large queue; ``backfill`` from a JSONL export; and how long one worker
+takes to persist a backfill to the Zep fake answering in 100 ms (every thread new: the
+worker provisions it, and reconciles each batch, as replays are).
 
     python bench/operations.py [--threads 10000] [--sessions 2000 --turns 5]
 
@@ -30,7 +32,8 @@ from afterthought.contract import QueuedMessage  # noqa: E402
 from afterthought.enqueue import Enqueuer  # noqa: E402
 from afterthought.settings import Settings  # noqa: E402
 from afterthought.status import snapshot  # noqa: E402
-from afterthought.testing.processes import cleanup  # noqa: E402
+from afterthought.testing import ZepFake  # noqa: E402
+from afterthought.testing.processes import cleanup, spawn_worker, wait_settled  # noqa: E402
 from agent_hooks.backfill import Backfill, jsonl_source  # noqa: E402
 
 APP = "bench"
@@ -58,7 +61,7 @@ async def status_cost(settings: Settings, redis: aioredis.Redis, threads: int) -
     return {"threads": threads, "status_p50_ms": round(statistics.median(runs) * 1000, 1)}
 
 
-def _export(path: Path, sessions: int, turns: int) -> None:
+def _export(path: Path, sessions: int, turns: int, *, users: int = 100) -> None:
     with path.open("w") as out:
         for n in range(sessions):
             events = [
@@ -73,7 +76,7 @@ def _export(path: Path, sessions: int, turns: int) -> None:
                 )
                 for t in range(turns * 2)
             ]
-            session = Session(id=f"s{n}", app_name=APP, user_id=f"u{n % 100}", events=events)
+            session = Session(id=f"s{n}", app_name=APP, user_id=f"u{n % users}", events=events)
             out.write(session.model_dump_json() + "\n")
 
 
@@ -99,6 +102,38 @@ async def backfill_cost(
     }
 
 
+async def persist_cost(redis: aioredis.Redis, sessions: int, turns: int) -> dict[str, float]:
+    with ZepFake(latency=0.1) as fake, tempfile.TemporaryDirectory() as tmp:
+        settings = Settings(
+            redis_url=os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0"),
+            key_prefix=f"bench-{uuid.uuid4().hex[:8]}",
+            zep_api_key="bench",
+            zep_base_url=fake.base_url,
+        )
+        export = Path(tmp) / "sessions.jsonl"
+        _export(export, sessions, turns, users=max(1, sessions // 10))
+        report = await Backfill(settings, redis, jsonl_source(export)).run()
+        worker = spawn_worker(settings)
+        start = time.perf_counter()
+        try:
+            assert await wait_settled(settings, timeout=600)
+            seconds = time.perf_counter() - start
+            stored = len(fake.messages())
+        finally:
+            worker.terminate()
+            worker.wait(timeout=30)
+            await cleanup(settings)
+    assert stored == report.messages
+    return {
+        "sessions": sessions,
+        "messages_per_session": turns * 2,
+        "zep_latency_s": 0.1,
+        "seconds": round(seconds, 1),
+        "msg_per_s": round(stored / seconds),
+        "calls": len(fake.requests),
+    }
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--threads", type=int, default=10_000)
@@ -116,6 +151,8 @@ async def main() -> None:
         result = {
             "status": await status_cost(base, redis, args.threads),
             "backfill": await backfill_cost(other, redis, args.sessions, args.turns),
+            "persist_short_sessions": await persist_cost(redis, 500, 5),
+            "persist_long_sessions": await persist_cost(redis, 10, 250),
         }
     finally:
         await redis.aclose()

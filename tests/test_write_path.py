@@ -118,6 +118,34 @@ async def test_too_large_is_resplit_and_resent(zep_settings: Settings, zep_fake:
     assert all(size <= 7 for status, size in posts[2:] if status == 202)
 
 
+async def test_too_large_after_some_calls_landed_resends_only_the_rest(
+    zep_settings: Settings, zep_fake: ZepFake
+) -> None:
+    for fault in (Fault(status=413), Fault(), Fault(status=413)):  # refused, stored, refused
+        zep_fake.inject(Fault(match=ADDS, status=fault.status))
+    await enqueue(zep_settings, *[queued(f"m{i}", i) for i in range(30)])
+    await drain(zep_settings)
+
+    assert [m["content"] for m in zep_fake.messages()] == [f"m{i}" for i in range(30)]
+    assert _posts(zep_fake)[:3] == [(413, 30), (202, 15), (413, 15)]
+
+
+async def test_a_long_replay_reads_the_thread_once_per_lease(
+    zep_settings: Settings, zep_fake: ZepFake
+) -> None:
+    """A backfilled session is reconciled from one read, kept current as calls land."""
+    turns = [queued(f"turn {i}", i) for i in range(300)]
+    await enqueue(zep_settings, *turns[:40])  # persisted live, before the replay
+    await drain(zep_settings)
+    zep_fake.requests.clear()
+    await enqueue(zep_settings, *(m.model_copy(update={"replay": True}) for m in turns))
+    await drain(zep_settings)
+
+    assert [m["content"] for m in zep_fake.messages()] == [f"turn {i}" for i in range(300)]
+    reads = [r for r in zep_fake.requests if r.method == "GET" and r.path.endswith("/messages")]
+    assert len(reads) == 1  # one page of 100 covers the 40 stored; then the cache
+
+
 async def test_dead_letters_are_listed_and_replayed(
     zep_settings: Settings, zep_fake: ZepFake, redis: aioredis.Redis
 ) -> None:

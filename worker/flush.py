@@ -11,13 +11,20 @@ import secrets
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 
 import redis.asyncio as aioredis
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
 from tenacity.wait import wait_random_exponential
 
 from afterthought.audit import AuditLog, Entry
-from afterthought.backend import BackendError, MemoryBackend, UserRef, ignored_roles
+from afterthought.backend import (
+    BackendError,
+    MemoryBackend,
+    StoredMessage,
+    UserRef,
+    ignored_roles,
+)
 from afterthought.batching import Call, missing, pack, parts
 from afterthought.context_cache import ContextCache, now_version
 from afterthought.contract import MalformedPayload, QueuedMessage, split_content
@@ -144,6 +151,21 @@ class _LeaseLost(Exception):
     """Another worker holds the thread now; stop touching it."""
 
 
+@dataclass
+class _History:
+    """A replayed thread's stored messages: read once per lease, then kept up to date with
+    each call that succeeds, so reconciling a long replay is not quadratic."""
+
+    stored: list[StoredMessage] | None = None
+
+    def sent(self, call: Call) -> None:
+        if self.stored is not None:
+            self.stored.extend(
+                StoredMessage(uuid="", role=m.role or "", content=m.content, metadata=m.metadata)
+                for m in call.messages
+            )
+
+
 class Flusher:
     def __init__(
         self,
@@ -229,8 +251,9 @@ class Flusher:
         stats: Counter[str] = Counter()
         next_ms = _now_ms()
         heartbeat = asyncio.create_task(self._heartbeat(tk, token))
+        history = _History()
         try:
-            while await self._flush_batch(tk, token, stats) and time.monotonic() < until:
+            while await self._flush_batch(tk, token, stats, history) and time.monotonic() < until:
                 pass
         except _LeaseLost:
             stats["lease_lost"] += 1
@@ -285,7 +308,9 @@ class Flusher:
         stats["dead"] += count
         return now
 
-    async def _flush_batch(self, tk: str, token: str, stats: Counter[str]) -> bool:
+    async def _flush_batch(
+        self, tk: str, token: str, stats: Counter[str], history: _History
+    ) -> bool:
         """One batch from the head of the thread; False when nothing is left."""
         raw_items = await self.redis.lrange(self.keys.pending(tk), 0, self.settings.batch_size - 1)
         if not raw_items:
@@ -318,7 +343,13 @@ class Flusher:
             user, thread_uuid = await self._identity(batch[0])
             replay = any(m.replay for m in batch)
             context = await self._send_resplitting(
-                thread_uuid, batch, stats, reconcile=inflight is not None or replay, replay=replay
+                thread_uuid,
+                batch,
+                stats,
+                history,
+                reconcile=inflight is not None or replay,
+                fresh=inflight is not None,
+                replay=replay,
             )
             template = self.settings.context_template_uuid
             if template and user.graph_uuid:  # return_context knows no templates
@@ -426,8 +457,10 @@ class Flusher:
         thread_uuid: str,
         batch: list[QueuedMessage],
         stats: Counter[str],
+        history: _History,
         *,
         reconcile: bool,
+        fresh: bool,
         replay: bool,
     ) -> str | None:
         """Send the batch; when the backend says too large, send fewer messages per call,
@@ -438,11 +471,18 @@ class Flusher:
             calls = pack(parts(batch, part_chars), per_call)
             try:
                 return await self._send_all(
-                    thread_uuid, calls, stats, reconcile=reconcile, replay=replay
+                    thread_uuid,
+                    calls,
+                    stats,
+                    history,
+                    reconcile=reconcile,
+                    fresh=fresh,
+                    replay=replay,
                 )
             except BackendError as exc:
                 if exc.kind != "too_large":
                     raise
+                reconcile = True  # the calls before the refused one were stored
                 if per_call > 1:
                     per_call = max(1, per_call // 2)
                 elif part_chars // 2 >= MIN_PART_CHARS:
@@ -462,8 +502,10 @@ class Flusher:
         thread_uuid: str,
         calls: list[Call],
         stats: Counter[str],
+        history: _History,
         *,
         reconcile: bool,
+        fresh: bool,
         replay: bool,
     ) -> str | None:
         """Send with in-job retries. Whenever an earlier attempt may have reached the
@@ -478,10 +520,13 @@ class Flusher:
         ):
             with attempt:
                 todo = calls
-                if attempt.retry_state.attempt_number > 1:
+                retrying = attempt.retry_state.attempt_number > 1
+                if retrying:
                     metrics.RETRIES.labels("in_job").inc()
-                if reconcile or attempt.retry_state.attempt_number > 1:
-                    todo = await self._missing(thread_uuid, calls, replay=replay)
+                if reconcile or retrying:
+                    todo = await self._missing(
+                        thread_uuid, calls, history, replay=replay, fresh=fresh or retrying
+                    )
                 context = None
                 for call in todo:
                     await self.pacing.wait()
@@ -497,17 +542,33 @@ class Flusher:
                         if exc.kind == "rate_limited":
                             await self.pacing.hold(exc.retry_after or 1.0)
                         raise
+                    history.sent(call)
                     stats["calls"] += 1
                     stats["parts"] += len(call.messages)
                     metrics.BATCH_SIZE.observe(len(call.messages))
                 return context
         return None
 
-    async def _missing(self, thread_uuid: str, calls: list[Call], *, replay: bool) -> list[Call]:
+    async def _missing(
+        self,
+        thread_uuid: str,
+        calls: list[Call],
+        history: _History,
+        *,
+        replay: bool,
+        fresh: bool,
+    ) -> list[Call]:
+        """What the backend lacks of ``calls``; a replay reads the thread once per lease
+        (``fresh``: again, as a call may have landed unseen)."""
         wanted = [m for c in calls for m in c.messages]
-        limit = REPLAY_LOOKBACK if replay else len(wanted) + 30
-        stored = await self.backend.recent_messages(thread_uuid=thread_uuid, limit=limit)
-        return pack(missing(wanted, stored, replay=replay), self.settings.batch_size)
+        stored = history.stored if replay and not fresh else None
+        if stored is None:
+            limit = REPLAY_LOOKBACK if replay else len(wanted) + 30
+            stored = await self.backend.recent_messages(thread_uuid=thread_uuid, limit=limit)
+            if replay:
+                history.stored = stored
+        per_call = max(len(c.messages) for c in calls)  # as resplitting left it
+        return pack(missing(wanted, stored, replay=replay), per_call)
 
     async def _apply_memory_changes(self, batch: list[QueuedMessage], stats: Counter[str]) -> None:
         """Facts to store and memories to forget, in queue order. Both are idempotent by
