@@ -3,7 +3,7 @@ it does so lazily, per subcommand.
 
 Exit codes: 0 done; 1 done, but something needs attention (an unhealthy status, letters
 not replayed, backfill lines skipped); 2 a usage or configuration error, or a destructive
-action without ``--yes``; 3 Redis or the backend unreachable; 130 interrupted."""
+action without ``--yes``; 3 Redis unreachable or the backend failed; 130 interrupted."""
 
 from __future__ import annotations
 
@@ -265,7 +265,7 @@ def _parser() -> argparse.ArgumentParser:
         "operations around it. Settings come from the environment (REDIS_URL, ZEP_API_KEY, "
         "AFTERTHOUGHT_*; see the README).",
         epilog="exit codes: 0 done; 1 needs attention; 2 usage or confirmation needed; "
-        "3 Redis or backend unreachable; 130 interrupted",
+        "3 Redis unreachable or the backend failed; 130 interrupted",
     )
     parser.add_argument(
         "--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"]
