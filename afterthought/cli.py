@@ -280,7 +280,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    worker = commands.add_parser("worker", help="persist queued turns; run synthesis and pruning")
+    worker = commands.add_parser(
+        "worker",
+        help="persist queued turns; run synthesis and pruning",
+        description="An arq worker for the deployment's queue. Run as many as you need.",
+    )
     worker.add_argument("--burst", action="store_true", help="exit once the queue is empty")
     worker.add_argument("--concurrency", type=int, help="threads one flush job sends at once")
     worker.add_argument("--max-jobs", type=int, help="arq jobs this process runs at once")
@@ -290,7 +294,10 @@ def _parser() -> argparse.ArgumentParser:
     worker.set_defaults(run=_worker)
 
     status = commands.add_parser(
-        "status", help="queue depth and age, threads, dead letters, pause, workers, synthesis"
+        "status",
+        help="queue depth and age, threads, dead letters, pause, workers, synthesis",
+        description="The deployment's state from Redis. Exits 1 when something needs an "
+        "operator (no live worker, paused, stranded threads, dead letters).",
     )
     status.add_argument("--json", action="store_true", help="the stable JSON shape")
     status.set_defaults(run=_status)
@@ -323,7 +330,10 @@ def _parser() -> argparse.ArgumentParser:
     forget.set_defaults(run=_operate)
 
     backfill = commands.add_parser(
-        "backfill", help="queue existing ADK sessions for memory (resumable)"
+        "backfill",
+        help="queue existing ADK sessions for memory (resumable)",
+        description="Queue existing ADK sessions for the workers to persist. Run it again "
+        "after an interruption: finished sessions are skipped, and nothing is stored twice.",
     )
     source = backfill.add_mutually_exclusive_group(required=True)
     source.add_argument("--jsonl", metavar="FILE", help="one ADK Session JSON a line")
