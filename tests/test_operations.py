@@ -344,3 +344,52 @@ async def test_workers_share_one_snapshot_per_period(
     third = await shared_snapshot(redis, local_settings, "host:2")
     assert third.queue.messages == 1
     assert 0 < await redis.pttl(keys.status) <= 15_000
+
+
+def test_backfill_refuses_oversized_sessions_and_takes_empty_or_binary_input(
+    make_settings: Callable[..., Settings], tmp_path: Path
+) -> None:
+    settings = make_settings(max_queued_chars=1000)
+    huge = _session(1, turns=1)
+    huge.events[0].content = types.UserContent("x" * 1001)
+    export = tmp_path / "mixed.jsonl"
+    export.write_bytes(
+        (_session(0).model_dump_json() + "\n" + huge.model_dump_json() + "\n").encode()
+        + b"\xff\xfe not json \x00\n\n"
+    )
+    done = run_cli(settings, "backfill", "--jsonl", str(export))
+    assert done.returncode == 1
+    assert json.loads(done.stdout) == {
+        "sessions": 1,
+        "skipped": 0,
+        "messages": 6,
+        "malformed": [3],
+        "refused": ["old-1"],
+    }
+    again = json.loads(run_cli(settings, "backfill", "--jsonl", str(export)).stdout)
+    assert (again["skipped"], again["refused"]) == (1, ["old-1"])  # not marked done
+
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    nothing = run_cli(settings, "backfill", "--jsonl", str(empty))
+    assert nothing.returncode == 0 and json.loads(nothing.stdout)["sessions"] == 0
+
+
+def test_healthz_fails_once_the_refresh_stops_reaching_redis() -> None:
+    from worker.metrics import REFRESH_SECONDS, Health, serve
+
+    health = Health("host:1")
+    server = serve("127.0.0.1", 0, health)
+    url = f"http://127.0.0.1:{server.server_port}/healthz"
+    try:
+        assert httpx.get(url).status_code == 503  # no refresh yet
+        health.last_ok = time.monotonic()
+        reply = httpx.get(url)
+        assert reply.status_code == 200 and reply.json()["worker"] == "host:1"
+        health.last_ok = time.monotonic() - 3 * REFRESH_SECONDS  # Redis gone for a while
+        assert httpx.get(url).status_code == 503
+        assert (
+            "afterthought_jobs" in httpx.get(f"http://127.0.0.1:{server.server_port}/metrics").text
+        )
+    finally:
+        server.shutdown()
