@@ -159,11 +159,27 @@ class _History:
     stored: list[StoredMessage] | None = None
 
     def sent(self, call: Call) -> None:
+        """Record what a call that succeeded stored (once the thread has been read)."""
         if self.stored is not None:
             self.stored.extend(
                 StoredMessage(uuid="", role=m.role or "", content=m.content, metadata=m.metadata)
                 for m in call.messages
             )
+
+
+@dataclass
+class _Sending:
+    """One batch of messages on its way to one thread."""
+
+    thread_uuid: str
+    stats: Counter[str]
+    history: _History
+    reconcile: bool
+    """Check the backend first: an earlier attempt may have stored part of it."""
+    fresh: bool
+    """Read the backend itself, not ``history``: a call may have landed unseen."""
+    replay: bool
+    """A replayed session: reconciled by key and by role and text."""
 
 
 class Flusher:
@@ -342,15 +358,15 @@ class Flusher:
         if batch[0].kind == "message":
             user, thread_uuid = await self._identity(batch[0])
             replay = any(m.replay for m in batch)
-            context = await self._send_resplitting(
-                thread_uuid,
-                batch,
-                stats,
-                history,
+            sending = _Sending(
+                thread_uuid=thread_uuid,
+                stats=stats,
+                history=history,
                 reconcile=inflight is not None or replay,
                 fresh=inflight is not None,
                 replay=replay,
             )
+            context = await self._send_resplitting(sending, batch)
             template = self.settings.context_template_uuid
             if template and user.graph_uuid:  # return_context knows no templates
                 said = " ".join(m.content for m in batch if m.role == "user")
@@ -452,17 +468,7 @@ class Flusher:
             size += parts
         return fitted
 
-    async def _send_resplitting(
-        self,
-        thread_uuid: str,
-        batch: list[QueuedMessage],
-        stats: Counter[str],
-        history: _History,
-        *,
-        reconcile: bool,
-        fresh: bool,
-        replay: bool,
-    ) -> str | None:
+    async def _send_resplitting(self, sending: _Sending, batch: list[QueuedMessage]) -> str | None:
         """Send the batch; when the backend says too large, send fewer messages per call,
         then smaller parts, before giving up (413 / 400 too long). Returns the context
         block the last call brought back."""
@@ -470,44 +476,26 @@ class Flusher:
         while True:
             calls = pack(parts(batch, part_chars), per_call)
             try:
-                return await self._send_all(
-                    thread_uuid,
-                    calls,
-                    stats,
-                    history,
-                    reconcile=reconcile,
-                    fresh=fresh,
-                    replay=replay,
-                )
+                return await self._send_all(sending, calls)
             except BackendError as exc:
                 if exc.kind != "too_large":
                     raise
-                reconcile = True  # the calls before the refused one were stored
                 if per_call > 1:
                     per_call = max(1, per_call // 2)
                 elif part_chars // 2 >= MIN_PART_CHARS:
                     part_chars //= 2
                 else:
                     raise
-                stats["resplit"] += 1
+                sending.reconcile = True  # the calls before the refused one were stored
+                sending.stats["resplit"] += 1
                 log.warning(
                     "too large: resending thread_uuid=%s per_call=%d part_chars=%d",
-                    thread_uuid,
+                    sending.thread_uuid,
                     per_call,
                     part_chars,
                 )
 
-    async def _send_all(
-        self,
-        thread_uuid: str,
-        calls: list[Call],
-        stats: Counter[str],
-        history: _History,
-        *,
-        reconcile: bool,
-        fresh: bool,
-        replay: bool,
-    ) -> str | None:
+    async def _send_all(self, sending: _Sending, calls: list[Call]) -> str | None:
         """Send with in-job retries. Whenever an earlier attempt may have reached the
         backend (a crash, a timeout, a lost reply) or the batch replays a session, send
         only what it lacks (W2): this holds whether or not the backend honours keys."""
@@ -523,16 +511,14 @@ class Flusher:
                 retrying = attempt.retry_state.attempt_number > 1
                 if retrying:
                     metrics.RETRIES.labels("in_job").inc()
-                if reconcile or retrying:
-                    todo = await self._missing(
-                        thread_uuid, calls, history, replay=replay, fresh=fresh or retrying
-                    )
+                if sending.reconcile or retrying:
+                    todo = await self._missing(sending, calls, fresh=sending.fresh or retrying)
                 context = None
                 for call in todo:
                     await self.pacing.wait()
                     try:
                         context = await self.backend.add_messages(
-                            thread_uuid=thread_uuid,
+                            thread_uuid=sending.thread_uuid,
                             messages=call.messages,
                             idempotency_key=call.idempotency_key,
                             ignore_roles=self.ignore_roles,
@@ -542,29 +528,24 @@ class Flusher:
                         if exc.kind == "rate_limited":
                             await self.pacing.hold(exc.retry_after or 1.0)
                         raise
-                    history.sent(call)
-                    stats["calls"] += 1
-                    stats["parts"] += len(call.messages)
+                    sending.history.sent(call)
+                    sending.stats["calls"] += 1
+                    sending.stats["parts"] += len(call.messages)
                     metrics.BATCH_SIZE.observe(len(call.messages))
                 return context
         return None
 
-    async def _missing(
-        self,
-        thread_uuid: str,
-        calls: list[Call],
-        history: _History,
-        *,
-        replay: bool,
-        fresh: bool,
-    ) -> list[Call]:
+    async def _missing(self, sending: _Sending, calls: list[Call], *, fresh: bool) -> list[Call]:
         """What the backend lacks of ``calls``; a replay reads the thread once per lease
         (``fresh``: again, as a call may have landed unseen)."""
         wanted = [m for c in calls for m in c.messages]
+        history, replay = sending.history, sending.replay
         stored = history.stored if replay and not fresh else None
         if stored is None:
             limit = REPLAY_LOOKBACK if replay else len(wanted) + 30
-            stored = await self.backend.recent_messages(thread_uuid=thread_uuid, limit=limit)
+            stored = await self.backend.recent_messages(
+                thread_uuid=sending.thread_uuid, limit=limit
+            )
             if replay:
                 history.stored = stored
         per_call = max(len(c.messages) for c in calls)  # as resplitting left it
