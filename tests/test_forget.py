@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
+import pytest
 import redis.asyncio as aioredis
 
 from afterthought.backend import open_backend
 from afterthought.keys import Keys
 from afterthought.settings import Settings
+from afterthought.testing import ZepFake
 from afterthought.testing.stand_in_model import memory_lines
 from agent_hooks import create_callbacks
 from tests.adk_support import APP, make_runner, new_session, say
@@ -84,13 +88,24 @@ async def test_messages_queued_before_a_forget_are_dropped_not_sent(
     assert "Oslo" in block and "Lisbon" not in block
 
 
-def test_prune_and_forget_commands_dry_run_first(local_settings: Settings) -> None:
+@pytest.mark.parametrize("backend", ["local", "zep"])
+def test_prune_and_forget_commands_dry_run_first(
+    backend: str, make_settings: Callable[..., Settings], zep_fake: ZepFake
+) -> None:
     import asyncio
     import json
     from functools import partial
 
-    asyncio.run(_session(local_settings, "I live in Lisbon.", "I'm allergic to peanuts."))
-    cli = partial(run_cli, local_settings)
+    settings = make_settings()
+    if backend == "zep":  # managed: the facts are our synthesis' edges in Zep's graph
+        settings = make_settings(
+            backend="zep",
+            memory_mode="managed",
+            zep_api_key="test-key",
+            zep_base_url=zep_fake.base_url,
+        )
+    asyncio.run(_session(settings, "I live in Lisbon.", "I'm allergic to peanuts."))
+    cli = partial(run_cli, settings)
 
     pruned = cli("prune")
     assert pruned.returncode == 0 and json.loads(pruned.stdout)["dry_run"] is True
@@ -100,8 +115,8 @@ def test_prune_and_forget_commands_dry_run_first(local_settings: Settings) -> No
     assert cli("forget", "--app", APP, "--user", "alice").returncode == 2  # needs --yes
     done = cli("forget", "--app", APP, "--user", "alice", "--query", "peanuts", "--yes")
     assert json.loads(done.stdout)["facts"] == found["facts"]
-    block = "\n".join(asyncio.run(_session(local_settings, "Hi")))
+    block = "\n".join(asyncio.run(_session(settings, "Hi")))
     assert "peanuts" not in block and "Lisbon" in block
     gone = cli("forget", "--app", APP, "--user", "alice", "--yes")
     assert gone.returncode == 0 and json.loads(gone.stdout)["users"] == 1
-    assert asyncio.run(_session(local_settings, "Hi again")) == []
+    assert asyncio.run(_session(settings, "Hi again")) == []
