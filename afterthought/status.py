@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any
 
 import redis.asyncio as aioredis
 from pydantic import BaseModel, Field, computed_field
@@ -20,7 +19,20 @@ STATUS_VERSION = 1
 #: How often each worker reports its health (arq's health line); a report expires a second
 #: after the next one is due.
 HEALTH_INTERVAL_SECONDS = 10
-#: Threads read per pipeline round trip.
+# Per thread (KEYS: lease, pending, lease, pending, ...): is it leased, and when was its
+# head queued (-1: nothing queued, or an item from before ``queued_ms``). Read here, so
+# the payloads themselves, up to a megabyte each, never cross the wire.
+THREADS_LUA = """
+local out = {}
+for i = 1, #KEYS, 2 do
+  out[#out + 1] = redis.call('EXISTS', KEYS[i])
+  local head = redis.call('LINDEX', KEYS[i + 1], 0)
+  local at = head and string.match(head, '^{"seq":%d+,"epoch":%d+,"queued_ms":(%d+),')
+  out[#out + 1] = tonumber(at or '-1')
+end
+return out
+"""
+#: Threads read per script call.
 CHUNK = 1000
 
 
@@ -129,15 +141,12 @@ async def snapshot(redis: aioredis.Redis, settings: Settings) -> Status:
 
     due = leased = deferred = stranded = 0
     oldest: int | None = None
+    heads = redis.register_script(THREADS_LUA)
     for start in range(0, len(ready), CHUNK):
         chunk = ready[start : start + CHUNK]
-        async with redis.pipeline(transaction=False) as pipe:
-            for member, _ in chunk:
-                tk = member.decode()
-                pipe.exists(keys.lease(tk))
-                pipe.lindex(keys.pending(tk), 0)
-            replies = await pipe.execute()
-        for (_, score), held, head in zip(chunk, replies[::2], replies[1::2], strict=True):
+        thread_keys = [(keys.lease(m.decode()), keys.pending(m.decode())) for m, _ in chunk]
+        replies = await heads(keys=[k for pair in thread_keys for k in pair])
+        for (_, score), held, queued_ms in zip(chunk, replies[::2], replies[1::2], strict=True):
             if held:
                 leased += 1
             elif score <= now_ms:
@@ -145,8 +154,7 @@ async def snapshot(redis: aioredis.Redis, settings: Settings) -> Status:
                 stranded += now_ms - score > lease_ms
             else:
                 deferred += 1
-            queued_ms = _queued_ms(head)
-            if queued_ms is not None:
+            if queued_ms >= 0:
                 oldest = queued_ms if oldest is None else min(oldest, queued_ms)
 
     pause = PauseStatus(paused=paused is not None)
@@ -181,16 +189,6 @@ async def snapshot(redis: aioredis.Redis, settings: Settings) -> Status:
             lag_seconds=(max(overdue) / 1000 if overdue else 0.0) if synth_due else None,
         ),
     )
-
-
-def _queued_ms(head: bytes | None) -> int | None:
-    if head is None:
-        return None
-    try:
-        value: Any = json.loads(head).get("queued_ms")
-    except (ValueError, AttributeError):
-        return None  # a malformed item: the worker dead-letters it
-    return value if isinstance(value, int) else None
 
 
 async def _workers(redis: aioredis.Redis, keys: Keys) -> list[WorkerStatus]:
