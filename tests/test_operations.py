@@ -302,8 +302,11 @@ async def test_backfill_from_an_adk_session_database(
 
 def test_worker_burst_drains_and_logs_json_without_content(local_settings: Settings) -> None:
     asyncio.run(enqueue(local_settings, queued("private words", 1), queued("more", 2)))
-    done = run_cli(
-        local_settings, "--log-level", "INFO", "--log-format", "json", "worker", "--burst"
+    elsewhere = local_settings.model_copy(update={"key_prefix": "not-this-one"})
+    done = run_cli(  # --prefix picks the deployment whatever the environment says
+        elsewhere,
+        *("--log-level", "INFO", "--log-format", "json", "--prefix", local_settings.key_prefix),
+        *("worker", "--burst", "--concurrency", "2", "--max-jobs", "3"),
     )
     assert done.returncode == 0, done.stderr
     lines = [json.loads(line) for line in done.stderr.splitlines() if line.startswith("{")]
@@ -393,3 +396,18 @@ def test_healthz_fails_once_the_refresh_stops_reaching_redis() -> None:
         )
     finally:
         server.shutdown()
+
+
+async def test_a_session_that_grew_is_backfilled_again(
+    zep_settings: Settings, zep_fake: ZepFake, redis: aioredis.Redis, tmp_path: Path
+) -> None:
+    export = tmp_path / "sessions.jsonl"
+    export.write_text(_session(0, turns=1).model_dump_json() + "\n")
+    first = await Backfill(zep_settings, redis, jsonl_source(export)).run()
+    grown = _session(0, turns=2)
+    grown.last_update_time += 60
+    export.write_text(grown.model_dump_json() + "\n")
+    second = await Backfill(zep_settings, redis, jsonl_source(export)).run()
+    assert (first.sessions, second.sessions, second.skipped) == (1, 1, 0)
+    await drain(zep_settings)
+    assert len(zep_fake.messages()) == 4  # the first turn once, the new one added

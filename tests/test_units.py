@@ -230,3 +230,24 @@ def test_json_logs_carry_the_pairs_but_not_exception_text() -> None:
     )
     assert line["level"] == "error" and line["error"] == "ValueError"
     assert "quoted" not in json.dumps(line)
+
+
+async def test_a_users_new_session_is_not_held_up_by_the_users_lock() -> None:
+    """Threads are provisioned under a per-session lock: a user's sessions in parallel."""
+    import asyncio
+
+    from afterthought.identity import IdentityRegistry
+    from afterthought.keys import digest
+
+    settings = Settings(backend="local")
+    redis = FakeRedis(server=FakeServer())
+    backend = LocalBackend(":memory:")
+    registry = IdentityRegistry(redis, settings)
+    await registry.ensure_user(backend, app="a", user_id="u")
+    await redis.set(Keys(settings.key_prefix).lock(digest("a", "u")), "someone else")
+    async with asyncio.timeout(5):  # the user's lock lives 10 s: waiting on it would fail
+        _, thread_uuid, created = await registry.ensure_thread(
+            backend, app="a", user_id="u", session_id="s2"
+        )
+    assert created and thread_uuid
+    await backend.aclose()
