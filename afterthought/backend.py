@@ -27,11 +27,11 @@ ErrorKind = Literal[
     "bad_request",
     "invalid_response",
 ]
-TRANSIENT_KINDS = frozenset({"timeout", "unavailable", "rate_limited"})
 
 
 class BackendError(Exception):
-    """A backend failure, classified. Its text holds status and error code, never content."""
+    """A backend failure, classified. Its text holds status and error code, never content.
+    What the worker does about each kind is decided in one table (``worker.retry``)."""
 
     def __init__(
         self,
@@ -46,10 +46,6 @@ class BackendError(Exception):
         self.status = status
         self.code = code
         self.retry_after = retry_after
-
-    @property
-    def transient(self) -> bool:
-        return self.kind in TRANSIENT_KINDS
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,12 +113,16 @@ class MemoryBackend(abc.ABC):
         idempotency_key: str,
         ignore_roles: Sequence[str] = (),
         return_context: bool = False,
+        timeout: float | None = None,
     ) -> str | None:
         """Append messages in order; a replay with the same key adds nothing. With
-        ``return_context``, the thread's context block after the call (else None)."""
+        ``return_context``, the thread's context block after the call (else None).
+        ``timeout``: seconds before the call counts as timed out (its outcome unknown)."""
 
     @abc.abstractmethod
-    async def recent_messages(self, *, thread_uuid: str, limit: int) -> list[StoredMessage]:
+    async def recent_messages(
+        self, *, thread_uuid: str, limit: int, timeout: float | None = None
+    ) -> list[StoredMessage]:
         """The thread's latest messages, newest first."""
 
     @abc.abstractmethod

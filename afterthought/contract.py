@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from datetime import UTC, datetime
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from afterthought.keys import digest
+from afterthought.telemetry import text_repaired
 
 #: Written into every payload; workers accept this version and the one before it.
 PAYLOAD_VERSION = 1
@@ -59,6 +61,30 @@ def checksum(content: str) -> str:
     return hashlib.sha256(content.encode()).hexdigest()[:16]
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def repair_text(text: str) -> tuple[str, int]:
+    """Text that can be encoded: surrogate pairs left as two code points are joined, lone
+    surrogates (invalid UTF-16, e.g. from a JavaScript client) become U+FFFD. Returns the
+    text and how many code points were replaced."""
+    if not _SURROGATE.search(text):
+        return text, 0
+    repaired = text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    return repaired, repaired.count("\ufffd") - text.count("\ufffd")
+
+
+def check_ids(*ids: str) -> None:
+    """Ids name users and threads: one is never repaired into another's, so an id that is
+    not valid Unicode is refused (``InvalidIds``) rather than changed."""
+    if any(_SURROGATE.search(i) for i in ids):
+        raise InvalidIds("an id contains a lone surrogate (invalid Unicode)")
+
+
+class InvalidIds(ValueError):
+    """An ADK id that cannot name anything safely (see :func:`check_ids`)."""
+
+
 class QueuedMessage(BaseModel):
     """One message on its way to the backend."""
 
@@ -96,6 +122,9 @@ class QueuedMessage(BaseModel):
     """Hash of ``content``, kept only to detect corruption."""
     replay: bool = False
     """Re-added from a stored session: the worker sends only what the backend lacks."""
+    unsure: bool = False
+    """May already be stored (a dead letter replayed, a direct write whose outcome is
+    unknown): the worker reconciles its batch against the backend first."""
     kind: Kind = "message"
     """``message`` for the thread; ``fact``: ``content`` is a fact about the user to store;
     ``forget``: ``content`` is the id of a stored memory to delete."""
@@ -128,6 +157,12 @@ class QueuedMessage(BaseModel):
         zep_graph_uuid: str | None = None,
         zep_thread_uuid: str | None = None,
     ) -> QueuedMessage:
+        check_ids(app, user_id, session_id, invocation_id)
+        content, repaired = repair_text(content)
+        if name is not None:
+            name, _ = repair_text(name)
+        if repaired:
+            text_repaired.add(repaired)
         when = datetime.fromtimestamp(at, UTC) if at is not None else datetime.now(UTC)
         return cls(
             key=message_key(

@@ -1,6 +1,11 @@
 """Dead letters: list them (ids and lengths, never content), replay them into their
 thread's queue, or purge them. Each replay is one script: the letter leaves the dead list
-only as it re-enters the queue."""
+only as it re-enters the queue.
+
+A replayed message is appended at the end of its thread: on Zep a thread only grows at its
+end, so a message that failed after later ones were stored cannot take its old place. It
+keeps its ``reference_time`` (when it was said), which is what Zep dates memory by, and it
+is reconciled first (it may have been stored after all)."""
 
 from __future__ import annotations
 
@@ -10,21 +15,9 @@ from dataclasses import dataclass
 import redis.asyncio as aioredis
 
 from afterthought.contract import DeadLetter, MalformedPayload, QueuedMessage
-from afterthought.enqueue import APPEND_LUA, REFUSED
 from afterthought.keys import Keys
+from afterthought.queue import GONE, REFUSED, ThreadQueue
 from afterthought.settings import Settings
-
-# KEYS pending, thread, ready, depth, dead, epoch, user threads; ARGV tk, now, thread_cap,
-# global_cap, letter, item
-REPLAY_LUA = (
-    APPEND_LUA
-    + """
-local full = room(KEYS[1], KEYS[4], 1, tonumber(ARGV[3]), tonumber(ARGV[4]))
-if full < 0 then return full end
-if redis.call('LREM', KEYS[5], 1, ARGV[5]) == 0 then return -3 end
-return push(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1], ARGV[2], 6, KEYS[6], KEYS[7])
-"""
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,7 +34,7 @@ class DeadLetters:
         self._redis = redis
         self._settings = settings
         self._keys = Keys(settings.key_prefix)
-        self._replay = redis.register_script(REPLAY_LUA)
+        self._queue = ThreadQueue(redis, settings)
 
     async def listing(self, *, start: int = 0, count: int = 100) -> list[tuple[int, DeadLetter]]:
         raw = await self._redis.lrange(self._keys.dead, start, start + count - 1)
@@ -61,26 +54,8 @@ class DeadLetters:
             except MalformedPayload:
                 malformed += 1
                 continue
-            result = await self._replay(
-                keys=[
-                    self._keys.pending(letter.thread),
-                    self._keys.thread(letter.thread),
-                    self._keys.ready,
-                    self._keys.depth,
-                    self._keys.dead,
-                    self._keys.epoch(message.app, message.user_id),
-                    self._keys.user_threads(message.app, message.user_id),
-                ],
-                args=[
-                    letter.thread,
-                    int(time.time() * 1000),
-                    self._settings.thread_queue_cap,
-                    self._settings.queue_cap,
-                    raw,
-                    message.encode(),
-                ],
-            )
-            if result in REFUSED or result == -3:
+            result = await self._queue.replay(raw, message, now_ms=int(time.time() * 1000))
+            if result in REFUSED or result == GONE:
                 refused += 1
             else:
                 replayed += 1

@@ -1,73 +1,75 @@
 """The write half of the turn path: one Lua script, one Redis round trip, never raises.
 
-When Redis is slow or down, a circuit breaker stops the turn from waiting on it and the
-messages wait in a bounded in-process buffer, sent first (in order) once Redis answers
-again; what overflows the buffer is dropped and counted (W7). Queue caps refuse growth
-past a per-thread and a global limit (W9): that backpressure lands in the same buffer."""
+An enqueue whose reply does not come in time may have committed: the script skips the
+keys a thread already holds, so sending a message again is always safe (W2). What could
+not be queued at once waits in a bounded in-process buffer that a drain thread empties as
+soon as Redis answers: in order within a thread, fair across threads (a full thread
+never holds up another user), never waiting for another turn, and once more at exit (W7).
+Every message handed to :meth:`Enqueuer.enqueue` is in Redis, in the buffer (``buffered``,
+also a gauge), or counted in ``dropped``."""
 
 from __future__ import annotations
 
 import asyncio
+import atexit
 import logging
 import threading
 import time
-from collections import deque
+import weakref
+from collections import OrderedDict, deque
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import redis.asyncio as aioredis
-from redis.commands.core import AsyncScript
-from redis.exceptions import RedisError
+from redis.exceptions import RedisError, ResponseError
 
+from afterthought.breaker import CircuitBreaker
 from afterthought.contract import QueuedMessage
 from afterthought.direct_write import DirectWriter
-from afterthought.keys import Keys
 from afterthought.loops import PerLoop, redis_client
+from afterthought.queue import REFUSED, ThreadQueue
 from afterthought.settings import Settings
-from afterthought.telemetry import queue_failures
+from afterthought.telemetry import queue_failures, watch_buffer
 
 log = logging.getLogger("afterthought.enqueue")
 
-# Shared by the enqueue and replay scripts: room checks the caps, push appends each payload
-# with the thread's next sequence number, counts it, and marks the thread ready. ZADD NX
-# keeps the score of a claimed or deferred thread: its lease holder re-checks the pending
-# list on release, so nothing waits behind a claim.
-APPEND_LUA = """
-local function room(pending, depth, n, thread_cap, global_cap)
-  if redis.call('LLEN', pending) + n > thread_cap then return -1 end
-  if tonumber(redis.call('GET', depth) or '0') + n > global_cap then return -2 end
-  return 0
-end
-local function push(pending, thread, ready, depth, tk, now, first, epoch_key, threads)
-  local seq = tonumber(redis.call('HGET', thread, 'seq') or '0')
-  local epoch = redis.call('GET', epoch_key) or '0'
-  for i = first, #ARGV do
-    seq = seq + 1
-    redis.call('RPUSH', pending,
-      '{"seq":' .. seq .. ',"epoch":' .. epoch .. ',"queued_ms":' .. now .. ','
-        .. string.sub(ARGV[i], 2))
-  end
-  redis.call('SADD', threads, tk)
-  redis.call('HSET', thread, 'seq', seq)
-  redis.call('INCRBY', depth, #ARGV - first + 1)
-  redis.call('ZADD', ready, 'NX', now, tk)
-  return seq
-end
-"""
-
-# KEYS pending, thread, ready, depth, epoch, user threads; ARGV tk, now_ms, thread_cap,
-# global_cap, payloads...
-ENQUEUE_LUA = (
-    APPEND_LUA
-    + """
-local full = room(KEYS[1], KEYS[4], #ARGV - 4, tonumber(ARGV[3]), tonumber(ARGV[4]))
-if full < 0 then return full end
-return push(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1], ARGV[2], 5, KEYS[5], KEYS[6])
-"""
-)
-
-#: Returned by the scripts when a cap refuses the messages.
-REFUSED = {-1: "thread queue full", -2: "queue full"}
+#: ``send`` could not tell whether Redis ran the script (a timeout, a dropped connection).
 UNREACHABLE = "redis unreachable"
+#: Redis answered with an error (out of memory, a read-only replica): nothing was queued.
+REDIS_REFUSED = "redis refused"
+#: No connection could be made: the script was never sent.
+NOT_SENT = "redis not reached"
+#: Messages one drain round trip carries.
+DRAIN_CHUNK = 100
+#: The drain thread is off the turn path, so it can wait longer for a reply than a turn.
+DRAIN_TIMEOUT_SECONDS = 2.0
+#: A thread whose queue is full is retried after this long; the others go on meanwhile.
+FULL_RETRY_SECONDS = 1.0
+#: Backoff of the drain thread while Redis fails, from this long up to the next.
+BACKOFF_START_SECONDS = 0.05
+MAX_DRAIN_BACKOFF_SECONDS = 1.0
+#: At close and at interpreter exit, how long the buffer may take to drain.
+CLOSE_DRAIN_SECONDS = 5.0
+#: An idle drain thread ends after this long (the next held message starts another).
+IDLE_EXIT_SECONDS = 30.0
+
+
+@dataclass(slots=True)
+class _Held:
+    message: QueuedMessage
+    maybe_queued: bool = False
+    """An attempt to queue it may have run: never written directly (the worker would send
+    the queued copy too)."""
+    maybe_stored: bool = False
+    """A direct write of it may have landed: queued as ``unsure``, so the worker reconciles."""
+
+
+def _may_have_run(exc: BaseException) -> bool:
+    """Whether the script may have run although the call failed: only a failure to
+    connect is certain not to have sent it (redis-py raises those from ``connect``)."""
+    text = str(exc)
+    refused = isinstance(exc.__context__, ConnectionRefusedError)
+    return not (refused or " connecting to " in text or text.startswith("Timeout connecting"))
 
 
 class Enqueuer:
@@ -80,26 +82,31 @@ class Enqueuer:
         redis: aioredis.Redis | None = None,
         direct: DirectWriter | None = None,
     ) -> None:
-        """``redis``: a client to use instead of one per event loop made from the settings.
-        ``direct``: writes buffered messages to the backend while Redis is down."""
+        """``redis``: a client to use instead of one per event loop made from the settings
+        (the drain thread always makes its own). ``direct``: writes buffered messages to the
+        backend while Redis is down."""
         self._settings = settings
         self.direct = direct
-        self._direct_task: asyncio.Task[None] | None = None
-        self._keys = Keys(settings.key_prefix)
         self._given = redis
-        self._client = PerLoop(self._connect)
-        self._buffer: deque[QueuedMessage] = deque()
+        self._client: PerLoop[tuple[aioredis.Redis, ThreadQueue]] = PerLoop(self._connect)
+        self._held: OrderedDict[str, deque[_Held]] = OrderedDict()
+        self._count = 0
         self._lock = threading.Lock()
-        self._failures = 0
-        self._open_until = 0.0
+        self._emptied = threading.Condition(self._lock)
+        self._retry_at: dict[str, float] = {}
+        self.breaker = CircuitBreaker(
+            failures=settings.breaker_failures, seconds=settings.breaker_seconds
+        )
         self.dropped = 0
-        """Messages lost to a full buffer or an oversized text: counted, and logged."""
+        """Messages lost to a full buffer, an oversized text or exit: counted, and logged."""
+        self._drainer = _Drainer(self)
+        _ENQUEUERS.add(self)
 
-    def _connect(self) -> tuple[aioredis.Redis, AsyncScript]:
+    def _connect(self) -> tuple[aioredis.Redis, ThreadQueue]:
         client = self._given or redis_client(
             self._settings.redis_url, timeout=self._settings.enqueue_timeout
         )
-        return client, client.register_script(ENQUEUE_LUA)
+        return client, ThreadQueue(client, self._settings)
 
     def redis(self) -> aioredis.Redis:
         """The running loop's client (the turn path's registry reads share it)."""
@@ -107,11 +114,11 @@ class Enqueuer:
 
     @property
     def buffered(self) -> int:
-        return len(self._buffer)
+        return self._count
 
     async def enqueue(self, messages: Sequence[QueuedMessage]) -> bool:
-        """Queue messages of one thread in order; True once Redis holds them (and all
-        that was buffered before them). False: buffered for later, or dropped."""
+        """Queue messages of one thread in order; True once Redis holds them. False: they
+        wait in the buffer (the drain thread sends them), or were dropped and counted."""
         if not messages:
             return True
         thread = messages[0].thread_key
@@ -119,102 +126,44 @@ class Enqueuer:
             raise ValueError("enqueue takes messages of one thread at a time")
         too_long = sum(len(m.content) > self._settings.max_queued_chars for m in messages)
         if too_long:
-            self.dropped += len(messages)
-            queue_failures.add(len(messages), {"outcome": "refused"})
             log.warning(
-                "enqueue refused thread=%s oversized=%d max_chars=%d dropped_total=%d",
+                "enqueue refused thread=%s oversized=%d max_chars=%d",
                 thread,
                 too_long,
                 self._settings.max_queued_chars,
-                self.dropped,
             )
+            self._drop(len(messages), why="oversized")
             return False
-        if self._buffer or self._breaker_open():
-            self._hold(messages)  # behind what waits already, to keep each thread's order
-            if await self.drain_buffer():
-                return True
-            self._write_directly()
+        with self._lock:
+            behind = thread in self._held  # the thread's earlier messages still wait
+        if behind or not self.breaker.allow():
+            self._hold(messages)
             return False
-        if await self.send(messages) is None:
+        why = await self.send(messages)
+        if why is None:
             return True
-        self._hold(messages)
-        self._write_directly()
-        return False
-
-    def _write_directly(self) -> None:
-        """While Redis is failing, hand what is buffered to the direct writer, in the
-        background (the turn does not wait for the backend)."""
-        if self.direct is None or not self._failures:
-            return
-        if self._direct_task is None or self._direct_task.done():
-            self._direct_task = asyncio.get_running_loop().create_task(self._direct_drain())
-
-    async def _direct_drain(self) -> None:
-        assert self.direct is not None
-        while self._failures:
-            with self._lock:
-                known = [m for m in self._buffer if self.direct.knows(m.thread_key)]
-                if not known:
-                    return
-                thread = known[0].thread_key
-                run = [m for m in self._buffer if m.thread_key == thread]
-                self._buffer = deque(m for m in self._buffer if m.thread_key != thread)
-            try:
-                await self.direct.write(run)
-            except Exception as exc:
-                log.warning("direct write failed thread=%s error=%s", thread, type(exc).__name__)
-                with self._lock:
-                    self._buffer.extendleft(reversed(run))
-                return
-
-    async def drain_buffer(self) -> bool:
-        """Send what the buffer holds, oldest first; True when it is empty."""
-        while not self._breaker_open():
-            with self._lock:
-                if not self._buffer:
-                    return True
-                thread = self._buffer[0].thread_key
-                run: list[QueuedMessage] = []
-                while self._buffer and self._buffer[0].thread_key == thread and len(run) < 100:
-                    run.append(self._buffer.popleft())
-            if await self.send(run) is not None:
-                with self._lock:
-                    self._buffer.extendleft(reversed(run))
-                return False
-            log.info(
-                "buffer drained thread=%s messages=%d left=%d", thread, len(run), self.buffered
-            )
+        self._hold(messages, maybe_queued=why == UNREACHABLE)
         return False
 
     async def send(self, messages: Sequence[QueuedMessage]) -> str | None:
-        """One attempt, no buffering: None once queued, else why not (a full queue, or
-        Redis unreachable). Messages of one thread, as for ``enqueue``."""
+        """One attempt on the running loop's client, no buffering: None once queued, else
+        why not (a full queue, Redis refusing, or Redis unreachable: then it may have run)."""
+        return await self._send(self._client.get()[1], messages, self._settings.enqueue_timeout)
+
+    async def _send(
+        self, queue: ThreadQueue, messages: Sequence[QueuedMessage], timeout: float
+    ) -> str | None:
         thread = messages[0].thread_key
-        _, script = self._client.get()
-        s = self._settings
         try:
-            async with asyncio.timeout(s.enqueue_timeout):
-                result = await script(
-                    keys=[
-                        self._keys.pending(thread),
-                        self._keys.thread(thread),
-                        self._keys.ready,
-                        self._keys.depth,
-                        self._keys.epoch(messages[0].app, messages[0].user_id),
-                        self._keys.user_threads(messages[0].app, messages[0].user_id),
-                    ],
-                    args=[
-                        thread,
-                        int(time.time() * 1000),
-                        s.thread_queue_cap,
-                        s.queue_cap,
-                        *(m.encode() for m in messages),
-                    ],
-                )
+            async with asyncio.timeout(timeout):
+                result = await queue.enqueue(messages, now_ms=int(time.time() * 1000))
+        except ResponseError as exc:  # Redis answered: the script did not run
+            self._failed(exc)
+            return REDIS_REFUSED
         except (RedisError, OSError, TimeoutError) as exc:
             self._failed(exc)
-            return UNREACHABLE
-        self._failures = 0
+            return UNREACHABLE if _may_have_run(exc) else NOT_SENT
+        self.breaker.succeeded()
         if result in REFUSED:
             log.warning(
                 "enqueue backpressure thread=%s messages=%d reason=%s",
@@ -225,33 +174,225 @@ class Enqueuer:
             return REFUSED[result]
         return None
 
-    def _hold(self, messages: Sequence[QueuedMessage]) -> None:
-        queue_failures.add(len(messages), {"outcome": "buffered"})
-        with self._lock:
-            room = self._settings.buffer_size - len(self._buffer)
-            self._buffer.extend(messages[: max(room, 0)])
-            lost = len(messages) - max(room, 0)
-        if lost > 0:
-            self.dropped += lost
-            queue_failures.add(lost, {"outcome": "dropped"})
-            log.error("enqueue buffer full: dropped=%d dropped_total=%d", lost, self.dropped)
-
     def _failed(self, exc: BaseException) -> None:
-        self._failures += 1
+        self.breaker.failed()
         log.warning(
             "enqueue failed error=%s failures=%d buffered=%d",
             type(exc).__name__,
-            self._failures,
+            self.breaker.failures,
             self.buffered,
         )
-        if self._failures >= self._settings.breaker_failures:
-            self._open_until = time.monotonic() + self._settings.breaker_seconds
 
-    def _breaker_open(self) -> bool:
-        """Open: skip Redis entirely. After the window one call probes (half-open)."""
-        return time.monotonic() < self._open_until
+    def _hold(self, messages: Sequence[QueuedMessage], *, maybe_queued: bool = False) -> None:
+        """Into the buffer behind the thread's earlier messages; what does not fit is
+        dropped and counted. Wakes the drain thread."""
+        queue_failures.add(len(messages), {"outcome": "buffered"})
+        thread = messages[0].thread_key
+        with self._lock:
+            room = max(0, self._settings.buffer_size - self._count)
+            kept = [_Held(m, maybe_queued=maybe_queued) for m in messages[:room]]
+            if kept:
+                self._held.setdefault(thread, deque()).extend(kept)
+                self._count += len(kept)
+        if len(messages) > len(kept):
+            self._drop(len(messages) - len(kept), why="buffer full")
+        self._drainer.wake()
+
+    def _drop(self, count: int, *, why: str) -> None:
+        with self._lock:
+            self.dropped += count
+        queue_failures.add(count, {"outcome": "dropped"})
+        log.error("enqueue dropped=%d reason=%s dropped_total=%d", count, why, self.dropped)
+
+    # --- the drain thread's side ------------------------------------------------------------
+    def _next_run(self, now: float) -> tuple[str, list[_Held]] | None:
+        """The next thread in turn that is not waiting, with its oldest held messages.
+        They stay held (later messages of the thread queue up behind them) until sent."""
+        with self._lock:
+            for thread in list(self._held):
+                self._held.move_to_end(thread)  # round robin: every thread gets its turn
+                if self._retry_at.get(thread, 0.0) <= now:
+                    items = self._held[thread]
+                    return thread, [items[i] for i in range(min(DRAIN_CHUNK, len(items)))]
+        return None
+
+    def _next_due(self, now: float) -> float:
+        """Seconds until a held thread may be tried again (0: one may be tried now)."""
+        with self._lock:
+            waits = [max(0.0, self._retry_at.get(t, 0.0) - now) for t in self._held]
+        return min(waits, default=0.0)
+
+    def _release(self, thread: str, count: int) -> None:
+        """The oldest ``count`` held messages of a thread are in Redis (or stored)."""
+        with self._lock:
+            items = self._held[thread]
+            for _ in range(count):
+                items.popleft()
+            self._count -= count
+            self._retry_at.pop(thread, None)
+            if not items:
+                del self._held[thread]
+            if not self._count:
+                self._emptied.notify_all()
+
+    async def _drain(self, queue: ThreadQueue, *, until: float) -> None:
+        """Send what the buffer holds until it is empty (or ``until``, monotonic)."""
+        backoff = BACKOFF_START_SECONDS
+        while self.buffered and time.monotonic() < until:
+            wait = await self.drain_step(queue, backoff=backoff)
+            backoff = min(backoff * 2, MAX_DRAIN_BACKOFF_SECONDS) if wait else BACKOFF_START_SECONDS
+            if wait:
+                await asyncio.sleep(min(wait, until - time.monotonic()))
+
+    async def drain_step(self, queue: ThreadQueue, *, backoff: float) -> float:
+        """One step of draining: the next thread's oldest held messages, sent once. Returns
+        how long to wait before the next step (0: go on at once)."""
+        now = time.monotonic()
+        run = self._next_run(now)
+        if run is None:
+            return self._next_due(now)
+        thread, held = run
+        if not self.breaker.allow():
+            written = await self._write_directly(thread, held)
+            return 0.0 if written else self.breaker.retry_in() or backoff
+        messages = [
+            h.message.model_copy(update={"unsure": True}) if h.maybe_stored else h.message
+            for h in held
+        ]
+        why = await self._send(queue, messages, DRAIN_TIMEOUT_SECONDS)
+        if why is None:
+            self._release(thread, len(held))
+            log.info(
+                "buffer drained thread=%s messages=%d left=%d", thread, len(held), self.buffered
+            )
+            return 0.0
+        if why in REFUSED.values():  # this thread waits; the others go on
+            with self._lock:
+                self._retry_at[thread] = now + FULL_RETRY_SECONDS
+            return 0.0
+        for h in held:
+            h.maybe_queued = h.maybe_queued or why == UNREACHABLE
+        return backoff
+
+    async def _write_directly(self, thread: str, held: list[_Held]) -> bool:
+        """While Redis is failing, write a thread's held messages to the backend (opt-in),
+        if none of them may already be queued. True when they were written."""
+        if self.direct is None or not self.direct.knows(thread):
+            return False
+        certain = []
+        for h in held:
+            if h.maybe_queued:
+                break
+            certain.append(h)
+        if not certain:
+            return False
+        try:
+            await self.direct.write([h.message for h in certain])
+        except Exception as exc:
+            log.warning("direct write failed thread=%s error=%s", thread, type(exc).__name__)
+            for h in certain:
+                h.maybe_stored = True
+            return False
+        self._release(thread, len(certain))
+        return True
+
+    def wait_empty(self, timeout: float) -> bool:
+        """Block until the buffer is empty or ``timeout`` passes; True when empty."""
+        self._drainer.wake()
+        with self._lock:
+            return self._emptied.wait_for(lambda: not self._count, timeout)
+
+    async def drain_buffer(self, timeout: float = CLOSE_DRAIN_SECONDS) -> bool:
+        """Wait (off the loop) until the drain thread has emptied the buffer; True if so."""
+        return await asyncio.to_thread(self.wait_empty, timeout)
 
     async def aclose(self) -> None:
+        """Drain the buffer (bounded), then close this loop's connections."""
+        await self.drain_buffer()
         held = self._client.pop_current()
         if held is not None and self._given is None:
             await held[0].aclose()
+
+    def _abandon(self) -> None:
+        """At exit: what is still held now will never be sent; count it as dropped."""
+        with self._lock:
+            left, self._count = self._count, 0
+            self._held.clear()
+            self._emptied.notify_all()
+        if left:
+            self._drop(left, why="exit with Redis unreachable")
+
+
+class _Drainer:
+    """The thread that empties an :class:`Enqueuer`'s buffer, on a loop of its own: the
+    agent's loops may be busy, blocked, or gone (``Runner.run`` closes its loop)."""
+
+    def __init__(self, enqueuer: Enqueuer) -> None:
+        self._enqueuer = weakref.ref(enqueuer)
+        self._settings = enqueuer._settings
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._closing_until: float | None = None
+        self._start = threading.Lock()
+
+    def wake(self) -> None:
+        with self._start:
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(
+                    target=self._main, name="afterthought-drain", daemon=True
+                )
+                self._thread.start()
+                _DRAINERS.add(self)
+        self._wake.set()
+
+    def _main(self) -> None:
+        loop = asyncio.new_event_loop()
+        client = None
+        try:
+            while True:
+                if not self._wake.wait(IDLE_EXIT_SECONDS):
+                    with self._start:  # wake() sees this thread gone, or it sees the event
+                        if not self._wake.is_set():
+                            self._thread = None
+                            return
+                self._wake.clear()
+                enqueuer = self._enqueuer()
+                if enqueuer is None:
+                    return
+                if client is None:
+                    client = redis_client(self._settings.redis_url, timeout=DRAIN_TIMEOUT_SECONDS)
+                queue = ThreadQueue(client, self._settings)
+                until = self._closing_until or float("inf")
+                loop.run_until_complete(enqueuer._drain(queue, until=until))
+                if self._closing_until is not None:
+                    return
+                del enqueuer
+        except Exception as exc:  # never silent: the buffer would stop draining
+            log.error("drain thread failed error=%s", type(exc).__name__)
+        finally:
+            if client is not None:
+                loop.run_until_complete(client.aclose())
+            loop.close()
+
+    def close(self, timeout: float) -> None:
+        """Drain for up to ``timeout`` seconds, then stop; what is left is counted dropped."""
+        thread = self._thread
+        if thread is None or not thread.is_alive():
+            return
+        self._closing_until = time.monotonic() + timeout
+        self._wake.set()
+        thread.join(timeout + 1)
+        enqueuer = self._enqueuer()
+        if enqueuer is not None:
+            enqueuer._abandon()
+
+
+_ENQUEUERS: weakref.WeakSet[Enqueuer] = weakref.WeakSet()
+_DRAINERS: weakref.WeakSet[_Drainer] = weakref.WeakSet()
+watch_buffer(lambda: sum(e.buffered for e in list(_ENQUEUERS)))
+
+
+@atexit.register
+def _drain_at_exit() -> None:
+    for drainer in list(_DRAINERS):
+        drainer.close(CLOSE_DRAIN_SECONDS)

@@ -11,7 +11,8 @@ LOCK_TTL_MS = 10_000
 
 def digest(*parts: str, size: int = 32) -> str:
     """A short stable hex id for a tuple of strings (unit-separated, so no ambiguity)."""
-    return hashlib.sha256("\x1f".join(parts).encode()).hexdigest()[:size]
+    # surrogatepass: an id that is not valid Unicode still has one digest (never a crash).
+    return hashlib.sha256("\x1f".join(parts).encode("utf-8", "surrogatepass")).hexdigest()[:size]
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,6 +32,17 @@ class Keys:
     def ready(self) -> str:
         """ZSET thread_key -> ms when it may next be claimed (claiming pushes it a lease out)."""
         return f"{self.prefix}:ready"
+
+    def seen(self, thread_key: str) -> str:
+        """ZSET message key -> seq: the thread's latest keys, so a re-push adds nothing;
+        bounded (``queue.SEEN_KEYS``) and expiring."""
+        return f"{self.prefix}:seen:{thread_key}"
+
+    @property
+    def lost(self) -> str:
+        """Counter of messages Redis lost (a sequence gap: evicted, or a failover without
+        persistence); durable, so ``status`` keeps reporting it until reset."""
+        return f"{self.prefix}:lost"
 
     def lease(self, thread_key: str) -> str:
         """STRING token of the worker that holds the thread; expires with the lease."""
@@ -56,6 +68,12 @@ class Keys:
     def rate_limit(self) -> str:
         """STRING ms until which no worker calls the backend (after a 429); expires."""
         return f"{self.prefix}:ratelimit"
+
+    @property
+    def backend_ok(self) -> str:
+        """STRING ms when a worker last stored a batch (marked at most once a second): a
+        message failing while others succeed is poisoned, not caught in an outage."""
+        return f"{self.prefix}:backend-ok"
 
     @property
     def dispatch(self) -> str:

@@ -146,7 +146,10 @@ class LocalBackend(MemoryBackend):
         idempotency_key: str,
         ignore_roles: Sequence[str] = (),
         return_context: bool = False,
+        timeout: float | None = None,
     ) -> str | None:
+        # No timeout: the write is one SQLite transaction, and cutting the await would leave
+        # it running in its thread, to commit after we had called it failed.
         def work(db: sqlite3.Connection) -> str | None:
             found = db.execute(
                 "SELECT t.user_uuid, u.graph_uuid FROM threads t JOIN users u"
@@ -184,7 +187,9 @@ class LocalBackend(MemoryBackend):
 
         return await self._run(work)
 
-    async def recent_messages(self, *, thread_uuid: str, limit: int) -> list[StoredMessage]:
+    async def recent_messages(
+        self, *, thread_uuid: str, limit: int, timeout: float | None = None
+    ) -> list[StoredMessage]:
         def work(db: sqlite3.Connection) -> list[StoredMessage]:
             rows = db.execute(
                 "SELECT uuid, role, content, metadata FROM messages WHERE thread_uuid = ?"

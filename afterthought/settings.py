@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Literal
 
-from pydantic import AliasChoices, Field, SecretStr, field_validator
+from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -52,7 +52,16 @@ class Settings(BaseSettings):
     max_queued_chars: int = Field(1_000_000, ge=1000)
     """Largest message accepted into the queue at all (protects Redis)."""
     backend_timeout: float = Field(30.0, gt=0, le=300)
-    """Seconds a worker-side backend call may take before it counts as a timeout."""
+    """Seconds a worker-side backend call may take before it counts as a timeout (never
+    longer than the lease has left, less ``backend_settle_seconds``)."""
+    backend_settle_seconds: float = Field(2.0, ge=0, le=10)
+    """After a call whose outcome is unknown (a timeout, a lost reply), how long the server
+    may still commit it: the worker waits this long before reading back what landed."""
+    retry_max_attempts: int = Field(10, ge=1)
+    """Failed attempts after which a message that keeps failing is dead-lettered, once the
+    backend has taken other writes meanwhile (an outage dead-letters nothing)."""
+    retry_max_age_seconds: float = Field(3 * 86400, gt=0)
+    """A message failing for longer than this is dead-lettered, outage or not."""
     tool_timeout: float = Field(5.0, gt=0, le=60)
     """Seconds a model-called memory tool may wait for the backend."""
     context_max_chars: int = Field(4000, ge=100)
@@ -123,6 +132,12 @@ class Settings(BaseSettings):
         if not value or not all(c.isalnum() or c in "-_." for c in value):
             raise ValueError("key_prefix must be non-empty letters, digits, '-', '_' or '.'")
         return value
+
+    @model_validator(mode="after")
+    def _settles_within_lease(self) -> Settings:
+        if self.backend_settle_seconds * 2 >= self.lease_seconds:
+            raise ValueError("backend_settle_seconds must be under half of lease_seconds")
+        return self
 
     @field_validator("prune_at")
     @classmethod

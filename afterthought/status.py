@@ -10,8 +10,10 @@ import time
 
 import redis.asyncio as aioredis
 from pydantic import BaseModel, Field, computed_field
+from redis.exceptions import RedisError
 
 from afterthought.keys import Keys
+from afterthought.queue import ThreadQueue
 from afterthought.settings import Settings
 
 #: Bumped only if a field changes meaning or goes away.
@@ -19,19 +21,6 @@ STATUS_VERSION = 1
 #: How often each worker reports its health (arq's health line); a report expires a second
 #: after the next one is due.
 HEALTH_INTERVAL_SECONDS = 10
-# Per thread (KEYS: lease, pending, lease, pending, ...): is it leased, and when was its
-# head queued (-1: nothing queued, or an item from before ``queued_ms``). Read here, so
-# the payloads themselves, up to a megabyte each, never cross the wire.
-THREADS_LUA = """
-local out = {}
-for i = 1, #KEYS, 2 do
-  out[#out + 1] = redis.call('EXISTS', KEYS[i])
-  local head = redis.call('LINDEX', KEYS[i + 1], 0)
-  local at = head and string.match(head, '^{"seq":%d+,"epoch":%d+,"queued_ms":(%d+),')
-  out[#out + 1] = tonumber(at or '-1')
-end
-return out
-"""
 #: Threads read per script call.
 CHUNK = 1000
 
@@ -77,6 +66,21 @@ class WorkerStatus(BaseModel):
     jobs_ongoing: int | None = None
 
 
+class RedisStatus(BaseModel):
+    maxmemory_policy: str | None
+    """Anything but ``noeviction`` may evict queued messages; None when CONFIG is refused."""
+    persistence: str | None
+    """``aof``, ``rdb``, ``aof+rdb`` or ``none`` (a restart loses the queue); None unknown."""
+    used_memory: int | None
+    """Bytes in use."""
+    maxmemory: int | None
+    """The limit in bytes; 0 for none."""
+
+    @property
+    def full(self) -> bool:
+        return bool(self.maxmemory and self.used_memory and self.used_memory >= self.maxmemory)
+
+
 class SynthesisStatus(BaseModel):
     pending_users: int
     """Users with a synthesis job queued (debounced after their last message)."""
@@ -93,21 +97,31 @@ class Status(BaseModel):
     queue: QueueStatus
     dead_letters: int
     """Items the workers gave up on (``afterthought dlq list``)."""
+    lost_messages: int = 0
+    """Messages Redis lost after accepting them (sequence gaps: eviction, a failover
+    without persistence), found by workers or in queued threads now."""
     pause: PauseStatus
     workers: list[WorkerStatus] = Field(default_factory=list)
     """Live worker processes (their health reports have not expired)."""
     synthesis: SynthesisStatus
+    redis: RedisStatus | None = None
+    """The server's memory and persistence settings, as far as it tells."""
 
     @computed_field  # type: ignore[prop-decorator]
     @property
     def problems(self) -> list[str]:
         """What needs an operator, by stable name: ``no_workers``, ``paused``,
-        ``stranded_threads``, ``dead_letters``. Empty: ``status`` exits 0."""
+        ``stranded_threads``, ``dead_letters``, ``lost_messages``, ``eviction_policy``
+        (Redis may evict queued messages), ``redis_full``. Empty: ``status`` exits 0."""
+        policy = self.redis.maxmemory_policy if self.redis else None
         found = {
             "no_workers": not self.workers,
             "paused": self.pause.paused,
             "stranded_threads": self.queue.stranded > 0,
             "dead_letters": self.dead_letters > 0,
+            "lost_messages": self.lost_messages > 0,
+            "eviction_policy": policy is not None and policy != "noeviction",
+            "redis_full": self.redis is not None and self.redis.full,
         }
         return [name for name, present in found.items() if present]
 
@@ -137,25 +151,27 @@ async def snapshot(redis: aioredis.Redis, settings: Settings) -> Status:
         pipe.pttl(keys.paused)
         pipe.get(keys.rate_limit)
         pipe.zrangebyscore(keys.queue, "-inf", "+inf", withscores=True)
-        depth, ready, dead, paused, paused_ttl, rate, arq_queue = await pipe.execute()
+        pipe.get(keys.lost)
+        depth, ready, dead, paused, paused_ttl, rate, arq_queue, lost = await pipe.execute()
 
-    due = leased = deferred = stranded = 0
+    due = leased = deferred = stranded = missing = 0
     oldest: int | None = None
-    heads = redis.register_script(THREADS_LUA)
+    queue = ThreadQueue(redis, settings)
     for start in range(0, len(ready), CHUNK):
         chunk = ready[start : start + CHUNK]
-        thread_keys = [(keys.lease(m.decode()), keys.pending(m.decode())) for m, _ in chunk]
-        replies = await heads(keys=[k for pair in thread_keys for k in pair])
-        for (_, score), held, queued_ms in zip(chunk, replies[::2], replies[1::2], strict=True):
-            if held:
+        states = await queue.thread_states([m.decode() for m, _ in chunk])
+        for (_, score), state in zip(chunk, states, strict=True):
+            if state.leased:
                 leased += 1
             elif score <= now_ms:
                 due += 1
                 stranded += now_ms - score > lease_ms
             else:
                 deferred += 1
-            if queued_ms >= 0:
-                oldest = queued_ms if oldest is None else min(oldest, queued_ms)
+            missing += state.missing
+            if state.head_queued_ms is not None:
+                at = state.head_queued_ms
+                oldest = at if oldest is None else min(oldest, at)
 
     pause = PauseStatus(paused=paused is not None)
     if paused is not None:
@@ -182,13 +198,42 @@ async def snapshot(redis: aioredis.Redis, settings: Settings) -> Status:
             jobs_waiting=len(arq_queue),
         ),
         dead_letters=int(dead),
+        lost_messages=int(lost or 0) + missing,
         pause=pause,
         workers=await _workers(redis, keys),
         synthesis=SynthesisStatus(
             pending_users=len(synth_due),
             lag_seconds=(max(overdue) / 1000 if overdue else 0.0) if synth_due else None,
         ),
+        redis=await redis_status(redis),
     )
+
+
+async def redis_status(redis: aioredis.Redis) -> RedisStatus:
+    """What the server says of its memory and persistence (managed services may refuse
+    CONFIG: those fields are then None)."""
+    info = await redis.info()
+    policy = info.get("maxmemory_policy")
+    aof = bool(info.get("aof_enabled"))
+    try:
+        save = (await redis.config_get("save")).get("save")
+    except RedisError:
+        save = None
+    if save is None:  # unknown: only AOF can be told from INFO
+        persistence = "aof" if aof else None
+    else:
+        on = [name for name, enabled in (("aof", aof), ("rdb", bool(save))) if enabled]
+        persistence = "+".join(on) or "none"
+    return RedisStatus(
+        maxmemory_policy=str(policy) if policy is not None else None,
+        persistence=persistence,
+        used_memory=_int(info.get("used_memory")),
+        maxmemory=_int(info.get("maxmemory")),
+    )
+
+
+def _int(value: object) -> int | None:
+    return int(value) if isinstance(value, int | str) and str(value).isdigit() else None
 
 
 async def _workers(redis: aioredis.Redis, keys: Keys) -> list[WorkerStatus]:

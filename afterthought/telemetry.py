@@ -3,7 +3,10 @@ a meter provider). Attributes are outcomes only: never ids, never content."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
+
 from opentelemetry import metrics
+from opentelemetry.metrics import CallbackOptions, Observation
 
 _meter = metrics.get_meter("afterthought")
 
@@ -20,7 +23,30 @@ memory_read_failures = _meter.create_counter(
     "afterthought.retrieval.failures",
     description="Memory reads that failed or ran out of budget (the turn went on without).",
 )
+text_repaired = _meter.create_counter(
+    "afterthought.queue.repaired",
+    description="Code points of invalid Unicode (lone surrogates) replaced by U+FFFD before "
+    "a message was queued.",
+)
 queue_failures = _meter.create_counter(
     "afterthought.queue.failures",
     description="Writes not queued at once, by outcome: buffered, dropped, refused.",
+)
+
+_buffer_readers: list[Callable[[], int]] = []
+
+
+def watch_buffer(read: Callable[[], int]) -> None:
+    """Report what ``read`` returns as the gauge ``afterthought.queue.buffered``."""
+    _buffer_readers.append(read)
+
+
+def _observe_buffered(options: CallbackOptions) -> Iterable[Observation]:
+    yield Observation(sum(read() for read in _buffer_readers))
+
+
+_meter.create_observable_gauge(
+    "afterthought.queue.buffered",
+    callbacks=[_observe_buffered],
+    description="Messages waiting in the agent's in-process buffer for Redis to answer.",
 )

@@ -189,6 +189,7 @@ class ZepBackend(MemoryBackend):
         idempotency_key: str,
         ignore_roles: Sequence[str] = (),
         return_context: bool = False,
+        timeout: float | None = None,
     ) -> str | None:
         payload = [
             AddMessage(
@@ -208,19 +209,21 @@ class ZepBackend(MemoryBackend):
                 thread_uuid,
                 messages=payload,
                 idempotency_key=idempotency_key,
-                request_options=self._options(),
+                request_options=self._options(timeout),
                 **extra,
             )
         )
         return str(result.context or "").strip() if return_context else None
 
-    async def recent_messages(self, *, thread_uuid: str, limit: int) -> list[StoredMessage]:
+    async def recent_messages(
+        self, *, thread_uuid: str, limit: int, timeout: float | None = None
+    ) -> list[StoredMessage]:
         pager = await self._call(
             lambda z: z.thread.list_messages(
                 thread_uuid,
                 page_size=min(limit, PAGE_SIZE),
                 order="desc",
-                request_options=self._options(),
+                request_options=self._options(timeout),
             )
         )
         found: list[StoredMessage] = []

@@ -19,7 +19,7 @@ from google.adk.sessions import Session
 from pydantic import ValidationError
 
 from afterthought.contract import QueuedMessage
-from afterthought.enqueue import UNREACHABLE, Enqueuer
+from afterthought.enqueue import NOT_SENT, UNREACHABLE, Enqueuer
 from afterthought.keys import Keys, digest
 from afterthought.settings import Settings
 from agent_hooks.messages import messages_from_events
@@ -168,7 +168,7 @@ class Backfill:
     async def _send(self, chunk: list[QueuedMessage]) -> None:
         unreachable = 0
         while (why := await self._enqueuer.send(chunk)) is not None:
-            if why == UNREACHABLE:
+            if why in (UNREACHABLE, NOT_SENT):
                 unreachable += 1
                 if unreachable >= UNREACHABLE_TRIES:
                     raise ConnectionError("Redis is unreachable; run backfill again to resume")

@@ -9,6 +9,7 @@ import logging
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -17,14 +18,27 @@ from google.adk.models.llm_request import LlmRequest
 from google.adk.models.llm_response import LlmResponse
 
 from afterthought.backend import MemoryBackend, UserRef, open_backend
+from afterthought.breaker import CircuitBreaker
 from afterthought.context_cache import ContextCache, now_version
-from afterthought.contract import MEMORY_SESSION, Kind, QueuedMessage, Role, thread_key
+from afterthought.contract import (
+    MEMORY_SESSION,
+    InvalidIds,
+    Kind,
+    QueuedMessage,
+    Role,
+    thread_key,
+)
 from afterthought.direct_write import DirectWriter
 from afterthought.enqueue import Enqueuer
 from afterthought.identity import Identity, IdentityRegistry
 from afterthought.keys import Keys, digest
 from afterthought.settings import Settings
-from afterthought.telemetry import context_cache_reads, memory_read_failures, retrieval_duration
+from afterthought.telemetry import (
+    context_cache_reads,
+    memory_read_failures,
+    queue_failures,
+    retrieval_duration,
+)
 from agent_hooks.identity import IdentityResolver, ZepIdentity, display_name, resolve
 from agent_hooks.injection import DEFAULT_CONTEXT_TEMPLATE, Injection, inject, render
 from agent_hooks.messages import said_text
@@ -34,9 +48,14 @@ T = TypeVar("T")
 
 #: Invocations remembered per process (for block reuse and message ordinals).
 MAX_TRACKED_INVOCATIONS = 4096
-#: Session-state key holding the id of the session that owns the run. An ``AgentTool``
-#: copies its caller's state into the child session, so a child sees another id there.
+#: Session-state key holding the id of the session whose turns these are. An ``AgentTool``
+#: copies its caller's state into the child session, so a child sees its caller's id there.
 OWNER_KEY = "afterthought:session"
+#: The session whose tool step is running in this context (set after a model response
+#: that calls tools, cleared at that session's next model call). A model call of another
+#: session inside it is a nested run; context variables reach the tool's child runner,
+#: and end with the run, so a session merely seeded with another's state is not nested.
+_TOOL_STEP: ContextVar[str | None] = ContextVar("afterthought_tool_step", default=None)
 #: One background refresh per cached block at a time, across processes.
 REFRESH_LOCK_MS = 10_000
 
@@ -117,8 +136,9 @@ class TurnMemory:
         self._keys = Keys(settings.key_prefix)
         self._turns: OrderedDict[str, _Turn] = OrderedDict()
         self._refreshing: set[asyncio.Task[None]] = set()
-        self._read_failures = 0
-        self._read_open_until = 0.0
+        self.read_breaker = CircuitBreaker(
+            failures=settings.read_breaker_failures, seconds=settings.read_breaker_seconds
+        )
 
     @classmethod
     def create(cls, *, settings: Settings | None = None, **kwargs: Any) -> TurnMemory:
@@ -145,6 +165,8 @@ class TurnMemory:
         try:
             if self._nested(callback_context):
                 return None
+            if _TOOL_STEP.get() == callback_context.session.id:
+                _TOOL_STEP.set(None)  # its tool step is over
             turn = self._turns.get(callback_context.invocation_id)
             if turn is None:
                 # First model call of the invocation: queue the user's message while the
@@ -175,6 +197,8 @@ class TurnMemory:
         if not text:
             return turn, _done(True)
         message = self._message(who, turn, "user", text, ctx, at=_user_event_time(ctx))
+        if message is None:
+            return turn, _done(False)
         return turn, self.enqueuer.enqueue([message])
 
     async def _read_block(
@@ -221,11 +245,11 @@ class TurnMemory:
         self, who: Who, identity: ZepIdentity, query: str, *, version: int
     ) -> str | None:
         """Read the block from the backend and cache it; None if nobody is known yet."""
-        if time.monotonic() < self._read_open_until:
-            return None  # the read breaker is open: the cache is all we use for now
         user = await self.user_of(who, identity)
         if user is None:
             return None
+        if not self.read_breaker.allow():
+            return None  # the backend keeps failing: the cache is all we use for now
         try:
             block = await self.backend.get_context(
                 user=user,
@@ -235,11 +259,9 @@ class TurnMemory:
                 template_uuid=self.settings.context_template_uuid,
             )
         except Exception:
-            self._read_failures += 1
-            if self._read_failures >= self.settings.read_breaker_failures:
-                self._read_open_until = time.monotonic() + self.settings.read_breaker_seconds
+            self.read_breaker.failed()
             raise
-        self._read_failures = 0
+        self.read_breaker.succeeded()
         await self.cache.write(
             self.enqueuer.redis(),
             app=who.app,
@@ -320,7 +342,10 @@ class TurnMemory:
                 return None
             if self._nested(callback_context):
                 return None
-            text = said_text(llm_response.content)
+            content = llm_response.content
+            if content and any(p.function_call for p in content.parts or ()):
+                _TOOL_STEP.set(callback_context.session.id)  # its tools run next
+            text = said_text(content)
             if not text.strip():  # function-call-only, thought-only or empty
                 return None
             who = Who.of(callback_context)
@@ -332,7 +357,8 @@ class TurnMemory:
                 turn = _Turn(block=_done(""), identity=identity)
                 self._remember(who.invocation_id, turn)
             message = self._message(who, turn, "assistant", text, callback_context, at=None)
-            await self.enqueuer.enqueue([message])
+            if message is not None:
+                await self.enqueuer.enqueue([message])
         except Exception as exc:
             log.warning(
                 "after_model failed invocation=%s error=%s",
@@ -378,12 +404,15 @@ class TurnMemory:
 
     # --- shared -------------------------------------------------------------------------
     def _nested(self, ctx: CallbackContext) -> bool:
-        """W8: a nested run (an ``AgentTool``'s child runner) is not the user's turn."""
-        owner = ctx.state.get(OWNER_KEY)
-        if owner is None:
-            ctx.state[OWNER_KEY] = ctx.session.id
-            return False
-        return self.settings.skip_nested and owner != ctx.session.id
+        """W8: a nested run (an ``AgentTool``'s child runner) is not the user's turn: it
+        runs inside another session's tool step, in a session whose state was copied from
+        that one."""
+        running = _TOOL_STEP.get()
+        if running not in (None, ctx.session.id) and ctx.state.get(OWNER_KEY) == running:
+            return self.settings.skip_nested
+        if ctx.state.get(OWNER_KEY) != ctx.session.id:
+            ctx.state[OWNER_KEY] = ctx.session.id  # also fixes a marker copied by seeding
+        return False
 
     def _message(
         self,
@@ -394,23 +423,29 @@ class TurnMemory:
         ctx: CallbackContext,
         *,
         at: float | None,
-    ) -> QueuedMessage:
+    ) -> QueuedMessage | None:
+        """The message to queue; None (counted) when an id cannot name a thread."""
         name = self.settings.assistant_name if role == "assistant" else display_name(ctx)
         pinned = turn.identity
-        return QueuedMessage.build(
-            app=who.app,
-            user_id=who.user_id,
-            session_id=who.session_id,
-            invocation_id=who.invocation_id,
-            role=role,
-            ordinal=turn.next_ordinal(role),
-            content=text,
-            name=name,
-            at=at,
-            zep_user_uuid=pinned.user_uuid,
-            zep_graph_uuid=pinned.graph_uuid,
-            zep_thread_uuid=pinned.thread_uuid,
-        )
+        try:
+            return QueuedMessage.build(
+                app=who.app,
+                user_id=who.user_id,
+                session_id=who.session_id,
+                invocation_id=who.invocation_id,
+                role=role,
+                ordinal=turn.next_ordinal(role),
+                content=text,
+                name=name,
+                at=at,
+                zep_user_uuid=pinned.user_uuid,
+                zep_graph_uuid=pinned.graph_uuid,
+                zep_thread_uuid=pinned.thread_uuid,
+            )
+        except InvalidIds as exc:
+            queue_failures.add(1, {"outcome": "refused"})
+            log.error("message refused invocation=%s reason=%s", who.invocation_id, exc)
+            return None
 
     def _remember(self, invocation_id: str, turn: _Turn) -> None:
         self._turns[invocation_id] = turn

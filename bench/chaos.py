@@ -104,8 +104,13 @@ def run(
         zep_api_key="chaos",
         zep_base_url=fake.base_url,
         lease_seconds=2.0,
+        backend_settle_seconds=0.5,
     )
-    env = {"AFTERTHOUGHT_LEASE_SECONDS": "2", "AFTERTHOUGHT_PAUSE_SECONDS": "1"}
+    env = {
+        "AFTERTHOUGHT_LEASE_SECONDS": "2",
+        "AFTERTHOUGHT_PAUSE_SECONDS": "1",
+        "AFTERTHOUGHT_BACKEND_SETTLE_SECONDS": "0.5",
+    }
     started = time.monotonic()
     pool = [spawn_worker(settings, **env) for _ in range(workers)]
     produce_seconds = max(3.0, messages / 400)

@@ -52,6 +52,7 @@ STATUS_SHAPE = {
         "jobs_waiting": int,
     },
     "dead_letters": int,
+    "lost_messages": int,
     "pause": {
         "paused": bool,
         "reason": (str, type(None)),
@@ -60,6 +61,12 @@ STATUS_SHAPE = {
     },
     "workers": list,
     "synthesis": {"pending_users": int, "lag_seconds": (float, type(None))},
+    "redis": {
+        "maxmemory_policy": (str, type(None)),
+        "persistence": (str, type(None)),
+        "used_memory": (int, type(None)),
+        "maxmemory": (int, type(None)),
+    },
     "problems": list,
 }
 WORKER_SHAPE = {"id", "last_seen_seconds", "jobs_complete", "jobs_failed", "jobs_retried"}

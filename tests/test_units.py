@@ -24,6 +24,7 @@ from afterthought.local_backend import LocalBackend
 from afterthought.settings import Settings
 from afterthought.zep_backend import classify
 from agent_hooks.injection import DEFAULT_CONTEXT_TEMPLATE, render
+from worker.retry import decide
 
 
 def _msg(**overrides: Any) -> QueuedMessage:
@@ -114,21 +115,22 @@ def test_injection_is_literal_and_fenced() -> None:
 
 
 @pytest.mark.parametrize(
-    ("error", "kind", "transient"),
+    ("error", "kind", "action"),
     [
-        (ApiError(status_code=429, headers={"retry-after": "2"}, body={}), "rate_limited", True),
-        (ApiError(status_code=503, body="upstream down"), "unavailable", True),
-        (ApiError(status_code=401, body={}), "unauthorized", False),
-        (ApiError(status_code=413, body={}), "too_large", False),
-        (ApiError(status_code=422, body={}), "bad_request", False),
-        (httpx.ReadTimeout("slow"), "timeout", True),
-        (httpx.ConnectError("refused"), "unavailable", True),
+        (ApiError(status_code=429, headers={"retry-after": "2"}, body={}), "rate_limited", "retry"),
+        (ApiError(status_code=503, body="upstream down"), "unavailable", "retry"),
+        (ApiError(status_code=401, body={}), "unauthorized", "pause"),
+        (ApiError(status_code=413, body={}), "too_large", "resplit"),
+        (ApiError(status_code=422, body={}), "bad_request", "narrow"),
+        (ApiError(status_code=409, body={}), "conflict", "retry"),
+        (httpx.ReadTimeout("slow"), "timeout", "retry"),
+        (httpx.ConnectError("refused"), "unavailable", "retry"),
     ],
 )
-def test_errors_are_classified(error: Exception, kind: str, transient: bool) -> None:
+def test_errors_are_classified(error: Exception, kind: str, action: str) -> None:
     classified = classify(error)
     assert classified is not None
-    assert classified.kind == kind and classified.transient is transient
+    assert classified.kind == kind and decide(classified).action == action
     assert "upstream" not in str(classified)
 
 

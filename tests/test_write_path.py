@@ -27,7 +27,7 @@ from bench import chaos
 from tests.adk_support import make_runner, new_session, say
 from tests.conftest import drain, enqueue, queued, run_cli, run_worker_once
 from worker.flush import Flusher
-from worker.settings import check_redis_policy, dispatch_once
+from worker.settings import check_redis, dispatch_once
 
 ROOT = Path(__file__).resolve().parents[1]
 ADDS = "POST /threads/.*/messages"
@@ -192,11 +192,15 @@ async def test_a_dead_workers_threads_are_recovered(
 ) -> None:
     """A worker claimed the thread (and may have sent its batch), then died."""
     settings = make_settings(
-        backend="zep", zep_api_key="k", zep_base_url=zep_fake.base_url, lease_seconds=1.0
+        backend="zep",
+        zep_api_key="k",
+        zep_base_url=zep_fake.base_url,
+        lease_seconds=1.0,
+        backend_settle_seconds=0.2,
     )
     await enqueue(settings, queued("one", 1), queued("two", 2))
     dead = Flusher(settings, redis, backend=_never_used())
-    assert await dead.claim("dead-worker", limit=10)
+    assert await dead.claim(limit=10)
     await redis.hset(Keys(settings.key_prefix).thread(queued("x", 1).thread_key), "inflight", "1:2")
 
     await drain(settings, timeout=30)  # the bound of W4
@@ -275,14 +279,24 @@ async def test_previous_payload_version_is_accepted_and_unknown_dead_lettered(
     assert "version 99" in DeadLetter.parse(raw).reason
 
 
-async def test_worker_warns_unless_redis_never_evicts(caplog: pytest.LogCaptureFixture) -> None:
+async def test_worker_warns_unless_redis_never_evicts_and_persists(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     with RedisServer() as url:
         client = aioredis.Redis.from_url(url)
-        assert await check_redis_policy(client) == "noeviction"  # type: ignore[arg-type]
-        await client.config_set("maxmemory-policy", "allkeys-lru")
+        await client.config_set("appendonly", "yes")
         with caplog.at_level(logging.WARNING):
-            assert await check_redis_policy(client) == "allkeys-lru"  # type: ignore[arg-type]
+            found = await check_redis(client)  # type: ignore[arg-type]
+        assert (found.maxmemory_policy, found.persistence) == ("noeviction", "aof")
+        assert not caplog.text
+        await client.config_set("maxmemory-policy", "allkeys-lru")
+        await client.config_set("appendonly", "no")
+        await client.config_set("save", "")
+        with caplog.at_level(logging.WARNING):
+            found = await check_redis(client)  # type: ignore[arg-type]
+        assert (found.maxmemory_policy, found.persistence) == ("allkeys-lru", "none")
         assert "may evict queued messages" in caplog.text
+        assert "persists nothing" in caplog.text
         await client.aclose()
 
 

@@ -1,5 +1,11 @@
 """Drains ready threads: claim each under a lease, send its queued messages in order,
-acknowledge by sequence number. Every multi-key change is one Lua script."""
+acknowledge by sequence number. The queue's scripts live in ``afterthought.queue``; what
+to do after each kind of error, in ``worker.retry``.
+
+Every timeout is an unknown outcome: a call that failed ambiguously may still be stored,
+so the next attempt waits for the server to settle and reads back what landed (W2). No
+backend call outlives the lease that covers it, so a worker that loses its lease can never
+send beside the next holder (W3)."""
 
 from __future__ import annotations
 
@@ -11,9 +17,10 @@ import secrets
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import redis.asyncio as aioredis
+from redis.exceptions import RedisError
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
 from tenacity.wait import wait_random_exponential
 
@@ -30,88 +37,14 @@ from afterthought.context_cache import ContextCache, now_version
 from afterthought.contract import MalformedPayload, QueuedMessage, split_content
 from afterthought.identity import IdentityRegistry
 from afterthought.keys import Keys, digest
+from afterthought.queue import ThreadQueue
 from afterthought.settings import Settings
 from worker import metrics
 from worker.forget import Forgetter
 from worker.pacing import MAX_IN_JOB_WAIT, Pacing
+from worker.retry import NARROW_AFTER, decide
 
 log = logging.getLogger("afterthought.worker")
-
-# Take the thread if nobody holds it; its ready score moves a lease out, so if this worker
-# dies the thread becomes due again by itself (W4) without any recovery scan.
-CLAIM_LUA = """
-if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  redis.call('ZADD', KEYS[2], 'XX', ARGV[3], ARGV[4])
-  return 1
-end
-return 0
-"""
-
-# The holder's heartbeat: keep the lease and keep the thread from falling due.
-RENEW_LUA = """
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
-redis.call('PEXPIRE', KEYS[1], ARGV[2])
-redis.call('ZADD', KEYS[2], 'XX', ARGV[3], ARGV[4])
-return 1
-"""
-
-# Record the batch about to be sent, so a retry after a crash rebuilds exactly it.
-BEGIN_LUA = """
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
-redis.call('HSET', KEYS[2], 'inflight', ARGV[2])
-return 1
-"""
-
-# Pop every message up to the sent sequence number and advance the high-water mark.
-ACK_LUA = """
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then return -1 end
-local last = tonumber(ARGV[2])
-local popped = 0
-while true do
-  local head = redis.call('LINDEX', KEYS[2], 0)
-  if not head then break end
-  local seq = tonumber(string.match(head, '^{"seq":(%d+)'))
-  if seq == nil or seq > last then break end
-  redis.call('LPOP', KEYS[2])
-  popped = popped + 1
-end
-if last > tonumber(redis.call('HGET', KEYS[3], 'persisted') or '0') then
-  redis.call('HSET', KEYS[3], 'persisted', last)
-end
-redis.call('HDEL', KEYS[3], 'inflight', 'attempts')
-if redis.call('DECRBY', KEYS[4], popped) < 0 then redis.call('SET', KEYS[4], 0) end
-return redis.call('LLEN', KEYS[2])
-"""
-
-# Move the first N queued items to the dead letters: a JSON header line, then the item's
-# bytes untouched (a malformed item may not even be UTF-8).
-DEAD_LUA = """
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then return -1 end
-local moved = 0
-for i = 1, tonumber(ARGV[2]) do
-  local item = redis.call('LPOP', KEYS[2])
-  if not item then break end
-  redis.call('RPUSH', KEYS[3], cjson.encode({
-    thread = ARGV[3], reason = ARGV[4], attempts = tonumber(ARGV[5]), at = tonumber(ARGV[6])
-  }) .. '\\n' .. item)
-  moved = moved + 1
-end
-redis.call('HDEL', KEYS[4], 'inflight', 'attempts')
-if redis.call('DECRBY', KEYS[5], moved) < 0 then redis.call('SET', KEYS[5], 0) end
-return redis.call('LLEN', KEYS[2])
-"""
-
-# Give the thread back: ready again at next_ms if anything is still queued.
-RELEASE_LUA = """
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
-redis.call('DEL', KEYS[1])
-if redis.call('LLEN', KEYS[2]) > 0 then
-  redis.call('ZADD', KEYS[3], ARGV[3], ARGV[2])
-else
-  redis.call('ZREM', KEYS[3], ARGV[2])
-end
-return 1
-"""
 
 #: In-job attempts for a transient failure before the thread is deferred.
 IN_JOB_ATTEMPTS = 3
@@ -123,32 +56,82 @@ MIN_PART_CHARS = 100
 REPLAY_LOOKBACK = 5000
 #: How often a job looks for more due threads while it has free slots.
 CLAIM_INTERVAL = 0.05
+#: A backend call gets at least this long; a lease with less left is given up instead.
+MIN_CALL_SECONDS = 0.1
+#: A failed heartbeat is retried after this long, until the lease runs out.
+RENEW_RETRY_SECONDS = 0.25
+#: How often a worker records that the backend took a write (see ``_backend_ok_since``).
+OK_MARK_SECONDS = 1.0
 
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
-def _wait(state: RetryCallState) -> float:
-    """Full jitter, but never sooner than the server's ``Retry-After``."""
-    backoff = wait_random_exponential(multiplier=0.2, max=5)(state)
-    exc = state.outcome.exception() if state.outcome else None
-    retry_after = exc.retry_after if isinstance(exc, BackendError) else None
-    return max(backoff, retry_after or 0.0)
-
-
-def _retry_in_job(exc: BaseException) -> bool:
-    """Transient, and not asking to wait longer than a job should sleep: a long
-    ``Retry-After`` defers the thread instead, freeing the slot."""
-    return (
-        isinstance(exc, BackendError)
-        and exc.transient
-        and (exc.retry_after or 0.0) <= MAX_IN_JOB_WAIT
-    )
-
-
 class _LeaseLost(Exception):
-    """Another worker holds the thread now; stop touching it."""
+    """Another worker may hold the thread now; stop touching it."""
+
+
+class _Lease:
+    """This worker's claim on one thread: its token, and until when it surely holds it.
+
+    The deadline is counted from when each renewal was *sent*, so Redis' own expiry is
+    never earlier. A failed renewal is retried; once the deadline passes, or Redis says
+    another token holds the thread, the lease is lost and nothing more is sent."""
+
+    def __init__(
+        self,
+        queue: ThreadQueue,
+        tk: str,
+        token: str,
+        *,
+        seconds: float,
+        settle: float,
+        clock: Callable[[], float],
+        claimed_at: float,
+    ) -> None:
+        self.tk = tk
+        self.token = token
+        self._queue = queue
+        self._seconds = seconds
+        self._settle = settle
+        self._clock = clock
+        self._deadline = claimed_at + seconds
+        self._lost = False
+
+    def remaining(self) -> float:
+        return 0.0 if self._lost else self._deadline - self._clock()
+
+    def call_timeout(self, wanted: float) -> float:
+        """How long the next backend call may take: it must end, and the server settle,
+        before the lease can expire. Raises when that is too short to try."""
+        left = self.remaining() - self._settle
+        if left < MIN_CALL_SECONDS:
+            raise _LeaseLost
+        return min(wanted, left)
+
+    async def keep(self) -> None:
+        """The heartbeat, until the lease is lost (or the task is cancelled)."""
+        wait = self._seconds / 3
+        while not self._lost:
+            await asyncio.sleep(wait)
+            wait = await self.renew()
+
+    async def renew(self) -> float:
+        """One renewal; returns how long to wait before the next. A failed one is retried
+        soon, until the deadline passes."""
+        sent_at = self._clock()
+        try:
+            held = await self._queue.renew(self.tk, self.token, now_ms=_now_ms())
+        except (RedisError, OSError) as exc:
+            log.warning("lease renewal failed thread=%s error=%s", self.tk, type(exc).__name__)
+            self._lost = self.remaining() <= 0
+            return min(RENEW_RETRY_SECONDS, self._seconds / 10)
+        if held:
+            self._deadline = sent_at + self._seconds
+        else:
+            self._lost = True
+        return self._seconds / 3
 
 
 @dataclass
@@ -172,6 +155,7 @@ class _Sending:
     """One batch of messages on its way to one thread."""
 
     thread_uuid: str
+    lease: _Lease
     stats: Counter[str]
     history: _History
     reconcile: bool
@@ -180,6 +164,10 @@ class _Sending:
     """Read the backend itself, not ``history``: a call may have landed unseen."""
     replay: bool
     """A replayed session: reconciled by key and by role and text."""
+    context: str | None = None
+    """The context block the last successful call brought back."""
+    stored_calls: set[str] = field(default_factory=set)
+    """Idempotency keys of this batch's calls known to be stored (their replies came)."""
 
 
 class Flusher:
@@ -190,43 +178,45 @@ class Flusher:
         backend: MemoryBackend,
         *,
         after_flush: Callable[[QueuedMessage], Awaitable[None]] | None = None,
+        allow_oom: bool = True,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
-        """``after_flush`` runs after each batch of messages reached the backend."""
+        """``after_flush`` runs after each batch of messages reached the backend.
+        ``allow_oom``: see :class:`~afterthought.queue.ThreadQueue`. ``clock`` (monotonic
+        seconds) and ``sleep`` (in-job retry waits) let a simulation drive time."""
         self.after_flush = after_flush
         self.settings = settings
         self.redis = redis
         self.backend = backend
         self.keys = Keys(settings.key_prefix)
+        self.queue = ThreadQueue(redis, settings, allow_oom=allow_oom)
         self.registry = IdentityRegistry(redis, settings)
         self.pacing = Pacing(redis, self.keys, pause_seconds=settings.pause_seconds)
-        self._claim = redis.register_script(CLAIM_LUA)
-        self._renew = redis.register_script(RENEW_LUA)
-        self._begin = redis.register_script(BEGIN_LUA)
-        self._ack = redis.register_script(ACK_LUA)
-        self._dead = redis.register_script(DEAD_LUA)
-        self._release = redis.register_script(RELEASE_LUA)
         self.ignore_roles = ignored_roles(settings, backend)
         self.cache = ContextCache(settings)
         self.forgetter = Forgetter(settings, redis, backend)
         self.audit = AuditLog(redis, settings)
-
-    @property
-    def lease_ms(self) -> int:
-        return int(self.settings.lease_seconds * 1000)
+        self._clock = clock
+        self._sleep = sleep
+        self._token = secrets.token_hex(8)
+        self._claims = 0
+        self._active: set[str] = set()
+        """Threads this process is flushing: it never claims one of them twice."""
+        self._ok_marked = 0.0
 
     async def drain(self, *, budget: float) -> Counter[str]:
         """Flush due threads, ``worker_concurrency`` at a time, claiming more as slots free
         up, until none is due or ``budget`` seconds have passed."""
         stats: Counter[str] = Counter()
-        end = time.monotonic() + budget
-        token = secrets.token_hex(8)
+        end = self._clock() + budget
         running: set[asyncio.Task[Counter[str]]] = set()
         while True:
             free = self.settings.worker_concurrency - len(running)
-            if free > 0 and time.monotonic() < end and not await self.pacing.paused():
-                claimed = await self.claim(token, limit=free)
+            if free > 0 and self._clock() < end and not await self.pacing.paused():
+                claimed = await self.claim(limit=free)
                 running |= {
-                    asyncio.create_task(self.flush_thread(tk, token, until=end)) for tk in claimed
+                    asyncio.create_task(self.flush_thread(lease, until=end)) for lease in claimed
                 }
                 if not claimed and not running:
                     break
@@ -243,39 +233,52 @@ class Flusher:
                     log.error("flush task failed error=%s", type(task.exception()).__name__)
         return stats
 
-    async def claim(self, token: str, *, limit: int) -> list[str]:
+    async def claim(self, *, limit: int) -> list[_Lease]:
+        """Take up to ``limit`` due threads, each under a token of its own."""
         now = _now_ms()
-        due = await self.redis.zrangebyscore(self.keys.ready, "-inf", now, start=0, num=limit)
-        if not due:
+        due = await self.redis.zrangebyscore(
+            self.keys.ready, "-inf", now, start=0, num=limit + len(self._active)
+        )
+        tks = [raw.decode() for raw in due if raw.decode() not in self._active][:limit]
+        if not tks:
             return []
-        async with self.redis.pipeline(transaction=False) as pipe:
-            for raw in due:
-                tk = raw.decode()
-                await self._claim(
-                    keys=[self.keys.lease(tk), self.keys.ready],
-                    args=[token, self.lease_ms, now + self.lease_ms, tk],
-                    client=pipe,
-                )
-            won = await pipe.execute()
-        return [raw.decode() for raw, ok in zip(due, won, strict=True) if ok]
+        tokens = [f"{self._token}:{self._claims + i}" for i in range(len(tks))]
+        self._claims += len(tks)
+        claimed_at = self._clock()  # before the claim is sent: never later than Redis' expiry
+        won = await self.queue.claim(tks, tokens, now_ms=now)
+        leases = [
+            _Lease(
+                self.queue,
+                tk,
+                token,
+                seconds=self.settings.lease_seconds,
+                settle=self.settings.backend_settle_seconds,
+                clock=self._clock,
+                claimed_at=claimed_at,
+            )
+            for tk, token, ok in zip(tks, tokens, won, strict=True)
+            if ok
+        ]
+        self._active.update(lease.tk for lease in leases)
+        return leases
 
-    async def flush_thread(
-        self, tk: str, token: str, *, until: float = float("inf")
-    ) -> Counter[str]:
+    async def flush_thread(self, lease: _Lease, *, until: float = float("inf")) -> Counter[str]:
         """Send what is queued on one claimed thread, batch after batch, until it is empty
-        or the job's time is up (``until``, monotonic); always gives the lease back."""
+        or the job's time is up (``until``, on the flusher's clock); always gives the
+        lease back."""
+        tk = lease.tk
         stats: Counter[str] = Counter()
         next_ms = _now_ms()
-        heartbeat = asyncio.create_task(self._heartbeat(tk, token))
+        heartbeat = asyncio.create_task(lease.keep())
         history = _History()
         try:
-            while await self._flush_batch(tk, token, stats, history) and time.monotonic() < until:
+            while await self._flush_batch(lease, stats, history) and self._clock() < until:
                 pass
         except _LeaseLost:
             stats["lease_lost"] += 1
             log.warning("lease lost thread=%s", tk)
         except BackendError as exc:
-            next_ms = await self._failed(tk, token, exc, stats)
+            next_ms = await self._failed(lease, exc, stats)
         except Exception as exc:  # never lose the lease to a bug: defer and say so
             stats["errors"] += 1
             next_ms += 5000
@@ -286,33 +289,38 @@ class Flusher:
             heartbeat.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await heartbeat
-            await self._release(
-                keys=[self.keys.lease(tk), self.keys.pending(tk), self.keys.ready],
-                args=[token, tk, next_ms],
-            )
+            try:
+                await self.queue.release(tk, lease.token, next_ms=next_ms)
+            finally:
+                self._active.discard(tk)
         return stats
 
-    async def _heartbeat(self, tk: str, token: str) -> None:
-        while True:
-            await asyncio.sleep(self.settings.lease_seconds / 3)
-            held = await self._renew(
-                keys=[self.keys.lease(tk), self.keys.ready],
-                args=[token, self.lease_ms, _now_ms() + self.lease_ms, tk],
-            )
-            if not held:
-                return
-
-    async def _failed(self, tk: str, token: str, exc: BackendError, stats: Counter[str]) -> int:
-        """Classify a failure the job could not absorb; returns when to try the thread next."""
-        now = _now_ms()
-        if exc.kind == "unauthorized":
-            await self.pacing.pause(exc)
+    async def _failed(self, lease: _Lease, exc: BackendError, stats: Counter[str]) -> int:
+        """Decide what a failure the job could not absorb means (``worker.retry``);
+        returns when to try the thread next."""
+        tk, now = lease.tk, _now_ms()
+        decision = decide(exc)
+        if decision.action == "pause":
+            await self._quietly(self.pacing.pause(exc), "pause")
             stats["paused"] += 1
             return now + int(self.settings.pause_seconds * 1000)
-        attempts = await self.redis.hincrby(self.keys.thread(tk), "attempts", 1)
-        if exc.transient:
+        try:
+            attempts, since = await self.queue.failed_attempt(tk, now_ms=now)
+        except RedisError:  # e.g. at maxmemory: retry later without counting
+            attempts, since = 1, now
+        if decision.action == "retry":
+            age = (now - since) / 1000
+            if age > self.settings.retry_max_age_seconds or (
+                attempts >= self.settings.retry_max_attempts and await self._backend_ok_since(since)
+            ):
+                reason = f"{exc} after {attempts} attempts"
+                await self._dead_letter(lease, 1, reason=reason, attempts=attempts)
+                stats["dead"] += 1
+                return now
             delay = min(MAX_DEFER_SECONDS, 2.0**attempts) * random.uniform(0.5, 1.0)
             delay = max(delay, exc.retry_after or 0.0)
+            if decision.unknown_outcome:
+                delay = max(delay, self.settings.backend_settle_seconds)
             stats["deferred"] += 1
             metrics.RETRIES.labels("deferred").inc()
             log.warning(
@@ -320,56 +328,84 @@ class Flusher:
             )
             return now + int(delay * 1000)
         count = await self._pending_batch_size(tk)
-        await self._dead_letter(tk, token, count, reason=str(exc), attempts=attempts)
+        await self._dead_letter(lease, count, reason=str(exc), attempts=attempts)
         stats["dead"] += count
         return now
 
-    async def _flush_batch(
-        self, tk: str, token: str, stats: Counter[str], history: _History
-    ) -> bool:
+    async def _flush_batch(self, lease: _Lease, stats: Counter[str], history: _History) -> bool:
         """One batch from the head of the thread; False when nothing is left."""
-        raw_items = await self.redis.lrange(self.keys.pending(tk), 0, self.settings.batch_size - 1)
+        tk = lease.tk
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.lrange(self.keys.pending(tk), 0, self.settings.batch_size - 1)
+            pipe.hmget(self.keys.thread(tk), "inflight", "attempts")
+            raw_items, (inflight, raw_attempts) = await pipe.execute()
         if not raw_items:
             return False
-        inflight = await self.redis.hget(self.keys.thread(tk), "inflight")
         try:
             batch = self._decode_head(raw_items, inflight)
         except MalformedPayload as exc:
-            await self._dead_letter(tk, token, 1, reason=f"malformed: {exc}", attempts=0)
+            await self._dead_letter(lease, 1, reason=f"malformed: {exc}", attempts=0)
             stats["dead"] += 1
             return True
+        if int(raw_attempts or 0) >= NARROW_AFTER:  # keeps failing: find which message
+            batch = batch[:1]
         first, last = batch[0].seq or 0, batch[-1].seq or 0
         epoch = int(await self.redis.get(self.keys.epoch(batch[0].app, batch[0].user_id)) or 0)
         forgotten = [m for m in batch if m.epoch < epoch]
         if forgotten:  # queued before the user was forgotten: dropped, never sent
-            if await self._acknowledge(tk, token, forgotten[-1].seq or 0) == -1:
-                raise _LeaseLost
+            await self._acknowledge(lease, forgotten[-1].seq or 0)
             stats["forgotten"] += len(forgotten)
             await self._audit(tk, forgotten, op="add_message", outcome="forgotten")
             return True
-        if inflight is None:
-            ok = await self._begin(
-                keys=[self.keys.lease(tk), self.keys.thread(tk)],
-                args=[token, f"{first}:{last}"],
-            )
-            if not ok:
-                raise _LeaseLost
-        context = None
-        if batch[0].kind == "message":
-            user, thread_uuid = await self._identity(batch[0])
-            replay = any(m.replay for m in batch)
-            sending = _Sending(
-                thread_uuid=thread_uuid,
-                stats=stats,
-                history=history,
-                reconcile=inflight is not None or replay,
-                fresh=inflight is not None,
-                replay=replay,
-            )
-            context = await self._send_resplitting(sending, batch)
-            template = self.settings.context_template_uuid
-            if template and user.graph_uuid:  # return_context knows no templates
-                said = " ".join(m.content for m in batch if m.role == "user")
+        recorded = inflight == f"{first}:{last}".encode()
+        if not recorded and not await self.queue.begin(tk, lease.token, first=first, last=last):
+            raise _LeaseLost
+        if batch[0].kind != "message":
+            await self._apply_memory_changes(batch, stats)
+            left = await self._acknowledge(lease, last)
+            stats["messages"] += len(batch)
+            return bool(left)
+        user, thread_uuid = await self._identity(batch[0])
+        replay = any(m.replay for m in batch)
+        sending = _Sending(
+            thread_uuid=thread_uuid,
+            lease=lease,
+            stats=stats,
+            history=history,
+            # A recorded in-flight batch was being sent when its worker stopped: unknown.
+            reconcile=inflight is not None or replay or any(m.unsure for m in batch),
+            fresh=inflight is not None,
+            replay=replay,
+        )
+        stored, refused = await self._deliver(sending, batch)
+        if refused is not None:
+            if stored:
+                await self._acknowledge(lease, batch[stored - 1].seq or 0)
+                await self._after_sent(tk, batch[:stored], sending, user)
+            await self._dead_letter(lease, 1, reason=str(refused), attempts=0)
+            stats["messages"] += stored
+            stats["dead"] += 1
+            return True
+        left = await self._acknowledge(lease, last)
+        stats["messages"] += len(batch)
+        log.info("flushed thread=%s seq=%s..%s", tk, first, last)
+        await self._after_sent(tk, batch, sending, user)
+        return bool(left)
+
+    async def _after_sent(
+        self, tk: str, batch: Sequence[QueuedMessage], sending: _Sending, user: UserRef
+    ) -> None:
+        """What follows a stored batch; none of it may fail the batch (at ``maxmemory``
+        these writes are refused, while draining must go on)."""
+        await self._mark_backend_ok()
+        await self._quietly(self._audit(tk, batch, op="add_message", outcome="sent"), "audit")
+        if self.after_flush is not None:
+            await self._quietly(self.after_flush(batch[0]), "schedule synthesis")
+        context = sending.context
+        template = self.settings.context_template_uuid
+        if template and user.graph_uuid:  # return_context knows no templates
+            said = " ".join(m.content for m in batch if m.role == "user")
+            try:
                 context = await self.backend.get_context(
                     user=user,
                     query=said,
@@ -377,20 +413,11 @@ class Flusher:
                     timeout=self.settings.backend_timeout,
                     template_uuid=template,
                 )
-        else:
-            await self._apply_memory_changes(batch, stats)
-        left = await self._acknowledge(tk, token, last)
-        if left == -1:
-            raise _LeaseLost
-        stats["messages"] += len(batch)
-        log.info("flushed thread=%s seq=%s..%s", tk, first, last)
-        if batch[0].kind == "message":
-            await self._audit(tk, batch, op="add_message", outcome="sent")
-        if self.after_flush is not None and batch[0].kind == "message":
-            await self.after_flush(batch[0])
-        if context is not None:  # R2: the next turn reads what Zep now knows
+            except BackendError as exc:  # the write is stored: a failed read never undoes it
+                log.warning("context refresh failed thread=%s error=%s", tk, exc.kind)
+        if context is not None:  # R2: the next turn reads what the backend now knows
             head = batch[0]
-            await self.cache.write(
+            write = self.cache.write(
                 self.redis,
                 app=head.app,
                 user_id=head.user_id,
@@ -398,7 +425,29 @@ class Flusher:
                 block=context,
                 version=now_version(),
             )
-        return bool(left)
+            await self._quietly(write, "cache write")
+
+    async def _quietly(self, work: Awaitable[object], what: str) -> None:
+        try:
+            await work
+        except RedisError as exc:
+            metrics.SIDE_EFFECT_FAILURES.labels(what).inc()
+            log.warning("%s skipped error=%s", what, type(exc).__name__)
+
+    async def _mark_backend_ok(self) -> None:
+        """Note, at most once a second, that the backend took a write: a message failing
+        while others succeed is poisoned, not caught in an outage."""
+        now = self._clock()
+        if now - self._ok_marked < OK_MARK_SECONDS:
+            return
+        self._ok_marked = now
+        await self._quietly(
+            self.redis.set(self.keys.backend_ok, _now_ms(), px=7 * 86400 * 1000), "ok mark"
+        )
+
+    async def _backend_ok_since(self, since_ms: int) -> bool:
+        raw = await self.redis.get(self.keys.backend_ok)
+        return raw is not None and int(raw) > since_ms
 
     async def _audit(
         self, tk: str, items: Sequence[QueuedMessage], *, op: str, outcome: str
@@ -419,19 +468,12 @@ class Flusher:
             ]
         )
 
-    async def _acknowledge(self, tk: str, token: str, last: int) -> int:
-        """Pop what is done up to ``last``; the messages left, or -1 if the lease is lost."""
-        return int(
-            await self._ack(
-                keys=[
-                    self.keys.lease(tk),
-                    self.keys.pending(tk),
-                    self.keys.thread(tk),
-                    self.keys.depth,
-                ],
-                args=[token, last],
-            )
-        )
+    async def _acknowledge(self, lease: _Lease, last: int) -> int:
+        """Pop what is done up to ``last``; the messages left. Raises if the lease is lost."""
+        left = await self.queue.ack(lease.tk, lease.token, last=last)
+        if left == -1:
+            raise _LeaseLost
+        return left
 
     def _decode_head(
         self, raw_items: Sequence[bytes], inflight: bytes | None
@@ -468,17 +510,40 @@ class Flusher:
             size += parts
         return fitted
 
-    async def _send_resplitting(self, sending: _Sending, batch: list[QueuedMessage]) -> str | None:
+    async def _deliver(
+        self, sending: _Sending, batch: list[QueuedMessage]
+    ) -> tuple[int, BackendError | None]:
+        """Send the batch. When the backend refuses content, bisect down to the message it
+        refuses: returns how many messages (a prefix of ``batch``) are stored, and the
+        refusal of the one after them (None when all are stored)."""
+        try:
+            await self._send_resplitting(sending, batch)
+            return len(batch), None
+        except BackendError as exc:
+            if decide(exc).action not in ("narrow", "resplit") or len(batch) == 1:
+                if decide(exc).action in ("narrow", "resplit"):
+                    return 0, exc
+                raise
+            sending.reconcile = True  # calls before the refused one may be stored
+            sending.stats["narrowed"] += 1
+            half = len(batch) // 2
+            stored, refused = await self._deliver(sending, batch[:half])
+            if refused is not None:
+                return stored, refused
+            stored, refused = await self._deliver(sending, batch[half:])
+            return half + stored, refused
+
+    async def _send_resplitting(self, sending: _Sending, batch: list[QueuedMessage]) -> None:
         """Send the batch; when the backend says too large, send fewer messages per call,
-        then smaller parts, before giving up (413 / 400 too long). Returns the context
-        block the last call brought back."""
+        then smaller parts, before giving up (413 / 400 too long)."""
         per_call, part_chars = self.settings.batch_size, self.settings.max_message_chars
         while True:
             calls = pack(parts(batch, part_chars), per_call)
             try:
-                return await self._send_all(sending, calls)
+                await self._send_all(sending, calls)
+                return
             except BackendError as exc:
-                if exc.kind != "too_large":
+                if decide(exc).action != "resplit":
                     raise
                 if per_call > 1:
                     per_call = max(1, per_call // 2)
@@ -495,27 +560,51 @@ class Flusher:
                     part_chars,
                 )
 
-    async def _send_all(self, sending: _Sending, calls: list[Call]) -> str | None:
+    async def _send_all(self, sending: _Sending, calls: list[Call]) -> None:
         """Send with in-job retries. Whenever an earlier attempt may have reached the
-        backend (a crash, a timeout, a lost reply) or the batch replays a session, send
-        only what it lacks (W2): this holds whether or not the backend honours keys."""
+        backend unseen (a crash, a timeout, a lost reply) or the batch replays a session,
+        read back first and send only what it lacks (W2): this holds whether or not the
+        backend honours idempotency keys. After a certain failure (a 429) only the calls
+        not yet acknowledged are sent again, without a read."""
         templated = self.settings.context_template_uuid is not None
+        settle = self.settings.backend_settle_seconds
+
+        def wait(state: RetryCallState) -> float:
+            """Full jitter, never sooner than ``Retry-After``; after an unknown outcome,
+            not before the server has settled (a late commit must land before we read)."""
+            backoff = wait_random_exponential(multiplier=0.2, max=5)(state)
+            exc = state.outcome.exception() if state.outcome else None
+            if not isinstance(exc, BackendError):
+                return backoff
+            floor = settle if decide(exc).unknown_outcome else 0.0
+            return max(backoff, exc.retry_after or 0.0, floor)
+
+        def retry_in_job(exc: BaseException) -> bool:
+            """Transient, and not asking to wait longer than a job should sleep: a long
+            ``Retry-After`` defers the thread instead, freeing the slot."""
+            return (
+                isinstance(exc, BackendError)
+                and decide(exc).action == "retry"
+                and (exc.retry_after or 0.0) <= MAX_IN_JOB_WAIT
+            )
+
         async for attempt in AsyncRetrying(
-            retry=retry_if_exception(_retry_in_job),
-            wait=_wait,
+            retry=retry_if_exception(retry_in_job),
+            wait=wait,
             stop=stop_after_attempt(IN_JOB_ATTEMPTS),
+            sleep=self._sleep,
             reraise=True,
         ):
             with attempt:
-                todo = calls
-                retrying = attempt.retry_state.attempt_number > 1
-                if retrying:
+                if attempt.retry_state.attempt_number > 1:
                     metrics.RETRIES.labels("in_job").inc()
-                if sending.reconcile or retrying:
-                    todo = await self._missing(sending, calls, fresh=sending.fresh or retrying)
-                context = None
+                if sending.reconcile:
+                    todo = await self._missing(sending, calls)
+                else:
+                    todo = [c for c in calls if c.idempotency_key not in sending.stored_calls]
                 for call in todo:
                     await self.pacing.wait()
+                    timeout = sending.lease.call_timeout(self.settings.backend_timeout)
                     try:
                         context = await self.backend.add_messages(
                             thread_uuid=sending.thread_uuid,
@@ -523,29 +612,38 @@ class Flusher:
                             idempotency_key=call.idempotency_key,
                             ignore_roles=self.ignore_roles,
                             return_context=call is todo[-1] and not templated,
+                            timeout=timeout,
                         )
                     except BackendError as exc:
                         if exc.kind == "rate_limited":
-                            await self.pacing.hold(exc.retry_after or 1.0)
+                            await self._quietly(self.pacing.hold(exc.retry_after or 1.0), "hold")
+                        if decide(exc).unknown_outcome:
+                            sending.reconcile = sending.fresh = True
+                            sending.stats["unknown_outcomes"] += 1
                         raise
+                    sending.stored_calls.add(call.idempotency_key)
+                    sending.context = context
                     sending.history.sent(call)
                     sending.stats["calls"] += 1
                     sending.stats["parts"] += len(call.messages)
                     metrics.BATCH_SIZE.observe(len(call.messages))
-                return context
-        return None
+                sending.reconcile = False  # everything of ``calls`` is stored now
+                sending.fresh = False
 
-    async def _missing(self, sending: _Sending, calls: list[Call], *, fresh: bool) -> list[Call]:
+    async def _missing(self, sending: _Sending, calls: list[Call]) -> list[Call]:
         """What the backend lacks of ``calls``; a replay reads the thread once per lease
-        (``fresh``: again, as a call may have landed unseen)."""
+        (again when ``sending.fresh``: a call may have landed unseen)."""
         wanted = [m for c in calls for m in c.messages]
         history, replay = sending.history, sending.replay
-        stored = history.stored if replay and not fresh else None
+        stored = history.stored if replay and not sending.fresh else None
         if stored is None:
             limit = REPLAY_LOOKBACK if replay else len(wanted) + 30
             stored = await self.backend.recent_messages(
-                thread_uuid=sending.thread_uuid, limit=limit
+                thread_uuid=sending.thread_uuid,
+                limit=limit,
+                timeout=sending.lease.call_timeout(self.settings.backend_timeout),
             )
+            sending.stats["reconciled"] += 1
             if replay:
                 history.stored = stored
         per_call = max(len(c.messages) for c in calls)  # as resplitting left it
@@ -576,19 +674,17 @@ class Flusher:
                     app=item.app, user_id=item.user_id, fact_uuid=item.content
                 )
             stats[item.kind] += 1
-        await self.cache.delete(self.redis, app=head.app, user_id=head.user_id)
-        await self._audit(
-            head.thread_key,
-            [i for i in batch if i.kind == "fact"],
-            op="write_fact",
-            outcome="written",
+        await self._quietly(
+            self.cache.delete(self.redis, app=head.app, user_id=head.user_id), "cache delete"
         )
-        await self._audit(
-            head.thread_key,
-            [i for i in batch if i.kind == "forget"],
-            op="delete_fact",
-            outcome="deleted",
-        )
+        for kind, op, outcome in (
+            ("fact", "write_fact", "written"),
+            ("forget", "delete_fact", "deleted"),
+        ):
+            changes = [i for i in batch if i.kind == kind]
+            await self._quietly(
+                self._audit(head.thread_key, changes, op=op, outcome=outcome), "audit"
+            )
 
     async def _identity(self, message: QueuedMessage) -> tuple[UserRef, str]:
         if message.zep_thread_uuid:  # pinned by the application: nothing to provision
@@ -616,20 +712,16 @@ class Flusher:
         except MalformedPayload:
             return 1
 
-    async def _dead_letter(
-        self, tk: str, token: str, count: int, *, reason: str, attempts: int
-    ) -> None:
-        await self._dead(
-            keys=[
-                self.keys.lease(tk),
-                self.keys.pending(tk),
-                self.keys.dead,
-                self.keys.thread(tk),
-                self.keys.depth,
-            ],
-            args=[token, count, tk, reason, attempts, _now_ms()],
+    async def _dead_letter(self, lease: _Lease, count: int, *, reason: str, attempts: int) -> None:
+        left = await self.queue.dead_letter(
+            lease.tk, lease.token, count=count, reason=reason, attempts=attempts, now_ms=_now_ms()
         )
-        log.error("dead-lettered thread=%s messages=%d reason=%s", tk, count, reason)
-        await self.audit.record(
-            [Entry(job="flush", op="dead_letter", user="", thread=tk, outcome=reason)]
+        if left == -1:
+            raise _LeaseLost
+        log.error("dead-lettered thread=%s messages=%d reason=%s", lease.tk, count, reason)
+        await self._quietly(
+            self.audit.record(
+                [Entry(job="flush", op="dead_letter", user="", thread=lease.tk, outcome=reason)]
+            ),
+            "audit",
         )

@@ -17,18 +17,10 @@ from afterthought.contract import DeadLetter
 from afterthought.facts import StoredFact
 from afterthought.identity import IdentityRegistry
 from afterthought.keys import Keys, digest
+from afterthought.queue import ThreadQueue
 from afterthought.settings import Settings
 
 log = logging.getLogger("afterthought.worker")
-
-# Empty one thread's queue, keeping the global depth right.
-PURGE_LUA = """
-local n = redis.call('LLEN', KEYS[1])
-redis.call('DEL', KEYS[1], KEYS[2])
-redis.call('ZREM', KEYS[3], ARGV[1])
-if redis.call('DECRBY', KEYS[4], n) < 0 then redis.call('SET', KEYS[4], 0) end
-return n
-"""
 
 
 @dataclass
@@ -51,7 +43,7 @@ class Forgetter:
         self.keys = Keys(settings.key_prefix)
         self.registry = IdentityRegistry(redis, settings)
         self.cache = ContextCache(settings)
-        self._purge = redis.register_script(PURGE_LUA)
+        self.queue = ThreadQueue(redis, settings)
         self.audit = AuditLog(redis, settings)
 
     async def forget_user(self, *, app: str, user_id: str) -> Forgotten:
@@ -61,15 +53,7 @@ class Forgetter:
             t.decode() for t in await self.redis.smembers(self.keys.user_threads(app, user_id))
         }
         for tk in threads:
-            done.queued += await self._purge(
-                keys=[
-                    self.keys.pending(tk),
-                    self.keys.thread(tk),
-                    self.keys.ready,
-                    self.keys.depth,
-                ],
-                args=[tk],
-            )
+            done.queued += await self.queue.purge(tk)
         for raw in await self.redis.lrange(self.keys.dead, 0, -1):
             if DeadLetter.parse(raw).thread in threads:
                 done.dead_letters += await self.redis.lrem(self.keys.dead, 1, raw)

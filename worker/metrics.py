@@ -51,6 +51,12 @@ RETRIES = Counter(
     "Backend retries: in_job (the batch is retried at once) or deferred (the thread later).",
     ["kind"],
 )
+SIDE_EFFECT_FAILURES = Counter(
+    "afterthought_side_effect_failures",
+    "Writes that follow a stored batch and were skipped (audit, cache, synthesis scheduling), "
+    "e.g. refused at maxmemory: draining goes on without them.",
+    ["what"],
+)
 BATCH_SIZE = Histogram(
     "afterthought_batch_size",
     "Messages per add_messages call.",

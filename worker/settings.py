@@ -18,13 +18,13 @@ from arq import ArqRedis, cron
 from arq.connections import RedisSettings
 from arq.cron import CronJob
 from arq.worker import Worker, func
-from redis.exceptions import RedisError
+from redis.exceptions import OutOfMemoryError, RedisError
 
 from afterthought.backend import open_backend
 from afterthought.contract import QueuedMessage
 from afterthought.keys import Keys, digest
 from afterthought.settings import Settings
-from afterthought.status import HEALTH_INTERVAL_SECONDS
+from afterthought.status import HEALTH_INTERVAL_SECONDS, RedisStatus, redis_status
 from worker import metrics
 from worker.flush import Flusher
 from worker.prune import Pruner
@@ -98,25 +98,63 @@ async def dispatch_once(redis: ArqRedis, keys: Keys) -> bool:
     return job is not None
 
 
-async def _dispatch_forever(redis: ArqRedis, keys: Keys) -> None:
+async def dispatch_or_drain(redis: ArqRedis, keys: Keys, flusher: Flusher) -> None:
+    """Dispatch a flush job; when Redis is at ``maxmemory`` arq cannot queue one, so drain
+    in this process instead (draining is what frees memory, and its scripts may run)."""
+    try:
+        await dispatch_once(redis, keys)
+    except RedisError as exc:
+        if not isinstance(exc, OutOfMemoryError):
+            raise
+        log.warning("redis full: draining in the dispatcher (arq cannot queue jobs)")
+        await flusher.drain(budget=FLUSH_BUDGET_SECONDS)
+
+
+async def _dispatch_forever(redis: ArqRedis, keys: Keys, flusher: Flusher) -> None:
     while True:
         try:
-            await dispatch_once(redis, keys)
+            await dispatch_or_drain(redis, keys, flusher)
         except (RedisError, OSError) as exc:
             log.warning("dispatch failed error=%s", type(exc).__name__)
         await asyncio.sleep(DISPATCH_INTERVAL_SECONDS)
 
 
-async def check_redis_policy(redis: ArqRedis) -> str | None:
-    """W9: queued memory must not be evicted; warn unless ``noeviction``."""
-    try:
-        policy = (await redis.config_get("maxmemory-policy")).get("maxmemory-policy")
-    except RedisError:
-        log.warning("maxmemory-policy unknown (CONFIG GET refused); it must be noeviction")
-        return None
-    if policy != "noeviction":
-        log.warning("maxmemory-policy=%s may evict queued messages; use noeviction", policy)
-    return str(policy)
+async def check_redis(redis: ArqRedis) -> RedisStatus:
+    """W9: queued messages must never be evicted, and should survive a restart; warn
+    when either is not so. Draining goes on at ``maxmemory``."""
+    found = await redis_status(redis)
+    if found.maxmemory_policy != "noeviction":
+        log.warning(
+            "maxmemory-policy=%s may evict queued messages; use noeviction",
+            found.maxmemory_policy,
+        )
+    if found.persistence == "none":
+        log.warning("redis persists nothing (no AOF, no snapshots): a restart loses the queue")
+    if found.full:
+        log.warning("redis is at maxmemory: draining, new messages are held by the agents")
+    return found
+
+
+async def supports_script_flags(redis: ArqRedis) -> bool:
+    """Redis 7 reads ``#!lua flags=...``: the drain scripts then run at ``maxmemory``."""
+    version = str((await redis.info("server")).get("redis_version", "0"))
+    supported = int(version.split(".")[0] or 0) >= 7
+    if not supported:
+        log.warning("redis %s: draining at maxmemory needs Redis 7 or later", version)
+    return supported
+
+
+class _Worker(Worker):
+    """arq's worker, but one that stays up at ``maxmemory``: its health line and cron
+    enqueues are writes Redis refuses then, and a worker that exits cannot drain."""
+
+    async def heart_beat(self) -> None:
+        try:
+            await super().heart_beat()
+        except RedisError as exc:
+            if not isinstance(exc, OutOfMemoryError):
+                raise
+            log.warning("health report skipped: redis is at maxmemory")
 
 
 def _prune_cron(keys: Keys, at: str) -> CronJob:
@@ -142,7 +180,8 @@ def worker_settings(
 
     async def on_startup(ctx: dict[str, Any]) -> None:
         redis: ArqRedis = ctx["redis"]
-        await check_redis_policy(redis)
+        await check_redis(redis)
+        allow_oom = await supports_script_flags(redis)
         backend = metrics.metered_backend(open_backend(s))
         ctx["backend"] = backend
         after_flush = None
@@ -161,11 +200,13 @@ def worker_settings(
                     _defer_by=s.synthesis_idle_seconds,
                 )
 
-        ctx["flusher"] = Flusher(s, redis, backend, after_flush=after_flush)
-        await dispatch_once(redis, keys)
+        flusher = ctx["flusher"] = Flusher(
+            s, redis, backend, after_flush=after_flush, allow_oom=allow_oom
+        )
+        await dispatch_or_drain(redis, keys, flusher)
         tasks = ctx["tasks"] = []
         if not burst:
-            tasks.append(asyncio.create_task(_dispatch_forever(redis, keys)))
+            tasks.append(asyncio.create_task(_dispatch_forever(redis, keys, flusher)))
         if s.metrics_port is not None:
             health = metrics.Health(worker_id)
             ctx["metrics_server"] = metrics.serve(s.metrics_host, s.metrics_port, health)
@@ -214,4 +255,4 @@ def worker_settings(
 
 
 def create_worker(settings: Settings | None = None, **kwargs: Any) -> Worker:
-    return Worker(**worker_settings(settings, **kwargs))
+    return _Worker(**worker_settings(settings, **kwargs))

@@ -1,0 +1,443 @@
+"""The thread queue: every Lua script that changes a thread's queue, and the payload header.
+
+A thread's state lives in four keys (names in :mod:`afterthought.keys`):
+
+- ``pending``: LIST of payloads, oldest first. Each is the message's JSON with a header the
+  enqueue script writes in front: ``{"seq":N,"epoch":E,"queued_ms":T,...``.
+- ``thread``: HASH. ``seq`` is the last sequence number handed out; ``done`` the highest
+  one resolved (stored, dead-lettered or dropped as forgotten); ``persisted`` the highest
+  stored; ``inflight`` (``first:last``) the batch a worker is sending; ``attempts`` and
+  ``failing_since`` (ms) the head's failed attempts.
+- ``seen``: ZSET message key -> seq of the thread's latest keys, bounded and expiring, so a
+  re-push of a message whose enqueue reply was lost adds nothing (W2).
+- ``lease``: STRING token of the worker holding the thread.
+
+Invariant, kept by every script: ``pending`` holds exactly the sequence numbers
+``done+1 .. seq``. Anything else means Redis lost data (eviction, a failover without
+persistence): the difference is counted in the deployment's ``lost`` counter (W9).
+
+The worker's scripts carry ``allow-oom`` (Redis 7 script flags): at ``maxmemory`` under
+``noeviction`` draining the queue is what frees memory, so it must not be refused. The
+agent's enqueue does not: a full Redis pushes back on writers."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import redis.asyncio as aioredis
+from redis.commands.core import AsyncScript
+
+from afterthought.contract import QueuedMessage
+from afterthought.keys import Keys
+from afterthought.settings import Settings
+
+#: The message keys each thread remembers for de-duplication. 128 keeps the ZSET in
+#: Redis' compact encoding (about 5 KB a thread); a re-push comes within seconds of the
+#: lost reply, while newer messages of the same session wait behind it.
+SEEN_KEYS = 128
+#: ... and for how long after the thread's last enqueue.
+SEEN_TTL_MS = 24 * 3600 * 1000
+
+# Shared helpers. head_seq reads a payload's sequence number without decoding its JSON.
+# take pops up to ``count`` items off the head whose seq is at most ``last`` (nil: any),
+# handing each to ``keep`` (if given); a seq that skips past ``done`` + 1 means Redis lost
+# the messages between: they are counted as lost and leave the depth counter too.
+_COMMON = """
+local function head_seq(item)
+  return tonumber(string.match(item, '^{"seq":(%d+),'))
+end
+local function take(pending, thread, depth, lost, count, last, keep)
+  local done = tonumber(redis.call('HGET', thread, 'done') or '-1')
+  local taken, missing = 0, 0
+  while taken < count do
+    local head = redis.call('LINDEX', pending, 0)
+    if not head then break end
+    local seq = head_seq(head)
+    if seq and last and seq > last then break end
+    redis.call('LPOP', pending)
+    taken = taken + 1
+    if keep then keep(head) end
+    if seq then
+      if done >= 0 and seq > done + 1 then missing = missing + seq - done - 1 end
+      if seq > done then done = seq end
+    end
+  end
+  if done >= 0 then redis.call('HSET', thread, 'done', done) end
+  if missing > 0 then redis.call('INCRBY', lost, missing) end
+  if redis.call('DECRBY', depth, taken + missing) < 0 then redis.call('SET', depth, 0) end
+  return taken
+end
+local function room(pending, depth, n, thread_cap, global_cap)
+  if redis.call('LLEN', pending) + n > thread_cap then return -1 end
+  if tonumber(redis.call('GET', depth) or '0') + n > global_cap then return -2 end
+  return 0
+end
+local function push(pending, thread, ready, depth, epoch_key, threads, seen, tk, now, keys, items)
+  local seq = tonumber(redis.call('HGET', thread, 'seq') or '0')
+  if seq == 0 then redis.call('HSETNX', thread, 'done', 0) end
+  local epoch = redis.call('GET', epoch_key) or '0'
+  for i = 1, #items do
+    seq = seq + 1
+    redis.call('RPUSH', pending,
+      '{"seq":' .. seq .. ',"epoch":' .. epoch .. ',"queued_ms":' .. now .. ','
+        .. string.sub(items[i], 2))
+    redis.call('ZADD', seen, seq, keys[i])
+  end
+  local excess = redis.call('ZCARD', seen) - tonumber(ARGV[1])
+  if excess > 0 then redis.call('ZREMRANGEBYRANK', seen, 0, excess - 1) end
+  redis.call('PEXPIRE', seen, ARGV[2])
+  redis.call('SADD', threads, tk)
+  redis.call('HSET', thread, 'seq', seq)
+  redis.call('INCRBY', depth, #items)
+  -- NX keeps the score of a claimed or deferred thread: its holder re-checks on release.
+  redis.call('ZADD', ready, 'NX', now, tk)
+  return seq
+end
+"""
+
+# KEYS pending, thread, ready, depth, epoch, user threads, seen
+# ARGV seen_keys, seen_ttl_ms, tk, now_ms, thread_cap, global_cap, n, keys[n], payloads[n]
+# Returns how many were appended (0: all were already there), or -1 / -2 when a cap refuses.
+ENQUEUE_LUA = (
+    _COMMON
+    + """
+local n = tonumber(ARGV[7])
+local keys, items, taken = {}, {}, {}
+for i = 1, n do
+  local key = ARGV[7 + i]
+  if not taken[key] and not redis.call('ZSCORE', KEYS[7], key) then
+    taken[key] = true
+    keys[#keys + 1] = key
+    items[#items + 1] = ARGV[7 + n + i]
+  end
+end
+if #items == 0 then return 0 end
+local full = room(KEYS[1], KEYS[4], #items, tonumber(ARGV[5]), tonumber(ARGV[6]))
+if full < 0 then return full end
+push(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], ARGV[3], ARGV[4], keys, items)
+return #items
+"""
+)
+
+# A dead letter back into its thread's queue, at the end, in one step: it leaves the dead
+# list only as it re-enters the queue. Its key is not checked against ``seen`` (it is
+# there: it was queued once); the payload is marked ``unsure`` so the worker reconciles.
+# KEYS as enqueue + dead; ARGV seen_keys, seen_ttl_ms, tk, now_ms, thread_cap, global_cap,
+# letter, key, payload. Returns 1, -1 / -2 (caps), or -3 (the letter is gone).
+REPLAY_LUA = (
+    _COMMON
+    + """
+local full = room(KEYS[1], KEYS[4], 1, tonumber(ARGV[5]), tonumber(ARGV[6]))
+if full < 0 then return full end
+if redis.call('LREM', KEYS[8], 1, ARGV[7]) == 0 then return -3 end
+push(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], ARGV[3], ARGV[4],
+  {ARGV[8]}, {ARGV[9]})
+return 1
+"""
+)
+
+_ALLOW_OOM = "#!lua flags=allow-oom\n"
+
+# Take the thread if nobody holds it; its ready score moves a lease out, so if this worker
+# dies the thread falls due again by itself (W4) without any recovery scan.
+CLAIM_LUA = """
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  redis.call('ZADD', KEYS[2], 'XX', ARGV[3], ARGV[4])
+  return 1
+end
+return 0
+"""
+
+# The holder's heartbeat: keep the lease and keep the thread from falling due.
+RENEW_LUA = """
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+redis.call('ZADD', KEYS[2], 'XX', ARGV[3], ARGV[4])
+return 1
+"""
+
+# Record the batch about to be sent, so an attempt after a crash rebuilds exactly it.
+BEGIN_LUA = """
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+redis.call('HSET', KEYS[2], 'inflight', ARGV[2])
+return 1
+"""
+
+# KEYS lease, pending, thread, depth, lost; ARGV token, last stored seq.
+# Pops what is done up to ``last``; returns what is left, or -1 if the lease is lost.
+ACK_LUA = (
+    _COMMON
+    + """
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return -1 end
+local last = tonumber(ARGV[2])
+take(KEYS[2], KEYS[3], KEYS[4], KEYS[5], math.huge, last, nil)
+if last > tonumber(redis.call('HGET', KEYS[3], 'persisted') or '0') then
+  redis.call('HSET', KEYS[3], 'persisted', last)
+end
+redis.call('HDEL', KEYS[3], 'inflight', 'attempts', 'failing_since')
+return redis.call('LLEN', KEYS[2])
+"""
+)
+
+# KEYS lease, pending, dead, thread, depth, lost; ARGV token, count, tk, reason, attempts,
+# now_ms. Moves the first ``count`` items to the dead letters: a JSON header line, then the
+# item's bytes untouched (a malformed item may not even be UTF-8). Returns what is left.
+DEAD_LUA = (
+    _COMMON
+    + """
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return -1 end
+local header = cjson.encode({
+  thread = ARGV[3], reason = ARGV[4], attempts = tonumber(ARGV[5]), at = tonumber(ARGV[6])
+})
+take(KEYS[2], KEYS[4], KEYS[5], KEYS[6], tonumber(ARGV[2]), nil, function(item)
+  redis.call('RPUSH', KEYS[3], header .. '\\n' .. item)
+end)
+redis.call('HDEL', KEYS[4], 'inflight', 'attempts', 'failing_since')
+return redis.call('LLEN', KEYS[2])
+"""
+)
+
+# KEYS lease, pending, ready, thread, lost, depth; ARGV token, tk, next_ms.
+# Gives the thread back: due again at next_ms if anything is still queued. An empty queue
+# whose counter says more was queued lost those messages: counted, and the gap closed.
+RELEASE_LUA = """
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+redis.call('DEL', KEYS[1])
+if redis.call('LLEN', KEYS[2]) > 0 then
+  redis.call('ZADD', KEYS[3], ARGV[3], ARGV[2])
+  return 1
+end
+redis.call('ZREM', KEYS[3], ARGV[2])
+local seq = tonumber(redis.call('HGET', KEYS[4], 'seq') or '0')
+local done = redis.call('HGET', KEYS[4], 'done')
+if done and seq > tonumber(done) then
+  local missing = seq - tonumber(done)
+  redis.call('INCRBY', KEYS[5], missing)
+  redis.call('HSET', KEYS[4], 'done', seq)
+  if redis.call('DECRBY', KEYS[6], missing) < 0 then redis.call('SET', KEYS[6], 0) end
+end
+return 1
+"""
+
+# KEYS pending, thread, ready, depth, seen; ARGV tk. Empties one thread's queue (forget).
+PURGE_LUA = """
+local n = redis.call('LLEN', KEYS[1])
+redis.call('DEL', KEYS[1], KEYS[2], KEYS[5])
+redis.call('ZREM', KEYS[3], ARGV[1])
+if redis.call('DECRBY', KEYS[4], n) < 0 then redis.call('SET', KEYS[4], 0) end
+return n
+"""
+
+# Per thread (KEYS: lease, pending, thread, then the next thread's three): is it leased,
+# when was its head queued (-1: nothing, or an item older than ``queued_ms``), and how many
+# messages its counter says are missing. Read here, so payloads never cross the wire.
+THREADS_LUA = """
+local out = {}
+for i = 1, #KEYS, 3 do
+  out[#out + 1] = redis.call('EXISTS', KEYS[i])
+  local head = redis.call('LINDEX', KEYS[i + 1], 0)
+  local at = head and string.match(head, '^{"seq":%d+,"epoch":%d+,"queued_ms":(%d+),')
+  out[#out + 1] = tonumber(at or '-1')
+  local state = redis.call('HMGET', KEYS[i + 2], 'seq', 'done')
+  local missing = 0
+  if state[2] then
+    missing = tonumber(state[1] or '0') - tonumber(state[2]) - redis.call('LLEN', KEYS[i + 1])
+  end
+  out[#out + 1] = missing
+end
+return out
+"""
+
+#: What the enqueue and replay scripts return when a cap refuses the messages.
+REFUSED = {-1: "thread queue full", -2: "queue full"}
+GONE = -3
+
+
+@dataclass(frozen=True, slots=True)
+class ThreadState:
+    """One thread as ``status`` sees it."""
+
+    leased: bool
+    head_queued_ms: int | None
+    """When the oldest queued message was queued (None: nothing, or from before that
+    field existed)."""
+    missing: int
+    """Messages the thread's counter says were queued but are neither queued nor done."""
+
+
+class ThreadQueue:
+    """The queue's scripts bound to one Redis client and one deployment.
+
+    ``allow_oom``: mark the worker's scripts so Redis runs them at ``maxmemory`` (Redis 7
+    script flags; off for servers that do not know them, e.g. fakeredis)."""
+
+    def __init__(
+        self, redis: aioredis.Redis, settings: Settings, *, allow_oom: bool = True
+    ) -> None:
+        self.redis = redis
+        self.settings = settings
+        self.keys = Keys(settings.key_prefix)
+        flag = _ALLOW_OOM if allow_oom else ""
+        self._enqueue = redis.register_script(ENQUEUE_LUA)
+        self._replay = redis.register_script(REPLAY_LUA)
+        self._claim = redis.register_script(flag + CLAIM_LUA)
+        self._renew = redis.register_script(flag + RENEW_LUA)
+        self._begin = redis.register_script(flag + BEGIN_LUA)
+        self._ack = redis.register_script(flag + ACK_LUA)
+        self._dead = redis.register_script(flag + DEAD_LUA)
+        self._release = redis.register_script(flag + RELEASE_LUA)
+        self._purge = redis.register_script(flag + PURGE_LUA)
+        self._threads: AsyncScript = redis.register_script(THREADS_LUA)
+
+    def _seen_args(self) -> list[int]:
+        return [SEEN_KEYS, SEEN_TTL_MS]
+
+    def _append_keys(self, head: QueuedMessage) -> list[str]:
+        tk = head.thread_key
+        k = self.keys
+        return [
+            k.pending(tk),
+            k.thread(tk),
+            k.ready,
+            k.depth,
+            k.epoch(head.app, head.user_id),
+            k.user_threads(head.app, head.user_id),
+            k.seen(tk),
+        ]
+
+    # --- the agent's side -------------------------------------------------------------------
+    async def enqueue(self, messages: Sequence[QueuedMessage], *, now_ms: int) -> int:
+        """Append messages of one thread; returns how many were new (keys the thread holds
+        or recently held are skipped), or a negative :data:`REFUSED` code."""
+        head = messages[0]
+        return int(
+            await self._enqueue(
+                keys=self._append_keys(head),
+                args=[
+                    *self._seen_args(),
+                    head.thread_key,
+                    now_ms,
+                    self.settings.thread_queue_cap,
+                    self.settings.queue_cap,
+                    len(messages),
+                    *(m.key for m in messages),
+                    *(m.encode() for m in messages),
+                ],
+            )
+        )
+
+    async def replay(self, letter: bytes, message: QueuedMessage, *, now_ms: int) -> int:
+        """Re-queue one dead letter at its thread's end: 1, a :data:`REFUSED` code, or
+        :data:`GONE` when another process took it first."""
+        again = message.model_copy(update={"unsure": True})
+        return int(
+            await self._replay(
+                keys=[*self._append_keys(message), self.keys.dead],
+                args=[
+                    *self._seen_args(),
+                    message.thread_key,
+                    now_ms,
+                    self.settings.thread_queue_cap,
+                    self.settings.queue_cap,
+                    letter,
+                    message.key,
+                    again.encode(),
+                ],
+            )
+        )
+
+    # --- the worker's side ------------------------------------------------------------------
+    async def claim(self, tks: Sequence[str], tokens: Sequence[str], *, now_ms: int) -> list[bool]:
+        """Try to take each thread under its own token; which were won."""
+        lease_ms = int(self.settings.lease_seconds * 1000)
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for tk, token in zip(tks, tokens, strict=True):
+                await self._claim(
+                    keys=[self.keys.lease(tk), self.keys.ready],
+                    args=[token, lease_ms, now_ms + lease_ms, tk],
+                    client=pipe,
+                )
+            won = await pipe.execute()
+        return [bool(w) for w in won]
+
+    async def renew(self, tk: str, token: str, *, now_ms: int) -> bool:
+        lease_ms = int(self.settings.lease_seconds * 1000)
+        return bool(
+            await self._renew(
+                keys=[self.keys.lease(tk), self.keys.ready],
+                args=[token, lease_ms, now_ms + lease_ms, tk],
+            )
+        )
+
+    async def begin(self, tk: str, token: str, *, first: int, last: int) -> bool:
+        return bool(
+            await self._begin(
+                keys=[self.keys.lease(tk), self.keys.thread(tk)], args=[token, f"{first}:{last}"]
+            )
+        )
+
+    async def ack(self, tk: str, token: str, *, last: int) -> int:
+        """Pop what is done up to ``last``; the messages left, or -1 if the lease is lost."""
+        k = self.keys
+        return int(
+            await self._ack(
+                keys=[k.lease(tk), k.pending(tk), k.thread(tk), k.depth, k.lost],
+                args=[token, last],
+            )
+        )
+
+    async def dead_letter(
+        self, tk: str, token: str, *, count: int, reason: str, attempts: int, now_ms: int
+    ) -> int:
+        """Move the first ``count`` items to the dead letters; what is left, or -1."""
+        k = self.keys
+        return int(
+            await self._dead(
+                keys=[k.lease(tk), k.pending(tk), k.dead, k.thread(tk), k.depth, k.lost],
+                args=[token, count, tk, reason, attempts, now_ms],
+            )
+        )
+
+    async def release(self, tk: str, token: str, *, next_ms: int) -> bool:
+        k = self.keys
+        return bool(
+            await self._release(
+                keys=[k.lease(tk), k.pending(tk), k.ready, k.thread(tk), k.lost, k.depth],
+                args=[token, tk, next_ms],
+            )
+        )
+
+    async def purge(self, tk: str) -> int:
+        """Drop everything queued on a thread; how many messages went."""
+        k = self.keys
+        return int(
+            await self._purge(
+                keys=[k.pending(tk), k.thread(tk), k.ready, k.depth, k.seen(tk)], args=[tk]
+            )
+        )
+
+    async def failed_attempt(self, tk: str, *, now_ms: int) -> tuple[int, int]:
+        """Count a failed attempt at the head; ``(attempts, failing_since_ms)``."""
+        thread = self.keys.thread(tk)
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.hincrby(thread, "attempts", 1)
+            pipe.hsetnx(thread, "failing_since", now_ms)
+            pipe.hget(thread, "failing_since")
+            attempts, _, since = await pipe.execute()
+        return int(attempts), int(since or now_ms)
+
+    # --- status -----------------------------------------------------------------------------
+    async def thread_states(self, tks: Sequence[str]) -> list[ThreadState]:
+        k = self.keys
+        replies = await self._threads(
+            keys=[key for tk in tks for key in (k.lease(tk), k.pending(tk), k.thread(tk))]
+        )
+        return [
+            ThreadState(
+                leased=bool(replies[i]),
+                head_queued_ms=None if replies[i + 1] < 0 else int(replies[i + 1]),
+                missing=max(0, int(replies[i + 2])),
+            )
+            for i in range(0, len(replies), 3)
+        ]
