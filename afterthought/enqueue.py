@@ -374,14 +374,14 @@ class _Drainer:
                 loop.run_until_complete(client.aclose())
             loop.close()
 
-    def close(self, timeout: float) -> None:
-        """Drain for up to ``timeout`` seconds, then stop; what is left is counted dropped."""
+    def close(self, until: float) -> None:
+        """Drain until ``until`` (monotonic), then stop; what is left is counted dropped."""
         thread = self._thread
         if thread is None or not thread.is_alive():
             return
-        self._closing_until = time.monotonic() + timeout
+        self._closing_until = until
         self._wake.set()
-        thread.join(timeout + 1)
+        thread.join(max(0.0, until - time.monotonic()) + 1)
         enqueuer = self._enqueuer()
         if enqueuer is not None:
             enqueuer._abandon()
@@ -394,5 +394,11 @@ watch_buffer(lambda: sum(e.buffered for e in list(_ENQUEUERS)))
 
 @atexit.register
 def _drain_at_exit() -> None:
-    for drainer in list(_DRAINERS):
-        drainer.close(CLOSE_DRAIN_SECONDS)
+    """Every buffer gets the same few seconds, together, to reach Redis."""
+    until = time.monotonic() + CLOSE_DRAIN_SECONDS
+    drainers = list(_DRAINERS)
+    for drainer in drainers:
+        drainer._closing_until = until
+        drainer._wake.set()
+    for drainer in drainers:
+        drainer.close(until)

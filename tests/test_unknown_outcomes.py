@@ -59,6 +59,7 @@ async def test_an_enqueue_whose_reply_came_late_is_queued_once(
         settings = make_settings(redis_url=proxy.url, enqueue_timeout=0.1)
         enqueuer = Enqueuer(settings)
         first, second = queued("I live in Lisbon.", 1), queued("I like tea.", 2)
+        assert await enqueuer.enqueue([queued("warm-up", 0, session="s0")])  # script loaded
         proxy.reply_delay = 0.4
         assert not await enqueuer.enqueue([first])  # unknown outcome: held for the drain
         proxy.reply_delay = 0.0
@@ -185,11 +186,12 @@ async def test_a_call_that_commits_after_the_timeout_is_stored_once(
         zep_api_key="k",
         zep_base_url=zep_fake.base_url,
         backend_timeout=0.3,
-        backend_settle_seconds=1.0,
+        backend_settle_seconds=1.5,
     )
-    zep_fake.inject(Fault(match=ADDS, delay=0.8))  # commits 0.5 s after the client gave up
+    zep_fake.inject(Fault(match=ADDS, delay=1.2))  # commits 0.9 s after the client gave up
     await enqueue(settings, queued("I live in Lisbon.", 1), queued("I like tea.", 2))
     await drain(settings)
+    await _until(lambda: all(r.status for r in zep_fake.requests))  # the hung call has landed
     assert [m["content"] for m in zep_fake.messages()] == ["I live in Lisbon.", "I like tea."]
 
 

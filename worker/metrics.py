@@ -78,6 +78,10 @@ QUEUE_OLDEST = Gauge(
     "afterthought_queue_oldest_seconds", "How long the oldest queued message has waited."
 )
 DEAD_LETTERS = Gauge("afterthought_dead_letters", "Items in the dead-letter list.")
+LOST = Gauge(
+    "afterthought_lost_messages",
+    "Messages Redis lost after accepting them (sequence gaps: eviction, a lossy failover).",
+)
 PAUSED = Gauge("afterthought_paused", "1 while consumption is paused after a 401/403.")
 SYNTHESIS_LAG = Gauge(
     "afterthought_synthesis_lag_seconds", "How long the most overdue synthesis job has been due."
@@ -151,6 +155,7 @@ def record(status: Status) -> None:
         QUEUE_THREADS.labels(state).set(getattr(queue, state))
     QUEUE_OLDEST.set(queue.oldest_age_seconds or 0.0)
     DEAD_LETTERS.set(status.dead_letters)
+    LOST.set(status.lost_messages)
     PAUSED.set(int(status.pause.paused))
     SYNTHESIS_LAG.set(status.synthesis.lag_seconds or 0.0)
     WORKERS.set(len(status.workers))
