@@ -72,6 +72,10 @@ def make_settings(prefix: str, tmp_path: Path) -> Callable[..., Settings]:
             "local_db_path": tmp_path / "memory.sqlite3",
             "backend": "local",
             "synthesis_idle_seconds": 0,
+            # Budgets a loaded machine cannot miss: a test about a budget sets its own.
+            "retrieval_budget": 10.0,
+            "enqueue_timeout": 5.0,
+            "tool_timeout": 30.0,
         }
         values.update(overrides)
         return Settings(**values)

@@ -93,9 +93,11 @@ async def test_a_429_holds_back_every_sender(zep_settings: Settings, zep_fake: Z
     zep_fake.inject(Fault(match=ADDS, status=429, retry_after=1.5))
     await enqueue(zep_settings, queued("one", 1, session="s1"))
     worker = asyncio.create_task(drain(zep_settings))
-    while not any(r.status == 429 for r in zep_fake.requests):
+    gate = Keys(zep_settings.key_prefix).rate_limit
+    redis = aioredis.Redis.from_url(zep_settings.redis_url)
+    while not await redis.exists(gate):  # the worker has read the 429 and closed the gate
         await asyncio.sleep(0.01)
-    await asyncio.sleep(0.1)  # the worker has read the 429 by now
+    await redis.aclose()
     await enqueue(zep_settings, queued("two", 2, session="s2"))  # another thread
     await worker
     await drain(zep_settings)
@@ -225,7 +227,7 @@ async def test_redis_outage_is_buffered_then_drained_in_order(
         results = [await enqueuer.enqueue([queued(f"m{i}", i)]) for i in range(3)]
         assert results == [False, False, False] and enqueuer.buffered == 3
         RedisServer(port=server.port).start()  # back on the same address
-        await asyncio.sleep(0.25)  # the breaker's window passes
+        assert await enqueuer.drain_buffer(timeout=30)  # by itself: no turn needed
         assert await enqueuer.enqueue([queued("m3", 3)])
         assert enqueuer.buffered == 0 and enqueuer.dropped == 0
         client = aioredis.Redis.from_url(url)
@@ -320,10 +322,17 @@ async def test_writes_cost_one_round_trip_and_every_key_is_prefixed(
                         seen.append(command["command"].split()[0].lower())
 
         watching = asyncio.create_task(watch())
-        await asyncio.sleep(0.1)
+        marker = aioredis.Redis.from_url(url)
+        while "echo" not in seen:  # MONITOR is on once it reports our marker
+            await marker.echo("start")
+            await asyncio.sleep(0.01)
+        seen.clear()
         await say(runner, "alice", session, "I live in Lisbon.")
-        await asyncio.sleep(0.1)
+        while "ping" not in seen:  # ... and has reported all before this one
+            await marker.ping()
+            await asyncio.sleep(0.01)
         watching.cancel()
+        await marker.aclose()
         writes = [c for c in seen if c in WRITE_COMMANDS]
         assert writes == ["evalsha", "evalsha"]  # the user's message, then the reply
 
