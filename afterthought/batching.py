@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from afterthought.backend import MESSAGE_KEY_FIELD, OutgoingMessage, StoredMessage
-from afterthought.contract import QueuedMessage, split_content
+from afterthought.contract import QueuedMessage, checksum, split_content
 from afterthought.keys import digest
 
 
@@ -20,7 +20,11 @@ class Call:
 
     @property
     def idempotency_key(self) -> str:
-        return "batch:" + digest(*(str(m.metadata[MESSAGE_KEY_FIELD]) for m in self.messages))
+        """From each message's key and text: the same call again gets the same key, and
+        no other call can (two texts under one reused key are two calls)."""
+        return "batch:" + digest(
+            *(f"{m.metadata[MESSAGE_KEY_FIELD]}:{checksum(m.content)}" for m in self.messages)
+        )
 
 
 def parts(batch: Sequence[QueuedMessage], part_chars: int) -> list[OutgoingMessage]:
@@ -54,13 +58,14 @@ def pack(messages: Sequence[OutgoingMessage], per_call: int) -> list[Call]:
 def missing(
     wanted: Sequence[OutgoingMessage], stored: Sequence[StoredMessage], *, replay: bool
 ) -> list[OutgoingMessage]:
-    """What of ``wanted`` the backend lacks: by message key; for a replayed session also by
-    the same role saying the same text (a turn stored under a key counted differently)."""
-    present = {m.key for m in stored if m.key}
+    """What of ``wanted`` the backend lacks: by message key and text (two texts under one
+    key, from a reused invocation id, are two messages); for a replayed session also by the
+    same role saying the same text (a turn stored under a key counted differently)."""
+    present = {(m.key, m.content) for m in stored if m.key}
     said = {(m.role, m.content) for m in stored} if replay else set()
     lacking: list[OutgoingMessage] = []
     for m in wanted:  # a replay may also repeat a turn queued in the same batch
-        key = str(m.metadata[MESSAGE_KEY_FIELD])
+        key = (str(m.metadata[MESSAGE_KEY_FIELD]), m.content)
         if key not in present and (m.role, m.content) not in said:
             lacking.append(m)
             present.add(key)

@@ -8,8 +8,8 @@ A thread's state lives in four keys (names in :mod:`afterthought.keys`):
   one resolved (stored, dead-lettered or dropped as forgotten); ``persisted`` the highest
   stored; ``inflight`` (``first:last``) the batch a worker is sending; ``attempts`` and
   ``failing_since`` (ms) the head's failed attempts.
-- ``seen``: ZSET message key -> seq of the thread's latest keys, bounded and expiring, so a
-  re-push of a message whose enqueue reply was lost adds nothing (W2).
+- ``seen``: ZSET ``key:checksum`` -> seq of the thread's latest messages, bounded and
+  expiring, so a re-push of a message whose enqueue reply was lost adds nothing (W2).
 - ``lease``: STRING token of the worker holding the thread.
 
 Invariant, kept by every script: ``pending`` holds exactly the sequence numbers
@@ -321,7 +321,7 @@ class ThreadQueue:
                     self.settings.thread_queue_cap,
                     self.settings.queue_cap,
                     len(messages),
-                    *(m.key for m in messages),
+                    *(_seen_member(m) for m in messages),
                     *(m.encode() for m in messages),
                 ],
             )
@@ -341,7 +341,7 @@ class ThreadQueue:
                     self.settings.thread_queue_cap,
                     self.settings.queue_cap,
                     letter,
-                    message.key,
+                    _seen_member(message),
                     again.encode(),
                 ],
             )
@@ -441,3 +441,10 @@ class ThreadQueue:
             )
             for i in range(0, len(replies), 3)
         ]
+
+
+def _seen_member(message: QueuedMessage) -> str:
+    """What ``seen`` remembers of a message: its key *and* its checksum, so only a true
+    re-push is skipped; two different texts under one key (a reused invocation id) are
+    both queued."""
+    return f"{message.key}:{message.checksum}"
