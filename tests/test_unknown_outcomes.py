@@ -400,3 +400,38 @@ async def test_a_worker_starts_and_drains_redis_at_maxmemory(
         assert len(stored) == 302
         await enqueuer.aclose()
         await client.aclose()
+
+
+class _PickyFacts(LocalBackend):
+    """Refuses (400) a fact carrying "REJECT"."""
+
+    async def add_fact(self, *, text: str, **kwargs: str) -> None:  # type: ignore[override]
+        if "REJECT" in text:
+            raise BackendError("bad_request", status=400, code="invalid")
+        await super().add_fact(text=text, **kwargs)  # type: ignore[arg-type]
+
+
+async def test_one_refused_fact_is_dead_lettered_alone(
+    local_settings: Settings, redis: aioredis.Redis
+) -> None:
+    facts = [
+        QueuedMessage.build(
+            app="memtest",
+            user_id="alice",
+            session_id="~memory",
+            invocation_id=f"fact:{n}",
+            role="user",
+            ordinal=0,
+            content=text,
+            kind="fact",
+            trust="app",
+        )
+        for n, text in enumerate(["likes tea", "REJECT me", "lives in Porto"])
+    ]
+    await enqueue(local_settings, *facts)
+    backend = _PickyFacts(local_settings.local_db_path)
+    await Flusher(local_settings, redis, backend).drain(budget=30)
+    keys = Keys(local_settings.key_prefix)
+    (letter,) = [DeadLetter.parse(r) for r in await redis.lrange(keys.dead, 0, -1)]
+    assert QueuedMessage.decode(letter.item).content == "REJECT me"
+    assert not await redis.llen(keys.pending(facts[0].thread_key))

@@ -361,10 +361,7 @@ class Flusher:
         if not recorded and not await self.queue.begin(tk, lease.token, first=first, last=last):
             raise _LeaseLost
         if batch[0].kind != "message":
-            await self._apply_memory_changes(batch, stats)
-            left = await self._acknowledge(lease, last)
-            stats["messages"] += len(batch)
-            return bool(left)
+            return await self._apply_memory_changes(lease, batch, stats)
         user, thread_uuid = await self._identity(batch[0])
         replay = any(m.replay for m in batch)
         sending = _Sending(
@@ -649,9 +646,13 @@ class Flusher:
         per_call = max(len(c.messages) for c in calls)  # as resplitting left it
         return pack(missing(wanted, stored, replay=replay), per_call)
 
-    async def _apply_memory_changes(self, batch: list[QueuedMessage], stats: Counter[str]) -> None:
-        """Facts to store and memories to forget, in queue order. Both are idempotent by
-        key at the backend; the user's cached block is dropped so the next turn rereads."""
+    async def _apply_memory_changes(
+        self, lease: _Lease, batch: list[QueuedMessage], stats: Counter[str]
+    ) -> bool:
+        """Facts to store and memories to forget, in queue order, each acknowledged once
+        done (a later failure never repeats it); one the backend refuses is dead-lettered
+        alone. The user's cached block is dropped so the next turn rereads. True when more
+        is queued."""
         head = batch[0]
         if head.zep_graph_uuid:
             user = UserRef(head.zep_user_uuid or "", head.zep_graph_uuid)
@@ -659,21 +660,32 @@ class Flusher:
             user, _ = await self.registry.ensure_user(
                 self.backend, app=head.app, user_id=head.user_id
             )
+        left, applied = 0, []
         for item in batch:
             await self.pacing.wait()
-            if item.kind == "fact":
-                await self.backend.add_fact(
-                    user=user,
-                    text=item.content,
-                    key=item.key,
-                    trust=item.trust or "app",
-                    reference_time=item.reference_time,
-                )
-            else:
-                await self.forgetter.forget_fact(
-                    app=item.app, user_id=item.user_id, fact_uuid=item.content
-                )
+            try:
+                if item.kind == "fact":
+                    await self.backend.add_fact(
+                        user=user,
+                        text=item.content,
+                        key=item.key,
+                        trust=item.trust or "app",
+                        reference_time=item.reference_time,
+                    )
+                else:
+                    await self.forgetter.forget_fact(
+                        app=item.app, user_id=item.user_id, fact_uuid=item.content
+                    )
+            except BackendError as exc:
+                if decide(exc).action not in ("narrow", "resplit"):
+                    raise
+                left = await self._dead_letter(lease, 1, reason=str(exc), attempts=0)
+                stats["dead"] += 1
+                continue
+            left = await self._acknowledge(lease, item.seq or 0)
+            applied.append(item)
             stats[item.kind] += 1
+            stats["messages"] += 1
         await self._quietly(
             self.cache.delete(self.redis, app=head.app, user_id=head.user_id), "cache delete"
         )
@@ -681,10 +693,11 @@ class Flusher:
             ("fact", "write_fact", "written"),
             ("forget", "delete_fact", "deleted"),
         ):
-            changes = [i for i in batch if i.kind == kind]
+            changes = [i for i in applied if i.kind == kind]
             await self._quietly(
                 self._audit(head.thread_key, changes, op=op, outcome=outcome), "audit"
             )
+        return bool(left)
 
     async def _identity(self, message: QueuedMessage) -> tuple[UserRef, str]:
         if message.zep_thread_uuid:  # pinned by the application: nothing to provision
@@ -712,7 +725,8 @@ class Flusher:
         except MalformedPayload:
             return 1
 
-    async def _dead_letter(self, lease: _Lease, count: int, *, reason: str, attempts: int) -> None:
+    async def _dead_letter(self, lease: _Lease, count: int, *, reason: str, attempts: int) -> int:
+        """Move the first ``count`` items to the dead letters; the messages left."""
         left = await self.queue.dead_letter(
             lease.tk, lease.token, count=count, reason=reason, attempts=attempts, now_ms=_now_ms()
         )
@@ -725,3 +739,4 @@ class Flusher:
             ),
             "audit",
         )
+        return left
