@@ -23,6 +23,7 @@ import math
 import os
 import random
 import re
+import socket
 import subprocess
 import sys
 import threading
@@ -34,7 +35,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import redis
 import redis.asyncio as aioredis
+from redis.exceptions import RedisError
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -53,6 +56,7 @@ from afterthought.direct_write import DirectWriter  # noqa: E402
 from afterthought.enqueue import UNREACHABLE, Enqueuer  # noqa: E402
 from afterthought.identity import IdentityRegistry  # noqa: E402
 from afterthought.keys import Keys  # noqa: E402
+from afterthought.loops import PerLoop  # noqa: E402
 from afterthought.settings import Settings  # noqa: E402
 from afterthought.testing import ZepFake  # noqa: E402
 from afterthought.testing.processes import cleanup, spawn_worker, wait_settled  # noqa: E402
@@ -157,15 +161,22 @@ def plan(messages: int, sessions: int, turns_per_session: int) -> list[list[Conv
 
 
 class ObservedEnqueuer(Enqueuer):
-    """The hooks' own enqueuer, watched: for each message, how many of the attempts that
-    carried it Redis confirmed, and how many failed to reach it (a timeout among them)."""
+    """The hooks' own enqueuer, watched at ``send`` (each attempt to queue): which attempts
+    Redis confirmed, and, for a message whose first attempt failed without knowing whether
+    the script ran (a timeout), the thread's sequence counter right after that failure."""
 
     def __init__(self, settings: Settings, *, direct: DirectWriter | None) -> None:
         super().__init__(settings, direct=direct)
         self.confirmed: Counter[str] = Counter()
-        self.unreachable: Counter[str] = Counter()
+        self.failed_at: dict[str, int] = {}
+        """Message key -> the thread's last handed-out sequence number as its first attempt
+        failed. Nothing else has pushed that message yet (it is not buffered before the
+        attempt returns), so if it is stored with a number up to this, that attempt queued
+        it after all."""
         self.keys: dict[tuple[str, str, str], str] = {}
         """(session, role, content) -> message key, to say where a lost message stopped."""
+        self._probe = PerLoop(lambda: aioredis.Redis.from_url(settings.redis_url))
+        self._thread_keys = Keys(settings.key_prefix)
 
     async def send(self, messages: Sequence[QueuedMessage]) -> str | None:
         why = await super().send(messages)
@@ -173,9 +184,20 @@ class ObservedEnqueuer(Enqueuer):
             self.keys[(m.session_id, m.role or "", m.content)] = m.key
             if why is None:
                 self.confirmed[m.key] += 1
-            elif why == UNREACHABLE:
-                self.unreachable[m.key] += 1
+        if why == UNREACHABLE:
+            with contextlib.suppress(RedisError, OSError):  # then it stays uncounted
+                handed_out = await self._probe.get().hget(
+                    self._thread_keys.thread(messages[0].thread_key), "seq"
+                )
+                for m in messages:
+                    self.failed_at.setdefault(m.key, int(handed_out or 0))
         return why
+
+    async def aclose(self) -> None:
+        await super().aclose()
+        probe = self._probe.pop_current()
+        if probe is not None:
+            await probe.aclose()
 
 
 class LogTally(logging.Handler):
@@ -234,6 +256,22 @@ class Workers:
     def _spawn(self) -> subprocess.Popen[bytes]:
         # The workers import this tree, whatever the interpreter has installed.
         return spawn_worker(self._settings, **self._env)
+
+    def wait_up(self, timeout: float) -> bool:
+        """Wait until every worker has written its health line (they are up before the
+        agent takes traffic, as in a deployment); False if ``timeout`` passes first."""
+        keys = Keys(self._settings.key_prefix)
+        names = [keys.health(f"{socket.gethostname()}:{proc.pid}") for proc in self.pool]
+        client = redis.Redis.from_url(self._settings.redis_url)
+        deadline = time.monotonic() + timeout
+        try:
+            while client.exists(*names) < len(names):
+                if time.monotonic() > deadline:
+                    return False
+                time.sleep(0.1)
+            return True
+        finally:
+            client.close()
 
     def kill_one(self, rng: random.Random) -> None:
         victim = rng.randrange(len(self.pool))
@@ -421,16 +459,15 @@ def _check(chat: Conversation, stored: list[JSON], where: _Whereabouts, found: F
 
 
 def _committed_anyway(fake: ZepFake, observed: ObservedEnqueuer) -> int:
-    """Messages Redis queued although the attempt carrying them failed on the agent's side
-    (a timeout after the script ran): each distinct sequence number a message reached the
-    backend with is one queueing, beyond the confirmed ones. A lower bound, as it sees only
-    what reached the backend."""
-    queued: dict[str, set[Any]] = {}
+    """Messages whose first attempt to queue failed, yet which that attempt queued: stored
+    with a sequence number handed out before the failure came back. At least this many (a
+    message lost downstream is not seen)."""
+    lowest: dict[str, int] = {}
     for m in fake.messages():
-        key = m["metadata"].get(MESSAGE_KEY_FIELD)
-        if key in observed.unreachable:
-            queued.setdefault(key, set()).add(m["metadata"].get("afterthought_seq"))
-    return sum(max(0, len(seqs) - observed.confirmed[key]) for key, seqs in queued.items())
+        key, seq = m["metadata"].get(MESSAGE_KEY_FIELD), m["metadata"].get("afterthought_seq")
+        if key in observed.failed_at and isinstance(seq, int):
+            lowest[key] = min(seq, lowest.get(key, seq))
+    return sum(1 for key, seq in lowest.items() if seq <= observed.failed_at[key])
 
 
 def _settings(redis_url: str | None, fake: ZepFake) -> Settings:
@@ -478,7 +515,6 @@ def run(
     chats = [chat for slot in slots for chat in slot]
     turns = sum(chat.turns for chat in chats)
     progress = Progress()
-    started = time.monotonic()
     with contextlib.ExitStack() as stack:  # undone in reverse: workers, keys, logging, fake
         fake = stack.enter_context(
             ZepFake(
@@ -495,6 +531,9 @@ def run(
         tally = stack.enter_context(_tallying(logging.getLogger("afterthought")))
         pool = Workers(settings, workers)
         stack.callback(pool.stop)
+        if not pool.wait_up(60):
+            raise RuntimeError("the workers did not start")
+        started = time.monotonic()
         kill_at = sorted(rng.randint(max(1, turns // 50), turns) for _ in range(kills))
         stop = threading.Event()
         killer = pool.killer(kill_at, progress, stop, random.Random(rng.random()))
@@ -562,7 +601,7 @@ def run(
         "ambiguous": {
             "backend": {**at_end["ambiguous"], "total": sum(at_end["ambiguous"].values())},
             "enqueue_timeouts": at_end["log"].get("enqueue failed error=TimeoutError", 0),
-            "enqueue_failed_messages": sum(observed.unreachable.values()),
+            "enqueue_failed_messages": len(observed.failed_at),
             "enqueue_failed_but_queued": found.committed_anyway,
         },
         "hooks": at_end["hooks"],
