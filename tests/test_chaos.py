@@ -20,14 +20,14 @@ def test_a_stalling_agent_with_killed_workers_and_ambiguous_faults_loses_nothing
 ) -> None:
     result = chaos.run(
         messages=300,
-        sessions=8,
+        sessions=16,  # enough enqueues in flight that stalls catch some of them
         turns_per_session=10,
         workers=2,
         kills=2,
         fault_rate=0.15,
         honor_idempotency=honor,
         stall=True,
-        think=0.2,  # production spans several seconds: kills and flushes happen during it
+        think=0.1,
         seed=5 if honor else 6,
         redis_url=REDIS_URL,
         timeout=60,
