@@ -162,17 +162,17 @@ def plan(messages: int, sessions: int, turns_per_session: int) -> list[list[Conv
 
 class ObservedEnqueuer(Enqueuer):
     """The hooks' own enqueuer, watched at ``send`` (each attempt to queue): which attempts
-    Redis confirmed, and, for a message whose first attempt failed without knowing whether
-    the script ran (a timeout), the thread's sequence counter right after that failure."""
+    Redis confirmed, and, the first time an attempt carrying a message fails without knowing
+    whether the script ran (a timeout), the thread's sequence counter right after."""
 
     def __init__(self, settings: Settings, *, direct: DirectWriter | None) -> None:
         super().__init__(settings, direct=direct)
         self.confirmed: Counter[str] = Counter()
         self.failed_at: dict[str, int] = {}
-        """Message key -> the thread's last handed-out sequence number as its first attempt
-        failed. Nothing else has pushed that message yet (it is not buffered before the
-        attempt returns), so if it is stored with a number up to this, that attempt queued
-        it after all."""
+        """Message key -> the thread's last handed-out sequence number as that attempt
+        failed. No other attempt has pushed the message yet (earlier ones were refused, and
+        it is not buffered for a retry before this one returns), so if it is stored with a
+        number up to this, that attempt queued it after all."""
         self.keys: dict[tuple[str, str, str], str] = {}
         """(session, role, content) -> message key, to say where a lost message stopped."""
         self._probe = PerLoop(lambda: aioredis.Redis.from_url(settings.redis_url))
@@ -459,7 +459,7 @@ def _check(chat: Conversation, stored: list[JSON], where: _Whereabouts, found: F
 
 
 def _committed_anyway(fake: ZepFake, observed: ObservedEnqueuer) -> int:
-    """Messages whose first attempt to queue failed, yet which that attempt queued: stored
+    """Messages whose attempt to queue failed, yet which that attempt queued: stored
     with a sequence number handed out before the failure came back. At least this many (a
     message lost downstream is not seen)."""
     lowest: dict[str, int] = {}
@@ -507,8 +507,11 @@ def run(
     before one said earlier), ``stray`` (stored where no session's messages belong),
     ``settled``, and the ambiguous outcomes exercised: ``backend`` (calls the fake
     committed whose client got no success reply, by cause), ``enqueue_timeouts`` (enqueue
-    calls that timed out in the agent) and ``enqueue_failed_but_queued`` (messages Redis
-    queued although their attempt failed: at least this many)."""
+    calls that timed out in the agent, from its log), ``enqueue_failed_messages`` (messages
+    an attempt failed to queue without knowing whether the script ran) and
+    ``enqueue_failed_but_queued`` (of those, queued by that attempt all the same: at least
+    this many). ``hooks`` are the enqueuer's own counters as the wait ended; ``diagnosis``
+    says where lost messages stopped and how copies and disorder arose."""
     sessions = threads or sessions
     rng = random.Random(seed)
     slots = plan(messages, sessions, turns_per_session)
@@ -619,8 +622,12 @@ def run(
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--messages", type=int, default=10_000)
-    parser.add_argument("--sessions", "--threads", type=int, default=30, help="concurrent")
-    parser.add_argument("--turns-per-session", type=int, default=25, help="0: no limit")
+    parser.add_argument(
+        "--sessions", "--threads", type=int, default=30, help="sessions open at once"
+    )
+    parser.add_argument(
+        "--turns-per-session", type=int, default=25, help="then a new session; 0: never"
+    )
     parser.add_argument("--workers", type=int, default=4)
     parser.add_argument("--kills", type=int, default=20)
     parser.add_argument("--fault-rate", type=float, default=0.2)
