@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import subprocess
 import sys
 import time
 import urllib.request
 
+import httpx
 import pytest
 from zep_cloud import AddMessage, AsyncZep
 from zep_cloud.core.api_error import ApiError
 
 from afterthought.testing import Fault, ZepFake
 from afterthought.testing.redis_server import free_port, listening
+from afterthought.testing.zep_fake import RANDOM_FAULTS
 
 
 async def test_standalone_fake_serves_the_sdk_and_takes_control_calls() -> None:
@@ -77,4 +81,142 @@ async def test_user_conflict_and_lookup_behave_like_zep(zep_fake: ZepFake) -> No
     zep_fake.inject(Fault(match="GET /users", status=429, retry_after=1))
     with pytest.raises(ApiError) as limited:
         await zep.user.get(str(created.uuid_))
-    assert limited.value.status_code == 429 and limited.value.headers["retry-after"] == "1"
+    assert limited.value.status_code == 429 and (limited.value.headers or {})["retry-after"] == "1"
+
+
+ADDS = "POST /threads/.*/messages"
+
+
+async def _thread(zep: AsyncZep) -> str:
+    user = await zep.user.create(user_id="u1")
+    return str((await zep.thread.create(user_uuid=str(user.uuid_))).uuid_)
+
+
+async def _stored_soon(fake: ZepFake, thread: str, count: int, within: float = 5.0) -> list[str]:
+    """The thread's contents once it holds ``count`` messages (a hung request commits late)."""
+    deadline = time.monotonic() + within
+    while len(fake.messages(thread)) < count and time.monotonic() < deadline:
+        await asyncio.sleep(0.02)
+    return [m["content"] for m in fake.messages(thread)]
+
+
+def test_random_faults_fail_before_and_after_the_work_and_hang() -> None:
+    assert {f.kind for f in RANDOM_FAULTS} == {
+        "503",
+        "500_after_commit",
+        "drop",
+        "drop_after_commit",
+        "429",
+        "hang",
+    }
+    assert all(f.retry_after for f in RANDOM_FAULTS if f.status == 429)
+
+
+async def test_a_hang_commits_after_the_client_gave_up_and_is_counted_ambiguous(
+    zep_fake: ZepFake,
+) -> None:
+    zep_fake.client_timeout, zep_fake.hang_overshoot = 0.3, 0.5
+    zep = AsyncZep(api_key="k", base_url=zep_fake.base_url, max_retries=0, timeout=0.3)
+    thread = await _thread(zep)
+    zep_fake.inject(Fault(match=ADDS, hang=True))
+    with pytest.raises(httpx.TimeoutException):
+        await zep.thread.add_messages(thread, messages=[AddMessage(role="user", content="a")])
+    assert zep_fake.messages(thread) == []  # the client gave up before the commit
+    assert await _stored_soon(zep_fake, thread, 1) == ["a"]
+    await asyncio.sleep(0.1)
+    assert zep_fake.injected == {"hang": 1}
+    assert zep_fake.ambiguous == {"hang": 1}
+
+
+@pytest.mark.parametrize("honor", [True, False], ids=["keys-honoured", "keys-ignored"])
+async def test_a_retry_while_a_hung_call_is_pending_is_stored_once_only_if_keys_are_honoured(
+    zep_fake: ZepFake, honor: bool
+) -> None:
+    zep_fake.honor_idempotency = honor
+    zep_fake.client_timeout, zep_fake.hang_overshoot = 0.3, 0.3
+    zep = AsyncZep(api_key="k", base_url=zep_fake.base_url, max_retries=0, timeout=0.3)
+    thread = await _thread(zep)
+    zep_fake.inject(Fault(match=ADDS, hang=True))
+    message = [AddMessage(role="user", content="a")]
+    with pytest.raises(httpx.TimeoutException):
+        await zep.thread.add_messages(thread, messages=message, idempotency_key="k1")
+    retry = AsyncZep(api_key="k", base_url=zep_fake.base_url, max_retries=0, timeout=5)
+    await retry.thread.add_messages(thread, messages=message, idempotency_key="k1")
+    assert await _stored_soon(zep_fake, thread, 2, within=1.0) == ["a"] * (1 if honor else 2)
+    assert zep_fake.ambiguous == {"hang": 1}
+
+
+@pytest.mark.parametrize(
+    ("fault", "error"),
+    [
+        (Fault(match=ADDS, drop=True, after_commit=True), httpx.TransportError),
+        (Fault(match=ADDS, status=500, after_commit=True), ApiError),
+    ],
+    ids=["drop", "500"],
+)
+async def test_a_failure_after_the_work_stores_and_counts_it_ambiguous(
+    zep_fake: ZepFake, fault: Fault, error: type[Exception]
+) -> None:
+    zep = AsyncZep(api_key="k", base_url=zep_fake.base_url, max_retries=0)
+    thread = await _thread(zep)
+    zep_fake.inject(fault)
+    with pytest.raises(error):
+        await zep.thread.add_messages(thread, messages=[AddMessage(role="user", content="a")])
+    assert [m["content"] for m in zep_fake.messages(thread)] == ["a"]
+    assert zep_fake.injected == {fault.kind: 1}
+    assert zep_fake.ambiguous == {fault.kind: 1}
+
+
+async def test_failures_before_the_work_or_of_a_read_leave_nothing_ambiguous(
+    zep_fake: ZepFake,
+) -> None:
+    zep = AsyncZep(api_key="k", base_url=zep_fake.base_url, max_retries=0)
+    thread = await _thread(zep)
+    zep_fake.inject(Fault(match=ADDS, status=503))
+    zep_fake.inject(Fault(match=ADDS, drop=True))
+    zep_fake.inject(Fault(match="POST /users/lookup", status=500, after_commit=True))
+    for _ in range(2):
+        with pytest.raises((ApiError, httpx.TransportError)):
+            await zep.thread.add_messages(thread, messages=[AddMessage(role="user", content="a")])
+    with pytest.raises(ApiError):
+        await zep.user.lookup(user_id="u1")
+    assert zep_fake.messages(thread) == []
+    assert zep_fake.injected == {"503": 1, "drop": 1, "500_after_commit": 1}
+    assert not zep_fake.ambiguous
+
+
+async def test_a_client_that_timed_out_on_a_slow_commit_is_counted_gone(
+    zep_fake: ZepFake,
+) -> None:
+    zep = AsyncZep(api_key="k", base_url=zep_fake.base_url, max_retries=0, timeout=0.2)
+    thread = await _thread(zep)
+    zep_fake.latency = 0.4
+    with pytest.raises(httpx.TimeoutException):
+        await zep.thread.add_messages(thread, messages=[AddMessage(role="user", content="a")])
+    assert await _stored_soon(zep_fake, thread, 1) == ["a"]
+    await asyncio.sleep(0.1)
+    assert zep_fake.ambiguous == {"client_gone": 1}
+    assert not zep_fake.injected
+
+
+def test_every_request_draws_a_fault_at_rate_one_and_control_sets_the_timeouts() -> None:
+    with ZepFake(fault_rate=1.0, seed=3) as fake:
+        control = f"http://127.0.0.1:{fake.port}/_fake/config"
+        body = json.dumps({"client_timeout": 0.1, "hang_overshoot": 0.05}).encode()
+        urllib.request.urlopen(urllib.request.Request(control, data=body, method="POST"))
+        assert (fake.client_timeout, fake.hang_overshoot) == (0.1, 0.05)
+        zep = AsyncZep(api_key="k", base_url=fake.base_url, max_retries=0, timeout=0.1)
+        asyncio.run(_try_users(zep, 12))
+        time.sleep(0.2)  # a last hang commits after its client gave up
+        with urllib.request.urlopen(f"http://127.0.0.1:{fake.port}/_fake/state") as reply:
+            state = json.load(reply)
+        assert sum(state["injected"].values()) == 12
+        assert state["ambiguous"] == dict(fake.ambiguous)
+        fake.reset()
+        assert not fake.injected and not fake.ambiguous
+
+
+async def _try_users(zep: AsyncZep, count: int) -> None:
+    for n in range(count):
+        with contextlib.suppress(ApiError, httpx.TransportError):
+            await zep.user.create(user_id=f"u{n}")

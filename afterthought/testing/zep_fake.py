@@ -2,9 +2,10 @@
 
 It keeps users, threads and messages in memory, records every request with its
 ``Idempotency-Key``, replays keyed mutations unless told not to, and injects latency and
-faults (status codes with ``Retry-After``, hangs, dropped connections, lost replies).
-Point the SDK at :attr:`ZepFake.base_url` (``ZEP_BASE_URL``). Control it in process, or
-over HTTP under ``/_fake/`` when it runs in another process."""
+faults (status codes with ``Retry-After``, hangs, dropped connections, lost replies). It
+counts the faults it injected and the ambiguous outcomes: mutations it committed whose
+client got no success reply. Point the SDK at :attr:`ZepFake.base_url` (``ZEP_BASE_URL``).
+Control it in process, or over HTTP under ``/_fake/`` when it runs in another process."""
 
 from __future__ import annotations
 
@@ -12,10 +13,13 @@ import contextlib
 import json
 import random
 import re
+import select
+import socket
 import sys
 import threading
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
@@ -28,10 +32,12 @@ JSON = dict[str, Any]
 
 
 class _Reply(Exception):
-    def __init__(self, status: int, body: JSON | None = None) -> None:
+    def __init__(self, status: int, body: JSON | None = None, *, committed: bool = False) -> None:
         super().__init__(status)
         self.status = status
         self.body = body
+        self.committed = committed
+        """A mutation whose effect now stands (done now, or replayed by its key)."""
 
 
 def _error(status: int, code: str, message: str) -> _Reply:
@@ -52,17 +58,31 @@ class Fault:
     """Close the connection without a reply."""
     after_commit: bool = False
     """With ``drop`` or ``status``: do the work first, then fail (a lost reply)."""
+    hang: bool = False
+    """Sleep past the client's timeout (:attr:`ZepFake.client_timeout` plus
+    :attr:`ZepFake.hang_overshoot`), then do the work: it commits after the client gave up."""
     times: int = 1
 
+    @property
+    def kind(self) -> str:
+        """How the fault is counted: ``hang``, ``drop``, a status, ``delay``; with
+        ``_after_commit`` when the work is done first."""
+        if self.hang:
+            return "hang"
+        what = "drop" if self.drop else str(self.status) if self.status else "delay"
+        return f"{what}_after_commit" if self.after_commit and what != "delay" else what
 
-#: What ``fault_rate`` draws from: refusals, lost replies (the work was done), dropped
-#: connections before and after the work, and rate limiting.
+
+#: What ``fault_rate`` draws from: refusals and dropped connections before the work, lost
+#: replies after it (an error status, a dropped connection), rate limiting, and a hang that
+#: commits once the client has given up.
 RANDOM_FAULTS = (
     Fault(status=503),
     Fault(status=500, after_commit=True),
     Fault(drop=True),
     Fault(drop=True, after_commit=True),
     Fault(status=429, retry_after=0.2),
+    Fault(hang=True),
 )
 
 
@@ -103,13 +123,27 @@ class ZepFake:
         honor_idempotency: bool = True,
         fault_rate: float = 0.0,
         seed: int | None = None,
+        client_timeout: float = 30.0,
+        hang_overshoot: float = 0.5,
     ) -> None:
         self.latency = latency
         self.honor_idempotency = honor_idempotency
         self.fault_rate = fault_rate
         """Share of requests failed at random, drawn from :data:`RANDOM_FAULTS`."""
+        self.client_timeout = client_timeout
+        """The clients' request timeout, in seconds (set it to theirs): a hang outlasts it.
+        The default is the worker's default ``backend_timeout``."""
+        self.hang_overshoot = hang_overshoot
+        """How long past ``client_timeout`` a hung request commits."""
         self.requests: list[Recorded] = []
         self.faults: list[Fault] = []
+        self.injected: Counter[str] = Counter()
+        """Faults applied, by :attr:`Fault.kind`."""
+        self.ambiguous: Counter[str] = Counter()
+        """Committed mutations whose client got no success reply, by cause: a fault's
+        :attr:`Fault.kind` (a failure after the work, a hang), ``client_gone`` (the client
+        closed the connection first: it timed out or died) or ``reply_failed`` (writing the
+        reply failed)."""
         self._random = random.Random(seed)
         self._state = _State()
         self._lock = threading.RLock()
@@ -157,6 +191,8 @@ class ZepFake:
             self._state = _State()
             self.requests.clear()
             self.faults.clear()
+            self.injected.clear()
+            self.ambiguous.clear()
 
     def messages(self, thread_uuid: str | None = None) -> list[JSON]:
         """Stored messages of one thread (or of all, in thread creation order)."""
@@ -180,11 +216,24 @@ class ZepFake:
                 "threads": self.threads(),
                 "messages": self._state.messages,
                 "requests": [asdict(r) for r in self.requests],
+                **self.outcomes(),
             }
+
+    def outcomes(self) -> JSON:
+        """The counters, copied at one moment: ``injected`` faults and ``ambiguous``
+        outcomes, each by kind."""
+        with self._lock:
+            return {"injected": dict(self.injected), "ambiguous": dict(self.ambiguous)}
 
     def configure(self, body: JSON) -> None:
         with self._lock:
-            for name in ("latency", "honor_idempotency", "fault_rate"):
+            for name in (
+                "latency",
+                "honor_idempotency",
+                "fault_rate",
+                "client_timeout",
+                "hang_overshoot",
+            ):
                 if name in body:
                     setattr(self, name, body[name])
             for fault in body.get("faults", []):
@@ -199,10 +248,25 @@ class ZepFake:
                     fault.times -= 1
                     if fault.times <= 0:
                         self.faults.remove(fault)
+                    self.injected[fault.kind] += 1
                     return fault
             if self.fault_rate and self._random.random() < self.fault_rate:
-                return self._random.choice(RANDOM_FAULTS)
+                drawn = self._random.choice(RANDOM_FAULTS)
+                self.injected[drawn.kind] += 1
+                return drawn
         return None
+
+    def delay_of(self, fault: Fault | None) -> float:
+        """How long a request sleeps before the work: latency, plus the fault's delay, plus
+        past the client's timeout for a hang."""
+        if fault is None:
+            return self.latency
+        hang = self.client_timeout + self.hang_overshoot if fault.hang else 0.0
+        return self.latency + fault.delay + hang
+
+    def note_ambiguous(self, cause: str) -> None:
+        with self._lock:
+            self.ambiguous[cause] += 1
 
     def key_in_flight(self, method: str, key: str | None) -> threading.Lock | None:
         """Like an idempotent API, a keyed mutation holds its key until it is answered: a
@@ -223,14 +287,15 @@ class ZepFake:
             with self._lock:
                 if mutating and key and self.honor_idempotency and key in self._state.replies:
                     status, reply = self._state.replies[key]
-                    return _Reply(status, reply)
+                    return _Reply(status, reply, committed=True)
                 try:
                     status, reply = handler(self, *found.groups(), query=query, body=body)
                 except _Reply as error:
                     return error
                 if mutating and key and status < 300:
                     self._state.replies[key] = (status, reply)
-                return _Reply(status, reply)
+                committed = mutating and status < 300 and handler not in _READ_ONLY
+                return _Reply(status, reply, committed=committed)
         return _error(404, "not_found", f"no route {method} {path}")
 
     # --- the v4 subset ------------------------------------------------------------------
@@ -575,6 +640,10 @@ _ROUTES: list[tuple[str, str, _Handler_t]] = [
     ("PUT", r"/context-templates/([\w-]+)", ZepFake._update_template),
     ("DELETE", r"/context-templates/([\w-]+)", ZepFake._delete_template),
 ]
+#: POST routes that change nothing: failing their reply leaves nothing ambiguous.
+_READ_ONLY: frozenset[_Handler_t] = frozenset(
+    {ZepFake._lookup_user, ZepFake._graph_context, ZepFake._search, ZepFake._list_edges}
+)
 _ROUTES_BY_METHOD: dict[str, list[tuple[re.Pattern[str], _Handler_t]]] = {}
 for _method, _pattern, _fn in _ROUTES:
     _ROUTES_BY_METHOD.setdefault(_method, []).append((re.compile(_pattern), _fn))
@@ -638,7 +707,7 @@ class _Handler(BaseHTTPRequestHandler):
         fault = fake._take_fault(method, path)
         held = fake.key_in_flight(method, key)
         with held or contextlib.nullcontext():
-            delay = fake.latency + (fault.delay if fault else 0.0)
+            delay = fake.delay_of(fault)
             if delay:
                 time.sleep(delay)
             if fault and not fault.after_commit and (fault.drop or fault.status):
@@ -648,9 +717,30 @@ class _Handler(BaseHTTPRequestHandler):
             reply = fake.handle(method, path, query, body, key)
         seen.status = reply.status
         if fault and fault.after_commit and (fault.drop or fault.status):
+            if reply.committed:
+                fake.note_ambiguous(fault.kind)
             self._fail(fault)
             return
-        self._reply(reply.status, reply.body)
+        if reply.committed and self._client_gone():
+            fake.note_ambiguous("hang" if fault and fault.hang else "client_gone")
+            self.close_connection = True
+            return
+        try:
+            self._reply(reply.status, reply.body)
+        except OSError:  # the client went away while we wrote (a reset, a broken pipe)
+            if reply.committed:
+                fake.note_ambiguous("reply_failed")
+            self.close_connection = True
+
+    def _client_gone(self) -> bool:
+        """The client closed its end while the request was served (it timed out, or died):
+        the connection reads as closed. A live HTTP/1.1 client sends nothing before the
+        reply, so a readable socket means end of stream or a reset."""
+        try:
+            readable, _, _ = select.select([self.connection], [], [], 0)
+            return bool(readable) and self.connection.recv(1, socket.MSG_PEEK) == b""
+        except OSError:
+            return True
 
     def _control(self, method: str, path: str, body: JSON) -> None:
         fake = self.server_fake

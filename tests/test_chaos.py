@@ -1,0 +1,39 @@
+"""The chaos bench, small enough for every CI run: ADK sessions sharing one event loop that
+stalls, workers SIGKILLed, a Zep fake failing before and after committing and hanging past
+the client's timeout. Nothing may be lost, doubled or reordered, whether or not the backend
+honours idempotency keys."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from bench import chaos
+from tests.conftest import REDIS_URL
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("honor", [True, False], ids=["keys-honoured", "keys-ignored"])
+def test_a_stalling_agent_with_killed_workers_and_ambiguous_faults_loses_nothing(
+    honor: bool,
+) -> None:
+    result = chaos.run(
+        messages=300,
+        sessions=16,  # enough enqueues in flight that stalls catch some of them
+        turns_per_session=10,
+        workers=2,
+        kills=2,
+        fault_rate=0.15,
+        honor_idempotency=honor,
+        stall=True,
+        think=0.1,
+        seed=5 if honor else 6,
+        redis_url=REDIS_URL,
+        timeout=60,
+    )
+    report = json.dumps(result)  # the whole report, diagnosis included, when it fails
+    assert result["stalls"]["count"] > 0 and result["kills"] == 2, report
+    assert result["settled"], report
+    found = (result["lost"], result["duplicated"], result["out_of_order"], result["stray"])
+    assert found == (0, 0, 0, 0), report
