@@ -57,6 +57,7 @@ from afterthought.enqueue import UNREACHABLE, Enqueuer  # noqa: E402
 from afterthought.identity import IdentityRegistry  # noqa: E402
 from afterthought.keys import Keys  # noqa: E402
 from afterthought.loops import PerLoop  # noqa: E402
+from afterthought.queue import ThreadQueue  # noqa: E402
 from afterthought.settings import Settings  # noqa: E402
 from afterthought.testing import ZepFake  # noqa: E402
 from afterthought.testing.processes import cleanup, spawn_worker, wait_settled  # noqa: E402
@@ -71,7 +72,7 @@ USERS = 5
 #: The worker's client timeout, in seconds: short, so that a hang outlasts it quickly.
 BACKEND_TIMEOUT = 1.0
 #: After this long a timed-out backend call is taken as settled on the server (the write
-#: path's ``backend_settle_seconds``, passed only once Settings knows it).
+#: path's ``backend_settle_seconds``).
 SETTLE_SECONDS = 1.0
 #: How long past the client's timeout a hung request commits: within the settle time, so a
 #: write path that waits it out sees every commit before it reconciles.
@@ -161,7 +162,7 @@ def plan(messages: int, sessions: int, turns_per_session: int) -> list[list[Conv
 
 
 class ObservedEnqueuer(Enqueuer):
-    """The hooks' own enqueuer, watched at ``send`` (each attempt to queue): which attempts
+    """The hooks' own enqueuer, watched at each attempt to queue: which attempts
     Redis confirmed, and, the first time an attempt carrying a message fails without knowing
     whether the script ran (a timeout), the thread's sequence counter right after."""
 
@@ -178,8 +179,11 @@ class ObservedEnqueuer(Enqueuer):
         self._probe = PerLoop(lambda: aioredis.Redis.from_url(settings.redis_url))
         self._thread_keys = Keys(settings.key_prefix)
 
-    async def send(self, messages: Sequence[QueuedMessage]) -> str | None:
-        why = await super().send(messages)
+    async def _send(
+        self, queue: ThreadQueue, messages: Sequence[QueuedMessage], timeout: float
+    ) -> str | None:
+        # Every attempt, the turn path's and the drain thread's (on its own loop).
+        why = await super()._send(queue, messages, timeout)
         for m in messages:
             self.keys[(m.session_id, m.role or "", m.content)] = m.key
             if why is None:
@@ -477,9 +481,8 @@ def _settings(redis_url: str | None, fake: ZepFake) -> Settings:
         "zep_api_key": "chaos",
         "zep_base_url": fake.base_url,
         **WORKER_SETTINGS,
+        "backend_settle_seconds": SETTLE_SECONDS,
     }
-    if "backend_settle_seconds" in Settings.model_fields:  # the write path may not have it yet
-        values["backend_settle_seconds"] = SETTLE_SECONDS
     return Settings(**values)
 
 

@@ -23,7 +23,6 @@ from afterthought.settings import Settings
 from afterthought.testing import Fault, RedisServer, ZepFake
 from afterthought.testing.stand_in_model import StandInLlm
 from agent_hooks import ZepMemoryService, create_callbacks
-from bench import chaos
 from tests.adk_support import make_runner, new_session, say
 from tests.conftest import drain, enqueue, queued, run_cli, run_worker_once
 from worker.flush import Flusher
@@ -40,31 +39,6 @@ def _posts(fake: ZepFake) -> list[tuple[int, int]]:
         for r in fake.requests
         if r.method == "POST" and r.path.endswith("/messages")
     ]
-
-
-@pytest.mark.parametrize("honor", [True, False], ids=["keys-honoured", "keys-ignored"])
-def test_chaos_workers_killed_faults_injected_nothing_lost_or_doubled(
-    honor: bool, prefix: str
-) -> None:
-    from tests.conftest import REDIS_URL
-
-    result = chaos.run(
-        messages=500,
-        workers=3,
-        kills=2,
-        fault_rate=0.1,
-        honor_idempotency=honor,
-        threads=20,
-        seed=7,
-        redis_url=REDIS_URL,
-    )
-    assert result["settled"], result
-    assert (result["lost"], result["duplicated"], result["out_of_order"], result["stray"]) == (
-        0,
-        0,
-        0,
-        0,
-    ), result
 
 
 async def test_unauthorized_pauses_every_worker_and_dead_letters_nothing(
