@@ -60,9 +60,12 @@ def missing(
 ) -> list[OutgoingMessage]:
     """What of ``wanted`` the backend lacks: by message key and text (two texts under one
     key, from a reused invocation id, are two messages); for a replayed session also by the
-    same role saying the same text (a turn stored under a key counted differently)."""
+    same role saying the same text in a message stored without our key (written before
+    afterthought, e.g. by zep-adk)."""
     present = {(m.key, m.content) for m in stored if m.key}
-    said = {(m.role, m.content) for m in stored} if replay else set()
+    # Only what was stored without our key (by another integration) is matched by text: our
+    # own messages are matched by key, or a user who says "yes" twice would lose one.
+    said = {(m.role, m.content) for m in stored if not m.key} if replay else set()
     lacking: list[OutgoingMessage] = []
     for m in wanted:  # a replay may also repeat a turn queued in the same batch
         key = (str(m.metadata[MESSAGE_KEY_FIELD]), m.content)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import redis.asyncio as aioredis
 
 from afterthought.backend import MemoryBackend, UserRef
-from afterthought.keys import LOCK_TTL_MS, Keys, digest
+from afterthought.keys import LOCK_TTL_MS, Keys, digest, digest_ids
 from afterthought.settings import Settings
 
 # Compare-and-delete: only the holder's token releases the lock.
@@ -21,6 +21,9 @@ RELEASE_LUA = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
 return 0
 """
+# One command on one key, flagged allow-oom (Redis 7): at maxmemory the worker must still
+# provision new threads, or their queues could never drain and free memory.
+WRITE_LUA = "#!lua flags=allow-oom\nreturn redis.call(ARGV[1], KEYS[1], unpack(ARGV, 2))"
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,10 +35,19 @@ class Identity:
 
 
 class IdentityRegistry:
-    def __init__(self, redis: aioredis.Redis, settings: Settings) -> None:
+    def __init__(
+        self, redis: aioredis.Redis, settings: Settings, *, allow_oom: bool = False
+    ) -> None:
+        """``allow_oom``: provision at ``maxmemory`` too (the worker, on Redis 7)."""
         self._redis = redis
         self._settings = settings
         self._keys = Keys(settings.key_prefix)
+        self._write = redis.register_script(WRITE_LUA) if allow_oom else None
+
+    async def _command(self, command: str, key: str, *args: str | int) -> object:
+        if self._write is None:
+            return await self._redis.execute_command(command, key, *args)
+        return await self._write(keys=[key], args=[command, *args])
 
     async def lookup(self, *, app: str, user_id: str, session_id: str) -> Identity:
         async with self._redis.pipeline(transaction=False) as pipe:
@@ -84,15 +96,12 @@ class IdentityRegistry:
             first_name=first_name,
             last_name=last_name,
         )
-        await self._redis.hset(
+        await self._command(
+            "HSET",
             self._keys.user(app, user_id),
             # The ADK ids too, so operations (pruning, forgetting) can walk the users.
-            mapping={
-                "user_uuid": user.user_uuid,
-                "graph_uuid": user.graph_uuid,
-                "app": app,
-                "user_id": user_id,
-            },
+            *("user_uuid", user.user_uuid, "graph_uuid", user.graph_uuid),
+            *("app", app, "user_id", user_id),
         )
         return user, created
 
@@ -125,10 +134,11 @@ class IdentityRegistry:
             known = await self.lookup(app=app, user_id=user_id, session_id=session_id)
             if known.thread_uuid is not None:
                 return user, known.thread_uuid, False
+            # Scoped by the user: two users who pick the same session id get two threads.
             thread_uuid = await backend.create_thread(
-                user=user, idempotency_key=f"thread:{digest(app, session_id)}"
+                user=user, idempotency_key=f"thread:{digest_ids(app, user_id, session_id)}"
             )
-            await self._redis.set(self._keys.session(app, user_id, session_id), thread_uuid)
+            await self._command("SET", self._keys.session(app, user_id, session_id), thread_uuid)
             return user, thread_uuid, True
 
     async def ensure(
@@ -141,7 +151,7 @@ class IdentityRegistry:
         return user, thread_uuid
 
     def _lock(self, name: str) -> _Lock:
-        return _Lock(self._redis, self._keys.lock(name))
+        return _Lock(self, self._keys.lock(name))
 
 
 def _user_ref(user_uuid: bytes | None, graph_uuid: bytes | None) -> UserRef | None:
@@ -151,15 +161,17 @@ def _user_ref(user_uuid: bytes | None, graph_uuid: bytes | None) -> UserRef | No
 class _Lock:
     """A short Redis lock (token + expiry, compare-and-delete) that waits its turn."""
 
-    def __init__(self, redis: aioredis.Redis, key: str) -> None:
-        self._redis = redis
+    def __init__(self, registry: IdentityRegistry, key: str) -> None:
+        self._registry = registry
         self._key = key
         self._token = secrets.token_hex(8)
 
     async def __aenter__(self) -> None:
         async with asyncio.timeout(LOCK_TTL_MS / 1000 * 2):
-            while not await self._redis.set(self._key, self._token, nx=True, px=LOCK_TTL_MS):
+            while not await self._registry._command(
+                "SET", self._key, self._token, "NX", "PX", LOCK_TTL_MS
+            ):
                 await asyncio.sleep(0.02)
 
     async def __aexit__(self, *exc: object) -> None:
-        await self._redis.eval(RELEASE_LUA, 1, self._key, self._token)
+        await self._registry._redis.eval(RELEASE_LUA, 1, self._key, self._token)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 from dataclasses import dataclass
 
 #: Registry entries and pending lists are durable state; these are not and expire.
@@ -13,6 +14,12 @@ def digest(*parts: str, size: int = 32) -> str:
     """A short stable hex id for a tuple of strings (unit-separated, so no ambiguity)."""
     # surrogatepass: an id that is not valid Unicode still has one digest (never a crash).
     return hashlib.sha256("\x1f".join(parts).encode("utf-8", "surrogatepass")).hexdigest()[:size]
+
+
+def digest_ids(*ids: str, size: int = 32) -> str:
+    """A stable hex id for a tuple of user-chosen ids, over an unambiguous encoding (a JSON
+    array): no id can contain a separator that makes two tuples one."""
+    return hashlib.sha256(json.dumps(ids, ensure_ascii=True).encode()).hexdigest()[:size]
 
 
 @dataclass(frozen=True, slots=True)

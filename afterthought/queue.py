@@ -75,7 +75,13 @@ local function room(pending, depth, n, thread_cap, global_cap)
 end
 local function push(pending, thread, ready, depth, epoch_key, threads, seen, tk, now, keys, items)
   local seq = tonumber(redis.call('HGET', thread, 'seq') or '0')
-  if seq == 0 then redis.call('HSETNX', thread, 'done', 0) end
+  if seq == 0 then
+    -- A new thread, or one whose counter Redis lost (evicted) while messages wait: go on
+    -- after the last of them, so acknowledgements by sequence number stay right.
+    local tail = redis.call('LINDEX', pending, -1)
+    seq = tail and head_seq(tail) or 0
+    if seq == 0 then redis.call('HSETNX', thread, 'done', 0) end
+  end
   local epoch = redis.call('GET', epoch_key) or '0'
   for i = 1, #items do
     seq = seq + 1
@@ -181,8 +187,9 @@ return redis.call('LLEN', KEYS[2])
 )
 
 # KEYS lease, pending, dead, thread, depth, lost; ARGV token, count, tk, reason, attempts,
-# now_ms. Moves the first ``count`` items to the dead letters: a JSON header line, then the
-# item's bytes untouched (a malformed item may not even be UTF-8). Returns what is left.
+# now_ms, last seq ('' for any). Moves the first ``count`` items, up to ``last``, to the
+# dead letters: a JSON header line, then the item's bytes untouched (a malformed item may
+# not even be UTF-8). Returns what is left.
 DEAD_LUA = (
     _COMMON
     + """
@@ -190,7 +197,7 @@ if redis.call('GET', KEYS[1]) ~= ARGV[1] then return -1 end
 local header = cjson.encode({
   thread = ARGV[3], reason = ARGV[4], attempts = tonumber(ARGV[5]), at = tonumber(ARGV[6])
 })
-take(KEYS[2], KEYS[4], KEYS[5], KEYS[6], tonumber(ARGV[2]), nil, function(item)
+take(KEYS[2], KEYS[4], KEYS[5], KEYS[6], tonumber(ARGV[2]), tonumber(ARGV[7]), function(item)
   redis.call('RPUSH', KEYS[3], header .. '\\n' .. item)
 end)
 redis.call('HDEL', KEYS[4], 'inflight', 'attempts', 'failing_since')
@@ -220,10 +227,16 @@ end
 return 1
 """
 
-# KEYS pending, thread, ready, depth, seen; ARGV tk. Empties one thread's queue (forget).
+# KEYS pending, thread, ready, depth; ARGV tk. Empties one thread's queue (forget): all
+# that was queued counts as done. The counter goes on (a worker still holding the thread
+# acknowledges by sequence number and must never pop what is queued after the purge), and
+# ``seen`` stays (a late re-push of a forgotten message is skipped; it holds no text).
 PURGE_LUA = """
 local n = redis.call('LLEN', KEYS[1])
-redis.call('DEL', KEYS[1], KEYS[2], KEYS[5])
+redis.call('DEL', KEYS[1])
+local seq = redis.call('HGET', KEYS[2], 'seq')
+if seq then redis.call('HSET', KEYS[2], 'done', seq) end
+redis.call('HDEL', KEYS[2], 'inflight', 'attempts', 'failing_since')
 redis.call('ZREM', KEYS[3], ARGV[1])
 if redis.call('DECRBY', KEYS[4], n) < 0 then redis.call('SET', KEYS[4], 0) end
 return n
@@ -388,14 +401,23 @@ class ThreadQueue:
         )
 
     async def dead_letter(
-        self, tk: str, token: str, *, count: int, reason: str, attempts: int, now_ms: int
+        self,
+        tk: str,
+        token: str,
+        *,
+        count: int,
+        reason: str,
+        attempts: int,
+        now_ms: int,
+        last: int | None = None,
     ) -> int:
-        """Move the first ``count`` items to the dead letters; what is left, or -1."""
+        """Move the first ``count`` items (none past seq ``last``) to the dead letters;
+        what is left, or -1."""
         k = self.keys
         return int(
             await self._dead(
                 keys=[k.lease(tk), k.pending(tk), k.dead, k.thread(tk), k.depth, k.lost],
-                args=[token, count, tk, reason, attempts, now_ms],
+                args=[token, count, tk, reason, attempts, now_ms, "" if last is None else last],
             )
         )
 
@@ -412,9 +434,7 @@ class ThreadQueue:
         """Drop everything queued on a thread; how many messages went."""
         k = self.keys
         return int(
-            await self._purge(
-                keys=[k.pending(tk), k.thread(tk), k.ready, k.depth, k.seen(tk)], args=[tk]
-            )
+            await self._purge(keys=[k.pending(tk), k.thread(tk), k.ready, k.depth], args=[tk])
         )
 
     async def failed_attempt(self, tk: str, *, now_ms: int) -> tuple[int, int]:

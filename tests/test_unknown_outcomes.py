@@ -379,8 +379,9 @@ async def test_a_worker_starts_and_drains_redis_at_maxmemory(
         client = aioredis.Redis.from_url(url)
         enqueuer = Enqueuer(settings)
         await enqueue(settings, queued("hello", 1000))
-        await drain(settings)  # the thread exists: provisioning writes are refused when full
-        said = [queued("x" * 2000 + f" {n}", n) for n in range(300)]
+        await drain(settings)
+        # 300 messages, most in sessions never seen: they are provisioned at maxmemory too.
+        said = [queued("x" * 2000 + f" {n}", n, session=f"s{n % 20}") for n in range(300)]
         for message in said:
             assert await enqueuer.enqueue([message])
         used = int((await client.info("memory"))["used_memory"])
@@ -390,7 +391,7 @@ async def test_a_worker_starts_and_drains_redis_at_maxmemory(
         assert "redis_full" in status.problems
 
         await drain(settings, timeout=60)  # a real worker: starts, drains at maxmemory
-        assert not await client.llen(Keys(settings.key_prefix).pending(said[0].thread_key))
+        assert not await client.zcard(Keys(settings.key_prefix).ready)
         await client.config_set("maxmemory", 0)
         assert await enqueuer.drain_buffer(timeout=20)  # the held one goes once room is back
         await drain(settings)
@@ -435,3 +436,109 @@ async def test_one_refused_fact_is_dead_lettered_alone(
     (letter,) = [DeadLetter.parse(r) for r in await redis.lrange(keys.dead, 0, -1)]
     assert QueuedMessage.decode(letter.item).content == "REJECT me"
     assert not await redis.llen(keys.pending(facts[0].thread_key))
+
+
+async def test_two_users_with_one_session_id_get_two_threads(
+    any_settings: Settings, redis: aioredis.Redis
+) -> None:
+    from afterthought.identity import IdentityRegistry
+
+    said = {
+        who: QueuedMessage.build(
+            app="memtest",
+            user_id=who,
+            session_id="default",
+            invocation_id="i1",
+            role="user",
+            ordinal=0,
+            content=f"I am {who}.",
+        )
+        for who in ("alice", "bob")
+    }
+    for message in said.values():
+        await enqueue(any_settings, message)
+    await drain(any_settings)
+    registry = IdentityRegistry(redis, any_settings)
+    threads = {
+        who: (await registry.lookup(app="memtest", user_id=who, session_id="default")).thread_uuid
+        for who in said
+    }
+    assert None not in threads.values() and threads["alice"] != threads["bob"]
+
+
+async def test_a_purge_never_lets_an_old_ack_pop_newer_messages(
+    local_settings: Settings, redis: aioredis.Redis
+) -> None:
+    """A forget empties a thread a worker is sending; the user goes on talking."""
+    await enqueue(local_settings, *[queued(f"old {n}", n) for n in range(3)])
+    flusher = Flusher(local_settings, redis, LocalBackend(local_settings.local_db_path))
+    (lease,) = await flusher.claim(limit=5)
+    assert await flusher.queue.purge(lease.tk) == 3
+    await enqueue(local_settings, queued("new", 9))
+    assert await flusher.queue.ack(lease.tk, lease.token, last=3) == 1  # "new" stays
+    assert await _pending(redis, local_settings, lease.tk) == ["new"]
+
+
+async def test_a_replayed_session_keeps_words_said_twice(
+    local_settings: Settings,
+) -> None:
+    """A session re-added after every turn (ADK's auto-save): "yes" said twice is two
+    messages, not one already stored."""
+
+    def turn(n: int, text: str) -> QueuedMessage:
+        return QueuedMessage.build(
+            app="memtest",
+            user_id="alice",
+            session_id="s1",
+            invocation_id=f"inv-{n}",
+            role="user",
+            ordinal=0,
+            content=text,
+            replay=True,
+        )
+
+    await enqueue(local_settings, turn(1, "yes"))
+    await drain(local_settings)
+    await enqueue(local_settings, turn(1, "yes"), turn(2, "no"), turn(3, "yes"))
+    await drain(local_settings)
+    backend = LocalBackend(local_settings.local_db_path)
+    user = await _memtest_user(local_settings, backend)
+    stored, _ = await backend.user_messages(user=user, after=None, limit=10)
+    assert [m.content for m in stored] == ["yes", "no", "yes"]
+
+
+async def test_a_thread_whose_counter_was_evicted_goes_on_in_order(
+    local_settings: Settings, redis: aioredis.Redis
+) -> None:
+    keys = Keys(local_settings.key_prefix)
+    said = [queued(f"line {n}", n) for n in range(4)]
+    await enqueue(local_settings, *said[:3])
+    await redis.delete(keys.thread(said[0].thread_key))  # as allkeys-lru might
+    await enqueue(local_settings, said[3])
+    await drain(local_settings)
+    backend = LocalBackend(local_settings.local_db_path)
+    user = await _memtest_user(local_settings, backend)
+    stored, _ = await backend.user_messages(user=user, after=None, limit=10)
+    assert [m.content for m in stored] == [m.content for m in said]
+
+
+async def test_a_message_given_up_after_an_unknown_outcome_is_read_back_first(
+    make_settings: Callable[..., Settings], zep_fake: ZepFake, redis: aioredis.Redis
+) -> None:
+    """Its last attempt was stored although it failed (a 500 after the work): it is
+    acknowledged, not dead-lettered (a replay would store it twice)."""
+    settings = make_settings(
+        backend="zep",
+        zep_api_key="k",
+        zep_base_url=zep_fake.base_url,
+        retry_max_age_seconds=0.001,
+        backend_settle_seconds=0.2,
+    )
+    zep_fake.inject(Fault(match=ADDS, status=500, after_commit=True))
+    # Every read-back fails too, until the worker is about to give up on the message.
+    zep_fake.inject(Fault(match="GET /threads/.*/messages", status=503, times=5))
+    await enqueue(settings, queued("I live in Lisbon.", 1))
+    await drain(settings)
+    assert not [f for f in zep_fake.faults if f.times > 0]  # the give-up path was reached
+    assert [m["content"] for m in zep_fake.messages()] == ["I live in Lisbon."]
+    assert not await redis.llen(Keys(settings.key_prefix).dead)

@@ -98,6 +98,9 @@ class _Lease:
         self._clock = clock
         self._deadline = claimed_at + seconds
         self._lost = False
+        self.batch: list[QueuedMessage] = []
+        """The batch being sent: what a failure is about (never what was queued since)."""
+        self.thread_uuid: str | None = None
 
     def remaining(self) -> float:
         return 0.0 if self._lost else self._deadline - self._clock()
@@ -191,7 +194,7 @@ class Flusher:
         self.backend = backend
         self.keys = Keys(settings.key_prefix)
         self.queue = ThreadQueue(redis, settings, allow_oom=allow_oom)
-        self.registry = IdentityRegistry(redis, settings)
+        self.registry = IdentityRegistry(redis, settings, allow_oom=allow_oom)
         self.pacing = Pacing(redis, self.keys, pause_seconds=settings.pause_seconds)
         self.ignore_roles = ignored_roles(settings, backend)
         self.cache = ContextCache(settings)
@@ -308,13 +311,22 @@ class Flusher:
             attempts, since = await self.queue.failed_attempt(tk, now_ms=now)
         except RedisError:  # e.g. at maxmemory: retry later without counting
             attempts, since = 1, now
+        head = lease.batch[0] if lease.batch else None
         if decision.action == "retry":
             age = (now - since) / 1000
-            if age > self.settings.retry_max_age_seconds or (
-                attempts >= self.settings.retry_max_attempts and await self._backend_ok_since(since)
+            if head is not None and (
+                age > self.settings.retry_max_age_seconds
+                or (
+                    attempts >= self.settings.retry_max_attempts
+                    and await self._backend_ok_since(since)
+                )
             ):
+                if decision.unknown_outcome and await self._stored_after_all(lease, head):
+                    await self._acknowledge(lease, head.seq or 0)
+                    stats["messages"] += 1
+                    return now
                 reason = f"{exc} after {attempts} attempts"
-                await self._dead_letter(lease, 1, reason=reason, attempts=attempts)
+                await self._dead_letter(lease, 1, reason=reason, attempts=attempts, last=head.seq)
                 stats["dead"] += 1
                 return now
             delay = min(MAX_DEFER_SECONDS, 2.0**attempts) * random.uniform(0.5, 1.0)
@@ -327,10 +339,25 @@ class Flusher:
                 "flush deferred thread=%s error=%s attempts=%d in=%.1fs", tk, exc, attempts, delay
             )
             return now + int(delay * 1000)
-        count = await self._pending_batch_size(tk)
-        await self._dead_letter(lease, count, reason=str(exc), attempts=attempts)
+        count = len(lease.batch)
+        last = lease.batch[-1].seq if lease.batch else None
+        await self._dead_letter(lease, count, reason=str(exc), attempts=attempts, last=last)
         stats["dead"] += count
         return now
+
+    async def _stored_after_all(self, lease: _Lease, head: QueuedMessage) -> bool:
+        """Whether a message whose last attempt had an unknown outcome is stored: read
+        back, once the server has settled, before it is given up on."""
+        if lease.thread_uuid is None:
+            return False
+        await self._sleep(self.settings.backend_settle_seconds)
+        wanted = parts([head], self.settings.max_message_chars)
+        stored = await self.backend.recent_messages(
+            thread_uuid=lease.thread_uuid,
+            limit=len(wanted) + 30,
+            timeout=lease.call_timeout(self.settings.backend_timeout),
+        )
+        return not missing(wanted, stored, replay=head.replay)
 
     async def _flush_batch(self, lease: _Lease, stats: Counter[str], history: _History) -> bool:
         """One batch from the head of the thread; False when nothing is left."""
@@ -349,6 +376,7 @@ class Flusher:
             return True
         if int(raw_attempts or 0) >= NARROW_AFTER:  # keeps failing: find which message
             batch = batch[:1]
+        lease.batch, lease.thread_uuid = batch, None
         first, last = batch[0].seq or 0, batch[-1].seq or 0
         epoch = int(await self.redis.get(self.keys.epoch(batch[0].app, batch[0].user_id)) or 0)
         forgotten = [m for m in batch if m.epoch < epoch]
@@ -363,6 +391,7 @@ class Flusher:
         if batch[0].kind != "message":
             return await self._apply_memory_changes(lease, batch, stats)
         user, thread_uuid = await self._identity(batch[0])
+        lease.thread_uuid = thread_uuid
         replay = any(m.replay for m in batch)
         sending = _Sending(
             thread_uuid=thread_uuid,
@@ -717,18 +746,25 @@ class Flusher:
             raise BackendError("not_found", code="unprovisioned")
         return known.user, known.thread_uuid
 
-    async def _pending_batch_size(self, tk: str) -> int:
-        raw_items = await self.redis.lrange(self.keys.pending(tk), 0, self.settings.batch_size - 1)
-        inflight = await self.redis.hget(self.keys.thread(tk), "inflight")
-        try:
-            return len(self._decode_head(raw_items, inflight))
-        except MalformedPayload:
-            return 1
-
-    async def _dead_letter(self, lease: _Lease, count: int, *, reason: str, attempts: int) -> int:
-        """Move the first ``count`` items to the dead letters; the messages left."""
+    async def _dead_letter(
+        self,
+        lease: _Lease,
+        count: int,
+        *,
+        reason: str,
+        attempts: int,
+        last: int | None = None,
+    ) -> int:
+        """Move the first ``count`` items (none past seq ``last``) to the dead letters; the
+        messages left."""
         left = await self.queue.dead_letter(
-            lease.tk, lease.token, count=count, reason=reason, attempts=attempts, now_ms=_now_ms()
+            lease.tk,
+            lease.token,
+            count=count,
+            reason=reason,
+            attempts=attempts,
+            now_ms=_now_ms(),
+            last=last,
         )
         if left == -1:
             raise _LeaseLost
