@@ -213,7 +213,10 @@ class Enqueuer:
                 self._held.move_to_end(thread)  # round robin: every thread gets its turn
                 if self._retry_at.get(thread, 0.0) <= now:
                     items = self._held[thread]
-                    return thread, [items[i] for i in range(min(DRAIN_CHUNK, len(items)))]
+                    # Never more than a cap admits at once, or the thread is refused forever.
+                    s = self._settings
+                    size = min(DRAIN_CHUNK, s.thread_queue_cap, s.queue_cap, len(items))
+                    return thread, [items[i] for i in range(size)]
         return None
 
     def _next_due(self, now: float) -> float:
