@@ -171,7 +171,9 @@ return 1
 """
 
 # KEYS lease, pending, thread, depth, lost; ARGV token, last stored seq.
-# Pops what is done up to ``last``; returns what is left, or -1 if the lease is lost.
+# Pops what is done up to ``last``; returns what is left, or -1 if the lease is lost. The
+# part of the recorded in-flight batch past ``last`` (a narrowed batch, a head found stored)
+# stays recorded: an earlier attempt may have stored it, so its next attempt reconciles.
 ACK_LUA = (
     _COMMON
     + """
@@ -181,7 +183,12 @@ take(KEYS[2], KEYS[3], KEYS[4], KEYS[5], math.huge, last, nil)
 if last > tonumber(redis.call('HGET', KEYS[3], 'persisted') or '0') then
   redis.call('HSET', KEYS[3], 'persisted', last)
 end
+local inflight = redis.call('HGET', KEYS[3], 'inflight')
+local upto = inflight and tonumber(string.match(inflight, ':(%d+)$'))
 redis.call('HDEL', KEYS[3], 'inflight', 'attempts', 'failing_since')
+if upto and upto > last then
+  redis.call('HSET', KEYS[3], 'inflight', (last + 1) .. ':' .. upto)
+end
 return redis.call('LLEN', KEYS[2])
 """
 )

@@ -68,6 +68,12 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
+def _covers(inflight: bytes, first: int, last: int) -> bool:
+    """Whether the recorded in-flight batch (``first:last``) holds all of ``first..last``."""
+    low, high = (int(x) for x in inflight.decode().split(":"))
+    return low <= first and last <= high
+
+
 class _LeaseLost(Exception):
     """Another worker may hold the thread now; stop touching it."""
 
@@ -385,7 +391,10 @@ class Flusher:
             stats["forgotten"] += len(forgotten)
             await self._audit(tk, forgotten, op="add_message", outcome="forgotten")
             return True
-        recorded = inflight == f"{first}:{last}".encode()
+        # Narrowed inside the recorded batch: the record stays whole (no BEGIN), so once this
+        # part is acknowledged the rest, which an earlier attempt may have stored under
+        # another idempotency key, is still reconciled before it is sent (W2).
+        recorded = inflight is not None and _covers(inflight, first, last)
         if not recorded and not await self.queue.begin(tk, lease.token, first=first, last=last):
             raise _LeaseLost
         if batch[0].kind != "message":
