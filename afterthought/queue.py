@@ -68,6 +68,17 @@ local function take(pending, thread, depth, lost, count, last, keep)
   if redis.call('DECRBY', depth, taken + missing) < 0 then redis.call('SET', depth, 0) end
   return taken
 end
+-- After the head is done up to ``last``: its failure state goes; the part of a recorded
+-- in-flight batch past ``last`` stays recorded, as an earlier attempt may have stored it
+-- (a narrowed batch, a refused message in the middle), so its next attempt reads back.
+local function finish(thread, last)
+  local inflight = redis.call('HGET', thread, 'inflight')
+  local upto = inflight and tonumber(string.match(inflight, ':(%d+)$'))
+  redis.call('HDEL', thread, 'inflight', 'attempts', 'failing_since')
+  if upto and last and upto > last then
+    redis.call('HSET', thread, 'inflight', (last + 1) .. ':' .. upto)
+  end
+end
 local function room(pending, depth, n, thread_cap, global_cap)
   if redis.call('LLEN', pending) + n > thread_cap then return -1 end
   if tonumber(redis.call('GET', depth) or '0') + n > global_cap then return -2 end
@@ -171,9 +182,7 @@ return 1
 """
 
 # KEYS lease, pending, thread, depth, lost; ARGV token, last stored seq.
-# Pops what is done up to ``last``; returns what is left, or -1 if the lease is lost. The
-# part of the recorded in-flight batch past ``last`` (a narrowed batch, a head found stored)
-# stays recorded: an earlier attempt may have stored it, so its next attempt reconciles.
+# Pops what is done up to ``last``; returns what is left, or -1 if the lease is lost.
 ACK_LUA = (
     _COMMON
     + """
@@ -183,12 +192,7 @@ take(KEYS[2], KEYS[3], KEYS[4], KEYS[5], math.huge, last, nil)
 if last > tonumber(redis.call('HGET', KEYS[3], 'persisted') or '0') then
   redis.call('HSET', KEYS[3], 'persisted', last)
 end
-local inflight = redis.call('HGET', KEYS[3], 'inflight')
-local upto = inflight and tonumber(string.match(inflight, ':(%d+)$'))
-redis.call('HDEL', KEYS[3], 'inflight', 'attempts', 'failing_since')
-if upto and upto > last then
-  redis.call('HSET', KEYS[3], 'inflight', (last + 1) .. ':' .. upto)
-end
+finish(KEYS[3], last)
 return redis.call('LLEN', KEYS[2])
 """
 )
@@ -204,10 +208,12 @@ if redis.call('GET', KEYS[1]) ~= ARGV[1] then return -1 end
 local header = cjson.encode({
   thread = ARGV[3], reason = ARGV[4], attempts = tonumber(ARGV[5]), at = tonumber(ARGV[6])
 })
+local top = nil
 take(KEYS[2], KEYS[4], KEYS[5], KEYS[6], tonumber(ARGV[2]), tonumber(ARGV[7]), function(item)
   redis.call('RPUSH', KEYS[3], header .. '\\n' .. item)
+  top = head_seq(item) or top
 end)
-redis.call('HDEL', KEYS[4], 'inflight', 'attempts', 'failing_since')
+finish(KEYS[4], top)
 return redis.call('LLEN', KEYS[2])
 """
 )
