@@ -51,9 +51,9 @@ class Settings(BaseSettings):
     """Backend per-message limit; longer content is split into ordered parts, never cut."""
     max_queued_chars: int = Field(1_000_000, ge=1000)
     """Largest message accepted into the queue at all (protects Redis)."""
-    backend_timeout: float = Field(30.0, gt=0, le=300)
-    """Seconds a worker-side backend call may take before it counts as a timeout (never
-    longer than the lease has left, less ``backend_settle_seconds``)."""
+    backend_timeout: float = Field(10.0, gt=0, le=300)
+    """Seconds a worker-side backend call may take before it counts as a timeout; with the
+    settle time, it fits in two thirds of the lease (what a renewed lease always has left)."""
     backend_settle_seconds: float = Field(2.0, ge=0, le=10)
     """After a call whose outcome is unknown (a timeout, a lost reply), how long the server
     may still commit it: the worker waits this long before reading back what landed."""
@@ -135,8 +135,11 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _settles_within_lease(self) -> Settings:
-        if self.backend_settle_seconds * 2 >= self.lease_seconds:
-            raise ValueError("backend_settle_seconds must be under half of lease_seconds")
+        if self.backend_timeout + self.backend_settle_seconds > self.lease_seconds * 2 / 3:
+            raise ValueError(
+                "backend_timeout + backend_settle_seconds must fit in two thirds of "
+                "lease_seconds (a worker renews its lease every third of it)"
+            )
         return self
 
     @field_validator("prune_at")

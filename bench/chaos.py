@@ -28,6 +28,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 import uuid
 from collections import Counter
 from collections.abc import AsyncGenerator, Callable, Iterator, Sequence
@@ -59,8 +60,8 @@ from afterthought.keys import Keys  # noqa: E402
 from afterthought.loops import PerLoop  # noqa: E402
 from afterthought.queue import ThreadQueue  # noqa: E402
 from afterthought.settings import Settings  # noqa: E402
-from afterthought.testing import ZepFake  # noqa: E402
 from afterthought.testing.processes import cleanup, spawn_worker, wait_settled  # noqa: E402
+from afterthought.testing.redis_server import free_port, listening  # noqa: E402
 from agent_hooks import create_callbacks  # noqa: E402
 from agent_hooks.messages import said_text  # noqa: E402
 from agent_hooks.turn_memory import TurnMemory  # noqa: E402
@@ -159,6 +160,58 @@ def plan(messages: int, sessions: int, turns_per_session: int) -> list[list[Conv
             left -= n
         slots.append(chats)
     return slots
+
+
+class FakeProcess:
+    """The Zep fake in a process of its own, as real Zep is: its timing (when a hung
+    request commits) must not depend on the agent's process, whose loop the bench stalls."""
+
+    def __init__(self, *, fault_rate: float, honor_idempotency: bool, seed: int | None) -> None:
+        port = free_port()
+        command = [sys.executable, "-m", "afterthought.testing", "--port", str(port)]
+        command += ["--latency", "0.01", "--fault-rate", str(fault_rate)]
+        command += [] if seed is None else ["--seed", str(seed)]
+        command += [] if honor_idempotency else ["--ignore-idempotency"]
+        self._process = subprocess.Popen(command, stdout=subprocess.DEVNULL)
+        self._root = f"http://127.0.0.1:{port}"
+        self.base_url = f"{self._root}/api/v4"
+        self._state: JSON | None = None
+
+    def __enter__(self) -> FakeProcess:
+        deadline = time.monotonic() + 30
+        while not listening("127.0.0.1", int(self._root.rsplit(":", 1)[1])):
+            if time.monotonic() > deadline or self._process.poll() is not None:
+                raise RuntimeError("the Zep fake did not start")
+            time.sleep(0.05)
+        config = {"client_timeout": BACKEND_TIMEOUT, "hang_overshoot": HANG_OVERSHOOT}
+        self._call("/_fake/config", config)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._process.terminate()
+        self._process.wait(timeout=30)
+
+    def _call(self, path: str, body: JSON | None = None) -> JSON:
+        data = None if body is None else json.dumps(body).encode()
+        request = urllib.request.Request(
+            self._root + path, data=data, method="POST" if data else "GET"
+        )
+        with urllib.request.urlopen(request, timeout=120) as reply:
+            found: JSON = json.load(reply)
+        return found
+
+    def outcomes(self) -> JSON:
+        state = self._call("/_fake/state")
+        return {"injected": state["injected"], "ambiguous": state["ambiguous"]}
+
+    def messages(self, thread_uuid: str | None = None) -> list[JSON]:
+        """Stored messages, read once when first asked (the run has settled by then)."""
+        if self._state is None:
+            self._state = self._call("/_fake/state")
+        stored: dict[str, list[JSON]] = self._state["messages"]
+        if thread_uuid is not None:
+            return stored.get(thread_uuid, [])
+        return [m for msgs in stored.values() for m in msgs]
 
 
 class ObservedEnqueuer(Enqueuer):
@@ -412,7 +465,7 @@ def _key_of(payload: bytes) -> str:
 
 
 async def _verify(
-    settings: Settings, fake: ZepFake, chats: list[Conversation], observed: ObservedEnqueuer
+    settings: Settings, fake: FakeProcess, chats: list[Conversation], observed: ObservedEnqueuer
 ) -> Findings:
     client = aioredis.Redis.from_url(settings.redis_url)
     registry = IdentityRegistry(client, settings)
@@ -462,7 +515,7 @@ def _check(chat: Conversation, stored: list[JSON], where: _Whereabouts, found: F
             found.out_of_order_how[how] += 1
 
 
-def _committed_anyway(fake: ZepFake, observed: ObservedEnqueuer) -> int:
+def _committed_anyway(fake: FakeProcess, observed: ObservedEnqueuer) -> int:
     """Messages whose attempt to queue failed, yet which that attempt queued: stored
     with a sequence number handed out before the failure came back. At least this many (a
     message lost downstream is not seen)."""
@@ -474,7 +527,7 @@ def _committed_anyway(fake: ZepFake, observed: ObservedEnqueuer) -> int:
     return sum(1 for key, seq in lowest.items() if seq <= observed.failed_at[key])
 
 
-def _settings(redis_url: str | None, fake: ZepFake) -> Settings:
+def _settings(redis_url: str | None, fake: FakeProcess) -> Settings:
     values: dict[str, Any] = {
         "redis_url": redis_url or os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0"),
         "key_prefix": f"chaos-{uuid.uuid4().hex[:8]}",
@@ -523,14 +576,7 @@ def run(
     progress = Progress()
     with contextlib.ExitStack() as stack:  # undone in reverse: workers, keys, logging, fake
         fake = stack.enter_context(
-            ZepFake(
-                latency=0.01,
-                fault_rate=fault_rate,
-                honor_idempotency=honor_idempotency,
-                seed=seed,
-                client_timeout=BACKEND_TIMEOUT,
-                hang_overshoot=HANG_OVERSHOOT,
-            )
+            FakeProcess(fault_rate=fault_rate, honor_idempotency=honor_idempotency, seed=seed)
         )
         settings = _settings(redis_url, fake)
         stack.callback(lambda: asyncio.run(cleanup(settings)))

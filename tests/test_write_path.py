@@ -172,6 +172,7 @@ async def test_a_dead_workers_threads_are_recovered(
         zep_api_key="k",
         zep_base_url=zep_fake.base_url,
         lease_seconds=1.0,
+        backend_timeout=0.4,
         backend_settle_seconds=0.2,
     )
     await enqueue(settings, queued("one", 1), queued("two", 2))

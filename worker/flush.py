@@ -56,8 +56,6 @@ MIN_PART_CHARS = 100
 REPLAY_LOOKBACK = 5000
 #: How often a job looks for more due threads while it has free slots.
 CLAIM_INTERVAL = 0.05
-#: A backend call gets at least this long; a lease with less left is given up instead.
-MIN_CALL_SECONDS = 0.1
 #: A failed heartbeat is retried after this long, until the lease runs out.
 RENEW_RETRY_SECONDS = 0.25
 #: How often a worker records that the backend took a write (see ``_backend_ok_since``).
@@ -112,12 +110,13 @@ class _Lease:
         return 0.0 if self._lost else self._deadline - self._clock()
 
     def call_timeout(self, wanted: float) -> float:
-        """How long the next backend call may take: it must end, and the server settle,
-        before the lease can expire. Raises when that is too short to try."""
-        left = self.remaining() - self._settle
-        if left < MIN_CALL_SECONDS:
+        """The next backend call gets its full ``wanted`` time, and the server ``settle``
+        more, before the lease can expire; with less left the lease is given up (raises).
+        A call is never cut short: one that gave up early would be read back before the
+        server could have finished it."""
+        if self.remaining() - self._settle < wanted:
             raise _LeaseLost
-        return min(wanted, left)
+        return wanted
 
     async def keep(self) -> None:
         """The heartbeat, until the lease is lost (or the task is cancelled)."""

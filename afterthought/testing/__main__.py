@@ -20,6 +20,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--ignore-idempotency", action="store_true", help="apply replayed keyed requests again"
     )
+    parser.add_argument("--seed", type=int, help="seed of the random faults")
     args = parser.parse_args(argv)
     fake = ZepFake(
         host=args.host,
@@ -27,6 +28,7 @@ def main(argv: list[str] | None = None) -> int:
         latency=args.latency,
         fault_rate=args.fault_rate,
         honor_idempotency=not args.ignore_idempotency,
+        seed=args.seed,
     ).start()
     print(f"zep fake listening: ZEP_BASE_URL={fake.base_url}", flush=True)
     stop = threading.Event()
