@@ -1,15 +1,14 @@
 """The write path explored, not exemplified (issue 10): a Hypothesis state machine says
 numbered messages on several threads, drains the agent's buffer, claims and flushes threads
-with two workers, and injects a fault at any step — a Redis call that times out before or
+with two workers, and injects a fault at any step: a Redis call that times out before or
 after it ran, Redis refusing writes or connections, a worker killed between any two of its
 Redis calls, a failed heartbeat, a worker stalled past its lease while the other takes the
 thread over (between its steps, or while one of its backend calls hangs), a backend call
 that fails, commits and then fails, commits late, or refuses a message; an operator replays
-dead letters. After every step it checks that each
-message said is stored once, queued once, buffered, dead-lettered with a reason, or
-counted dropped: never gone, never twice, stored in the order said. At the end it heals
-every fault, drains everything and checks that each message is stored once, in order, or
-dead-lettered.
+dead letters. After every step it checks that each message said is stored once, queued
+once, buffered, dead-lettered with a reason, or counted dropped: never gone, never twice,
+stored in the order said. At the end it heals every fault, drains everything and checks
+that each message is stored once, in order, or dead-lettered.
 
 Deterministic: the steps come from a derandomized Hypothesis run, and nothing reads or waits
 on the wall clock. Time is a simulated clock: the flusher's ``clock`` and ``sleep``, the
@@ -19,9 +18,10 @@ a step runs. Lease keys expire when the simulated clock passes the expiry Redis 
 Most examples run on fakeredis (it knows no script flags: ``allow_oom=False``), a hundred on
 the real Redis.
 
-Not modelled: two processes running at the same instant (steps are atomic; interleaving is
-at the granularity of a step, and of a worker's Redis calls for kills and faults), the
-identity registry (identities are pinned), forgetting (epochs, purge), Redis losing data."""
+Not modelled: processes running truly in parallel (interleaving is at the granularity of a
+step, of a worker's Redis calls for kills and faults, and of a hanging backend call for a
+takeover), the identity registry (identities are pinned), forgetting (epochs, purge), Redis
+losing data."""
 
 from __future__ import annotations
 
@@ -1112,14 +1112,14 @@ def test_a_thread_holding_more_than_its_cap_drains() -> None:
     """Found by the model: the drain sent a thread's held messages in one script (up to 100)
     and the enqueue script refuses the whole of a call the cap cannot admit, so a thread
     holding more than ``thread_queue_cap`` was refused even by an empty queue, every time,
-    until the process exited. Reduced by hand: one enqueue times out, six more of the
-    thread wait behind it: seven held against a cap of six."""
+    until the process exited. Reduced by hand: one enqueue times out, four more of the
+    thread wait behind it: five held against a cap of four."""
     state = QueueModel()
     state.backend_keys(honour_keys=False)
     state.every_message_is_somewhere_once()
     state.say_into_trouble(thread=0, trouble="timeout_before")
     state.every_message_is_somewhere_once()
-    for _ in range(6):
+    for _ in range(4):
         state.say(count=1, thread=0)
         state.every_message_is_somewhere_once()
     state.teardown()
