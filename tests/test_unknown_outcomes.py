@@ -42,6 +42,14 @@ async def _until(check: Callable[[], object], *, within: float = 20.0) -> None:
     raise AssertionError("condition not reached")
 
 
+def _said(user_id: str, text: str, invocation: str, **fields: object) -> QueuedMessage:
+    """A message of the test app (session ``s1`` unless told), built as the hooks build it."""
+    values: dict[str, object] = {"session_id": "s1", "role": "user", "ordinal": 0, **fields}
+    return QueuedMessage.build(
+        app="memtest", user_id=user_id, invocation_id=invocation, content=text, **values
+    )  # type: ignore[arg-type]
+
+
 async def _pending(redis: aioredis.Redis, settings: Settings, tk: str) -> list[str]:
     raw = await redis.lrange(Keys(settings.key_prefix).pending(tk), 0, -1)
     return [QueuedMessage.decode(r).content for r in raw]
@@ -104,15 +112,7 @@ async def test_a_full_thread_never_holds_up_another_user(
     for message in alice:
         await enqueuer.enqueue([message])  # the third is refused by the cap and held
     assert enqueuer.buffered == 1
-    bob = QueuedMessage.build(
-        app="memtest",
-        user_id="bob",
-        session_id="s1",
-        invocation_id="b1",
-        role="user",
-        ordinal=0,
-        content="Bob here.",
-    )
+    bob = _said("bob", "Bob here.", "b1")
     assert await enqueuer.enqueue([bob])  # straight into Redis, not behind Alice
     assert await _pending(redis, settings, bob.thread_key) == ["Bob here."]
     await drain(settings)
@@ -249,15 +249,7 @@ async def test_a_message_that_never_succeeds_is_dead_lettered_and_its_thread_goe
     backend = _Picky(settings.local_db_path)
     flusher = Flusher(settings, redis, backend)
     for n in range(12):
-        other = QueuedMessage.build(
-            app="memtest",
-            user_id="bob",
-            session_id="s1",
-            invocation_id=f"b{n}",
-            role="user",
-            ordinal=0,
-            content=f"bob {n}",
-        )
+        other = _said("bob", f"bob {n}", f"b{n}")
         await enqueue(settings, other)
         await flusher.drain(budget=30)
         await redis.zadd(keys.ready, {mine[0].thread_key: 0}, xx=True)  # due again now
@@ -418,17 +410,7 @@ async def test_one_refused_fact_is_dead_lettered_alone(
     local_settings: Settings, redis: aioredis.Redis
 ) -> None:
     facts = [
-        QueuedMessage.build(
-            app="memtest",
-            user_id="alice",
-            session_id="~memory",
-            invocation_id=f"fact:{n}",
-            role="user",
-            ordinal=0,
-            content=text,
-            kind="fact",
-            trust="app",
-        )
+        _said("alice", text, f"fact:{n}", session_id="~memory", kind="fact", trust="app")
         for n, text in enumerate(["likes tea", "REJECT me", "lives in Porto"])
     ]
     await enqueue(local_settings, *facts)
@@ -445,18 +427,7 @@ async def test_two_users_with_one_session_id_get_two_threads(
 ) -> None:
     from afterthought.identity import IdentityRegistry
 
-    said = {
-        who: QueuedMessage.build(
-            app="memtest",
-            user_id=who,
-            session_id="default",
-            invocation_id="i1",
-            role="user",
-            ordinal=0,
-            content=f"I am {who}.",
-        )
-        for who in ("alice", "bob")
-    }
+    said = {who: _said(who, f"I am {who}.", "i1", session_id="default") for who in ("alice", "bob")}
     for message in said.values():
         await enqueue(any_settings, message)
     await drain(any_settings)
@@ -488,16 +459,7 @@ async def test_a_replayed_session_keeps_words_said_twice(
     messages, not one already stored."""
 
     def turn(n: int, text: str) -> QueuedMessage:
-        return QueuedMessage.build(
-            app="memtest",
-            user_id="alice",
-            session_id="s1",
-            invocation_id=f"inv-{n}",
-            role="user",
-            ordinal=0,
-            content=text,
-            replay=True,
-        )
+        return _said("alice", text, f"inv-{n}", replay=True)
 
     await enqueue(local_settings, turn(1, "yes"))
     await drain(local_settings)
