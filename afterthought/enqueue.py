@@ -350,7 +350,8 @@ class _Drainer:
 
     def _main(self) -> None:
         loop = asyncio.new_event_loop()
-        client = None
+        client = redis_client(self._settings.redis_url, timeout=DRAIN_TIMEOUT_SECONDS)
+        queue = ThreadQueue(client, self._settings)  # connects on first use, on this loop
         try:
             while True:
                 if not self._wake.wait(IDLE_EXIT_SECONDS):
@@ -362,9 +363,6 @@ class _Drainer:
                 enqueuer = self._enqueuer()
                 if enqueuer is None:
                     return
-                if client is None:
-                    client = redis_client(self._settings.redis_url, timeout=DRAIN_TIMEOUT_SECONDS)
-                queue = ThreadQueue(client, self._settings)
                 until = self._closing_until or float("inf")
                 loop.run_until_complete(enqueuer._drain(queue, until=until))
                 if self._closing_until is not None:
@@ -373,8 +371,7 @@ class _Drainer:
         except Exception as exc:  # never silent: the buffer would stop draining
             log.error("drain thread failed error=%s", type(exc).__name__)
         finally:
-            if client is not None:
-                loop.run_until_complete(client.aclose())
+            loop.run_until_complete(client.aclose())
             loop.close()
 
     def close(self, until: float) -> None:
