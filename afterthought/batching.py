@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from afterthought.backend import MESSAGE_KEY_FIELD, OutgoingMessage, StoredMessage
+from afterthought.backends.base import MESSAGE_KEY_FIELD, OutgoingMessage, StoredMessage
 from afterthought.contract import QueuedMessage, checksum, split_content
 from afterthought.keys import digest
 

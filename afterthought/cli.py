@@ -183,7 +183,7 @@ def _dlq(args: argparse.Namespace) -> int:
 
 def _operate(args: argparse.Namespace) -> int:
     """prune and forget: both dry runs unless ``--yes``."""
-    from afterthought.backend import open_backend
+    from afterthought.backends import open_backend
     from afterthought.identity import IdentityRegistry
     from worker.forget import Forgetter
     from worker.prune import Pruner
@@ -349,7 +349,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from afterthought.backend import BackendError
+    from afterthought.backends.base import BackendError
 
     parser = _parser()
     args = parser.parse_args(argv)

@@ -10,7 +10,7 @@ import logging
 from collections import OrderedDict
 from collections.abc import Sequence
 
-from afterthought.backend import MemoryBackend, ignored_roles
+from afterthought.backends.base import MemoryBackend, ignored_roles
 from afterthought.batching import missing, pack, parts
 from afterthought.contract import QueuedMessage
 from afterthought.settings import Settings

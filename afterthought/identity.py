@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import redis.asyncio as aioredis
 
-from afterthought.backend import MemoryBackend, UserRef
+from afterthought.backends.base import MemoryBackend, UserRef
 from afterthought.keys import LOCK_TTL_MS, Keys, digest, digest_ids
 from afterthought.settings import Settings
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from afterthought.backend import MemoryBackend
+from afterthought.backends.base import MemoryBackend
 
 VARIABLES = frozenset({"edges", "entities", "user_summary", "observations", "thread_summaries"})
 #: Variables that take ``limit`` only, and render at most this many items.

@@ -10,7 +10,8 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
-from afterthought.backend import MemoryBackend, UserRef, open_backend
+from afterthought.backends import open_backend
+from afterthought.backends.base import MemoryBackend, UserRef
 from afterthought.identity import IdentityRegistry
 from afterthought.settings import Settings
 

@@ -17,7 +17,8 @@ from google.adk.agents.callback_context import CallbackContext
 from google.adk.models.llm_request import LlmRequest
 from google.adk.models.llm_response import LlmResponse
 
-from afterthought.backend import MemoryBackend, UserRef, open_backend
+from afterthought.backends import open_backend
+from afterthought.backends.base import MemoryBackend, UserRef
 from afterthought.breaker import CircuitBreaker
 from afterthought.context_cache import ContextCache, now_version
 from afterthought.contract import (

@@ -51,7 +51,7 @@ from google.adk.runners import Runner  # noqa: E402
 from google.adk.sessions import InMemorySessionService  # noqa: E402
 from google.genai import types  # noqa: E402
 
-from afterthought.backend import MESSAGE_KEY_FIELD  # noqa: E402
+from afterthought.backends.base import MESSAGE_KEY_FIELD  # noqa: E402
 from afterthought.contract import QueuedMessage, thread_key  # noqa: E402
 from afterthought.direct_write import DirectWriter  # noqa: E402
 from afterthought.enqueue import UNREACHABLE, Enqueuer  # noqa: E402

@@ -30,7 +30,7 @@ from google.adk.runners import Runner  # noqa: E402
 from google.adk.sessions import InMemorySessionService  # noqa: E402
 from google.genai import types  # noqa: E402
 
-from afterthought.backend import HistoryMessage  # noqa: E402
+from afterthought.backends.base import HistoryMessage  # noqa: E402
 from afterthought.settings import Settings  # noqa: E402
 from afterthought.testing.processes import cleanup, wait_settled  # noqa: E402
 from afterthought.testing.stand_in_model import StandInLlm, memory_lines  # noqa: E402

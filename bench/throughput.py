@@ -26,7 +26,7 @@ import redis.asyncio as aioredis
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from afterthought.backend import open_backend  # noqa: E402
+from afterthought.backends import open_backend  # noqa: E402
 from afterthought.contract import QueuedMessage  # noqa: E402
 from afterthought.enqueue import Enqueuer  # noqa: E402
 from afterthought.identity import IdentityRegistry  # noqa: E402

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import redis.asyncio as aioredis
 
-from afterthought.backend import open_backend
+from afterthought.backends import open_backend
 from afterthought.identity import IdentityRegistry
 from afterthought.settings import Settings
 from afterthought.testing import ZepFake

@@ -180,7 +180,7 @@ async def test_a_long_backlog_yields_the_thread_when_the_job_is_out_of_time(
 ) -> None:
     import time
 
-    from afterthought.backend import open_backend
+    from afterthought.backends import open_backend
     from worker.flush import Flusher
 
     await enqueue(zep_settings, *[queued(f"m{i}", i) for i in range(90)])

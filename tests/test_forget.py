@@ -7,7 +7,7 @@ from collections.abc import Callable
 import pytest
 import redis.asyncio as aioredis
 
-from afterthought.backend import open_backend
+from afterthought.backends import open_backend
 from afterthought.keys import Keys
 from afterthought.settings import Settings
 from afterthought.testing import ZepFake

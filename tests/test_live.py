@@ -10,8 +10,8 @@ from collections.abc import Callable
 import pytest
 from zep_cloud.core.api_error import ApiError
 
+from afterthought.backends.zep import ZepBackend
 from afterthought.settings import Settings
-from afterthought.zep_backend import ZepBackend
 
 LIVE_KEY = os.environ.get("ZEP_API_KEY")  # read at import: fixtures clear the environment
 

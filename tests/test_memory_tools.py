@@ -14,7 +14,7 @@ from google.adk.runners import Runner
 from google.adk.sessions import InMemorySessionService
 from google.genai import types
 
-from afterthought.backend import open_backend
+from afterthought.backends import open_backend
 from afterthought.contract import to_role
 from afterthought.settings import Settings
 from afterthought.templates import TemplateError, create_template, get_template, problems

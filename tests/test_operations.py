@@ -21,7 +21,7 @@ from google.adk.sessions import Session
 from google.genai import types
 from prometheus_client.parser import text_string_to_metric_families
 
-from afterthought.backend import BackendError
+from afterthought.backends.base import BackendError
 from afterthought.keys import Keys, digest
 from afterthought.settings import Settings
 from afterthought.testing import ZepFake

@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import redis.asyncio as aioredis
 
-from afterthought.backend import open_backend
+from afterthought.backends import open_backend
 from afterthought.facts import StoredFact
 from afterthought.identity import IdentityRegistry
 from afterthought.keys import Keys

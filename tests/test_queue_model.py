@@ -53,9 +53,10 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from afterthought import dead_letters as dead_letters_module
 from afterthought import enqueue as enqueue_module
-from afterthought.backend import (
+from afterthought.backends.base import (
     MESSAGE_KEY_FIELD,
     BackendError,
+    Capabilities,
     MemoryBackend,
     OutgoingMessage,
     StoredMessage,
@@ -274,6 +275,7 @@ class FakeBackend(MemoryBackend):
     and only when ``honour_keys``."""
 
     name = "fake"
+    capabilities = Capabilities(extracts_facts=False, ignores_roles=False, async_deletes=False)
 
     def __init__(self, clock: Clock, settings: Settings) -> None:
         self.clock = clock

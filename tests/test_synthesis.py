@@ -8,7 +8,8 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
-from afterthought.backend import HistoryMessage, open_backend
+from afterthought.backends import open_backend
+from afterthought.backends.base import HistoryMessage
 from afterthought.identity import IdentityRegistry
 from afterthought.keys import Keys
 from afterthought.settings import Settings

@@ -67,7 +67,7 @@ async def test_tool_step_keeps_memory_and_queues_the_user_once(
 async def _thread_roles(settings: Settings, session_id: str) -> list[str]:
     import redis.asyncio as aioredis
 
-    from afterthought.backend import open_backend
+    from afterthought.backends import open_backend
     from afterthought.identity import IdentityRegistry
 
     client = aioredis.Redis.from_url(settings.redis_url)

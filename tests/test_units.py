@@ -12,6 +12,8 @@ from fakeredis.aioredis import FakeRedis
 from pydantic import ValidationError
 from zep_cloud.core.api_error import ApiError
 
+from afterthought.backends.local import LocalBackend
+from afterthought.backends.zep import classify
 from afterthought.contract import (
     MalformedPayload,
     QueuedMessage,
@@ -20,9 +22,7 @@ from afterthought.contract import (
 )
 from afterthought.enqueue import Enqueuer
 from afterthought.keys import Keys
-from afterthought.local_backend import LocalBackend
 from afterthought.settings import Settings
-from afterthought.zep_backend import classify
 from agent_hooks.injection import DEFAULT_CONTEXT_TEMPLATE, render
 from worker.retry import decide
 
@@ -162,7 +162,7 @@ async def test_oversized_message_is_refused_with_a_clear_log(
 
 
 async def test_local_backend_replays_nothing_twice(tmp_path: Any) -> None:
-    from afterthought.backend import MESSAGE_KEY_FIELD, OutgoingMessage
+    from afterthought.backends.base import MESSAGE_KEY_FIELD, OutgoingMessage
 
     backend = LocalBackend(tmp_path / "m.sqlite3")
     user, created = await backend.ensure_user(zep_user_id="u")

@@ -15,11 +15,11 @@ import pytest
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
-from afterthought.backend import BackendError, OutgoingMessage
+from afterthought.backends.base import BackendError, OutgoingMessage
+from afterthought.backends.local import LocalBackend
 from afterthought.contract import DeadLetter, QueuedMessage
 from afterthought.enqueue import Enqueuer
 from afterthought.keys import Keys
-from afterthought.local_backend import LocalBackend
 from afterthought.queue import ThreadQueue
 from afterthought.settings import Settings
 from afterthought.status import snapshot
@@ -516,7 +516,7 @@ async def test_a_batch_narrowed_after_an_unknown_outcome_is_not_sent_again(
     """The batch was stored by a call whose reply was lost; read-backs then kept failing
     until the batch was narrowed to its head. The rest of it must still be read back before
     it is sent (found by the chaos bench)."""
-    from afterthought.backend import open_backend
+    from afterthought.backends import open_backend
 
     zep_fake.honor_idempotency = honor
     settings = make_settings(

@@ -185,7 +185,7 @@ async def test_a_dead_workers_threads_are_recovered(
 
 
 def _never_used():  # type: ignore[no-untyped-def]
-    from afterthought.local_backend import LocalBackend
+    from afterthought.backends.local import LocalBackend
 
     return LocalBackend(":memory:")
 

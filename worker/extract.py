@@ -18,7 +18,7 @@ from google.adk.models.llm_request import LlmRequest
 from google.genai import types
 from pydantic import ValidationError
 
-from afterthought.backend import HistoryMessage
+from afterthought.backends.base import HistoryMessage
 from afterthought.facts import Fact
 
 

@@ -25,7 +25,7 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_aft
 from tenacity.wait import wait_random_exponential
 
 from afterthought.audit import AuditLog, Entry
-from afterthought.backend import (
+from afterthought.backends.base import (
     BackendError,
     MemoryBackend,
     StoredMessage,

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 import redis.asyncio as aioredis
 
 from afterthought.audit import AuditLog, Entry
-from afterthought.backend import BackendError, MemoryBackend, UserRef
+from afterthought.backends.base import BackendError, MemoryBackend, UserRef
 from afterthought.context_cache import ContextCache
 from afterthought.contract import DeadLetter
 from afterthought.facts import StoredFact

@@ -21,7 +21,7 @@ import redis.asyncio as aioredis
 from prometheus_client import Counter, Gauge, Histogram, make_wsgi_app
 from redis.exceptions import RedisError
 
-from afterthought.backend import BackendError, MemoryBackend
+from afterthought.backends.base import BackendError, MemoryBackend
 from afterthought.keys import Keys
 from afterthought.settings import Settings
 from afterthought.status import Status, snapshot

@@ -10,7 +10,7 @@ import time
 
 import redis.asyncio as aioredis
 
-from afterthought.backend import BackendError
+from afterthought.backends.base import BackendError
 from afterthought.keys import Keys
 
 log = logging.getLogger("afterthought.worker")

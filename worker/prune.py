@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 import redis.asyncio as aioredis
 
 from afterthought.audit import AuditLog, Entry
-from afterthought.backend import MemoryBackend, UserRef
+from afterthought.backends.base import MemoryBackend, UserRef
 from afterthought.context_cache import ContextCache
 from afterthought.facts import StoredFact
 from afterthought.keys import Keys, digest

@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from afterthought.backend import BackendError, ErrorKind
+from afterthought.backends.base import BackendError, ErrorKind
 
 Action = Literal["retry", "pause", "resplit", "narrow", "dead_letter"]
 

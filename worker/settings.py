@@ -20,7 +20,7 @@ from arq.cron import CronJob
 from arq.worker import Worker, func
 from redis.exceptions import OutOfMemoryError, RedisError
 
-from afterthought.backend import open_backend
+from afterthought.backends import open_backend
 from afterthought.contract import QueuedMessage
 from afterthought.keys import Keys, digest
 from afterthought.settings import Settings

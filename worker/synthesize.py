@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 import redis.asyncio as aioredis
 
 from afterthought.audit import AuditLog, Entry
-from afterthought.backend import HistoryMessage, MemoryBackend, UserRef
+from afterthought.backends.base import HistoryMessage, MemoryBackend, UserRef
 from afterthought.context_cache import ContextCache, now_version
 from afterthought.facts import Fact, StoredFact
 from afterthought.identity import IdentityRegistry
@@ -39,7 +39,7 @@ def default_extractor(settings: Settings) -> Extractor:
 
 def synthesizes(settings: Settings, backend: MemoryBackend) -> bool:
     """Our synthesis runs where nothing else extracts: locally, and in ``managed`` mode."""
-    return backend.name == "local" or settings.memory_mode == "managed"
+    return not backend.capabilities.extracts_facts or settings.memory_mode == "managed"
 
 
 def _when(iso: str | None) -> datetime:

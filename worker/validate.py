@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 
-from afterthought.backend import HistoryMessage
+from afterthought.backends.base import HistoryMessage
 from afterthought.facts import Fact
 
 #: Text that tries to steer the agent rather than state a fact.

@@ -1,4 +1,5 @@
-"""The memory-backend port: the few operations both processes need, shaped after Zep's."""
+"""The memory-backend port: the few operations both processes need, shaped after Zep's,
+and what each backend can do (:class:`Capabilities`), so callers never branch on a name."""
 
 from __future__ import annotations
 
@@ -88,11 +89,25 @@ class HistoryMessage:
     reference_time: str
 
 
-class MemoryBackend(abc.ABC):
-    """Implemented by :class:`~afterthought.zep_backend.ZepBackend` and
-    :class:`~afterthought.local_backend.LocalBackend`. Failures raise :class:`BackendError`."""
+@dataclass(frozen=True, slots=True)
+class Capabilities:
+    """What a backend does on its own; callers consult these, never ``name``."""
 
+    #: It extracts facts from ingested messages itself (Zep's graph); else our synthesis must.
+    extracts_facts: bool
+    #: It honours ``ignore_roles`` (stores those messages but keeps them out of extraction).
+    ignores_roles: bool
+    #: Deletes are accepted and done later (202 + task); forgetting must wait for them.
+    async_deletes: bool
+
+
+class MemoryBackend(abc.ABC):
+    """Implemented by :class:`~afterthought.backends.zep.ZepBackend` and
+    :class:`~afterthought.backends.local.LocalBackend`. Failures raise :class:`BackendError`."""
+
+    #: For logs and metrics labels only.
     name: str
+    capabilities: Capabilities
 
     @abc.abstractmethod
     async def ensure_user(
@@ -195,20 +210,9 @@ class MemoryBackend(abc.ABC):
 
 
 def ignored_roles(settings: Settings, backend: MemoryBackend) -> tuple[str, ...]:
-    """Roles the backend stores as history but keeps out of fact extraction: on Zep in
-    ``zep`` mode the assistant's (it is not a source of user facts); in ``managed`` mode
-    every role (only validated facts reach the graph). The local store extracts nothing."""
-    if backend.name != "zep":
+    """Roles the backend stores as history but keeps out of fact extraction: where it
+    extracts, the assistant's in ``zep`` mode (it is not a source of user facts) and every
+    role in ``managed`` mode (only validated facts reach the graph)."""
+    if not (backend.capabilities.extracts_facts and backend.capabilities.ignores_roles):
         return ()
     return ("user", "assistant") if settings.memory_mode == "managed" else ("assistant",)
-
-
-def open_backend(settings: Settings) -> MemoryBackend:
-    """The backend the settings select: Zep with a key, else the embedded local store."""
-    if settings.resolved_backend == "zep":
-        from afterthought.zep_backend import ZepBackend
-
-        return ZepBackend(settings)
-    from afterthought.local_backend import LocalBackend
-
-    return LocalBackend(settings.local_db_path)

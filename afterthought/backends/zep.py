@@ -18,9 +18,10 @@ from zep_cloud.core.api_error import ApiError
 from zep_cloud.core.parse_error import ParsingError
 from zep_cloud.core.request_options import RequestOptions
 
-from afterthought.backend import (
+from afterthought.backends.base import (
     MESSAGE_KEY_FIELD,
     BackendError,
+    Capabilities,
     ErrorKind,
     HistoryMessage,
     MemoryBackend,
@@ -106,6 +107,7 @@ def _hit(item: Any) -> SearchHit:
 
 class ZepBackend(MemoryBackend):
     name = "zep"
+    capabilities = Capabilities(extracts_facts=True, ignores_roles=True, async_deletes=True)
 
     def __init__(self, settings: Settings) -> None:
         if settings.zep_api_key is None:

@@ -18,9 +18,10 @@ from pathlib import Path
 from typing import TypeVar
 
 from afterthought import templates
-from afterthought.backend import (
+from afterthought.backends.base import (
     MESSAGE_KEY_FIELD,
     BackendError,
+    Capabilities,
     HistoryMessage,
     MemoryBackend,
     OutgoingMessage,
@@ -77,6 +78,7 @@ def _now() -> str:
 
 class LocalBackend(MemoryBackend):
     name = "local"
+    capabilities = Capabilities(extracts_facts=False, ignores_roles=False, async_deletes=False)
 
     def __init__(self, path: Path | str) -> None:
         self.path = Path(path)
