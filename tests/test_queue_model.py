@@ -368,6 +368,9 @@ class FakeBackend(MemoryBackend):
     async def create_thread(self, **kwargs: Any) -> Any:
         raise NotImplementedError
 
+    async def thread_owner(self, **kwargs: Any) -> Any:
+        raise NotImplementedError
+
     async def get_context(self, **kwargs: Any) -> Any:
         raise NotImplementedError
 

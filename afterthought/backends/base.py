@@ -120,6 +120,10 @@ class MemoryBackend(abc.ABC):
         """Create a thread; callers serialise this per session (see the identity registry)."""
 
     @abc.abstractmethod
+    async def thread_owner(self, *, thread_uuid: str) -> str | None:
+        """The ``user_uuid`` the thread belongs to; None if there is no such thread."""
+
+    @abc.abstractmethod
     async def add_messages(
         self,
         *,

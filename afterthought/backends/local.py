@@ -134,9 +134,20 @@ class LocalBackend(MemoryBackend):
                 (str(uuid.uuid4()), user.user_uuid, idempotency_key, _now()),
             )
             row = db.execute(
-                "SELECT uuid FROM threads WHERE idempotency_key = ?", (idempotency_key,)
+                "SELECT uuid, user_uuid FROM threads WHERE idempotency_key = ?", (idempotency_key,)
             ).fetchone()
+            if row[1] != user.user_uuid:  # never hand one user's thread to another
+                raise BackendError("conflict", status=409, code="thread of another user")
             return str(row[0])
+
+        return await self._run(work)
+
+    async def thread_owner(self, *, thread_uuid: str) -> str | None:
+        def work(db: sqlite3.Connection) -> str | None:
+            row = db.execute(
+                "SELECT user_uuid FROM threads WHERE uuid = ?", (thread_uuid,)
+            ).fetchone()
+            return str(row[0]) if row else None
 
         return await self._run(work)
 

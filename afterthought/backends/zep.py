@@ -183,6 +183,17 @@ class ZepBackend(MemoryBackend):
             raise BackendError("invalid_response", code="thread without uuid")
         return str(thread.uuid_)
 
+    async def thread_owner(self, *, thread_uuid: str) -> str | None:
+        try:
+            thread = await self._call(
+                lambda z: z.thread.get(thread_uuid, request_options=self._options())
+            )
+        except BackendError as exc:
+            if exc.kind == "not_found":
+                return None
+            raise
+        return str(thread.user_uuid) if thread.user_uuid else None
+
     async def add_messages(
         self,
         *,
