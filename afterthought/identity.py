@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import redis.asyncio as aioredis
 
 from afterthought.backends.base import MemoryBackend, UserRef
-from afterthought.keys import LOCK_TTL_MS, Keys, digest, digest_ids
+from afterthought.keys import LOCK_TTL_MS, Keys, digest
 from afterthought.settings import Settings
 
 # Compare-and-delete: only the holder's token releases the lock.
@@ -136,7 +136,7 @@ class IdentityRegistry:
                 return user, known.thread_uuid, False
             # Scoped by the user: two users who pick the same session id get two threads.
             thread_uuid = await backend.create_thread(
-                user=user, idempotency_key=f"thread:{digest_ids(app, user_id, session_id)}"
+                user=user, idempotency_key=f"thread:{digest(app, user_id, session_id)}"
             )
             await self._command("SET", self._keys.session(app, user_id, session_id), thread_uuid)
             return user, thread_uuid, True

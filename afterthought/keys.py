@@ -10,15 +10,10 @@ from dataclasses import dataclass
 LOCK_TTL_MS = 10_000
 
 
-def digest(*parts: str, size: int = 32) -> str:
-    """A short stable hex id for a tuple of strings (unit-separated, so no ambiguity)."""
-    # surrogatepass: an id that is not valid Unicode still has one digest (never a crash).
-    return hashlib.sha256("\x1f".join(parts).encode("utf-8", "surrogatepass")).hexdigest()[:size]
-
-
-def digest_ids(*ids: str, size: int = 32) -> str:
-    """A stable hex id for a tuple of user-chosen ids, over an unambiguous encoding (a JSON
-    array): no id can contain a separator that makes two tuples one."""
+def digest(*ids: str, size: int = 32) -> str:
+    """A short stable hex id for a tuple of ids, over an unambiguous encoding (a JSON
+    array, ASCII-escaped): no id can hold a separator that makes two tuples one, and an id
+    that is not valid Unicode (a lone surrogate) still has exactly one digest."""
     return hashlib.sha256(json.dumps(ids, ensure_ascii=True).encode()).hexdigest()[:size]
 
 
@@ -113,7 +108,7 @@ class Keys:
 
     def session(self, app: str, user_id: str, session_id: str) -> str:
         """STRING thread uuid of an ADK session (under its user, so forget finds it)."""
-        return f"{self.prefix}:id:thread:{digest(app, user_id)}:{digest(app, session_id)}"
+        return f"{self.prefix}:id:thread:{digest(app, user_id)}:{digest(app, user_id, session_id)}"
 
     # --- the context cache (R2) -------------------------------------------------------
     def context_user(self, app: str, user_id: str) -> str:
@@ -122,7 +117,7 @@ class Keys:
 
     def context_thread(self, app: str, user_id: str, session_id: str) -> str:
         """STRING, same form: the block for one session's latest turns (overlay); expires."""
-        return f"{self.prefix}:ctx:thread:{digest(app, user_id)}:{digest(app, session_id)}"
+        return f"{self.prefix}:ctx:thread:{digest(app, user_id)}:{digest(app, user_id, session_id)}"
 
     # --- out-of-band memory ---------------------------------------------------------------
     def synthesized(self, app: str, user_id: str) -> str:
