@@ -1,12 +1,16 @@
 """The audit log: every write and delete the worker makes, append-only and bounded (a
-Redis stream with MAXLEN). Entries carry ids, a keyed HMAC of the content (a plain hash of
-a short text is guessable) and the outcome — never the content."""
+Redis stream with MAXLEN). Entries carry ids, keyed HMACs of the user reference and of the
+content (a plain hash of a user id or a short text is guessable) and the outcome — never
+the content.
+
+The key comes from the environment (``AFTERTHOUGHT_AUDIT_KEY``), never from Redis: with
+it beside the log, whoever reads Redis could tie entries to a forgotten user again. With
+no key, the audit log is off (said once at start)."""
 
 from __future__ import annotations
 
 import hashlib
 import hmac
-import secrets
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -24,7 +28,7 @@ class Entry:
     op: str
     """add_message, write_fact, invalidate_fact, quarantine, delete_fact, forget_user..."""
     user: str
-    """Digest of (app, user id)."""
+    """Digest of (app, user id); the log keeps only its HMAC."""
     outcome: str
     thread: str = ""
     key: str = ""
@@ -43,36 +47,30 @@ class AuditLog:
             settings.audit_key.get_secret_value().encode() if settings.audit_key else None
         )
 
-    async def _key(self) -> bytes:
-        """``audit_key`` from the settings; without one, a random key kept in Redis (set
-        ``AFTERTHOUGHT_AUDIT_KEY`` in production, so the key is not beside the log)."""
-        if self._secret is None:
-            await self._redis.set(self._keys.audit_key, secrets.token_hex(32), nx=True)
-            self._secret = (await self._redis.get(self._keys.audit_key)) or b""
-        return self._secret
+    @property
+    def enabled(self) -> bool:
+        return self._secret is not None
+
+    def _mac(self, text: str) -> str:
+        assert self._secret is not None
+        return hmac.new(self._secret, text.encode(), hashlib.sha256).hexdigest()
 
     async def record(self, entries: Sequence[Entry]) -> None:
-        if not entries:
+        if not entries or self._secret is None:
             return
-        key = await self._key()
         now = str(int(time.time() * 1000))
         async with self._redis.pipeline(transaction=False) as pipe:
             for e in entries:
-                mac = (
-                    hmac.new(key, e.content.encode(), hashlib.sha256).hexdigest()
-                    if e.content
-                    else ""
-                )
                 pipe.xadd(
                     self._keys.audit,
                     {
                         "at": now,
                         "job": e.job,
                         "op": e.op,
-                        "user": e.user,
+                        "user": self._mac(e.user)[:32],
                         "thread": e.thread,
                         "key": e.key,
-                        "hmac": mac,
+                        "hmac": self._mac(e.content) if e.content else "",
                         "trust": e.trust,
                         "outcome": e.outcome,
                     },

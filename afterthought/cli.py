@@ -223,6 +223,13 @@ def _operate(args: argparse.Namespace) -> int:
             else:
                 done = await forgetter.forget_user(app=args.app, user_id=args.user)
             print(json.dumps(asdict(done)))
+            if done.pending:
+                print(
+                    "afterthought: the backend has not confirmed the deletion yet; the "
+                    "workers finish it (see `afterthought status`)",
+                    file=sys.stderr,
+                )
+                return ATTENTION
             return OK
         finally:
             await backend.aclose()

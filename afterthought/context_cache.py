@@ -1,9 +1,13 @@
-"""The context-block cache (R2): per user, with a per-session overlay, in Redis.
+"""The context-block cache (R2): per user, with a per-session overlay, in Redis. The one
+owner of cache policy: what is served, what may be written, what is invalidated.
 
 The turn path reads both with one MGET; the worker writes them from
 ``add_messages(return_context=True)``; the agent reads through on a miss and refreshes a
 stale block in the background. Writes are versioned: an older block never replaces a
-newer one, whichever process writes last."""
+newer one, whichever process writes last. A block is built from one user's memory, so
+every entry is the user's: forgetting them drops all of it at once (the overlay index),
+and while a forget runs nothing is served or written (a block read from the backend then
+may still hold what is being deleted)."""
 
 from __future__ import annotations
 
@@ -15,16 +19,39 @@ import redis.asyncio as aioredis
 from afterthought.keys import Keys
 from afterthought.settings import Settings
 
-# KEYS the entries; ARGV version, written_ms, block, ttl_ms. Keeps the newest version.
+#: The user's ``forgetting`` mark while a forget runs: their messages wait, nothing of
+#: theirs is served or cached.
+PENDING = "pending"
+#: The mark for a short while after: blocks read before the deletion ended are not cached.
+COOLING = "cooling"
+
+# KEYS epoch, forgetting, index, then the entries; ARGV epoch, version, written_ms, block,
+# ttl_ms. Refused (0) if the user was forgotten since the writer read the epoch, or is
+# being forgotten. Keeps the newest version of each entry; overlays join the user's index.
 WRITE_LUA = """
-for i, key in ipairs(KEYS) do
-  local current = redis.call('GET', key)
+if tonumber(redis.call('GET', KEYS[1]) or '0') ~= tonumber(ARGV[1])
+   or redis.call('EXISTS', KEYS[2]) == 1 then
+  return 0
+end
+for i = 4, #KEYS do
+  local current = redis.call('GET', KEYS[i])
   local version = current and tonumber(string.match(current, '^(%d+)\\n'))
-  if not version or version < tonumber(ARGV[1]) then
-    redis.call('SET', key, ARGV[1] .. '\\n' .. ARGV[2] .. '\\n' .. ARGV[3], 'PX', ARGV[4])
+  if not version or version < tonumber(ARGV[2]) then
+    redis.call('SET', KEYS[i], ARGV[2] .. '\\n' .. ARGV[3] .. '\\n' .. ARGV[4], 'PX', ARGV[5])
+  end
+  if i > 4 then
+    redis.call('SADD', KEYS[3], KEYS[i])
+    redis.call('PEXPIRE', KEYS[3], ARGV[5])
   end
 end
 return 1
+"""
+
+# KEYS user block, index. Every entry of the user, overlays included.
+INVALIDATE_LUA = """
+local overlays = redis.call('SMEMBERS', KEYS[2])
+for _, key in ipairs(overlays) do redis.call('DEL', key) end
+return redis.call('DEL', KEYS[1], KEYS[2]) + #overlays
 """
 
 
@@ -44,6 +71,18 @@ class CachedBlock:
         return cls(block=block, version=int(version), written_ms=int(written))
 
 
+@dataclass(frozen=True, slots=True)
+class CacheRead:
+    """What one cache read found."""
+
+    block: CachedBlock | None
+    """The session's overlay, else the user's block; None on a miss."""
+    epoch: int
+    """The user's deletion epoch at the read: a block fetched after it is written with it."""
+    forgetting: bool
+    """The user is being forgotten: serve nothing, fetch nothing."""
+
+
 def now_version() -> int:
     """Versions are microseconds: a later write wins, even within the same millisecond."""
     return time.time_ns() // 1000
@@ -56,15 +95,25 @@ class ContextCache:
 
     async def read(
         self, redis: aioredis.Redis, *, app: str, user_id: str, session_id: str
-    ) -> CachedBlock | None:
+    ) -> CacheRead:
         """The session's overlay if there is one (it is about this conversation), else the
         user's block — so a new session starts from what is known of the user."""
-        overlay, user = await redis.mget(
-            self._keys.context_thread(app, user_id, session_id),
-            self._keys.context_user(app, user_id),
+        k = self._keys
+        overlay, user, epoch, forgetting = await redis.mget(
+            k.context_thread(app, user_id, session_id),
+            k.context_user(app, user_id),
+            k.epoch(app, user_id),
+            k.forgetting(app, user_id),
         )
-        raw = overlay or user
-        return CachedBlock.parse(raw) if raw else None
+        pending = forgetting == PENDING.encode()
+        raw = None if pending else overlay or user
+        return CacheRead(
+            block=CachedBlock.parse(raw) if raw else None, epoch=int(epoch or 0), forgetting=pending
+        )
+
+    async def epoch(self, redis: aioredis.Redis, *, app: str, user_id: str) -> int:
+        """The user's deletion epoch, to read before fetching a block to write."""
+        return int(await redis.get(self._keys.epoch(app, user_id)) or 0)
 
     async def write(
         self,
@@ -75,13 +124,34 @@ class ContextCache:
         session_id: str | None,
         block: str,
         version: int,
-    ) -> None:
-        keys = [self._keys.context_user(app, user_id)]
+        epoch: int,
+    ) -> bool:
+        """Cache the block for the user (and the session's overlay); refused (False) when
+        the user was forgotten after ``epoch`` was read, or is being forgotten."""
+        k = self._keys
+        keys = [
+            k.epoch(app, user_id),
+            k.forgetting(app, user_id),
+            k.context_index(app, user_id),
+            k.context_user(app, user_id),
+        ]
         if session_id is not None:
-            keys.append(self._keys.context_thread(app, user_id, session_id))
-        await redis.eval(
-            WRITE_LUA, len(keys), *keys, version, int(time.time() * 1000), block, self._ttl_ms
+            keys.append(k.context_thread(app, user_id, session_id))
+        written = await redis.eval(
+            WRITE_LUA,
+            len(keys),
+            *keys,
+            epoch,
+            version,
+            int(time.time() * 1000),
+            block,
+            self._ttl_ms,
         )
+        return bool(written)
 
-    async def delete(self, redis: aioredis.Redis, *, app: str, user_id: str) -> None:
-        await redis.delete(self._keys.context_user(app, user_id))
+    async def invalidate_user(self, redis: aioredis.Redis, *, app: str, user_id: str) -> int:
+        """Drop every entry built from the user's memory (their block and every session
+        overlay): after a fact is written or forgotten, a prune, or forgetting the user."""
+        k = self._keys
+        keys = [k.context_user(app, user_id), k.context_index(app, user_id)]
+        return int(await redis.eval(INVALIDATE_LUA, len(keys), *keys))

@@ -119,6 +119,11 @@ class Keys:
         """STRING, same form: the block for one session's latest turns (overlay); expires."""
         return f"{self.prefix}:ctx:thread:{digest(app, user_id)}:{digest(app, user_id, session_id)}"
 
+    def context_index(self, app: str, user_id: str) -> str:
+        """SET of the user's overlay keys, so invalidating a user needs no SCAN; expires
+        with the newest of them."""
+        return f"{self.prefix}:ctx:index:{digest(app, user_id)}"
+
     # --- out-of-band memory ---------------------------------------------------------------
     def synthesized(self, app: str, user_id: str) -> str:
         """STRING: the backend cursor up to which the user's messages were synthesized."""
@@ -127,6 +132,17 @@ class Keys:
     def epoch(self, app: str, user_id: str) -> str:
         """Counter bumped when a user is forgotten: older queued messages are dropped."""
         return f"{self.prefix}:epoch:{digest(app, user_id)}"
+
+    def forgetting(self, app: str, user_id: str) -> str:
+        """STRING set while the user is being forgotten, and for a short cool-down after:
+        their new messages wait, and no cache entry is written or served meanwhile."""
+        return f"{self.prefix}:forgetting:{digest(app, user_id)}"
+
+    @property
+    def forgets(self) -> str:
+        """HASH user digest -> JSON (app, user id, since): forgets not yet confirmed done
+        (the backend's deletion still pending); durable, so a worker resumes them."""
+        return f"{self.prefix}:forgets"
 
     def user_threads(self, app: str, user_id: str) -> str:
         """SET of the user's thread keys (so forgetting a user finds its queues)."""
@@ -140,11 +156,6 @@ class Keys:
     def audit(self) -> str:
         """STREAM: the audit log (bounded by MAXLEN)."""
         return f"{self.prefix}:audit"
-
-    @property
-    def audit_key(self) -> str:
-        """STRING: the HMAC key of the audit log when none is configured."""
-        return f"{self.prefix}:audit:key"
 
     @property
     def quarantine(self) -> str:

@@ -116,7 +116,8 @@ class Settings(BaseSettings):
     max_facts_per_user: int = Field(500, ge=1)
     """Above this, the least important x least recent facts are pruned."""
     audit_key: SecretStr | None = None
-    """HMAC key of the audit log's content digests (else a random key kept in Redis)."""
+    """HMAC key of the audit log's user references and content digests; the log is off
+    without one (kept out of Redis, so Redis alone cannot tie entries to a user)."""
     audit_max_entries: int = Field(100_000, ge=100)
     """Entries the audit stream keeps (older ones are trimmed)."""
     metrics_port: int | None = Field(None, ge=0, le=65535)
@@ -125,6 +126,10 @@ class Settings(BaseSettings):
     """Address the metrics endpoint binds (``0.0.0.0`` in a container)."""
     skip_nested: bool = True
     """Ignore nested runs (an ``AgentTool``'s child runner): no read, no write."""
+    trust_state_identity: bool = False
+    """Use Zep UUIDs pinned in session state unchecked. ADK's API server lets clients write
+    session state, so by default a pinned user or graph must be the registry's for the ADK
+    user, and the worker writes to a pinned thread only if it belongs to that user."""
 
     @field_validator("key_prefix")
     @classmethod

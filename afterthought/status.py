@@ -21,6 +21,8 @@ STATUS_VERSION = 1
 #: How often each worker reports its health (arq's health line); a report expires a second
 #: after the next one is due.
 HEALTH_INTERVAL_SECONDS = 10
+#: A forget pending this long needs an operator (the backend keeps refusing to delete).
+FORGET_STUCK_SECONDS = 3600
 #: Threads read per script call.
 CHUNK = 1000
 
@@ -88,6 +90,14 @@ class SynthesisStatus(BaseModel):
     """How long the most overdue of those jobs has been due; None when none is queued."""
 
 
+class ForgetStatus(BaseModel):
+    pending: int
+    """Users being forgotten whose deletion is not confirmed yet (a worker resumes them
+    every minute); their new messages wait meanwhile."""
+    oldest_age_seconds: float | None
+    """Since the oldest pending forget began; None when there is none."""
+
+
 class Status(BaseModel):
     version: int = STATUS_VERSION
     prefix: str
@@ -106,13 +116,15 @@ class Status(BaseModel):
     synthesis: SynthesisStatus
     redis: RedisStatus | None = None
     """The server's memory and persistence settings, as far as it tells."""
+    forgets: ForgetStatus = ForgetStatus(pending=0, oldest_age_seconds=None)
 
     @computed_field  # type: ignore[prop-decorator]
     @property
     def problems(self) -> list[str]:
         """What needs an operator, by stable name: ``no_workers``, ``paused``,
         ``stranded_threads``, ``dead_letters``, ``lost_messages``, ``eviction_policy``
-        (Redis may evict queued messages), ``redis_full``. Empty: ``status`` exits 0."""
+        (Redis may evict queued messages), ``redis_full``, ``forget_stuck`` (a forget
+        pending for over an hour). Empty: ``status`` exits 0."""
         policy = self.redis.maxmemory_policy if self.redis else None
         found = {
             "no_workers": not self.workers,
@@ -122,6 +134,7 @@ class Status(BaseModel):
             "lost_messages": self.lost_messages > 0,
             "eviction_policy": policy is not None and policy != "noeviction",
             "redis_full": self.redis is not None and self.redis.full,
+            "forget_stuck": (self.forgets.oldest_age_seconds or 0) > FORGET_STUCK_SECONDS,
         }
         return [name for name, present in found.items() if present]
 
@@ -152,7 +165,18 @@ async def snapshot(redis: aioredis.Redis, settings: Settings) -> Status:
         pipe.get(keys.rate_limit)
         pipe.zrangebyscore(keys.queue, "-inf", "+inf", withscores=True)
         pipe.get(keys.lost)
-        depth, ready, dead, paused, paused_ttl, rate, arq_queue, lost = await pipe.execute()
+        pipe.hvals(keys.forgets)
+        (
+            depth,
+            ready,
+            dead,
+            paused,
+            paused_ttl,
+            rate,
+            arq_queue,
+            lost,
+            forgets,
+        ) = await pipe.execute()
 
     due = leased = deferred = stranded = missing = 0
     oldest: int | None = None
@@ -206,6 +230,15 @@ async def snapshot(redis: aioredis.Redis, settings: Settings) -> Status:
             lag_seconds=(max(overdue) / 1000 if overdue else 0.0) if synth_due else None,
         ),
         redis=await redis_status(redis),
+        forgets=_forgets(forgets, now_ms),
+    )
+
+
+def _forgets(records: list[bytes], now_ms: int) -> ForgetStatus:
+    since = [int(json.loads(r).get("since", now_ms)) for r in records]
+    return ForgetStatus(
+        pending=len(since),
+        oldest_age_seconds=max(0.0, (now_ms - min(since)) / 1000) if since else None,
     )
 
 

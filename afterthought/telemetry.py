@@ -28,6 +28,11 @@ text_repaired = _meter.create_counter(
     description="Code points of invalid Unicode (lone surrogates) replaced by U+FFFD before "
     "a message was queued.",
 )
+identity_pins_ignored = _meter.create_counter(
+    "afterthought.identity.pins_ignored",
+    description="Zep user or graph UUIDs found in session state that are not the ADK user's "
+    "(set trust_state_identity if only your code writes them).",
+)
 queue_failures = _meter.create_counter(
     "afterthought.queue.failures",
     description="Writes not queued at once, by outcome: buffered, dropped, refused.",

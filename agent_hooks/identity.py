@@ -1,5 +1,10 @@
 """Whose memory a turn reads and writes. Never the model's choice (R4): explicit options,
-then a per-call resolver, then session state, then the registry the worker fills."""
+then a per-call resolver, then session state, then the registry the worker fills.
+
+Options and resolvers are the application's code and are trusted. Session state is not:
+ADK's API server lets clients write it (``state_delta``), so a pin found there is checked
+(``TurnMemory`` for the user and graph, the worker for the thread) unless the settings
+say only the application writes it (``trust_state_identity``)."""
 
 from __future__ import annotations
 
@@ -55,11 +60,11 @@ def display_name(ctx: ReadonlyContext) -> str | None:
 async def resolve(
     ctx: ReadonlyContext, *, explicit: ZepIdentity, resolver: IdentityResolver | None
 ) -> ZepIdentity:
-    """Explicit options, then the resolver, then session state, part by part."""
+    """Explicit options, then the resolver, part by part: what the application pinned."""
     found = explicit
     if resolver is not None:
         value = resolver(ctx)
         if inspect.isawaitable(value):
             value = await value
         found = found.filled_from(value)
-    return found.filled_from(from_state(ctx))
+    return found

@@ -10,7 +10,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 from google.adk.agents.callback_context import CallbackContext
@@ -36,11 +36,18 @@ from afterthought.keys import Keys, digest
 from afterthought.settings import Settings
 from afterthought.telemetry import (
     context_cache_reads,
+    identity_pins_ignored,
     memory_read_failures,
     queue_failures,
     retrieval_duration,
 )
-from agent_hooks.identity import IdentityResolver, ZepIdentity, display_name, resolve
+from agent_hooks.identity import (
+    IdentityResolver,
+    ZepIdentity,
+    display_name,
+    from_state,
+    resolve,
+)
 from agent_hooks.injection import DEFAULT_CONTEXT_TEMPLATE, Injection, inject, render
 from agent_hooks.messages import said_text
 
@@ -135,7 +142,9 @@ class TurnMemory:
         self.enqueuer = Enqueuer(settings, direct=self.direct)
         self.cache = ContextCache(settings)
         self._keys = Keys(settings.key_prefix)
-        self._turns: OrderedDict[str, _Turn] = OrderedDict()
+        # Keyed by every id of the turn: an invocation id is client-chosen in ADK's API server,
+        # so two users (or sessions) may send the same one.
+        self._turns: OrderedDict[Who, _Turn] = OrderedDict()
         self._refreshing: set[asyncio.Task[None]] = set()
         self.read_breaker = CircuitBreaker(
             failures=settings.read_breaker_failures, seconds=settings.read_breaker_seconds
@@ -168,7 +177,7 @@ class TurnMemory:
                 return None
             if _TOOL_STEP.get() == callback_context.session.id:
                 _TOOL_STEP.set(None)  # its tool step is over
-            turn = self._turns.get(callback_context.invocation_id)
+            turn = self._turns.get(Who.of(callback_context))
             if turn is None:
                 # First model call of the invocation: queue the user's message while the
                 # block is read, so the turn waits for the slower of the two, not both.
@@ -190,11 +199,11 @@ class TurnMemory:
         self, ctx: CallbackContext, llm_request: LlmRequest
     ) -> tuple[_Turn, Awaitable[bool]]:
         who = Who.of(ctx)
-        identity = await resolve(ctx, explicit=self.identity, resolver=self.resolve_identity)
+        identity = await self._resolve(ctx)
         text = said_text(ctx.user_content)
         block = asyncio.ensure_future(self._read_block(who, ctx, llm_request, identity, text))
         turn = _Turn(block=block, identity=identity)
-        self._remember(who.invocation_id, turn)
+        self._remember(who, turn)
         if not text:
             return turn, _done(True)
         message = self._message(who, turn, "user", text, ctx, at=_user_event_time(ctx))
@@ -218,9 +227,12 @@ class TurnMemory:
                 if self.context_builder is not None and llm_request is not None:
                     return await self._build(who, ctx, llm_request, identity, query)
                 redis = self.enqueuer.redis()
-                cached = await self.cache.read(
+                found = await self.cache.read(
                     redis, app=who.app, user_id=who.user_id, session_id=who.session_id
                 )
+                if found.forgetting:
+                    return ""  # what the backend still holds of them is being deleted
+                cached = found.block
                 if self.direct is not None and not self.direct.knows(
                     thread_key(app=who.app, user_id=who.user_id, session_id=who.session_id)
                 ):
@@ -232,7 +244,10 @@ class TurnMemory:
                         self._refresh_later(who, identity, query)
                     return cached.block
                 context_cache_reads.add(1, {"result": "miss"})
-                return await self._fetch(who, identity, query, version=now_version()) or ""
+                block = await self._fetch(
+                    who, identity, query, version=now_version(), epoch=found.epoch
+                )
+                return block or ""
         except Exception as exc:
             memory_read_failures.add(1)
             log.warning(
@@ -243,9 +258,10 @@ class TurnMemory:
             retrieval_duration.record(time.perf_counter() - started)
 
     async def _fetch(
-        self, who: Who, identity: ZepIdentity, query: str, *, version: int
+        self, who: Who, identity: ZepIdentity, query: str, *, version: int, epoch: int
     ) -> str | None:
-        """Read the block from the backend and cache it; None if nobody is known yet."""
+        """Read the block from the backend and cache it (unless the user was forgotten
+        since ``epoch`` was read); None if nobody is known yet."""
         user = await self.user_of(who, identity)
         if user is None:
             return None
@@ -270,6 +286,7 @@ class TurnMemory:
             session_id=None,
             block=block,
             version=version,
+            epoch=epoch,
         )
         return block
 
@@ -280,7 +297,8 @@ class TurnMemory:
             if not await redis.set(lock, "1", nx=True, px=REFRESH_LOCK_MS):
                 return  # another process is on it
             try:
-                await self._fetch(who, identity, query, version=now_version())
+                epoch = await self.cache.epoch(redis, app=who.app, user_id=who.user_id)
+                await self._fetch(who, identity, query, version=now_version(), epoch=epoch)
             except Exception as exc:
                 log.info("context refresh failed error=%s", type(exc).__name__)
             finally:
@@ -350,13 +368,11 @@ class TurnMemory:
             if not text.strip():  # function-call-only, thought-only or empty
                 return None
             who = Who.of(callback_context)
-            turn = self._turns.get(who.invocation_id)
+            turn = self._turns.get(who)
             if turn is None:
-                identity = await resolve(
-                    callback_context, explicit=self.identity, resolver=self.resolve_identity
-                )
+                identity = await self._resolve(callback_context)
                 turn = _Turn(block=_done(""), identity=identity)
-                self._remember(who.invocation_id, turn)
+                self._remember(who, turn)
             message = self._message(who, turn, "assistant", text, callback_context, at=None)
             if message is not None:
                 await self.enqueuer.enqueue([message])
@@ -400,10 +416,30 @@ class TurnMemory:
 
     async def current_block(self, ctx: CallbackContext, query: str) -> str:
         """The block the turn path would inject now (for the model-called context tool)."""
-        identity = await resolve(ctx, explicit=self.identity, resolver=self.resolve_identity)
+        identity = await self._resolve(ctx)
         return await self._read_block(Who.of(ctx), ctx, None, identity, query)
 
     # --- shared -------------------------------------------------------------------------
+    async def _resolve(self, ctx: CallbackContext) -> ZepIdentity:
+        """The application's pins, then session state's. A user or graph pinned in state
+        is kept only if it is the one the registry holds for this ADK user (a client could
+        have written another user's there); a pinned thread is checked by the worker."""
+        pinned = await resolve(ctx, explicit=self.identity, resolver=self.resolve_identity)
+        state = from_state(ctx)
+        if self.settings.trust_state_identity or not (state.user_uuid or state.graph_uuid):
+            return pinned.filled_from(state)
+        registry = IdentityRegistry(self.enqueuer.redis(), self.settings)
+        known = await registry.lookup_user(app=ctx.session.app_name, user_id=ctx.user_id)
+        if (
+            known is None
+            or state.user_uuid not in (None, known.user_uuid)
+            or state.graph_uuid not in (None, known.graph_uuid)
+        ):
+            identity_pins_ignored.add(1)
+            log.warning("identity pin ignored invocation=%s: not this user's", ctx.invocation_id)
+            state = replace(state, user_uuid=None, graph_uuid=None)
+        return pinned.filled_from(state)
+
     def _nested(self, ctx: CallbackContext) -> bool:
         """W8: a nested run (an ``AgentTool``'s child runner) is not the user's turn: it
         runs inside another session's tool step, in a session whose state was copied from
@@ -448,8 +484,8 @@ class TurnMemory:
             log.error("message refused invocation=%s reason=%s", who.invocation_id, exc)
             return None
 
-    def _remember(self, invocation_id: str, turn: _Turn) -> None:
-        self._turns[invocation_id] = turn
+    def _remember(self, who: Who, turn: _Turn) -> None:
+        self._turns[who] = turn
         while len(self._turns) > MAX_TRACKED_INVOCATIONS:
             self._turns.popitem(last=False)
 

@@ -76,6 +76,7 @@ def make_settings(prefix: str, tmp_path: Path) -> Callable[..., Settings]:
             "retrieval_budget": 10.0,
             "enqueue_timeout": 5.0,
             "tool_timeout": 30.0,
+            "audit_key": "audit-key-of-the-tests",
         }
         values.update(overrides)
         return Settings(**values)

@@ -154,8 +154,10 @@ async def test_explicit_graph_binding_reads_a_shared_graph(
 async def test_pinned_state_identity_is_used_and_nothing_is_provisioned(
     zep_settings: Settings, zep_fake: ZepFake
 ) -> None:
+    """An application that alone writes session state pins its own Zep users there."""
     from zep_cloud import AsyncZep
 
+    zep_settings = zep_settings.model_copy(update={"trust_state_identity": True})
     zep = AsyncZep(api_key="k", base_url=zep_fake.base_url)
     user = await zep.user.create(user_id="app-owned")
     thread = await zep.thread.create(user_uuid=str(user.uuid_))
@@ -211,7 +213,7 @@ async def test_a_stale_block_is_served_then_refreshed_once(
     )
     await _remembered(settings)
     await ContextCache(settings).write(
-        redis, app=APP, user_id="alice", session_id=None, block="old block", version=1
+        redis, app=APP, user_id="alice", session_id=None, block="old block", version=1, epoch=0
     )
     await redis.delete(Keys(settings.key_prefix).context_thread(APP, "alice", "x"))
     memory = create_callbacks(settings=settings)
@@ -227,7 +229,9 @@ async def test_a_stale_block_is_served_then_refreshed_once(
         await asyncio.sleep(0.05)
     await asyncio.sleep(0.2)
     assert _contexts(zep_fake) - before == 1  # one refresh for the key, not one per turn
-    cached = await ContextCache(settings).read(redis, app=APP, user_id="alice", session_id="y")
+    cached = (
+        await ContextCache(settings).read(redis, app=APP, user_id="alice", session_id="y")
+    ).block
     assert cached is not None and "Lisbon" in cached.block
 
 
@@ -235,9 +239,11 @@ async def test_cache_writes_keep_the_newest_version(
     local_settings: Settings, redis: aioredis.Redis
 ) -> None:
     cache = ContextCache(local_settings)
-    await cache.write(redis, app=APP, user_id="u", session_id="s", block="newer", version=20)
-    await cache.write(redis, app=APP, user_id="u", session_id="s", block="older", version=10)
-    cached = await cache.read(redis, app=APP, user_id="u", session_id="s")
+    for block, version in (("newer", 20), ("older", 10)):
+        await cache.write(
+            redis, app=APP, user_id="u", session_id="s", block=block, version=version, epoch=0
+        )
+    cached = (await cache.read(redis, app=APP, user_id="u", session_id="s")).block
     assert cached is not None and (cached.block, cached.version) == ("newer", 20)
 
 

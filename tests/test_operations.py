@@ -67,6 +67,7 @@ STATUS_SHAPE = {
         "used_memory": (int, type(None)),
         "maxmemory": (int, type(None)),
     },
+    "forgets": {"pending": int, "oldest_age_seconds": (float, type(None))},
     "problems": list,
 }
 WORKER_SHAPE = {"id", "last_seen_seconds", "jobs_complete", "jobs_failed", "jobs_retried"}

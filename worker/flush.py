@@ -33,7 +33,7 @@ from afterthought.backends.base import (
     ignored_roles,
 )
 from afterthought.batching import Call, missing, pack, parts
-from afterthought.context_cache import ContextCache, now_version
+from afterthought.context_cache import PENDING, ContextCache, now_version
 from afterthought.contract import MalformedPayload, QueuedMessage, split_content
 from afterthought.identity import IdentityRegistry
 from afterthought.keys import Keys, digest
@@ -60,6 +60,10 @@ CLAIM_INTERVAL = 0.05
 RENEW_RETRY_SECONDS = 0.25
 #: How often a worker records that the backend took a write (see ``_backend_ok_since``).
 OK_MARK_SECONDS = 1.0
+#: How long a forgotten user's new messages wait before the next look.
+HOLD_MS = 5000
+#: (thread, user) pairs whose ownership this process has checked.
+MAX_KNOWN_OWNERS = 10_000
 
 
 def _now_ms() -> int:
@@ -74,6 +78,46 @@ def _covers(inflight: bytes, first: int, last: int) -> bool:
 
 class _LeaseLost(Exception):
     """Another worker may hold the thread now; stop touching it."""
+
+
+class _Forgotten(Exception):
+    """The batch's user was forgotten while it was on its way: send nothing more of it."""
+
+
+class _Held(Exception):
+    """The user is being forgotten: what they said since waits until that is done."""
+
+
+class _IdentityMismatch(Exception):
+    """The thread pinned to the batch does not belong to the batch's user."""
+
+
+class _Epoch:
+    """The deletion epoch of a batch's user, as it was when the batch was read."""
+
+    def __init__(self, redis: aioredis.Redis, keys: Keys, message: QueuedMessage) -> None:
+        self._redis = redis
+        self._keys = [keys.epoch(message.app, message.user_id)]
+        self._keys.append(keys.forgetting(message.app, message.user_id))
+        self.seen = 0
+
+    async def read(self) -> int:
+        """The epoch now. Raises :class:`_Held` while the user is being forgotten."""
+        epoch, forgetting = await self._redis.mget(self._keys)
+        self.seen = int(epoch or 0)
+        if forgetting == PENDING.encode():
+            raise _Held
+        return self.seen
+
+    async def check(self) -> None:
+        """Raise :class:`_Forgotten` if the user was forgotten since :meth:`read`."""
+        before = self.seen
+        try:
+            now = await self.read()
+        except _Held:
+            raise _Forgotten from None  # a forget began: it bumped the epoch too
+        if now != before:
+            raise _Forgotten
 
 
 class _Lease:
@@ -166,6 +210,7 @@ class _Sending:
     lease: _Lease
     stats: Counter[str]
     history: _History
+    epoch: _Epoch
     reconcile: bool
     """Check the backend first: an earlier attempt may have stored part of it."""
     fresh: bool
@@ -203,6 +248,7 @@ class Flusher:
         self.pacing = Pacing(redis, self.keys, pause_seconds=settings.pause_seconds)
         self.ignore_roles = ignored_roles(settings, backend)
         self.cache = ContextCache(settings)
+        self._owners: dict[tuple[str, str], None] = {}
         self.forgetter = Forgetter(settings, redis, backend)
         self.audit = AuditLog(redis, settings)
         self._clock = clock
@@ -285,6 +331,9 @@ class Flusher:
         except _LeaseLost:
             stats["lease_lost"] += 1
             log.warning("lease lost thread=%s", tk)
+        except _Held:
+            stats["held"] += 1
+            next_ms += HOLD_MS
         except BackendError as exc:
             next_ms = await self._failed(lease, exc, stats)
         except Exception as exc:  # never lose the lease to a bug: defer and say so
@@ -383,22 +432,55 @@ class Flusher:
             batch = batch[:1]
         lease.batch, lease.thread_uuid = batch, None
         first, last = batch[0].seq or 0, batch[-1].seq or 0
-        epoch = int(await self.redis.get(self.keys.epoch(batch[0].app, batch[0].user_id)) or 0)
-        forgotten = [m for m in batch if m.epoch < epoch]
+        epoch = _Epoch(self.redis, self.keys, batch[0])
+        try:
+            current = await epoch.read()
+        except _Held:
+            current = epoch.seen
+            if all(m.epoch >= current for m in batch):
+                raise
+        forgotten = [m for m in batch if m.epoch < current]
         if forgotten:  # queued before the user was forgotten: dropped, never sent
-            await self._acknowledge(lease, forgotten[-1].seq or 0)
-            stats["forgotten"] += len(forgotten)
-            await self._audit(tk, forgotten, op="add_message", outcome="forgotten")
-            return True
+            return await self._drop_forgotten(lease, forgotten, stats)
         # Narrowed inside the recorded batch: the record stays whole (no BEGIN), so once this
         # part is acknowledged the rest, which an earlier attempt may have stored under
         # another idempotency key, is still reconciled before it is sent (W2).
         recorded = inflight is not None and _covers(inflight, first, last)
         if not recorded and not await self.queue.begin(tk, lease.token, first=first, last=last):
             raise _LeaseLost
+        try:
+            return await self._flush_checked(lease, batch, stats, history, epoch, inflight)
+        except _Forgotten:  # the user was forgotten meanwhile: what is left goes
+            return await self._drop_forgotten(lease, batch, stats)
+        except _IdentityMismatch:
+            await self._dead_letter(lease, len(batch), reason="identity_mismatch", attempts=0)
+            stats["dead"] += len(batch)
+            return True
+
+    async def _drop_forgotten(
+        self, lease: _Lease, forgotten: Sequence[QueuedMessage], stats: Counter[str]
+    ) -> bool:
+        left = await self._acknowledge(lease, forgotten[-1].seq or 0)
+        stats["forgotten"] += len(forgotten)
+        await self._audit(lease.tk, forgotten, op="add_message", outcome="forgotten")
+        return bool(left)
+
+    async def _flush_checked(
+        self,
+        lease: _Lease,
+        batch: list[QueuedMessage],
+        stats: Counter[str],
+        history: _History,
+        epoch: _Epoch,
+        inflight: bytes | None,
+    ) -> bool:
+        """The batch, its user not forgotten when it was read; every backend step below
+        checks that again first (``_Epoch.check``), since a forget may start at any time."""
+        tk = lease.tk
+        first, last = batch[0].seq or 0, batch[-1].seq or 0
         if batch[0].kind != "message":
-            return await self._apply_memory_changes(lease, batch, stats)
-        user, thread_uuid = await self._identity(batch[0])
+            return await self._apply_memory_changes(lease, batch, stats, epoch)
+        user, thread_uuid = await self._identity(batch[0], epoch)
         lease.thread_uuid = thread_uuid
         replay = any(m.replay for m in batch)
         sending = _Sending(
@@ -406,6 +488,7 @@ class Flusher:
             lease=lease,
             stats=stats,
             history=history,
+            epoch=epoch,
             # A recorded in-flight batch was being sent when its worker stopped: unknown.
             reconcile=inflight is not None or replay or any(m.unsure for m in batch),
             fresh=inflight is not None,
@@ -458,6 +541,7 @@ class Flusher:
                 session_id=head.session_id,
                 block=context,
                 version=now_version(),
+                epoch=sending.epoch.seen,
             )
             await self._quietly(write, "cache write")
 
@@ -638,6 +722,7 @@ class Flusher:
                     todo = [c for c in calls if c.idempotency_key not in sending.stored_calls]
                 for call in todo:
                     await self.pacing.wait()
+                    await sending.epoch.check()
                     timeout = sending.lease.call_timeout(self.settings.backend_timeout)
                     try:
                         context = await self.backend.add_messages(
@@ -684,7 +769,7 @@ class Flusher:
         return pack(missing(wanted, stored, replay=replay), per_call)
 
     async def _apply_memory_changes(
-        self, lease: _Lease, batch: list[QueuedMessage], stats: Counter[str]
+        self, lease: _Lease, batch: list[QueuedMessage], stats: Counter[str], epoch: _Epoch
     ) -> bool:
         """Facts to store and memories to forget, in queue order, each acknowledged once
         done (a later failure never repeats it); one the backend refuses is dead-lettered
@@ -694,12 +779,14 @@ class Flusher:
         if head.zep_graph_uuid:
             user = UserRef(head.zep_user_uuid or "", head.zep_graph_uuid)
         else:
+            await epoch.check()
             user, _ = await self.registry.ensure_user(
                 self.backend, app=head.app, user_id=head.user_id
             )
         left, applied = 0, []
         for item in batch:
             await self.pacing.wait()
+            await epoch.check()
             try:
                 if item.kind == "fact":
                     await self.backend.add_fact(
@@ -724,7 +811,8 @@ class Flusher:
             stats[item.kind] += 1
             stats["messages"] += 1
         await self._quietly(
-            self.cache.delete(self.redis, app=head.app, user_id=head.user_id), "cache delete"
+            self.cache.invalidate_user(self.redis, app=head.app, user_id=head.user_id),
+            "cache invalidate",
         )
         for kind, op, outcome in (
             ("fact", "write_fact", "written"),
@@ -736,23 +824,66 @@ class Flusher:
             )
         return bool(left)
 
-    async def _identity(self, message: QueuedMessage) -> tuple[UserRef, str]:
-        if message.zep_thread_uuid:  # pinned by the application: nothing to provision
-            user = UserRef(message.zep_user_uuid or "", message.zep_graph_uuid or "")
+    async def _identity(self, message: QueuedMessage, epoch: _Epoch) -> tuple[UserRef, str]:
+        """The batch's user and thread: provisioned if need be (each step after an epoch
+        check, so a forgotten user is not created again), or pinned by the application,
+        then used only if the thread is that user's."""
+        if message.zep_thread_uuid:
+            user = await self._pinned_user(message, epoch)
+            await self._check_owner(message, user)
             return user, message.zep_thread_uuid
         if self.settings.provision_on_worker:
-            return await self.registry.ensure(
+            await epoch.check()
+            user, _ = await self.registry.ensure_user(
+                self.backend, app=message.app, user_id=message.user_id
+            )
+            await epoch.check()
+            user, thread_uuid, _ = await self.registry.ensure_thread(
                 self.backend,
                 app=message.app,
                 user_id=message.user_id,
                 session_id=message.session_id,
             )
+            return user, thread_uuid
         known = await self.registry.lookup(
             app=message.app, user_id=message.user_id, session_id=message.session_id
         )
         if known.user is None or known.thread_uuid is None:
             raise BackendError("not_found", code="unprovisioned")
         return known.user, known.thread_uuid
+
+    async def _pinned_user(self, message: QueuedMessage, epoch: _Epoch) -> UserRef:
+        """Whose the pinned thread must be: the pinned user (the agent keeps only pins its
+        application set, or that match the registry), else the ADK user's."""
+        if message.zep_user_uuid:
+            return UserRef(message.zep_user_uuid, message.zep_graph_uuid or "")
+        if self.settings.provision_on_worker:
+            await epoch.check()
+            user, _ = await self.registry.ensure_user(
+                self.backend, app=message.app, user_id=message.user_id
+            )
+            return user
+        known = await self.registry.lookup_user(app=message.app, user_id=message.user_id)
+        if known is None:
+            raise BackendError("not_found", code="unprovisioned")
+        return known
+
+    async def _check_owner(self, message: QueuedMessage, user: UserRef) -> None:
+        """Once per (thread, user) and process: session state is client-writable, so a
+        pinned thread may be someone else's."""
+        pair = (message.zep_thread_uuid or "", user.user_uuid)
+        if pair in self._owners:
+            return
+        owner = await self.backend.thread_owner(thread_uuid=pair[0])
+        if owner is None or owner != user.user_uuid:
+            log.error(
+                "identity mismatch thread=%s: the pinned thread is not the user's",
+                message.thread_key,
+            )
+            raise _IdentityMismatch
+        self._owners[pair] = None
+        while len(self._owners) > MAX_KNOWN_OWNERS:
+            self._owners.pop(next(iter(self._owners)))
 
     async def _dead_letter(
         self,

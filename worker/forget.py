@@ -1,18 +1,32 @@
 """Forgetting: a user (everything), one fact, or the facts matching a query (dry run
-unless confirmed). A forgotten user's queued and in-flight messages are dropped (the
-deletion epoch), dead letters purged, stored memory, cached blocks and registry entries
-deleted; a forgotten fact leaves a tombstone so synthesis cannot write it again."""
+unless confirmed). A forgotten fact leaves a tombstone so synthesis cannot write it again.
+
+Forgetting a user is complete and confirmed, in this order:
+1. mark the user as being forgotten and bump their deletion epoch (one transaction):
+   queued and in-flight messages from before are dropped, what they say from now on
+   waits, and no cached block is served or written;
+2. purge their queues, dead letters and quarantined proposals;
+3. wait until no worker holds one of their threads (a holder checks the epoch before
+   every backend call, so once it lets go nothing more of theirs is sent);
+4. delete them from the backend and wait until it is done (Zep deletes asynchronously);
+5. drop every cache entry and registry record of them;
+6. end the mark with a short cool-down (a block read before step 4 finished must not be
+   cached after it). Until then the forget is *pending*: ``status`` shows it, and workers
+   resume it (``resume_pending``) if the process doing it stops or the backend is slow."""
 
 from __future__ import annotations
 
+import asyncio
+import json
 import logging
+import time
 from dataclasses import dataclass, field
 
 import redis.asyncio as aioredis
 
 from afterthought.audit import AuditLog, Entry
 from afterthought.backends.base import BackendError, MemoryBackend, UserRef
-from afterthought.context_cache import ContextCache
+from afterthought.context_cache import COOLING, PENDING, ContextCache
 from afterthought.contract import DeadLetter
 from afterthought.facts import StoredFact
 from afterthought.identity import IdentityRegistry
@@ -21,6 +35,12 @@ from afterthought.queue import ThreadQueue
 from afterthought.settings import Settings
 
 log = logging.getLogger("afterthought.worker")
+
+#: A forget's mark outlives a stopped process this long; a worker resumes it before then.
+PENDING_MARK_MS = 24 * 3600 * 1000
+#: After a forget, cache writes stay refused this long: a block read from the backend
+#: before the deletion finished may still be on its way to the cache.
+COOL_DOWN_MS = 60_000
 
 
 @dataclass
@@ -33,10 +53,20 @@ class Forgotten:
     """Ids of the facts (to be) deleted."""
     queued: int = 0
     dead_letters: int = 0
+    quarantined: int = 0
+    pending: bool = False
+    """The backend has not confirmed the deletion yet; a worker finishes it."""
 
 
 class Forgetter:
-    def __init__(self, settings: Settings, redis: aioredis.Redis, backend: MemoryBackend) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        redis: aioredis.Redis,
+        backend: MemoryBackend,
+        *,
+        poll_seconds: float = 0.1,
+    ) -> None:
         self.settings = settings
         self.redis = redis
         self.backend = backend
@@ -45,10 +75,31 @@ class Forgetter:
         self.cache = ContextCache(settings)
         self.queue = ThreadQueue(redis, settings)
         self.audit = AuditLog(redis, settings)
+        self._poll = poll_seconds
 
     async def forget_user(self, *, app: str, user_id: str) -> Forgotten:
+        """Forget everything of the user; ``pending`` if the backend is not done yet."""
+        record = json.dumps({"app": app, "user_id": user_id, "since": int(time.time() * 1000)})
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.set(self.keys.forgetting(app, user_id), PENDING, px=PENDING_MARK_MS)
+            pipe.incr(self.keys.epoch(app, user_id))
+            pipe.hset(self.keys.forgets, digest(app, user_id), record)
+            await pipe.execute()
+        return await self._complete(app, user_id)
+
+    async def resume_pending(self) -> list[Forgotten]:
+        """Finish every forget still pending (a stopped process, a slow backend)."""
+        done = []
+        for raw in (await self.redis.hgetall(self.keys.forgets)).values():
+            record = json.loads(raw)
+            app, user_id = record["app"], record["user_id"]
+            await self.redis.set(self.keys.forgetting(app, user_id), PENDING, px=PENDING_MARK_MS)
+            done.append(await self._complete(app, user_id))
+        return done
+
+    async def _complete(self, app: str, user_id: str) -> Forgotten:
         done = Forgotten(users=1)
-        await self.redis.incr(self.keys.epoch(app, user_id))  # in-flight batches drop theirs
+        who = digest(app, user_id)
         threads = {
             t.decode() for t in await self.redis.smembers(self.keys.user_threads(app, user_id))
         }
@@ -57,26 +108,56 @@ class Forgetter:
         for raw in await self.redis.lrange(self.keys.dead, 0, -1):
             if DeadLetter.parse(raw).thread in threads:
                 done.dead_letters += await self.redis.lrem(self.keys.dead, 1, raw)
+        done.quarantined = await self._drop_quarantined(who)
+        if not await self._holders_gone(threads):
+            done.pending = True
+            log.warning("forget pending user=%s: a worker still holds a thread", who)
+            return done
         user = await self.registry.lookup_user(app=app, user_id=user_id)
         if user is not None:
-            await self.backend.delete_user(user=user)
-        who = digest(app, user_id)
+            try:
+                await self.backend.delete_user(user=user)
+            except BackendError as exc:
+                done.pending = True
+                log.warning("forget pending user=%s error=%s", who, exc.kind)
+                return done
+        await self.cache.invalidate_user(self.redis, app=app, user_id=user_id)
         stale = [
             self.keys.user(app, user_id),
             self.keys.user_threads(app, user_id),
-            self.keys.context_user(app, user_id),
             self.keys.synthesized(app, user_id),
             self.keys.tombstones(app, user_id),
+            *(self.keys.seen(tk) for tk in threads),
         ]
-        for pattern in (
-            f"{self.keys.prefix}:id:thread:{who}:*",
-            f"{self.keys.prefix}:ctx:thread:{who}:*",
-        ):
-            stale += [k async for k in self.redis.scan_iter(match=pattern, count=1000)]
-        await self.redis.delete(*stale)
+        stale += [
+            k async for k in self.redis.scan_iter(match=f"{self.keys.prefix}:id:thread:{who}:*")
+        ]
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.delete(*stale)
+            pipe.set(self.keys.forgetting(app, user_id), COOLING, px=COOL_DOWN_MS)
+            pipe.hdel(self.keys.forgets, who)
+            await pipe.execute()
         log.warning("forgot user=%s queued=%d dead=%d", who, done.queued, done.dead_letters)
         await self.audit.record([Entry("forget", "forget_user", who, "deleted")])
         return done
+
+    async def _drop_quarantined(self, who: str) -> int:
+        dropped = 0
+        for raw in await self.redis.lrange(self.keys.quarantine, 0, -1):
+            if json.loads(raw).get("user") == who:
+                dropped += await self.redis.lrem(self.keys.quarantine, 1, raw)
+        return dropped
+
+    async def _holders_gone(self, threads: set[str]) -> bool:
+        """Wait until no worker holds one of the threads (False if one still does after
+        two leases): a lease ends when its holder lets go, or expires if it stopped."""
+        leases = [self.keys.lease(tk) for tk in threads]
+        deadline = time.monotonic() + self.settings.lease_seconds * 2
+        while leases and await self.redis.exists(*leases):
+            if time.monotonic() > deadline:
+                return False
+            await asyncio.sleep(self._poll)
+        return True
 
     async def forget_fact(self, *, app: str, user_id: str, fact_uuid: str) -> Forgotten:
         user = await self.registry.lookup_user(app=app, user_id=user_id)
@@ -86,7 +167,7 @@ class Forgetter:
         if fact_uuid in known:  # a tombstone, so synthesis never writes it back
             await self.redis.sadd(self.keys.tombstones(app, user_id), known[fact_uuid].signature)
         await self.backend.delete_memory(user=user, memory_uuid=fact_uuid)
-        await self.cache.delete(self.redis, app=app, user_id=user_id)
+        await self.cache.invalidate_user(self.redis, app=app, user_id=user_id)
         await self.audit.record(
             [Entry("forget", "delete_fact", digest(app, user_id), "deleted", key=fact_uuid)]
         )

@@ -83,6 +83,9 @@ LOST = Gauge(
     "Messages Redis lost after accepting them (sequence gaps: eviction, a lossy failover).",
 )
 PAUSED = Gauge("afterthought_paused", "1 while consumption is paused after a 401/403.")
+FORGETS_PENDING = Gauge(
+    "afterthought_forgets_pending", "Users being forgotten whose deletion is not confirmed yet."
+)
 SYNTHESIS_LAG = Gauge(
     "afterthought_synthesis_lag_seconds", "How long the most overdue synthesis job has been due."
 )
@@ -157,6 +160,7 @@ def record(status: Status) -> None:
     DEAD_LETTERS.set(status.dead_letters)
     LOST.set(status.lost_messages)
     PAUSED.set(int(status.pause.paused))
+    FORGETS_PENDING.set(status.forgets.pending)
     SYNTHESIS_LAG.set(status.synthesis.lag_seconds or 0.0)
     WORKERS.set(len(status.workers))
 

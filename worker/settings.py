@@ -27,6 +27,7 @@ from afterthought.settings import Settings
 from afterthought.status import HEALTH_INTERVAL_SECONDS, RedisStatus, redis_status
 from worker import metrics
 from worker.flush import Flusher
+from worker.forget import Forgetter
 from worker.prune import Pruner
 from worker.synthesize import Synthesizer, synthesizes
 
@@ -80,6 +81,15 @@ async def prune(ctx: dict[str, Any]) -> dict[str, int]:
     pruner: Pruner = ctx["pruner"]
     report = await pruner.prune_all(dry_run=False)
     return {"pruned": len(report.pruned), "kept": report.kept}
+
+
+@metrics.metered
+async def resume_forgets(ctx: dict[str, Any]) -> dict[str, int]:
+    """Every minute: finish forgets left pending (the backend's deletion unconfirmed, or
+    the process that began them stopped)."""
+    forgetter: Forgetter = ctx["forgetter"]
+    done = await forgetter.resume_pending()
+    return {"resumed": len(done), "pending": sum(d.pending for d in done)}
 
 
 async def dispatch_once(redis: ArqRedis, keys: Keys) -> bool:
@@ -185,7 +195,8 @@ def worker_settings(
         backend = metrics.metered_backend(open_backend(s))
         ctx["backend"] = backend
         after_flush = None
-        ctx["pruner"] = Pruner(s, redis, backend)  # every mode: on Zep, Zep's edges too
+        ctx["pruner"] = Pruner(s, redis, backend)
+        ctx["forgetter"] = Forgetter(s, redis, backend)
         if synthesizes(s, backend):
             ctx["synthesizer"] = Synthesizer(s, redis, backend)
 
@@ -212,6 +223,8 @@ def worker_settings(
             ctx["metrics_server"] = metrics.serve(s.metrics_host, s.metrics_port, health)
             tasks.append(asyncio.create_task(metrics.refresh_forever(redis, s, health)))
         log.info("worker ready id=%s backend=%s prefix=%s", worker_id, backend.name, s.key_prefix)
+        if s.audit_key is None:
+            log.warning("audit log off: set AFTERTHOUGHT_AUDIT_KEY to keep one")
 
     async def on_shutdown(ctx: dict[str, Any]) -> None:
         for task in ctx.get("tasks", []):
@@ -234,6 +247,12 @@ def worker_settings(
                 name=keys.job_id("cron", "synthesize"),
                 minute=set(range(0, 60, 10)),
                 keep_result=600,
+                timeout=FLUSH_TIMEOUT_SECONDS * 10,
+            ),
+            cron(
+                resume_forgets,
+                name=keys.job_id("cron", "forgets"),
+                keep_result=60,
                 timeout=FLUSH_TIMEOUT_SECONDS * 10,
             ),
             *([] if s.prune_at == "off" else [_prune_cron(keys, s.prune_at)]),

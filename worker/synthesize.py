@@ -108,7 +108,10 @@ class Synthesizer:
         if user is None:
             return stats
         watermark = self.keys.synthesized(app, user_id)
+        epoch = await self.cache.epoch(self.redis, app=app, user_id=user_id)
         while True:
+            if await self.cache.epoch(self.redis, app=app, user_id=user_id) != epoch:
+                return stats  # forgotten meanwhile: write nothing more of theirs
             after = await self.redis.get(watermark)
             messages, cursor = await self.backend.user_messages(
                 user=user, after=after.decode() if after else None, limit=PAGE
@@ -134,6 +137,7 @@ class Synthesizer:
                 session_id=None,
                 block=block,
                 version=now_version(),
+                epoch=epoch,
             )
         log.info(
             "synthesized user=%s messages=%d written=%d superseded=%d quarantined=%d",

@@ -94,6 +94,8 @@ class LocalBackend(MemoryBackend):
             db = sqlite3.connect(self.path, check_same_thread=False, timeout=10)
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA foreign_keys=ON")
+            # Deleted rows are overwritten, not left in free pages: forgetting is for real.
+            db.execute("PRAGMA secure_delete=ON")
             db.executescript(SCHEMA)
             self._db = db
         return self._db
@@ -345,6 +347,18 @@ class LocalBackend(MemoryBackend):
         await self._run(
             lambda db: db.execute("DELETE FROM users WHERE uuid = ?", (user.user_uuid,))
         )
+        await self._scrub()
+
+    async def _scrub(self) -> None:
+        """After a deletion, leave none of the deleted text in the files: the full-text
+        index keeps deleted terms in old segments until they are merged, and the WAL keeps
+        old page images until it is checkpointed (``secure_delete`` covers the rest)."""
+
+        def work(db: sqlite3.Connection) -> None:
+            db.execute("INSERT INTO messages_fts(messages_fts) VALUES ('optimize')")
+
+        await self._run(work)
+        await self._run(lambda db: db.execute("PRAGMA wal_checkpoint(TRUNCATE)"))
 
     async def delete_memory(self, *, user: UserRef, memory_uuid: str) -> None:
         def work(db: sqlite3.Connection) -> None:
