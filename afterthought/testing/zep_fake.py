@@ -331,6 +331,9 @@ class ZepFake:
     def _delete_user(self, user_uuid: str, *, query: JSON, body: Any) -> tuple[int, JSON]:
         self._user(user_uuid)
         del self._state.users[user_uuid]
+        # Real Zep: "once it completes, the user's threads, messages, and graph are removed".
+        self._state.edges.pop(user_uuid, None)
+        self._state.episodes.pop(user_uuid, None)
         for thread in [t for t in self._state.threads.values() if t["user_uuid"] == user_uuid]:
             del self._state.threads[thread["uuid"]]
             self._state.messages.pop(thread["uuid"], None)

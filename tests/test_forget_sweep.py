@@ -1,0 +1,237 @@
+"""Forgetting leaves nothing behind: after ``forget --user``, every Redis key of the
+deployment and every byte of the local store (or the Zep fake's state) is searched for
+the user's words, and none is found — also when the forget races the worker's first
+batch. Another user's words, searched the same way, are all still there (so the search
+can fail)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any, cast
+
+import pytest
+import redis.asyncio as aioredis
+
+from afterthought.backends import open_backend
+from afterthought.backends.base import MemoryBackend
+from afterthought.contract import QueuedMessage
+from afterthought.keys import Keys
+from afterthought.queue import ThreadQueue
+from afterthought.settings import Settings
+from afterthought.testing import ZepFake
+from agent_hooks import create_callbacks
+from tests.adk_support import APP, make_runner, new_session, say
+from tests.conftest import drain, enqueue
+from worker.flush import Flusher
+from worker.forget import Forgetter
+from worker.synthesize import Synthesizer
+
+ALICE = {
+    "lines": [
+        "I live in Zanzibar now, moved last spring.",
+        "My quokka is called Pemberton and he hates thunderstorms.",
+        "I'm allergic to marzipan, seriously, even a crumb.",
+    ],
+    "words": ["zanzibar", "quokka", "pemberton", "marzipan", "thunderstorms"],
+}
+BOB = {
+    "lines": ["I live in Reykjavik.", "My tortoise Gustavsson likes strawberries."],
+    "words": ["reykjavik", "gustavsson", "strawberries"],
+}
+#: Alice's words in a message that ended as a dead letter.
+DEAD_WORDS = "My locker combination mentions a walrus named Klaxon."
+
+
+async def _redis_hits(redis: aioredis.Redis, prefix: str, words: list[str]) -> dict[str, int]:
+    """How many keys of the deployment (arq's job keys included) hold each word."""
+    hits = dict.fromkeys(words, 0)
+    keys = [k async for k in redis.scan_iter(match=f"{prefix}:*", count=1000)]
+    keys += [k async for k in redis.scan_iter(match=f"arq:*{prefix}*", count=1000)]
+    for key in keys:
+        kind = (await redis.type(key)).decode()
+        blob: Any
+        if kind == "string":
+            blob = await redis.get(key)
+        elif kind == "list":
+            blob = await redis.lrange(key, 0, -1)
+        elif kind == "hash":
+            blob = await redis.hgetall(key)
+        elif kind == "set":
+            blob = await redis.smembers(key)
+        elif kind == "zset":
+            blob = await redis.zrange(key, 0, -1, withscores=True)
+        elif kind == "stream":
+            blob = await redis.xrange(key)
+        else:
+            continue
+        text = repr(blob).lower() + key.decode(errors="replace").lower()
+        for word in words:
+            hits[word] += word in text
+    return hits
+
+
+def _store_hits(settings: Settings, zep_fake: ZepFake | None, words: list[str]) -> dict[str, int]:
+    """How often each word is in the bytes of the local store's files (the database, its
+    WAL and shared memory), or in what the Zep fake stores (users, threads, messages,
+    episodes, edges; not its log of requests received)."""
+    if zep_fake is not None:
+        stored = [
+            zep_fake.users(),
+            zep_fake.threads(),
+            zep_fake.messages(),
+            zep_fake.episodes(),
+            zep_fake.edges(),
+        ]
+        blobs = [json.dumps(stored).lower().encode()]
+    else:
+        path = Path(settings.local_db_path)
+        files = [path, Path(f"{path}-wal"), Path(f"{path}-shm")]
+        blobs = [f.read_bytes().lower() for f in files if f.exists()]
+    return {w: sum(b.count(w.encode()) for b in blobs) for w in words}
+
+
+async def _talk(settings: Settings, user: str, lines: list[str]) -> None:
+    """Two sessions: the first still open when the forget comes (its overlay cached)."""
+    runner, _ = make_runner(create_callbacks(settings=settings))
+    for chunk in (lines[:1], lines[1:]):
+        session = await new_session(runner, user)
+        for line in chunk:
+            await say(runner, user, session, line)
+    await drain(settings)
+
+
+async def _dead_letter(settings: Settings, redis: aioredis.Redis, text: str) -> None:
+    """A message of Alice's that a worker gave up on."""
+    message = QueuedMessage.build(
+        app=APP,
+        user_id="alice",
+        session_id="gave-up",
+        invocation_id="i",
+        role="user",
+        ordinal=0,
+        content=text,
+    )
+    await enqueue(settings, message)
+    queue, tk, now = ThreadQueue(redis, settings), message.thread_key, int(time.time() * 1000)
+    assert await queue.claim([tk], ["tok"], now_ms=now) == [True]
+    assert await queue.begin(tk, "tok", first=1, last=1)
+    await queue.dead_letter(tk, "tok", count=1, reason="bad_request", attempts=1, now_ms=now)
+    await queue.release(tk, "tok", next_ms=now)
+
+
+@pytest.fixture(params=["local", "zep"])
+def setup(
+    request: pytest.FixtureRequest, make_settings: Callable[..., Settings], zep_fake: ZepFake
+) -> tuple[Settings, ZepFake | None]:
+    if request.param == "local":
+        return make_settings(), None
+    zep = make_settings(
+        backend="zep",
+        memory_mode="managed",  # our synthesis writes facts too
+        zep_api_key="test-key",
+        zep_base_url=zep_fake.base_url,
+    )
+    return zep, zep_fake
+
+
+async def test_after_forget_no_key_and_no_byte_holds_the_users_words(
+    setup: tuple[Settings, ZepFake | None], redis: aioredis.Redis
+) -> None:
+    settings, zep_fake = setup
+    await _talk(settings, "alice", ALICE["lines"])
+    await _talk(settings, "bob", BOB["lines"])
+    backend = open_backend(settings)
+    await Synthesizer(settings, redis, backend).run(app=APP, user_id="alice")
+    await _dead_letter(settings, redis, DEAD_WORDS)
+    words = [*ALICE["words"], "walrus", "klaxon"]
+    before = await _redis_hits(redis, settings.key_prefix, words)
+    assert all(before[w] for w in ("zanzibar", "walrus")), before  # cached, dead-lettered
+    assert all(_store_hits(settings, zep_fake, ALICE["words"]).values())
+
+    done = await Forgetter(settings, redis, backend).forget_user(app=APP, user_id="alice")
+    await backend.aclose()
+
+    assert not done.pending and done.dead_letters == 1
+    assert await _redis_hits(redis, settings.key_prefix, words) == dict.fromkeys(words, 0)
+    assert _store_hits(settings, zep_fake, words) == dict.fromkeys(words, 0)
+    assert all(_store_hits(settings, zep_fake, BOB["words"]).values())  # Bob's are all there
+    assert all((await _redis_hits(redis, settings.key_prefix, ["reykjavik"])).values())
+
+
+class _Gate:
+    """A backend whose first call of ``method`` does its work, then holds its reply until
+    ``release`` is set: the call has committed, its caller does not know yet."""
+
+    def __init__(self, inner: MemoryBackend, method: str) -> None:
+        self._inner = inner
+        self._method = method
+        self.entered = asyncio.Event()
+        self.release = asyncio.Event()
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._inner, name)
+        if name != self._method or self.entered.is_set():
+            return attr
+
+        async def gated(*args: Any, **kwargs: Any) -> Any:
+            self.entered.set()
+            result = await attr(*args, **kwargs)
+            await self.release.wait()
+            return result
+
+        return gated
+
+
+async def _within(work: Awaitable[Any], seconds: float = 60) -> Any:
+    return await asyncio.wait_for(work, seconds)
+
+
+@pytest.mark.parametrize("step", ["ensure_user", "create_thread", "add_messages"])
+async def test_a_forget_racing_the_first_batch_leaves_nothing(
+    setup: tuple[Settings, ZepFake | None], redis: aioredis.Redis, step: str
+) -> None:
+    """The forget starts while the worker is inside ``step`` of Alice's first batch (the
+    step has committed): the worker sends nothing after it, the forget waits for the worker
+    to let go, and then deletes what the step created."""
+    settings, zep_fake = setup
+    message = QueuedMessage.build(
+        app=APP,
+        user_id="alice",
+        session_id="s",
+        invocation_id="i",
+        role="user",
+        ordinal=0,
+        content=ALICE["lines"][1],
+    )
+    follow_up = message.model_copy(update={"key": message.key + "-2", "content": DEAD_WORDS})
+    await enqueue(settings, message)
+    await enqueue(settings, follow_up)
+    backend = open_backend(settings)
+    gate = _Gate(backend, step)
+    flusher = Flusher(settings, redis, cast(MemoryBackend, gate))
+    (lease,) = await flusher.claim(limit=1)
+    flushing = asyncio.create_task(flusher.flush_thread(lease))
+    await _within(gate.entered.wait())
+
+    forgetter = Forgetter(settings, redis, backend, poll_seconds=0.02)
+    forgetting = asyncio.create_task(forgetter.forget_user(app=APP, user_id="alice"))
+    keys = Keys(settings.key_prefix)
+    while not await redis.exists(keys.forgetting(APP, "alice")):
+        await asyncio.sleep(0.01)
+    gate.release.set()
+    stats = await _within(flushing)
+    done = await _within(forgetting)
+    await drain(settings)
+    await backend.aclose()
+
+    assert not done.pending
+    assert stats["messages"] <= 1  # only what had committed before the forget
+    words = [*ALICE["words"], "walrus", "klaxon"]
+    assert await _redis_hits(redis, settings.key_prefix, words) == dict.fromkeys(words, 0)
+    assert _store_hits(settings, zep_fake, words) == dict.fromkeys(words, 0)
+    if zep_fake is not None:
+        assert zep_fake.users() == []  # not re-created after the forget
