@@ -244,13 +244,22 @@ return 1
 # that was queued counts as done. The counter goes on (a worker still holding the thread
 # acknowledges by sequence number and must never pop what is queued after the purge), and
 # ``seen`` stays (a late re-push of a forgotten message is skipped; it holds no text).
+# KEYS pending, thread, ready, depth; ARGV thread key, epoch. Drops the head messages
+# queued before ``epoch`` (a forgotten user's; the user's newer ones come after them and
+# stay). ``done`` moves past them, so an old holder's ack can never pop newer messages.
 PURGE_LUA = """
-local n = redis.call('LLEN', KEYS[1])
-redis.call('DEL', KEYS[1])
-local seq = redis.call('HGET', KEYS[2], 'seq')
-if seq then redis.call('HSET', KEYS[2], 'done', seq) end
-redis.call('HDEL', KEYS[2], 'inflight', 'attempts', 'failing_since')
-redis.call('ZREM', KEYS[3], ARGV[1])
+local n, last = 0, nil
+while true do
+  local head = redis.call('LINDEX', KEYS[1], 0)
+  if not head then break end
+  local seq, epoch = string.match(head, '^{"seq":(%d+),"epoch":(%d+),')
+  if not seq or tonumber(epoch) >= tonumber(ARGV[2]) then break end
+  redis.call('LPOP', KEYS[1])
+  n, last = n + 1, seq
+end
+if last then redis.call('HSET', KEYS[2], 'done', last) end
+if n > 0 then redis.call('HDEL', KEYS[2], 'inflight', 'attempts', 'failing_since') end
+if redis.call('LLEN', KEYS[1]) == 0 then redis.call('ZREM', KEYS[3], ARGV[1]) end
 if redis.call('DECRBY', KEYS[4], n) < 0 then redis.call('SET', KEYS[4], 0) end
 return n
 """
@@ -443,11 +452,14 @@ class ThreadQueue:
             )
         )
 
-    async def purge(self, tk: str) -> int:
-        """Drop everything queued on a thread; how many messages went."""
+    async def purge(self, tk: str, *, before_epoch: int) -> int:
+        """Drop what was queued on a thread before the user's deletion epoch
+        ``before_epoch``; how many messages went."""
         k = self.keys
         return int(
-            await self._purge(keys=[k.pending(tk), k.thread(tk), k.ready, k.depth], args=[tk])
+            await self._purge(
+                keys=[k.pending(tk), k.thread(tk), k.ready, k.depth], args=[tk, before_epoch]
+            )
         )
 
     async def failed_attempt(self, tk: str, *, now_ms: int) -> tuple[int, int]:

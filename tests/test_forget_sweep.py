@@ -23,9 +23,10 @@ from afterthought.keys import Keys
 from afterthought.queue import ThreadQueue
 from afterthought.settings import Settings
 from afterthought.testing import ZepFake
+from afterthought.testing.stand_in_model import memory_lines
 from agent_hooks import create_callbacks
 from tests.adk_support import APP, make_runner, new_session, say
-from tests.conftest import drain, enqueue
+from tests.conftest import drain, enqueue, run_worker_once
 from worker.flush import Flusher
 from worker.forget import Forgetter
 from worker.synthesize import Synthesizer
@@ -235,3 +236,81 @@ async def test_a_forget_racing_the_first_batch_leaves_nothing(
     assert _store_hits(settings, zep_fake, words) == dict.fromkeys(words, 0)
     if zep_fake is not None:
         assert zep_fake.users() == []  # not re-created after the forget
+
+
+async def test_a_pending_forget_holds_new_messages_hides_memory_and_is_resumed(
+    local_settings: Settings, redis: aioredis.Redis
+) -> None:
+    """A worker still holds one of the user's threads (stalled past our wait): the forget
+    stays pending, shown by ``status``; meanwhile nothing of theirs is served or cached
+    and what they say waits; a worker resumes the forget, then their new words flow."""
+    from afterthought.context_cache import ContextCache
+    from afterthought.status import snapshot
+
+    settings = local_settings.model_copy(
+        update={"lease_seconds": 1.0, "backend_timeout": 0.3, "backend_settle_seconds": 0.2}
+    )
+    await _talk(settings, "alice", ALICE["lines"][:1])
+    keys = Keys(settings.key_prefix)
+    (tk,) = [t.decode() for t in await redis.smembers(keys.user_threads(APP, "alice"))]
+    await redis.set(keys.lease(tk), "a-stalled-worker", px=60_000)
+    backend = open_backend(settings)
+    forgetter = Forgetter(settings, redis, backend, poll_seconds=0.02)
+
+    done = await forgetter.forget_user(app=APP, user_id="alice")
+    assert done.pending
+    status = await snapshot(redis, settings)
+    assert status.forgets.pending == 1
+    cache = ContextCache(settings)
+    found = await cache.read(redis, app=APP, user_id="alice", session_id="any")
+    assert found.forgetting and found.block is None
+    assert not await cache.write(
+        redis,
+        app=APP,
+        user_id="alice",
+        session_id=None,
+        block="Zanzibar",
+        version=1,
+        epoch=found.epoch,
+    )
+    runner, model = make_runner(create_callbacks(settings=settings))
+    session = await new_session(runner, "alice")
+    await say(runner, "alice", session, "Call me Ishmael from now on.")
+    assert not any("zanzibar" in line.lower() for line in memory_lines(model.requests[-1]))
+    await run_worker_once(settings)
+    assert await redis.llen(keys.pending(message_thread(session))) == 2  # both turns wait
+
+    await redis.delete(keys.lease(tk))
+    (resumed,) = await forgetter.resume_pending()
+    await backend.aclose()
+    assert not resumed.pending
+    assert (await snapshot(redis, settings)).forgets.pending == 0
+    await redis.delete(keys.forgetting(APP, "alice"))  # the cool-down, not waited out here
+    await drain(settings)
+    words = ALICE["words"][:1]
+    assert _store_hits(settings, None, words) == dict.fromkeys(words, 0)
+    assert _store_hits(settings, None, ["ishmael"])["ishmael"]  # said after: kept
+
+
+def message_thread(session: str) -> str:
+    from afterthought.contract import thread_key
+
+    return thread_key(app=APP, user_id="alice", session_id=session)
+
+
+async def test_the_audit_log_is_off_without_a_key_and_never_names_the_user(
+    make_settings: Callable[..., Settings], redis: aioredis.Redis
+) -> None:
+    from afterthought.keys import digest
+
+    keyless = make_settings(audit_key=None)
+    await _talk(keyless, "alice", ALICE["lines"][:1])
+    assert not await redis.exists(Keys(keyless.key_prefix).audit)
+
+    keyed = make_settings()
+    await _talk(keyed, "alice", ALICE["lines"][:1])
+    entries = [fields for _, fields in await redis.xrange(Keys(keyed.key_prefix).audit)]
+    assert entries
+    plain = digest(APP, "alice").encode()
+    assert all(plain not in value for e in entries for value in e.values())
+    assert len({e[b"user"] for e in entries}) == 1  # one user, one keyed reference

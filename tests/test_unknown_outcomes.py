@@ -447,7 +447,8 @@ async def test_a_purge_never_lets_an_old_ack_pop_newer_messages(
     await enqueue(local_settings, *[queued(f"old {n}", n) for n in range(3)])
     flusher = Flusher(local_settings, redis, LocalBackend(local_settings.local_db_path))
     (lease,) = await flusher.claim(limit=5)
-    assert await flusher.queue.purge(lease.tk) == 3
+    await redis.incr(Keys(local_settings.key_prefix).epoch("memtest", "alice"))
+    assert await flusher.queue.purge(lease.tk, before_epoch=1) == 3
     await enqueue(local_settings, queued("new", 9))
     assert await flusher.queue.ack(lease.tk, lease.token, last=3) == 1  # "new" stays
     assert await _pending(redis, local_settings, lease.tk) == ["new"]

@@ -103,8 +103,9 @@ class Forgetter:
         threads = {
             t.decode() for t in await self.redis.smembers(self.keys.user_threads(app, user_id))
         }
-        for tk in threads:
-            done.queued += await self.queue.purge(tk)
+        epoch = await self.cache.epoch(self.redis, app=app, user_id=user_id)
+        for tk in threads:  # what they say from now on waits, and stays
+            done.queued += await self.queue.purge(tk, before_epoch=epoch)
         for raw in await self.redis.lrange(self.keys.dead, 0, -1):
             if DeadLetter.parse(raw).thread in threads:
                 done.dead_letters += await self.redis.lrem(self.keys.dead, 1, raw)
