@@ -199,9 +199,9 @@ class TurnMemory:
         self, ctx: CallbackContext, llm_request: LlmRequest
     ) -> tuple[_Turn, Awaitable[bool]]:
         who = Who.of(ctx)
-        identity = await self._resolve(ctx)
+        identity, reads = await self._resolve(ctx)
         text = said_text(ctx.user_content)
-        block = asyncio.ensure_future(self._read_block(who, ctx, llm_request, identity, text))
+        block = asyncio.ensure_future(self._read_block(who, ctx, llm_request, reads, text))
         turn = _Turn(block=block, identity=identity)
         self._remember(who, turn)
         if not text:
@@ -370,7 +370,7 @@ class TurnMemory:
             who = Who.of(callback_context)
             turn = self._turns.get(who)
             if turn is None:
-                identity = await self._resolve(callback_context)
+                identity, _ = await self._resolve(callback_context)
                 turn = _Turn(block=_done(""), identity=identity)
                 self._remember(who, turn)
             message = self._message(who, turn, "assistant", text, callback_context, at=None)
@@ -416,18 +416,36 @@ class TurnMemory:
 
     async def current_block(self, ctx: CallbackContext, query: str) -> str:
         """The block the turn path would inject now (for the model-called context tool)."""
-        identity = await self._resolve(ctx)
-        return await self._read_block(Who.of(ctx), ctx, None, identity, query)
+        _, reads = await self._resolve(ctx)
+        return await self._read_block(Who.of(ctx), ctx, None, reads, query)
 
     # --- shared -------------------------------------------------------------------------
-    async def _resolve(self, ctx: CallbackContext) -> ZepIdentity:
-        """The application's pins, then session state's. A user or graph pinned in state
-        is kept only if it is the one the registry holds for this ADK user (a client could
-        have written another user's there); a pinned thread is checked by the worker."""
+    async def _resolve(self, ctx: CallbackContext) -> tuple[ZepIdentity, ZepIdentity]:
+        """Whose memory the turn writes, and whose it reads: the application's pins, then
+        session state's. A user or graph pinned in state is kept only if it is the one the
+        registry holds for this ADK user (a client could have written another user's
+        there). A thread pinned in state is written only after the worker checks it, so
+        until then reads (a context builder) are not handed it."""
         pinned = await resolve(ctx, explicit=self.identity, resolver=self.resolve_identity)
         state = from_state(ctx)
-        if self.settings.trust_state_identity or not (state.user_uuid or state.graph_uuid):
-            return pinned.filled_from(state)
+        if self.settings.trust_state_identity:
+            found = pinned.filled_from(state)
+            return found, found
+        if state.user_uuid or state.graph_uuid:
+            registry = IdentityRegistry(self.enqueuer.redis(), self.settings)
+            known = await registry.lookup_user(app=ctx.session.app_name, user_id=ctx.user_id)
+            if (
+                known is None
+                or state.user_uuid not in (None, known.user_uuid)
+                or state.graph_uuid not in (None, known.graph_uuid)
+            ):
+                identity_pins_ignored.add(1)
+                log.warning(
+                    "identity pin ignored invocation=%s: not this user's", ctx.invocation_id
+                )
+                state = replace(state, user_uuid=None, graph_uuid=None)
+        writes = pinned.filled_from(state)
+        return writes, pinned.filled_from(replace(state, thread_uuid=None))
         registry = IdentityRegistry(self.enqueuer.redis(), self.settings)
         known = await registry.lookup_user(app=ctx.session.app_name, user_id=ctx.user_id)
         if (

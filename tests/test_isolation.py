@@ -186,3 +186,31 @@ async def test_the_local_store_never_hands_one_users_thread_to_another(
     assert refused.value.kind == "conflict"
     assert await backend.thread_owner(thread_uuid=thread) == alice.user_uuid
     assert await backend.thread_owner(thread_uuid="no-such-thread") is None
+
+
+async def test_a_context_builder_is_never_handed_a_foreign_pinned_thread(
+    any_settings: Settings, redis: aioredis.Redis
+) -> None:
+    from agent_hooks.turn_memory import ContextInput
+
+    seen: list[str | None] = []
+
+    async def builder(given: ContextInput) -> str:
+        seen.append(given.thread_uuid)
+        return ""
+
+    runner, _ = make_runner(create_callbacks(settings=any_settings))
+    await runner.session_service.create_session(app_name=APP, user_id="alice", session_id="s")
+    await say(runner, "alice", "s", "I live in Lisbon.")
+    await drain(any_settings)
+    alice = await IdentityRegistry(redis, any_settings).lookup(
+        app=APP, user_id="alice", session_id="s"
+    )
+    assert alice.thread_uuid is not None
+
+    runner, _ = make_runner(create_callbacks(settings=any_settings, context_builder=builder))
+    await runner.session_service.create_session(
+        app_name=APP, user_id="bob", session_id="b", state={"zep_thread_uuid": alice.thread_uuid}
+    )
+    await say(runner, "bob", "b", "Hello.")
+    assert seen and alice.thread_uuid not in seen
