@@ -25,33 +25,37 @@ PENDING = "pending"
 #: The mark for a short while after: blocks read before the deletion ended are not cached.
 COOLING = "cooling"
 
-# KEYS epoch, forgetting, index, then the entries; ARGV epoch, version, written_ms, block,
-# ttl_ms. Refused (0) if the user was forgotten since the writer read the epoch, or is
-# being forgotten. Keeps the newest version of each entry; overlays join the user's index.
+# KEYS epoch, forgetting, user index, graph index, then the entries; ARGV epoch, version,
+# written_ms, block, ttl_ms. Refused (0) if the user was forgotten since the writer read
+# the epoch, or is being forgotten. Keeps the newest version of each entry; overlays join
+# the user's index, every entry the graph's.
 WRITE_LUA = """
 if tonumber(redis.call('GET', KEYS[1]) or '0') ~= tonumber(ARGV[1])
    or redis.call('EXISTS', KEYS[2]) == 1 then
   return 0
 end
-for i = 4, #KEYS do
+for i = 5, #KEYS do
   local current = redis.call('GET', KEYS[i])
   local version = current and tonumber(string.match(current, '^(%d+)\\n'))
   if not version or version < tonumber(ARGV[2]) then
     redis.call('SET', KEYS[i], ARGV[2] .. '\\n' .. ARGV[3] .. '\\n' .. ARGV[4], 'PX', ARGV[5])
   end
-  if i > 4 then
-    redis.call('SADD', KEYS[3], KEYS[i])
-    redis.call('PEXPIRE', KEYS[3], ARGV[5])
-  end
+  if i > 5 then redis.call('SADD', KEYS[3], KEYS[i]) end
+  redis.call('SADD', KEYS[4], KEYS[i])
 end
+redis.call('PEXPIRE', KEYS[3], ARGV[5])
+redis.call('PEXPIRE', KEYS[4], ARGV[5])
 return 1
 """
 
-# KEYS user block, index. Every entry of the user, overlays included.
+# KEYS an index, then entries to drop with it; every entry the index names goes too.
+# Returns how many entries went.
 INVALIDATE_LUA = """
-local overlays = redis.call('SMEMBERS', KEYS[2])
-for _, key in ipairs(overlays) do redis.call('DEL', key) end
-return redis.call('DEL', KEYS[1], KEYS[2]) + #overlays
+local gone = 0
+for _, key in ipairs(redis.call('SMEMBERS', KEYS[1])) do gone = gone + redis.call('DEL', key) end
+for i = 2, #KEYS do gone = gone + redis.call('DEL', KEYS[i]) end
+redis.call('DEL', KEYS[1])
+return gone
 """
 
 
@@ -122,17 +126,20 @@ class ContextCache:
         app: str,
         user_id: str,
         session_id: str | None,
+        graph_uuid: str,
         block: str,
         version: int,
         epoch: int,
     ) -> bool:
-        """Cache the block for the user (and the session's overlay); refused (False) when
-        the user was forgotten after ``epoch`` was read, or is being forgotten."""
+        """Cache the block, built from ``graph_uuid``, for the user (and the session's
+        overlay); refused (False) when the user was forgotten after ``epoch`` was read, or
+        is being forgotten."""
         k = self._keys
         keys = [
             k.epoch(app, user_id),
             k.forgetting(app, user_id),
             k.context_index(app, user_id),
+            k.context_graph(graph_uuid),
             k.context_user(app, user_id),
         ]
         if session_id is not None:
@@ -153,5 +160,18 @@ class ContextCache:
         """Drop every entry built from the user's memory (their block and every session
         overlay): after a fact is written or forgotten, a prune, or forgetting the user."""
         k = self._keys
-        keys = [k.context_user(app, user_id), k.context_index(app, user_id)]
+        keys = [k.context_index(app, user_id), k.context_user(app, user_id)]
         return int(await redis.eval(INVALIDATE_LUA, len(keys), *keys))
+
+    async def invalidate_graph(self, redis: aioredis.Redis, *, graph_uuid: str) -> int:
+        """Drop every entry built from the graph, whoever it was cached for: after a fact
+        in it is written, forgotten or pruned (a shared graph is read by many users)."""
+        key = self._keys.context_graph(graph_uuid)
+        return int(await redis.eval(INVALIDATE_LUA, 1, key))
+
+    async def invalidate(
+        self, redis: aioredis.Redis, *, app: str, user_id: str, graph_uuid: str
+    ) -> None:
+        """After the user's memory in ``graph_uuid`` changed: their entries and the graph's."""
+        await self.invalidate_user(redis, app=app, user_id=user_id)
+        await self.invalidate_graph(redis, graph_uuid=graph_uuid)

@@ -119,6 +119,11 @@ class Keys:
         """STRING, same form: the block for one session's latest turns (overlay); expires."""
         return f"{self.prefix}:ctx:thread:{digest(app, user_id)}:{digest(app, user_id, session_id)}"
 
+    def context_graph(self, graph_uuid: str) -> str:
+        """SET of every cache entry built from one backend graph (a shared graph's blocks
+        are cached under each reader), so a change to the graph reaches all of them."""
+        return f"{self.prefix}:ctx:graph:{digest(graph_uuid)}"
+
     def context_index(self, app: str, user_id: str) -> str:
         """SET of the user's overlay keys, so invalidating a user needs no SCAN; expires
         with the newest of them."""

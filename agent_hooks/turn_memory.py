@@ -284,6 +284,7 @@ class TurnMemory:
             app=who.app,
             user_id=who.user_id,
             session_id=None,
+            graph_uuid=user.graph_uuid,
             block=block,
             version=version,
             epoch=epoch,

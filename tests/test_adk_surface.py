@@ -213,7 +213,14 @@ async def test_a_stale_block_is_served_then_refreshed_once(
     )
     await _remembered(settings)
     await ContextCache(settings).write(
-        redis, app=APP, user_id="alice", session_id=None, block="old block", version=1, epoch=0
+        redis,
+        app=APP,
+        user_id="alice",
+        session_id=None,
+        graph_uuid="g",
+        block="old block",
+        version=1,
+        epoch=0,
     )
     await redis.delete(Keys(settings.key_prefix).context_thread(APP, "alice", "x"))
     memory = create_callbacks(settings=settings)
@@ -241,10 +248,46 @@ async def test_cache_writes_keep_the_newest_version(
     cache = ContextCache(local_settings)
     for block, version in (("newer", 20), ("older", 10)):
         await cache.write(
-            redis, app=APP, user_id="u", session_id="s", block=block, version=version, epoch=0
+            redis,
+            app=APP,
+            user_id="u",
+            session_id="s",
+            graph_uuid="g",
+            block=block,
+            version=version,
+            epoch=0,
         )
     cached = (await cache.read(redis, app=APP, user_id="u", session_id="s")).block
     assert cached is not None and (cached.block, cached.version) == ("newer", 20)
+
+
+async def test_invalidating_a_graph_reaches_every_reader_and_a_user_all_sessions(
+    local_settings: Settings, redis: aioredis.Redis
+) -> None:
+    """A shared graph's block is cached under each user who reads it; a user's block under
+    the user and each of their sessions."""
+    cache = ContextCache(local_settings)
+
+    async def cached(user: str, session: str) -> str | None:
+        found = (await cache.read(redis, app=APP, user_id=user, session_id=session)).block
+        return found.block if found else None
+
+    for user, session, graph in (("u", "s1", "kb"), ("v", "s2", "kb"), ("w", "s3", "own")):
+        assert await cache.write(
+            redis,
+            app=APP,
+            user_id=user,
+            session_id=session,
+            graph_uuid=graph,
+            block=f"{user} block",
+            version=1,
+            epoch=0,
+        )
+    assert await cache.invalidate_graph(redis, graph_uuid="kb") == 4  # two users, two each
+    assert await cached("u", "s1") is None and await cached("v", "s2") is None
+    assert await cached("w", "s3") == "w block"
+    assert await cache.invalidate_user(redis, app=APP, user_id="w") >= 2
+    assert await cached("w", "s3") is None and await cached("w", "other") is None
 
 
 async def test_provisioning_calls_on_created_once(

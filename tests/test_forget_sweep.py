@@ -269,6 +269,7 @@ async def test_a_pending_forget_holds_new_messages_hides_memory_and_is_resumed(
         app=APP,
         user_id="alice",
         session_id=None,
+        graph_uuid="g",
         block="Zanzibar",
         version=1,
         epoch=found.epoch,

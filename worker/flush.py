@@ -539,6 +539,7 @@ class Flusher:
                 app=head.app,
                 user_id=head.user_id,
                 session_id=head.session_id,
+                graph_uuid=user.graph_uuid,
                 block=context,
                 version=now_version(),
                 epoch=sending.epoch.seen,
@@ -811,7 +812,9 @@ class Flusher:
             stats[item.kind] += 1
             stats["messages"] += 1
         await self._quietly(
-            self.cache.invalidate_user(self.redis, app=head.app, user_id=head.user_id),
+            self.cache.invalidate(
+                self.redis, app=head.app, user_id=head.user_id, graph_uuid=user.graph_uuid
+            ),
             "cache invalidate",
         )
         for kind, op, outcome in (

@@ -123,6 +123,8 @@ class Forgetter:
                 log.warning("forget pending user=%s error=%s", who, exc.kind)
                 return done
         await self.cache.invalidate_user(self.redis, app=app, user_id=user_id)
+        if user is not None:
+            await self.cache.invalidate_graph(self.redis, graph_uuid=user.graph_uuid)
         stale = [
             self.keys.user(app, user_id),
             self.keys.user_threads(app, user_id),
@@ -168,7 +170,9 @@ class Forgetter:
         if fact_uuid in known:  # a tombstone, so synthesis never writes it back
             await self.redis.sadd(self.keys.tombstones(app, user_id), known[fact_uuid].signature)
         await self.backend.delete_memory(user=user, memory_uuid=fact_uuid)
-        await self.cache.invalidate_user(self.redis, app=app, user_id=user_id)
+        await self.cache.invalidate(
+            self.redis, app=app, user_id=user_id, graph_uuid=user.graph_uuid
+        )
         await self.audit.record(
             [Entry("forget", "delete_fact", digest(app, user_id), "deleted", key=fact_uuid)]
         )

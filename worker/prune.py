@@ -102,7 +102,9 @@ class Pruner:
             return report
         for fact_uuid, _ in doomed:
             await self.backend.delete_memory(user=user, memory_uuid=fact_uuid)
-        await self.cache.invalidate_user(self.redis, app=app, user_id=user_id)
+        await self.cache.invalidate(
+            self.redis, app=app, user_id=user_id, graph_uuid=user.graph_uuid
+        )
         who = digest(app, user_id)
         await self.audit.record(
             [Entry("prune", "delete_fact", who, reason, key=uuid) for uuid, reason in doomed]

@@ -135,6 +135,7 @@ class Synthesizer:
                 app=app,
                 user_id=user_id,
                 session_id=None,
+                graph_uuid=user.graph_uuid,
                 block=block,
                 version=now_version(),
                 epoch=epoch,
