@@ -19,7 +19,6 @@ from google.genai import types
 from typing_extensions import override
 
 from afterthought.search import RERANKERS, SCOPES, SearchRequest, problems
-from agent_hooks.identity import ZepIdentity, resolve
 from agent_hooks.turn_memory import TurnMemory, Who
 
 log = logging.getLogger("afterthought.hooks")
@@ -171,8 +170,6 @@ class ZepGraphSearchTool(BaseTool):
         if self.graph_uuid:
             return self.graph_uuid
         memory = self.memory
-        identity: ZepIdentity = await resolve(
-            ctx, explicit=memory.identity, resolver=memory.resolve_identity
-        )
-        user = await memory.user_of(Who.of(ctx), identity)
+        _, reads = await memory.identities(ctx)
+        user = await memory.user_of(Who.of(ctx), reads)
         return user.graph_uuid if user else None

@@ -199,7 +199,7 @@ class TurnMemory:
         self, ctx: CallbackContext, llm_request: LlmRequest
     ) -> tuple[_Turn, Awaitable[bool]]:
         who = Who.of(ctx)
-        identity, reads = await self._resolve(ctx)
+        identity, reads = await self.identities(ctx)
         text = said_text(ctx.user_content)
         block = asyncio.ensure_future(self._read_block(who, ctx, llm_request, reads, text))
         turn = _Turn(block=block, identity=identity)
@@ -371,7 +371,7 @@ class TurnMemory:
             who = Who.of(callback_context)
             turn = self._turns.get(who)
             if turn is None:
-                identity, _ = await self._resolve(callback_context)
+                identity, _ = await self.identities(callback_context)
                 turn = _Turn(block=_done(""), identity=identity)
                 self._remember(who, turn)
             message = self._message(who, turn, "assistant", text, callback_context, at=None)
@@ -417,11 +417,11 @@ class TurnMemory:
 
     async def current_block(self, ctx: CallbackContext, query: str) -> str:
         """The block the turn path would inject now (for the model-called context tool)."""
-        _, reads = await self._resolve(ctx)
+        _, reads = await self.identities(ctx)
         return await self._read_block(Who.of(ctx), ctx, None, reads, query)
 
     # --- shared -------------------------------------------------------------------------
-    async def _resolve(self, ctx: CallbackContext) -> tuple[ZepIdentity, ZepIdentity]:
+    async def identities(self, ctx: CallbackContext) -> tuple[ZepIdentity, ZepIdentity]:
         """Whose memory the turn writes, and whose it reads: the application's pins, then
         session state's. A user or graph pinned in state is kept only if it is the one the
         registry holds for this ADK user (a client could have written another user's

@@ -214,3 +214,39 @@ async def test_a_context_builder_is_never_handed_a_foreign_pinned_thread(
     )
     await say(runner, "bob", "b", "Hello.")
     assert seen and alice.thread_uuid not in seen
+
+
+async def test_the_search_tool_never_searches_a_graph_pinned_in_foreign_state(
+    any_settings: Settings, redis: aioredis.Redis
+) -> None:
+    from google.adk.agents import LlmAgent
+    from google.adk.runners import Runner
+    from google.adk.sessions import InMemorySessionService
+
+    from afterthought.testing.stand_in_model import StandInLlm
+    from agent_hooks.graph_search_tool import ZepGraphSearchTool
+
+    runner, _ = make_runner(create_callbacks(settings=any_settings))
+    await runner.session_service.create_session(app_name=APP, user_id="alice", session_id="s")
+    await say(runner, "alice", "s", "I live in Lisbon.")
+    await drain(any_settings)
+    alice = await IdentityRegistry(redis, any_settings).lookup_user(app=APP, user_id="alice")
+    assert alice is not None
+
+    model = StandInLlm(script=[{"call": "memory_search", "args": {"query": "Lisbon"}}, "done"])
+    agent = LlmAgent(name="helper", model=model, tools=[ZepGraphSearchTool(settings=any_settings)])
+    bobs = Runner(app_name=APP, agent=agent, session_service=InMemorySessionService())
+    await bobs.session_service.create_session(
+        app_name=APP,
+        user_id="bob",
+        session_id="b",
+        state={"zep_user_uuid": alice.user_uuid, "zep_graph_uuid": alice.graph_uuid},
+    )
+    await say(bobs, "bob", "b", "Look it up.")
+    answers = [
+        p.function_response.response
+        for c in model.requests[-1].contents
+        for p in c.parts or []
+        if p.function_response is not None
+    ]
+    assert answers and "Lisbon" not in repr(answers)
