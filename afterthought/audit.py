@@ -31,6 +31,7 @@ class Entry:
     """Digest of (app, user id); the log keeps only its HMAC."""
     outcome: str
     thread: str = ""
+    """Thread key; the log keeps only its HMAC."""
     key: str = ""
     """Message key or fact id."""
     content: str = ""
@@ -68,7 +69,9 @@ class AuditLog:
                         "job": e.job,
                         "op": e.op,
                         "user": self._mac(e.user)[:32],
-                        "thread": e.thread,
+                        # A thread key is a plain digest of ids, guessable for a user's
+                        # memory thread: keyed like the user.
+                        "thread": self._mac(e.thread)[:24] if e.thread else "",
                         "key": e.key,
                         "hmac": self._mac(e.content) if e.content else "",
                         "trust": e.trust,

@@ -134,6 +134,11 @@ class Keys:
         """STRING: the backend cursor up to which the user's messages were synthesized."""
         return f"{self.prefix}:synth:{digest(app, user_id)}"
 
+    def synthesizing(self, app: str, user_id: str) -> str:
+        """STRING token of the worker synthesizing the user's facts; expires unless renewed
+        (a forget waits for it, so no synthesis writes after the forget cleaned up)."""
+        return f"{self.prefix}:synthesizing:{digest(app, user_id)}"
+
     def epoch(self, app: str, user_id: str) -> str:
         """Counter bumped when a user is forgotten: older queued messages are dropped."""
         return f"{self.prefix}:epoch:{digest(app, user_id)}"

@@ -20,7 +20,7 @@ from google.adk.models.llm_response import LlmResponse
 from afterthought.backends import open_backend
 from afterthought.backends.base import MemoryBackend, UserRef
 from afterthought.breaker import CircuitBreaker
-from afterthought.context_cache import ContextCache, now_version
+from afterthought.context_cache import PENDING, ContextCache, now_version
 from afterthought.contract import (
     MEMORY_SESSION,
     InvalidIds,
@@ -224,14 +224,14 @@ class TurnMemory:
         started = time.perf_counter()
         try:
             async with asyncio.timeout(self.settings.retrieval_budget):
-                if self.context_builder is not None and llm_request is not None:
-                    return await self._build(who, ctx, llm_request, identity, query)
                 redis = self.enqueuer.redis()
                 found = await self.cache.read(
                     redis, app=who.app, user_id=who.user_id, session_id=who.session_id
                 )
                 if found.forgetting:
                     return ""  # what the backend still holds of them is being deleted
+                if self.context_builder is not None and llm_request is not None:
+                    return await self._build(who, ctx, llm_request, identity, query)
                 cached = found.block
                 if self.direct is not None and not self.direct.knows(
                     thread_key(app=who.app, user_id=who.user_id, session_id=who.session_id)
@@ -348,8 +348,12 @@ class TurnMemory:
         return Identity(user=known.user, thread_uuid=identity.thread_uuid or known.thread_uuid)
 
     async def user_of(self, who: Who, identity: ZepIdentity) -> UserRef | None:
-        """The graph to read: pinned (options, resolver, state), else the registry's."""
-        if identity.graph_uuid:  # no Redis needed
+        """The graph to read: pinned (options, resolver, state), else the registry's; None
+        while the user is being forgotten (the backend may still hold what goes)."""
+        mark = await self.enqueuer.redis().get(self._keys.forgetting(who.app, who.user_id))
+        if mark == PENDING.encode():
+            return None
+        if identity.graph_uuid:
             return UserRef(user_uuid=identity.user_uuid or "", graph_uuid=identity.graph_uuid)
         return (await self.identity_of(who, identity)).user
 

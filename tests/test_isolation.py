@@ -5,7 +5,7 @@ user read or write another's memory. Every test runs on both backends."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 import redis.asyncio as aioredis
@@ -250,3 +250,60 @@ async def test_the_search_tool_never_searches_a_graph_pinned_in_foreign_state(
         if p.function_response is not None
     ]
     assert answers and "Lisbon" not in repr(answers)
+
+
+async def _app_turn(settings: Settings, app: str, user: str, text: str) -> list[str]:
+    """One turn of ``user`` in another app of the deployment; the block it was shown."""
+    from google.adk.agents import LlmAgent
+    from google.adk.runners import Runner
+    from google.adk.sessions import InMemorySessionService
+
+    from afterthought.testing.stand_in_model import StandInLlm
+
+    callbacks = create_callbacks(settings=settings)
+    model = StandInLlm()
+    agent = LlmAgent(
+        name="helper",
+        model=model,
+        before_model_callback=callbacks.before_model_callback,
+        after_model_callback=callbacks.after_model_callback,
+    )
+    runner = Runner(app_name=app, agent=agent, session_service=InMemorySessionService())
+    session = await runner.session_service.create_session(app_name=app, user_id=user)
+    await say(runner, user, session.id, text)
+    await drain(settings)
+    return memory_lines(model.requests[-1])
+
+
+async def test_with_app_in_the_user_template_two_apps_keep_two_memories(
+    make_settings: Callable[..., Settings],
+) -> None:
+    settings = make_settings(zep_user_id_template="{app}:{user_id}")
+    await _app_turn(settings, "shop", "alice", "I live in Quuxville.")
+    await _app_turn(settings, "bank", "alice", "Hello")
+    block = await _app_turn(settings, "bank", "alice", "What do you know?")
+    assert not any("Quuxville" in line for line in block)
+
+
+async def test_forgetting_a_user_shared_by_two_apps_forgets_them_in_both(
+    local_settings: Settings, redis: aioredis.Redis
+) -> None:
+    """With the default template one user id is one person in every app: forgetting them
+    in one app forgets them in all, and what they say afterwards is stored, not lost."""
+    from worker.forget import Forgetter
+
+    await _app_turn(local_settings, "shop", "alice", "I live in Quuxville.")
+    await _app_turn(local_settings, "bank", "alice", "Hello")
+    done = await Forgetter(local_settings, redis, open_backend(local_settings)).forget_user(
+        app="shop", user_id="alice"
+    )
+    assert done.users == 2 and not done.pending
+    await redis.delete(
+        *(Keys(local_settings.key_prefix).forgetting(a, "alice") for a in ("shop", "bank"))
+    )  # the cool-down, not waited out here
+    assert not any(
+        "Quuxville" in line for line in await _app_turn(local_settings, "bank", "alice", "Hi")
+    )
+    await _app_turn(local_settings, "bank", "alice", "I live in Oslo.")
+    assert await _dead_reasons(local_settings, redis) == []
+    assert any("Oslo" in line for line in await _app_turn(local_settings, "bank", "alice", "So?"))

@@ -5,9 +5,9 @@ Forgetting a user is complete and confirmed, in this order:
 1. mark the user as being forgotten and bump their deletion epoch (one transaction):
    queued and in-flight messages from before are dropped, what they say from now on
    waits, and no cached block is served or written;
-2. purge their queues, dead letters and quarantined proposals;
-3. wait until no worker holds one of their threads (a holder checks the epoch before
-   every backend call, so once it lets go nothing more of theirs is sent);
+2. wait until no worker holds one of their threads or synthesizes their facts (a holder
+   checks the epoch before every write, so once it lets go nothing more is written);
+3. purge their queues, dead letters and quarantined proposals;
 4. delete them from the backend and wait until it is done (Zep deletes asynchronously);
 5. drop every cache entry and registry record of them;
 6. end the mark with a short cool-down (a block read before step 4 finished must not be
@@ -78,14 +78,44 @@ class Forgetter:
         self._poll = poll_seconds
 
     async def forget_user(self, *, app: str, user_id: str) -> Forgotten:
-        """Forget everything of the user; ``pending`` if the backend is not done yet."""
-        record = json.dumps({"app": app, "user_id": user_id, "since": int(time.time() * 1000)})
+        """Forget everything of the user, in every app that shares their backend user;
+        ``pending`` if the backend is not done yet."""
+        aliases = await self._aliases(app, user_id)
+        since = int(time.time() * 1000)
         async with self.redis.pipeline(transaction=True) as pipe:
-            pipe.set(self.keys.forgetting(app, user_id), PENDING, px=PENDING_MARK_MS)
-            pipe.incr(self.keys.epoch(app, user_id))
-            pipe.hset(self.keys.forgets, digest(app, user_id), record)
+            for a, u in aliases:
+                record = json.dumps({"app": a, "user_id": u, "since": since})
+                pipe.set(self.keys.forgetting(a, u), PENDING, px=PENDING_MARK_MS)
+                pipe.incr(self.keys.epoch(a, u))
+                pipe.hset(self.keys.forgets, digest(a, u), record)
             await pipe.execute()
-        return await self._complete(app, user_id)
+        done = Forgotten(users=len(aliases))
+        for a, u in aliases:
+            step = await self._complete(a, u)
+            done.queued += step.queued
+            done.dead_letters += step.dead_letters
+            done.quarantined += step.quarantined
+            done.pending = done.pending or step.pending
+        return done
+
+    async def _aliases(self, app: str, user_id: str) -> list[tuple[str, str]]:
+        """The user and every (app, user id) the registry maps to the same backend user:
+        with a ``zep_user_id_template`` without ``{app}`` (the default), one user id names
+        one person in every app, and deleting them deletes them for all."""
+        found = [(app, user_id)]
+        user = await self.registry.lookup_user(app=app, user_id=user_id)
+        if user is None:
+            return found
+        async for key in self.redis.scan_iter(match=f"{self.keys.prefix}:id:user:*", count=1000):
+            uuid_, a, u = await self.redis.hmget(key, ["user_uuid", "app", "user_id"])
+            if (
+                uuid_ == user.user_uuid.encode()
+                and a
+                and u
+                and (a.decode(), u.decode()) != (app, user_id)
+            ):
+                found.append((a.decode(), u.decode()))
+        return found
 
     async def resume_pending(self) -> list[Forgotten]:
         """Finish every forget still pending (a stopped process, a slow backend)."""
@@ -103,6 +133,11 @@ class Forgetter:
         threads = {
             t.decode() for t in await self.redis.smembers(self.keys.user_threads(app, user_id))
         }
+        holders = [self.keys.lease(tk) for tk in threads]
+        if not await self._gone([*holders, self.keys.synthesizing(app, user_id)]):
+            done.pending = True
+            log.warning("forget pending user=%s: a worker still works on them", who)
+            return done
         epoch = await self.cache.epoch(self.redis, app=app, user_id=user_id)
         for tk in threads:  # what they say from now on waits, and stays
             done.queued += await self.queue.purge(tk, before_epoch=epoch)
@@ -110,10 +145,6 @@ class Forgetter:
             if DeadLetter.parse(raw).thread in threads:
                 done.dead_letters += await self.redis.lrem(self.keys.dead, 1, raw)
         done.quarantined = await self._drop_quarantined(who)
-        if not await self._holders_gone(threads):
-            done.pending = True
-            log.warning("forget pending user=%s: a worker still holds a thread", who)
-            return done
         user = await self.registry.lookup_user(app=app, user_id=user_id)
         if user is not None:
             try:
@@ -151,12 +182,13 @@ class Forgetter:
                 dropped += await self.redis.lrem(self.keys.quarantine, 1, raw)
         return dropped
 
-    async def _holders_gone(self, threads: set[str]) -> bool:
-        """Wait until no worker holds one of the threads (False if one still does after
-        two leases): a lease ends when its holder lets go, or expires if it stopped."""
-        leases = [self.keys.lease(tk) for tk in threads]
+    async def _gone(self, marks: list[str]) -> bool:
+        """Wait until no worker holds one of the user's threads or synthesizes them (False
+        if one still does after two leases). Holders check the epoch before every write,
+        so once they let go nothing more of the user's is written; a mark ends when its
+        holder lets go, or expires if it stopped."""
         deadline = time.monotonic() + self.settings.lease_seconds * 2
-        while leases and await self.redis.exists(*leases):
+        while await self.redis.exists(*marks):
             if time.monotonic() > deadline:
                 return False
             await asyncio.sleep(self._poll)

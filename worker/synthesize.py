@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import logging
+import secrets
 import time
 from collections import Counter
 from datetime import UTC, datetime
@@ -17,7 +18,7 @@ from afterthought.audit import AuditLog, Entry
 from afterthought.backends.base import HistoryMessage, MemoryBackend, UserRef
 from afterthought.context_cache import ContextCache, now_version
 from afterthought.facts import Fact, StoredFact
-from afterthought.identity import IdentityRegistry
+from afterthought.identity import RELEASE_LUA, IdentityRegistry
 from afterthought.keys import Keys, digest
 from afterthought.settings import Settings
 from worker.extract import Extractor, ModelExtractor, RuleExtractor
@@ -25,6 +26,8 @@ from worker.validate import quarantine_reason
 
 log = logging.getLogger("afterthought.worker")
 
+#: How long a synthesis run's mark lives unless renewed (once a page).
+SYNTH_MARK_MS = 60_000
 #: Messages read per pass; a long backlog takes several passes.
 PAGE = 200
 #: Quarantine entries kept for review.
@@ -103,6 +106,16 @@ class Synthesizer:
         self.audit = AuditLog(redis, settings)
 
     async def run(self, *, app: str, user_id: str) -> Counter[str]:
+        """Synthesize the user's new messages; skipped while another worker does."""
+        mark, token = self.keys.synthesizing(app, user_id), secrets.token_hex(8)
+        if not await self.redis.set(mark, token, nx=True, px=SYNTH_MARK_MS):
+            return Counter()
+        try:
+            return await self._run(app, user_id, mark, token)
+        finally:
+            await self.redis.eval(RELEASE_LUA, 1, mark, token)
+
+    async def _run(self, app: str, user_id: str, mark: str, token: str) -> Counter[str]:
         stats: Counter[str] = Counter()
         user = await self.registry.lookup_user(app=app, user_id=user_id)
         if user is None:
@@ -110,8 +123,11 @@ class Synthesizer:
         watermark = self.keys.synthesized(app, user_id)
         epoch = await self.cache.epoch(self.redis, app=app, user_id=user_id)
         while True:
+            # A forget waits for the mark to go, and bumps the epoch first: once it is
+            # seen here, nothing more of the user's is written.
             if await self.cache.epoch(self.redis, app=app, user_id=user_id) != epoch:
-                return stats  # forgotten meanwhile: write nothing more of theirs
+                return stats
+            await self.redis.set(mark, token, px=SYNTH_MARK_MS)
             after = await self.redis.get(watermark)
             messages, cursor = await self.backend.user_messages(
                 user=user, after=after.decode() if after else None, limit=PAGE

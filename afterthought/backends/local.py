@@ -357,8 +357,15 @@ class LocalBackend(MemoryBackend):
         def work(db: sqlite3.Connection) -> None:
             db.execute("INSERT INTO messages_fts(messages_fts) VALUES ('optimize')")
 
+        def checkpoint(db: sqlite3.Connection) -> bool:
+            busy, _, _ = db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+            return not busy
+
         await self._run(work)
-        await self._run(lambda db: db.execute("PRAGMA wal_checkpoint(TRUNCATE)"))
+        # The checkpoint waits out readers in other processes (the busy timeout); if one
+        # still holds the WAL open, old page images remain: say so, so it is retried.
+        if not await self._run(checkpoint):
+            raise BackendError("unavailable", code="scrub_busy")
 
     async def delete_memory(self, *, user: UserRef, memory_uuid: str) -> None:
         def work(db: sqlite3.Connection) -> None:
@@ -372,6 +379,7 @@ class LocalBackend(MemoryBackend):
             )
 
         await self._run(work)
+        await self._scrub()
 
     async def user_messages(
         self, *, user: UserRef, after: str | None, limit: int
