@@ -44,7 +44,9 @@ class Settings(BaseSettings):
     enqueue_timeout: float = Field(0.1, gt=0, le=5)
     """Deadline, in seconds, for the one Redis round trip that queues a write."""
     zep_user_id_template: str = "{user_id}"
-    """Zep ``user_id`` built from ADK's ``app`` and ``user_id``; ``{app}:{user_id}`` to share."""
+    """Backend ``user_id`` from ADK's ``app`` and ``user_id``. The default makes one user id
+    one person in every app of the deployment (one memory; forgetting them forgets them in
+    all); ``{app}:{user_id}`` keeps each app's memory apart."""
     assistant_name: str = "Assistant"
     """Display name stored with assistant messages."""
     max_message_chars: int = Field(2500, ge=100, le=1_000_000)
