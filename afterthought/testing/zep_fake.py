@@ -419,8 +419,24 @@ class ZepFake:
         finally:
             held.release()
 
-    def handle(self, method: str, path: str, query: JSON, body: Any, key: str | None) -> _Reply:
-        """Route one API request; returns the reply (raised internally for errors)."""
+    def known_key(self, method: str, path: str, key: str | None) -> bool:
+        """Whether a reply is kept for this key (checked on arrival: with ``run_both``, a
+        request that arrived before any reply was kept runs, whatever lands meanwhile)."""
+        with self._lock:
+            return (method, path, key or "") in self._state.replies
+
+    def handle(
+        self,
+        method: str,
+        path: str,
+        query: JSON,
+        body: Any,
+        key: str | None,
+        *,
+        replay: bool = True,
+    ) -> _Reply:
+        """Route one API request; returns the reply (raised internally for errors).
+        ``replay``: a kept reply to its key may answer it."""
         route = _ROUTES_BY_METHOD.get(method, [])
         for pattern, handler in route:
             found = pattern.fullmatch(path)
@@ -432,7 +448,7 @@ class ZepFake:
                 self._settle()
                 scope = (method, path, key or "")
                 request = json.dumps(body, sort_keys=True)
-                kept = self._state.replies.get(scope) if keyed else None
+                kept = self._state.replies.get(scope) if keyed and replay else None
                 if kept is not None and self._honoured(kept):
                     if kept.request == request or self.key_reuse == "replay":
                         return _Reply(kept.status, kept.body, committed=True)
@@ -774,14 +790,14 @@ class ZepFake:
 
     def _knowledge(self, user_uuid: str) -> list[JSON]:
         """What the user's context is made of, newest first: the live edges (their fact
-        as ``content``), then the ingested episodes no live edge states (deleting an edge
-        leaves its episode, which can come back in context, as on Zep)."""
+        as ``content``), then the ingested episodes not wholly stated by live edges
+        (deleting an edge leaves its episode, which can come back in context, as on Zep)."""
         edges = [{**e, "content": e["fact"]} for e in self._live_edges(user_uuid)]
         stated = {e["fact"] for e in edges}
         episodes = [
             e
             for e in self._live_episodes(user_uuid)
-            if not any(s in stated for s in re.split(r"(?<=[.!?])\s+", e["content"].strip()))
+            if not all(s in stated for s in re.split(r"(?<=[.!?])\s+", e["content"].strip()))
         ]
         return [
             *sorted(edges, key=lambda m: m["created_at"], reverse=True),
@@ -1088,6 +1104,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._reply(401, {"error": {"code": "unauthorized", "message": "missing key"}})
             return
         fault = fake._take_fault(method, path)
+        replay = fake.key_in_flight != "run_both" or fake.known_key(method, path, key)
         try:
             with fake.holding_key(method, path, key):
                 delay = fake.delay_of(fault)
@@ -1097,7 +1114,7 @@ class _Handler(BaseHTTPRequestHandler):
                     seen.status = fault.status or 0
                     self._fail(fault)
                     return
-                reply = fake.handle(method, path, query, body, key)
+                reply = fake.handle(method, path, query, body, key, replay=replay)
         except _Reply as refused:  # the key is held by a request still running
             reply = refused
         seen.status = reply.status
