@@ -68,6 +68,9 @@ class StoredFact:
     valid_at: str
     invalid_at: str | None
     source_keys: list[str]
+    extracted: bool = False
+    """Zep extracted it from what it ingested (it carries none of our provenance); False
+    for what we wrote. Pruning leaves extracted facts alone unless ``prune_zep_edges``."""
 
     @property
     def signature(self) -> str:

@@ -117,6 +117,10 @@ class Settings(BaseSettings):
     """UTC time (``HH:MM``) of the workers' daily prune, or ``off`` to schedule it yourself."""
     max_facts_per_user: int = Field(500, ge=1)
     """Above this, the least important x least recent facts are pruned."""
+    prune_zep_edges: bool = False
+    """Pruning may delete the edges Zep extracted itself; else only the facts we wrote."""
+    zep_delete_wait_seconds: float = Field(10.0, ge=0, le=300)
+    """How long a Zep delete (done later by a task) is polled before it counts as pending."""
     audit_key: SecretStr | None = None
     """HMAC key of the audit log's user references and content digests; the log is off
     without one (kept out of Redis, so Redis alone cannot tie entries to a user)."""

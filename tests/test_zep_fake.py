@@ -77,7 +77,12 @@ async def test_user_conflict_and_lookup_behave_like_zep(zep_fake: ZepFake) -> No
     created = await zep.user.create(user_id="u1")
     with pytest.raises(ApiError) as conflict:
         await zep.user.create(user_id="u1")
-    assert conflict.value.status_code == 409
+    assert conflict.value.status_code == 400  # as Zep answers (its Go ADK maps this)
+    assert "already exists" in conflict.value.body.error.message
+    zep_fake.configure({"duplicate_user_status": 409})
+    with pytest.raises(ApiError) as switched:
+        await zep.user.create(user_id="u1")
+    assert switched.value.status_code == 409
     assert (await zep.user.lookup(user_id="u1")).uuid_ == created.uuid_
     zep_fake.inject(Fault(match="GET /users", status=429, retry_after=1))
     with pytest.raises(ApiError) as limited:
@@ -140,7 +145,7 @@ async def test_a_hang_commits_after_the_client_gave_up_and_is_counted_ambiguous(
 async def test_a_retry_while_a_hung_call_is_pending_is_stored_once_only_if_keys_are_honoured(
     zep_fake: ZepFake, honor: bool
 ) -> None:
-    zep_fake.honor_idempotency = honor
+    zep_fake.honor_idempotency, zep_fake.key_in_flight = honor, "wait"
     zep_fake.client_timeout, zep_fake.hang_overshoot = 0.3, 0.3
     # Set-up gets all the time a loaded machine needs; only the call under test is short.
     thread = await _thread(AsyncZep(api_key="k", base_url=zep_fake.base_url, timeout=30))

@@ -201,10 +201,12 @@ class Forgetter:
         known = {f.uuid: f for f in await self._facts(user)}
         if fact_uuid in known:  # a tombstone, so synthesis never writes it back
             await self.redis.sadd(self.keys.tombstones(app, user_id), known[fact_uuid].signature)
-        await self.backend.delete_memory(user=user, memory_uuid=fact_uuid)
+        deleted = await self.backend.delete_memory(user=user, memory_uuid=fact_uuid)
         await self.cache.invalidate(
             self.redis, app=app, user_id=user_id, graph_uuid=user.graph_uuid
         )
+        if not deleted:  # not the user's, or not there: nothing was forgotten
+            return Forgotten()
         await self.audit.record(
             [Entry("forget", "delete_fact", digest(app, user_id), "deleted", key=fact_uuid)]
         )

@@ -96,6 +96,8 @@ class Pruner:
         self, *, app: str, user_id: str, user: UserRef, dry_run: bool = True
     ) -> PruneReport:
         facts = await self.backend.list_facts(user=user)
+        if not self.settings.prune_zep_edges:  # only what we wrote, unless opted in
+            facts = [f for f in facts if not f.extracted]
         doomed = plan(facts, self.settings, datetime.now(UTC))
         report = PruneReport(dry_run=dry_run, pruned=doomed, kept=len(facts) - len(doomed))
         if dry_run or not doomed:

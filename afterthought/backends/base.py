@@ -178,8 +178,9 @@ class MemoryBackend(abc.ABC):
         """Store a fact about the user, with provenance; a replay of ``key`` adds nothing."""
 
     @abc.abstractmethod
-    async def delete_memory(self, *, user: UserRef, memory_uuid: str) -> None:
-        """Delete one stored memory (a fact, or what a search returned); gone is fine."""
+    async def delete_memory(self, *, user: UserRef, memory_uuid: str) -> bool:
+        """Delete one stored memory (a fact, or what a search returned): True once it is
+        deleted, False if there was no such memory (gone already is fine)."""
 
     @abc.abstractmethod
     async def delete_user(self, *, user: UserRef) -> None:

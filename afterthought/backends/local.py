@@ -367,19 +367,21 @@ class LocalBackend(MemoryBackend):
         if not await self._run(checkpoint):
             raise BackendError("unavailable", code="scrub_busy")
 
-    async def delete_memory(self, *, user: UserRef, memory_uuid: str) -> None:
-        def work(db: sqlite3.Connection) -> None:
-            db.execute(
+    async def delete_memory(self, *, user: UserRef, memory_uuid: str) -> bool:
+        def work(db: sqlite3.Connection) -> bool:
+            facts = db.execute(
                 "DELETE FROM facts WHERE uuid = ? AND user_uuid = ?", (memory_uuid, user.user_uuid)
             )
-            db.execute(
+            messages = db.execute(
                 "DELETE FROM messages WHERE uuid = ? AND thread_uuid IN"
                 " (SELECT uuid FROM threads WHERE user_uuid = ?)",
                 (memory_uuid, user.user_uuid),
             )
+            return facts.rowcount + messages.rowcount > 0
 
-        await self._run(work)
+        deleted = await self._run(work)
         await self._scrub()
+        return deleted
 
     async def user_messages(
         self, *, user: UserRef, after: str | None, limit: int
@@ -410,7 +412,7 @@ class LocalBackend(MemoryBackend):
                     r[2],
                     r[3],
                     r[4] or "",
-                    r[5] or 0.5,
+                    0.5 if r[5] is None else r[5],
                     r[6] or "",
                     r[7],
                     r[8],

@@ -6,15 +6,18 @@ SDK's text, which can echo request bodies."""
 
 from __future__ import annotations
 
+import asyncio
 import email.utils
 import json
+import re
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 import httpx
-from zep_cloud import AddMessage, AsyncZep, EdgeInput, EdgeNodeRef
+from zep_cloud import AddMessage, AsyncZep, EdgeInput, EdgeNodeRef, Task
 from zep_cloud.core.api_error import ApiError
+from zep_cloud.core.pagination import AsyncPager
 from zep_cloud.core.parse_error import ParsingError
 from zep_cloud.core.request_options import RequestOptions
 
@@ -37,8 +40,17 @@ from afterthought.settings import Settings
 
 T = TypeVar("T")
 
-#: Messages per page when reading a thread back.
-PAGE_SIZE = 100
+#: Items per page asked for when reading lists back; the server may send fewer (it has a
+#: maximum of its own), and the SDK's pager follows the cursor either way.
+PAGE_SIZE = 50
+#: Characters ``graph.episode.add`` takes (Zep docs "Chunking large documents").
+EPISODE_LIMIT = 10_000
+#: Longest wait between two polls of an asynchronous delete's task.
+MAX_POLL_SECONDS = 1.0
+#: What a refusal of over-long content says (its wording is not documented; its status
+#: may be 400): a length, a limit, "too long/large", "exceeds".
+_NAMES_LENGTH = re.compile(r"too[ _-]?(long|large)|exceed|length|characters|\blimit\b", re.I)
+_ALREADY_EXISTS = re.compile(r"already[ _-]?exists?", re.I)
 
 _KIND_BY_STATUS: dict[int, ErrorKind] = {
     400: "bad_request",
@@ -65,12 +77,20 @@ def _retry_after(headers: dict[str, str] | None) -> float | None:
         return max(0.0, when.timestamp() - time.time())
 
 
-def _error_code(body: object) -> str | None:
+def _error_fields(body: object) -> tuple[str | None, str]:
+    """The error's code, and its code and message together (read to classify it, never
+    kept: a message may echo what was sent)."""
     error = getattr(body, "error", None)
     if error is None and isinstance(body, dict):
         error = body.get("error")
-    code = getattr(error, "code", None) if not isinstance(error, dict) else error.get("code")
-    return code if isinstance(code, str) else None
+    if isinstance(error, dict):
+        code, message = error.get("code"), error.get("message")
+    else:
+        code, message = getattr(error, "code", None), getattr(error, "message", None)
+    if error is None and isinstance(body, str):
+        message = body
+    code = code if isinstance(code, str) else None
+    return code, f"{code or ''} {message if isinstance(message, str) else ''}"
 
 
 def classify(exc: BaseException) -> BackendError | None:
@@ -80,9 +100,11 @@ def classify(exc: BaseException) -> BackendError | None:
     if isinstance(exc, ApiError):
         status = exc.status_code or 0
         kind = _KIND_BY_STATUS.get(status, "unavailable" if status >= 500 else "bad_request")
-        code = _error_code(exc.body)
-        if status == 400 and code and any(w in code for w in ("too_long", "too_large")):
-            kind = "too_large"  # Zep answers some over-long content with 400
+        code, text = _error_fields(exc.body)
+        if status == 400 and _ALREADY_EXISTS.search(text):
+            kind, code = "conflict", "already_exists"  # Zep's answer to a duplicate user
+        elif status == 400 and _NAMES_LENGTH.search(text):
+            kind = "too_large"  # Zep answers over-long content with 400: re-split it
         try:
             retry_after = _retry_after(exc.headers)
         except (TypeError, ValueError):
@@ -93,6 +115,42 @@ def classify(exc: BaseException) -> BackendError | None:
     if isinstance(exc, httpx.TransportError):
         return BackendError("unavailable")
     return None
+
+
+async def _classified(pager: AsyncPager[T, Any]) -> AsyncIterator[T]:
+    """The pager's items across its pages; a failure fetching a later page is classified
+    like any other call's."""
+    try:
+        async for item in pager:
+            yield item
+    except Exception as exc:
+        error = classify(exc)
+        if error is None:
+            raise
+        raise error from None
+
+
+def split_text(text: str, limit: int) -> list[str]:
+    """Ordered parts of at most ``limit`` characters, joined back the original: cut after
+    the last sentence end that leaves a part at least half full, else after the last
+    space; a run of more than ``limit`` characters without one (no word is that long) is
+    the only thing ever cut inside."""
+    parts: list[str] = []
+    rest = text
+    while len(rest) > limit:
+        head = rest[:limit]
+        ends = [m.end() for m in re.finditer(r"[.!?][\"')\]]*\s", head)]
+        spaces = [m.end() for m in re.finditer(r"\s", head)]
+        if ends and ends[-1] >= limit // 2:
+            cut = ends[-1]
+        elif rest[limit].isspace():
+            cut = limit
+        else:
+            cut = spaces[-1] if spaces else limit
+        parts.append(rest[:cut])
+        rest = rest[cut:]
+    parts.append(rest)
+    return parts
 
 
 def _hit(item: Any) -> SearchHit:
@@ -163,7 +221,9 @@ class ZepBackend(MemoryBackend):
         except BackendError as exc:
             if exc.kind != "conflict":
                 raise
-            created = False  # 409: it exists (perhaps created by our own lost reply)
+            # 400 "already exists" (as Zep answers) or 409: it exists, perhaps created by
+            # our own call whose reply was lost.
+            created = False
             user = await self._call(
                 lambda z: z.user.lookup(user_id=zep_user_id, request_options=self._options())
             )
@@ -172,10 +232,13 @@ class ZepBackend(MemoryBackend):
         return UserRef(user_uuid=user.uuid_, graph_uuid=user.graph_uuid), created
 
     async def create_thread(self, *, user: UserRef, idempotency_key: str) -> str:
+        """The key is scoped by the user here too: the same session of a user created
+        again (forgotten, then back) never meets the old user's key, whose replay would
+        name a deleted thread, or a conflict, depending on the server."""
         thread = await self._call(
             lambda z: z.thread.create(
                 user_uuid=user.user_uuid,
-                idempotency_key=idempotency_key,
+                idempotency_key=f"{idempotency_key}:{user.user_uuid}",
                 request_options=self._options(),
             )
         )
@@ -217,11 +280,16 @@ class ZepBackend(MemoryBackend):
         extra: dict[str, Any] = {"ignore_roles": list(ignore_roles)} if ignore_roles else {}
         if return_context:
             extra["return_context"] = True
+        # The key covers the whole body: the same messages sent again with other options
+        # (a retry that is now the last call, so asks for context) are another request,
+        # never a reuse of the key with another body (a conflict, or a replay of a reply
+        # that was not for it).
+        key = f"{idempotency_key}:{digest(str(return_context), *sorted(ignore_roles), size=12)}"
         result = await self._call(
             lambda z: z.thread.add_messages(
                 thread_uuid,
                 messages=payload,
-                idempotency_key=idempotency_key,
+                idempotency_key=key,
                 request_options=self._options(timeout),
                 **extra,
             )
@@ -240,23 +308,17 @@ class ZepBackend(MemoryBackend):
             )
         )
         found: list[StoredMessage] = []
-        try:
-            async for m in pager:  # further pages are fetched as the loop goes
-                found.append(
-                    StoredMessage(
-                        uuid=m.uuid_ or "",
-                        role=str(m.role or ""),
-                        content=m.content or "",
-                        metadata=dict(m.metadata or {}),
-                    )
+        async for m in _classified(pager):  # further pages are fetched as the loop goes
+            found.append(
+                StoredMessage(
+                    uuid=m.uuid_ or "",
+                    role=str(m.role or ""),
+                    content=m.content or "",
+                    metadata=dict(m.metadata or {}),
                 )
-                if len(found) >= limit:
-                    break
-        except Exception as exc:
-            error = classify(exc)
-            if error is None:
-                raise
-            raise error from None
+            )
+            if len(found) >= limit:
+                break
         return found
 
     async def get_context(
@@ -312,31 +374,104 @@ class ZepBackend(MemoryBackend):
     async def add_fact(
         self, *, user: UserRef, text: str, key: str, trust: str, reference_time: str
     ) -> None:
-        await self._call(
-            lambda z: z.graph.episode.add(
-                user.graph_uuid,
-                data=text,
-                type="text",
-                source_description=f"afterthought {trust}",
-                reference_time=reference_time,
-                metadata={MESSAGE_KEY_FIELD: key, "trust": trust},
-                idempotency_key=f"fact:{key}",
-                request_options=self._options(),
+        """In ``zep`` mode an episode Zep extracts from; in ``managed`` mode, where only
+        what we validated may reach the graph, edges carrying our provenance. Text longer
+        than an episode takes goes in ordered parts, cut between sentences or words."""
+        pieces = split_text(text, EPISODE_LIMIT)
+        for i, piece in enumerate(pieces):
+            part_key = key if len(pieces) == 1 else f"{key}:{i}"
+            metadata: dict[str, Any] = {MESSAGE_KEY_FIELD: part_key, "trust": trust}
+            if len(pieces) > 1:
+                metadata["afterthought_part"] = f"{i + 1}/{len(pieces)}"
+            if self._settings.memory_mode == "managed":
+                edge = EdgeInput(
+                    fact=piece,
+                    fact_name="NOTED",
+                    source_node=EdgeNodeRef(name="user"),
+                    target_node=EdgeNodeRef(name="note"),
+                    valid_at=reference_time,
+                    attributes={
+                        "subject": "user",
+                        "predicate": "noted",
+                        "value": piece,
+                        "kind": "note",
+                        "importance": 0.5,
+                        "trust": trust,
+                        "source_keys": json.dumps([key]),
+                    },
+                    metadata=metadata,
+                )
+                await self._call(
+                    lambda z, e=edge, k=part_key: z.graph.edge.add(  # type: ignore[misc]
+                        user.graph_uuid,
+                        edges=[e],
+                        idempotency_key=f"fact:{k}",
+                        request_options=self._options(),
+                    )
+                )
+                continue
+            await self._call(
+                lambda z, p=piece, m=metadata, k=part_key: z.graph.episode.add(  # type: ignore[misc]
+                    user.graph_uuid,
+                    data=p,
+                    type="text",
+                    source_description=f"afterthought {trust}",
+                    reference_time=reference_time,
+                    metadata=m,
+                    idempotency_key=f"fact:{k}",
+                    request_options=self._options(),
+                )
             )
-        )
+
+    async def _done(self, task: Task | None) -> None:
+        """Wait for an asynchronous delete (202 + task) to be done: poll the task, at most
+        ``zep_delete_wait_seconds``. Still pending then: ``unavailable``/``delete_pending``
+        (the caller retries; the data is still there meanwhile). Failed: ``delete_failed``."""
+        deadline = time.monotonic() + self._settings.zep_delete_wait_seconds
+        wait = 0.05
+        while task is not None and task.status != "succeeded":
+            if task.status in ("failed", "partial"):
+                raise BackendError("unavailable", code="delete_failed")
+            left = deadline - time.monotonic()
+            if left <= 0 or not task.uuid_:
+                raise BackendError("unavailable", code="delete_pending")
+            await asyncio.sleep(min(wait, left))
+            wait = min(wait * 2, MAX_POLL_SECONDS)
+            task = await self._call(
+                lambda z, t=task.uuid_: z.task.get(t, request_options=self._options())  # type: ignore[misc]
+            )
 
     async def delete_user(self, *, user: UserRef) -> None:
+        """Returns once Zep has deleted the user, its threads and its graph."""
         try:
-            await self._call(
+            result = await self._call(
                 lambda z: z.user.delete(user.user_uuid, request_options=self._options())
             )
         except BackendError as exc:
             if exc.kind != "not_found":
                 raise
+            return
+        await self._done(result.task)
 
-    async def delete_memory(self, *, user: UserRef, memory_uuid: str) -> None:
+    async def delete_memory(self, *, user: UserRef, memory_uuid: str) -> bool:
+        """Delete an edge (a fact) and the episodes it was extracted from, or an episode
+        (a search can return one); True once Zep has deleted it, False if there was none.
+
+        What cannot be removed here: the thread message an episode was made of stays in
+        its thread's history (only deleting the thread or the user removes it), and an
+        episode's other facts go with it (Zep deletes the edges only it supported)."""
         try:
-            await self._call(
+            edge = await self._call(
+                lambda z: z.graph.edge.get(
+                    user.graph_uuid, memory_uuid, request_options=self._options()
+                )
+            )
+        except BackendError as exc:
+            if exc.kind != "not_found":
+                raise
+            return await self._delete_episode(user, memory_uuid)
+        try:
+            result = await self._call(
                 lambda z: z.graph.edge.delete(
                     user.graph_uuid, memory_uuid, request_options=self._options()
                 )
@@ -344,6 +479,25 @@ class ZepBackend(MemoryBackend):
         except BackendError as exc:
             if exc.kind != "not_found":
                 raise
+            return False
+        await self._done(result.task)
+        for episode_uuid in edge.episode_uuids or []:
+            await self._delete_episode(user, episode_uuid)
+        return True
+
+    async def _delete_episode(self, user: UserRef, episode_uuid: str) -> bool:
+        try:
+            result = await self._call(
+                lambda z: z.graph.episode.delete(
+                    user.graph_uuid, episode_uuid, request_options=self._options()
+                )
+            )
+        except BackendError as exc:
+            if exc.kind != "not_found":
+                raise
+            return False
+        await self._done(result.task)
+        return True
 
     # --- our synthesis on Zep ("managed" mode) and pruning -------------------------------
     async def user_messages(
@@ -358,7 +512,9 @@ class ZepBackend(MemoryBackend):
             )
         )
         found: list[tuple[str, str, HistoryMessage]] = []
-        async for thread in threads:
+        async for thread in _classified(threads):
+            if thread.user_uuid and thread.user_uuid != user.user_uuid:
+                continue  # a server that ignores the filter must not mix users
             uuid_ = str(thread.uuid_)
             pager = await self._call(
                 lambda z, t=uuid_: z.thread.list_messages(  # type: ignore[misc]
@@ -366,7 +522,7 @@ class ZepBackend(MemoryBackend):
                 )
             )
             position = 0
-            async for m in pager:
+            async for m in _classified(pager):
                 position += 1
                 if position <= seen.get(uuid_, 0):
                     continue
@@ -392,16 +548,17 @@ class ZepBackend(MemoryBackend):
         return [message for _, _, message in taken], json.dumps(seen, sort_keys=True)
 
     async def list_facts(self, *, user: UserRef) -> list[StoredFact]:
-        """Every edge of the user's graph: ours carry their fields in attributes; Zep's
-        own read as user facts of unknown kind (pruning treats them alike)."""
+        """Every edge of the user's graph: ours carry their fields and provenance in
+        attributes; Zep's own have none of it and read as ``extracted`` user facts."""
         pager = await self._call(
             lambda z: z.graph.edge.list(
                 user.graph_uuid, page_size=PAGE_SIZE, request_options=self._options()
             )
         )
         facts = []
-        async for edge in pager:
+        async for edge in _classified(pager):
             a = edge.attributes or {}
+            importance = a.get("importance")
             facts.append(
                 StoredFact(
                     uuid=str(edge.uuid_),
@@ -409,11 +566,12 @@ class ZepBackend(MemoryBackend):
                     predicate=str(a.get("predicate") or (edge.name or "related_to").lower()),
                     value=str(a.get("value") or edge.fact or ""),
                     kind=str(a.get("kind") or "preference"),
-                    importance=float(a.get("importance") or 0.5),
+                    importance=0.5 if importance is None else float(importance),
                     trust=str(a.get("trust") or "zep"),
                     valid_at=str(edge.valid_at or edge.created_at or ""),
                     invalid_at=edge.invalid_at,
                     source_keys=json.loads(a.get("source_keys") or "[]"),
+                    extracted=not ("trust" in a and "source_keys" in a),
                 )
             )
         return facts

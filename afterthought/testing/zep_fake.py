@@ -1,11 +1,18 @@
 """A loopback stand-in for Zep's v4 REST API, for tests that use the real ``zep-cloud`` SDK.
 
-It keeps users, threads and messages in memory, records every request with its
-``Idempotency-Key``, replays keyed mutations unless told not to, and injects latency and
-faults (status codes with ``Retry-After``, hangs, dropped connections, lost replies). It
-counts the faults it injected and the ambiguous outcomes: mutations it committed whose
-client got no success reply. Point the SDK at :attr:`ZepFake.base_url` (``ZEP_BASE_URL``).
-Control it in process, or over HTTP under ``/_fake/`` when it runs in another process."""
+It models what is known of real Zep (``reference/zep_fidelity.md``) and is no kinder:
+a duplicate user is a 400 "already exists", content over the plan's limit and episodes
+over 10,000 characters are refused with a 400 naming the length, deletes are accepted
+(202) and done later by a task, messages are ingested late (``return_context`` does not
+show them yet) and Zep extracts edges of its own from them, and lists come in pages no
+larger than the server's maximum. Where Zep's behaviour is unknown (repeated
+``Idempotency-Key``s), a switch offers every option; the defaults are the worst plausible.
+
+It records every request with its key and injects latency and faults (status codes with
+``Retry-After``, hangs, dropped connections, lost replies). It counts the faults it
+injected and the ambiguous outcomes: mutations it committed whose client got no success
+reply. Point the SDK at :attr:`ZepFake.base_url` (``ZEP_BASE_URL``). Control it in
+process, or over HTTP under ``/_fake/`` when it runs in another process."""
 
 from __future__ import annotations
 
@@ -20,7 +27,7 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -73,6 +80,15 @@ class Fault:
         return f"{what}_after_commit" if self.after_commit and what != "delay" else what
 
 
+#: Per-message content limit of each plan, in characters (Zep docs "Adding memory").
+PLAN_CONTENT_LIMITS = {"free": 2500, "paid": 14_000}
+#: Characters one ``graph.episode.add`` takes (Zep docs "Chunking large documents").
+EPISODE_LIMIT = 10_000
+#: What a repeated key with another body gets: the first reply, or a conflict.
+KEY_REUSE = ("replay", "409", "422")
+#: What a repeated key gets while the first request is still running.
+KEY_IN_FLIGHT = ("wait", "409", "run_both")
+
 #: What ``fault_rate`` draws from: refusals and dropped connections before the work, lost
 #: replies after it (an error status, a dropped connection), rate limiting, and a hang that
 #: commits once the client has given up.
@@ -97,16 +113,31 @@ class Recorded:
     at: float
 
 
+@dataclass(frozen=True)
+class _Kept:
+    """The reply a keyed mutation got, to replay while the key is honoured."""
+
+    status: int
+    body: JSON | None
+    request: str
+    """The request body, canonically encoded: a repeat with another body is a conflict."""
+    at: float
+
+
 @dataclass
 class _State:
     users: dict[str, JSON] = field(default_factory=dict)
     threads: dict[str, JSON] = field(default_factory=dict)
     messages: dict[str, list[JSON]] = field(default_factory=dict)
-    replies: dict[str, tuple[int, JSON | None]] = field(default_factory=dict)
+    replies: dict[tuple[str, str, str], _Kept] = field(default_factory=dict)
+    """Replies to keyed mutations, by method, path and key."""
     episodes: dict[str, list[JSON]] = field(default_factory=dict)
     templates: dict[str, JSON] = field(default_factory=dict)
     edges: dict[str, list[JSON]] = field(default_factory=dict)
     deleted: set[str] = field(default_factory=set)
+    tasks: dict[str, JSON] = field(default_factory=dict)
+    unprocessed: list[JSON] = field(default_factory=list)
+    """Messages and episodes not yet ingested, oldest first."""
 
 
 def _now() -> str:
@@ -114,6 +145,9 @@ def _now() -> str:
 
 
 class ZepFake:
+    """The fake. Every switch is a constructor keyword, an attribute, and a field of
+    ``POST /_fake/config`` (see :meth:`configure`); the defaults are listed there."""
+
     def __init__(
         self,
         *,
@@ -121,6 +155,18 @@ class ZepFake:
         port: int = 0,
         latency: float = 0.0,
         honor_idempotency: bool = True,
+        idempotency_window: float | None = None,
+        key_reuse: str = "422",
+        key_in_flight: str = "409",
+        duplicate_user_status: int = 400,
+        plan: str = "free",
+        too_long_status: int = 400,
+        delete_pending_polls: int = 2,
+        delete_pending_seconds: float = 1.0,
+        delete_outcome: str = "succeeded",
+        ingestion_lag_calls: int = 0,
+        ingestion_lag_seconds: float = 0.0,
+        max_page_size: int = 50,
         fault_rate: float = 0.0,
         seed: int | None = None,
         client_timeout: float = 30.0,
@@ -128,6 +174,36 @@ class ZepFake:
     ) -> None:
         self.latency = latency
         self.honor_idempotency = honor_idempotency
+        """Whether keyed mutations are replayed at all (False: every request runs)."""
+        self.idempotency_window = idempotency_window
+        """Seconds a key is honoured after its first reply; None: forever."""
+        self.key_reuse = key_reuse
+        """A repeated key with another body: ``replay`` the first reply, or answer ``409``
+        or ``422`` (a conflict)."""
+        self.key_in_flight = key_in_flight
+        """A repeated key while the first request runs: ``wait`` for it and replay its
+        reply, answer ``409``, or ``run_both``."""
+        self.duplicate_user_status = duplicate_user_status
+        """``user.create`` of a taken ``user_id``: 400 "already exists" (as Zep answers) or 409."""
+        self.plan = plan
+        """``free`` or ``paid``: the per-message content limit (:data:`PLAN_CONTENT_LIMITS`)."""
+        self.too_long_status = too_long_status
+        """Content over the limit: 400 (Zep) or 413; the message names the length."""
+        self.delete_pending_polls = delete_pending_polls
+        """A delete's task stays pending until polled this often (``GET /tasks/{uuid}``)..."""
+        self.delete_pending_seconds = delete_pending_seconds
+        """... or until this long has passed; until then the data stays visible."""
+        self.delete_outcome = delete_outcome
+        """How a delete's task ends: ``succeeded``, or ``failed`` (the data stays)."""
+        self.ingestion_lag_calls = ingestion_lag_calls
+        """Messages and episodes are ingested (in context, searchable, extracted to edges)
+        once this many further API calls have arrived (1: ``return_context`` and the next
+        reads lack what was just sent, as on Zep; 0, the default, is kinder: this
+        project's cached-block refresh relies on it, see the README)..."""
+        self.ingestion_lag_seconds = ingestion_lag_seconds
+        """... and this long has passed."""
+        self.max_page_size = max_page_size
+        """Largest page a list returns, whatever ``page_size`` asks for."""
         self.fault_rate = fault_rate
         """Share of requests failed at random, drawn from :data:`RANDOM_FAULTS`."""
         self.client_timeout = client_timeout
@@ -147,7 +223,11 @@ class ZepFake:
         self._random = random.Random(seed)
         self._state = _State()
         self._lock = threading.RLock()
-        self._keys_in_flight: dict[str, threading.Lock] = {}
+        self._keys_in_flight: dict[tuple[str, str, str], threading.Lock] = {}
+        self._calls = 0
+        """API requests handled: ingestion lag is counted in them."""
+        self._finish: dict[str, Callable[[], None]] = {}
+        """What each pending delete task does when it succeeds."""
         fake = self
 
         class Handler(_Handler):
@@ -189,6 +269,7 @@ class ZepFake:
     def reset(self) -> None:
         with self._lock:
             self._state = _State()
+            self._finish.clear()
             self.requests.clear()
             self.faults.clear()
             self.injected.clear()
@@ -197,25 +278,62 @@ class ZepFake:
     def messages(self, thread_uuid: str | None = None) -> list[JSON]:
         """Stored messages of one thread (or of all, in thread creation order)."""
         with self._lock:
+            self._settle()
             if thread_uuid is not None:
-                return list(self._state.messages.get(thread_uuid, []))
-            return [m for msgs in self._state.messages.values() for m in msgs]
+                return [_public(m) for m in self._state.messages.get(thread_uuid, [])]
+            return [_public(m) for msgs in self._state.messages.values() for m in msgs]
 
     def users(self) -> list[JSON]:
         with self._lock:
+            self._settle()
             return list(self._state.users.values())
 
     def threads(self) -> list[JSON]:
         with self._lock:
+            self._settle()
             return list(self._state.threads.values())
+
+    def edges(self, *, extracted: bool | None = None) -> list[JSON]:
+        """Live edges: those added with ``graph.edge.add`` and those Zep extracted from
+        ingested messages and episodes (``extracted`` picks one kind)."""
+        with self._lock:
+            self._settle()
+            return [
+                e
+                for added in self._state.edges.values()
+                for e in added
+                if e["uuid"] not in self._state.deleted
+                and (extracted is None or e["extracted"] == extracted)
+            ]
+
+    def episodes(self, *, of_messages: bool = False) -> list[JSON]:
+        """Live episodes added with ``graph.episode.add`` (with ``of_messages``, also those
+        made of ingested thread messages)."""
+        with self._lock:
+            self._settle()
+            return [
+                _public(e)
+                for added in self._state.episodes.values()
+                for e in added
+                if e["uuid"] not in self._state.deleted and (of_messages or not e["thread_uuid"])
+            ]
+
+    def tasks(self) -> list[JSON]:
+        with self._lock:
+            self._settle()
+            return [dict(t) for t in self._state.tasks.values()]
 
     def snapshot(self) -> JSON:
         with self._lock:
             return {
                 "users": self.users(),
                 "threads": self.threads(),
-                "messages": self._state.messages,
+                "messages": {t: self.messages(t) for t in self._state.messages},
+                "edges": self.edges(),
+                "episodes": self.episodes(of_messages=True),
+                "tasks": self.tasks(),
                 "requests": [asdict(r) for r in self.requests],
+                "config": self.config(),
                 **self.outcomes(),
             }
 
@@ -225,15 +343,26 @@ class ZepFake:
         with self._lock:
             return {"injected": dict(self.injected), "ambiguous": dict(self.ambiguous)}
 
-    def configure(self, body: JSON) -> None:
+    def config(self) -> JSON:
+        """The switches as they are now (what ``/_fake/config`` sets)."""
         with self._lock:
-            for name in (
-                "latency",
-                "honor_idempotency",
-                "fault_rate",
-                "client_timeout",
-                "hang_overshoot",
-            ):
+            return {name: getattr(self, name) for name in _SWITCHES}
+
+    def configure(self, body: JSON) -> None:
+        """Set switches (any of :data:`_SWITCHES`) and add ``faults``. Defaults:
+        ``honor_idempotency`` True, ``idempotency_window`` None (forever), ``key_reuse``
+        ``422``, ``key_in_flight`` ``409``, ``duplicate_user_status`` 400, ``plan`` ``free``
+        (2,500 characters), ``too_long_status`` 400, ``delete_pending_polls`` 2,
+        ``delete_pending_seconds`` 1, ``delete_outcome`` ``succeeded``,
+        ``ingestion_lag_calls`` 0, ``ingestion_lag_seconds`` 0, ``max_page_size`` 50."""
+        unknown = set(body) - set(_SWITCHES) - {"faults"}
+        if unknown:
+            raise ValueError(f"unknown switches: {sorted(unknown)}")
+        for name, allowed in _SWITCHES.items():
+            if name in body and allowed and body[name] not in allowed:
+                raise ValueError(f"{name} must be one of {allowed}")
+        with self._lock:
+            for name in _SWITCHES:
                 if name in body:
                     setattr(self, name, body[name])
             for fault in body.get("faults", []):
@@ -268,41 +397,196 @@ class ZepFake:
         with self._lock:
             self.ambiguous[cause] += 1
 
-    def key_in_flight(self, method: str, key: str | None) -> threading.Lock | None:
-        """Like an idempotent API, a keyed mutation holds its key until it is answered: a
-        retry arriving meanwhile waits, then gets the first one's reply."""
-        if not key or not self.honor_idempotency or method not in {"POST", "PUT", "DELETE"}:
-            return None
+    @contextlib.contextmanager
+    def holding_key(self, method: str, path: str, key: str | None) -> Iterator[None]:
+        """A keyed mutation holds its key (per method and path) until it is answered; a
+        repeat arriving meanwhile waits for it (then replays its reply), is refused with
+        409, or runs beside it (``key_in_flight``)."""
+        if (
+            not key
+            or not self.honor_idempotency
+            or method not in _MUTATING
+            or self.key_in_flight == "run_both"
+        ):
+            yield
+            return
         with self._lock:
-            return self._keys_in_flight.setdefault(key, threading.Lock())
+            held = self._keys_in_flight.setdefault((method, path, key), threading.Lock())
+        if not held.acquire(blocking=self.key_in_flight == "wait"):
+            raise _error(409, "idempotency_conflict", "a request with this key is in progress")
+        try:
+            yield
+        finally:
+            held.release()
 
-    def handle(self, method: str, path: str, query: JSON, body: Any, key: str | None) -> _Reply:
-        """Route one API request; returns the reply (raised internally for errors)."""
+    def known_key(self, method: str, path: str, key: str | None) -> bool:
+        """Whether a reply is kept for this key (checked on arrival: with ``run_both``, a
+        request that arrived before any reply was kept runs, whatever lands meanwhile)."""
+        with self._lock:
+            return (method, path, key or "") in self._state.replies
+
+    def handle(
+        self,
+        method: str,
+        path: str,
+        query: JSON,
+        body: Any,
+        key: str | None,
+        *,
+        replay: bool = True,
+    ) -> _Reply:
+        """Route one API request; returns the reply (raised internally for errors).
+        ``replay``: a kept reply to its key may answer it."""
         route = _ROUTES_BY_METHOD.get(method, [])
         for pattern, handler in route:
             found = pattern.fullmatch(path)
             if found is None:
                 continue
-            mutating = method in {"POST", "PUT", "PATCH", "DELETE"}
+            keyed = bool(key) and method in _MUTATING and handler not in _READ_ONLY
             with self._lock:
-                if mutating and key and self.honor_idempotency and key in self._state.replies:
-                    status, reply = self._state.replies[key]
-                    return _Reply(status, reply, committed=True)
+                self._calls += 1
+                self._settle()
+                scope = (method, path, key or "")
+                request = json.dumps(body, sort_keys=True)
+                kept = self._state.replies.get(scope) if keyed and replay else None
+                if kept is not None and self._honoured(kept):
+                    if kept.request == request or self.key_reuse == "replay":
+                        return _Reply(kept.status, kept.body, committed=True)
+                    status = int(self.key_reuse)
+                    return _error(status, "idempotency_conflict", "key reused with another body")
                 try:
                     status, reply = handler(self, *found.groups(), query=query, body=body)
                 except _Reply as error:
                     return error
-                if mutating and key and status < 300:
-                    self._state.replies[key] = (status, reply)
-                committed = mutating and status < 300 and handler not in _READ_ONLY
+                if keyed and status < 300:
+                    self._state.replies[scope] = _Kept(status, reply, request, time.monotonic())
+                committed = method in _MUTATING and status < 300 and handler not in _READ_ONLY
                 return _Reply(status, reply, committed=committed)
         return _error(404, "not_found", f"no route {method} {path}")
+
+    def _honoured(self, kept: _Kept) -> bool:
+        if not self.honor_idempotency:
+            return False
+        window = self.idempotency_window
+        return window is None or time.monotonic() - kept.at < window
+
+    # --- time passing: ingestion and delete tasks ----------------------------------------
+    def _settle(self) -> None:
+        """Ingest what is due (episodes, and edges extracted from them) and finish the
+        delete tasks whose time has come. Runs at every request and every inspection."""
+        now = time.monotonic()
+        while self._state.unprocessed:
+            item = self._state.unprocessed[0]
+            if (
+                self._calls - item["_call"] < self.ingestion_lag_calls
+                or now - item["_at"] < self.ingestion_lag_seconds
+            ):
+                break
+            self._state.unprocessed.pop(0)
+            self._ingest(item)
+        for task in list(self._state.tasks.values()):
+            if task["status"] in ("pending", "processing") and (
+                now - task["_at"] >= self.delete_pending_seconds
+            ):
+                self._complete(task)
+
+    def _ingest(self, item: JSON) -> None:
+        item["processed"] = True
+        if "thread_uuid" in item and "graph_uuid" not in item:  # a message
+            if not item["_ingested"] or item["thread_uuid"] not in self._state.threads:
+                return
+            thread = self._state.threads[item["thread_uuid"]]
+            episode = {
+                "uuid": str(uuid.uuid4()),
+                "content": item["content"],
+                "role": item.get("role"),
+                "role_name": item.get("name"),
+                "thread_uuid": item["thread_uuid"],
+                "user_uuid": thread["user_uuid"],
+                "graph_uuid": thread["graph_uuid"],
+                "metadata": item.get("metadata") or {},
+                "reference_time": item.get("reference_time"),
+                "source": "message",
+                "created_at": _now(),
+                "processed": True,
+            }
+            self._state.episodes.setdefault(thread["user_uuid"], []).append(episode)
+            self._extract(thread["user_uuid"], episode)
+        elif item["uuid"] not in self._state.deleted:
+            self._extract(item["user_uuid"], item)
+
+    def _extract(self, user_uuid: str, episode: JSON) -> None:
+        """Zep's own extraction, made deterministic: one edge per sentence, with none of
+        our provenance, naming the episode it came from."""
+        speaker = episode.get("role_name") or episode.get("role") or "user"
+        for sentence in re.split(r"(?<=[.!?])\s+", episode["content"].strip()):
+            if not sentence:
+                continue
+            edge = {
+                "uuid": str(uuid.uuid4()),
+                "graph_uuid": episode["graph_uuid"],
+                "user_uuid": user_uuid,
+                "name": "STATED",
+                "fact": sentence,
+                "source_node_name": speaker,
+                "target_node_name": sentence.split()[-1].strip(".!?"),
+                "attributes": {},
+                "episode_uuids": [episode["uuid"]],
+                "created_at": _now(),
+                "valid_at": episode.get("reference_time"),
+                "invalid_at": None,
+                "extracted": True,
+            }
+            self._state.edges.setdefault(user_uuid, []).append(edge)
+
+    def _task(self, kind: str, finish: Callable[[], None] | None = None) -> JSON:
+        """A task for an asynchronous operation; ``finish`` is done when it succeeds
+        (immediately when no delay is configured)."""
+        task: JSON = {
+            "uuid": str(uuid.uuid4()),
+            "type": kind,
+            "status": "pending",
+            "created_at": _now(),
+            "_at": time.monotonic(),
+            "_polls": 0,
+        }
+        self._state.tasks[task["uuid"]] = task
+        if finish is not None:
+            self._finish[task["uuid"]] = finish
+        if self.delete_pending_polls <= 0 or self.delete_pending_seconds <= 0:
+            self._complete(task)
+        return _public(task)
+
+    def _complete(self, task: JSON) -> None:
+        finish = self._finish.pop(task["uuid"], None)
+        failed = finish is not None and self.delete_outcome == "failed"
+        if finish is not None and not failed:
+            finish()
+        task["status"] = "failed" if failed else "succeeded"
+        task["completed_at"] = _now()
+        if failed:
+            task["error"] = {"code": "delete_failed", "message": "the delete did not complete"}
+
+    def _get_task(self, task_uuid: str, *, query: JSON, body: Any) -> tuple[int, JSON]:
+        task = self._state.tasks.get(task_uuid)
+        if task is None:
+            raise _error(404, "not_found", "task not found")
+        task["_polls"] += 1
+        if task["status"] in ("pending", "processing"):
+            if task["_polls"] >= self.delete_pending_polls:
+                self._complete(task)
+            else:
+                task["status"] = "processing"
+                task["started_at"] = task.get("started_at") or _now()
+        return 200, _public(task)
 
     # --- the v4 subset ------------------------------------------------------------------
     def _create_user(self, *, query: JSON, body: JSON) -> tuple[int, JSON]:
         user_id = body.get("user_id")
         if user_id and any(u["user_id"] == user_id for u in self._state.users.values()):
-            raise _error(409, "already_exists", "user already exists")
+            if self.duplicate_user_status == 409:
+                raise _error(409, "already_exists", "user already exists")
+            raise _error(400, "bad_request", f"user {user_id} already exists")
         user: JSON = {
             "uuid": str(uuid.uuid4()),
             "graph_uuid": str(uuid.uuid4()),
@@ -330,19 +614,32 @@ class ZepFake:
 
     def _delete_user(self, user_uuid: str, *, query: JSON, body: Any) -> tuple[int, JSON]:
         self._user(user_uuid)
-        del self._state.users[user_uuid]
-        # Real Zep: "once it completes, the user's threads, messages, and graph are removed".
-        self._state.edges.pop(user_uuid, None)
-        self._state.episodes.pop(user_uuid, None)
-        for thread in [t for t in self._state.threads.values() if t["user_uuid"] == user_uuid]:
-            del self._state.threads[thread["uuid"]]
-            self._state.messages.pop(thread["uuid"], None)
-        return 202, {"task": _task("user.delete")}
+
+        def finish() -> None:
+            self._state.users.pop(user_uuid, None)
+            for thread in [t for t in self._state.threads.values() if t["user_uuid"] == user_uuid]:
+                self._drop_thread(thread["uuid"])
+            for item in (
+                *self._state.episodes.pop(user_uuid, []),
+                *self._state.edges.pop(user_uuid, []),
+            ):
+                self._state.deleted.add(item["uuid"])
+
+        return 202, {"task": self._task("user.delete", finish)}
+
+    def _drop_thread(self, thread_uuid: str) -> None:
+        self._state.threads.pop(thread_uuid, None)
+        self._state.messages.pop(thread_uuid, None)
+
+    def _delete_thread(self, thread_uuid: str, *, query: JSON, body: Any) -> tuple[int, JSON]:
+        self._thread(thread_uuid)
+        return 202, {"task": self._task("thread.delete", lambda: self._drop_thread(thread_uuid))}
 
     def _create_thread(self, *, query: JSON, body: JSON) -> tuple[int, JSON]:
         user = self._user(str(body.get("user_uuid")))
         thread = {
             "uuid": str(uuid.uuid4()),
+            "thread_id": body.get("thread_id"),
             "user_uuid": user["uuid"],
             "graph_uuid": user["graph_uuid"],
             "created_at": _now(),
@@ -367,12 +664,19 @@ class ZepFake:
         if not 1 <= len(incoming) <= 30:
             raise _error(400, "invalid_request", "between 1 and 30 messages per call")
         ignored = set(body.get("ignore_roles") or [])
-        added = []
+        limit = PLAN_CONTENT_LIMITS[self.plan]
         for m in incoming:
             if not isinstance(m.get("content"), str) or not m["content"]:
                 raise _error(400, "invalid_request", "message content is required")
+            if len(m["content"]) > limit:
+                raise _error(
+                    self.too_long_status,
+                    "bad_request",
+                    f"message content exceeds {limit} characters ({len(m['content'])} given)",
+                )
             if len(m.get("metadata") or {}) > 10:
                 raise _error(400, "invalid_request", "at most 10 metadata keys")
+        added = []
         for m in incoming:
             stored = {
                 "uuid": str(uuid.uuid4()),
@@ -383,30 +687,43 @@ class ZepFake:
                 "metadata": m.get("metadata") or {},
                 "reference_time": m.get("reference_time"),
                 "created_at": _now(),
-                "processed": True,
-                "ingested": m.get("role") not in ignored,
+                "processed": False,
+                "_ingested": m.get("role") not in ignored,
+                "_call": self._calls,
+                "_at": time.monotonic(),
             }
             self._state.messages[thread_uuid].append(stored)
-            added.append({k: v for k, v in stored.items() if k != "ingested"})
-        reply: JSON = {"messages": added, "task": _task("thread.add_messages")}
+            self._state.unprocessed.append(stored)
+            added.append(_public(stored))
+        self._settle()  # with no lag configured, they are ingested at once
+        reply: JSON = {"messages": added, "task": self._task("thread.add_messages")}
         if body.get("return_context"):
             reply["context"] = self._context_for(thread["user_uuid"], "", 4000)
         return 202, reply
+
+    def _page(self, items: list[JSON], query: JSON) -> JSON:
+        """One page: at most ``page_size`` (capped at the server's maximum) items after the
+        opaque ``cursor`` (the last item's uuid, so writes between pages shift nothing)."""
+        size = max(1, min(int(query.get("page_size") or 50), self.max_page_size))
+        start = 0
+        if query.get("cursor"):
+            start = next(
+                (i + 1 for i, item in enumerate(items) if item["uuid"] == query["cursor"]), None
+            ) or len(items)
+        page = items[start : start + size]
+        more = start + len(page) < len(items)
+        return {
+            "items": [_public(item) for item in page],
+            "next_cursor": page[-1]["uuid"] if more and page else "",
+            "total_size": len(items),
+        }
 
     def _list_messages(self, thread_uuid: str, *, query: JSON, body: Any) -> tuple[int, JSON]:
         self._thread(thread_uuid)
         items = self._state.messages[thread_uuid]
         if query.get("order") == "desc":
             items = list(reversed(items))
-        start = int(query.get("cursor") or 0)
-        size = int(query.get("page_size") or 50)
-        page = items[start : start + size]
-        end = start + len(page)
-        return 200, {
-            "items": [{k: v for k, v in m.items() if k != "ingested"} for m in page],
-            "next_cursor": str(end) if end < len(items) else "",
-            "total_size": len(items),
-        }
+        return 200, self._page(items, query)
 
     def _thread_context(self, thread_uuid: str, *, query: JSON, body: Any) -> tuple[int, JSON]:
         thread = self._thread(thread_uuid)
@@ -459,23 +776,33 @@ class ZepFake:
         del self._state.templates[template_uuid]
         return 200, {}
 
-    def _knowledge(self, user_uuid: str) -> list[JSON]:
-        """What Zep would have extracted facts from: ingested messages and added episodes,
-        newest first (the fake's "facts" are their texts; deleted ones are gone)."""
-        said = [
-            m
-            for t in self._state.threads.values()
-            if t["user_uuid"] == user_uuid
-            for m in self._state.messages[t["uuid"]]
-            if m["ingested"]
+    def _live_edges(self, user_uuid: str) -> list[JSON]:
+        return [
+            e for e in self._state.edges.get(user_uuid, []) if e["uuid"] not in self._state.deleted
         ]
-        added = self._state.episodes.get(user_uuid, [])
-        edges = [{**e, "content": e["fact"]} for e in self._state.edges.get(user_uuid, [])]
-        return sorted(
-            (m for m in [*said, *added, *edges] if m["uuid"] not in self._state.deleted),
-            key=lambda m: m["created_at"],
-            reverse=True,
-        )
+
+    def _live_episodes(self, user_uuid: str) -> list[JSON]:
+        return [
+            e
+            for e in self._state.episodes.get(user_uuid, [])
+            if e["processed"] and e["uuid"] not in self._state.deleted
+        ]
+
+    def _knowledge(self, user_uuid: str) -> list[JSON]:
+        """What the user's context is made of, newest first: the live edges (their fact
+        as ``content``), then the ingested episodes not wholly stated by live edges
+        (deleting an edge leaves its episode, which can come back in context, as on Zep)."""
+        edges = [{**e, "content": e["fact"]} for e in self._live_edges(user_uuid)]
+        stated = {e["fact"] for e in edges}
+        episodes = [
+            e
+            for e in self._live_episodes(user_uuid)
+            if not all(s in stated for s in re.split(r"(?<=[.!?])\s+", e["content"].strip()))
+        ]
+        return [
+            *sorted(edges, key=lambda m: m["created_at"], reverse=True),
+            *sorted(episodes, key=lambda m: m["created_at"], reverse=True),
+        ]
 
     def _owner(self, graph_uuid: str) -> JSON:
         for user in self._state.users.values():
@@ -491,45 +818,78 @@ class ZepFake:
         if scope == "observations" and body.get("filters"):
             raise _error(400, "unsupported_filter", "observation search supports no filters")
         words = set(str(body.get("query", "")).lower().split())
-        known = sorted(
-            self._knowledge(owner["uuid"]),
-            key=lambda m: -len(words & set(m["content"].lower().split())),
-        )[:size]
+
+        def best(found: list[JSON], text: str) -> list[JSON]:
+            return sorted(found, key=lambda m: -len(words & set(m[text].lower().split())))[:size]
+
+        items: list[JSON] = []
         if scope == "edges":
             items = [
-                {
-                    "uuid": m["uuid"],
-                    "fact": m["content"],
-                    "name": "STATED",
-                    "created_at": m["created_at"],
-                    "valid_at": m.get("reference_time"),
-                }
-                for m in known
+                {k: v for k, v in e.items() if k != "extracted"}
+                for e in best(self._live_edges(owner["uuid"]), "fact")
             ]
         elif scope == "episodes":
-            items = [
-                {"uuid": m["uuid"], "content": m["content"], "created_at": m["created_at"]}
-                for m in known
-            ]
-        else:
-            items = []
+            items = [_public(e) for e in best(self._live_episodes(owner["uuid"]), "content")]
         return 200, {"items": items, "next_cursor": ""}
 
     def _add_episode(self, graph_uuid: str, *, query: JSON, body: JSON) -> tuple[int, JSON]:
         owner = self._owner(graph_uuid)
         if not isinstance(body.get("data"), str) or not body["data"]:
             raise _error(400, "invalid_request", "data is required")
+        if len(body["data"]) > EPISODE_LIMIT:
+            raise _error(
+                400,
+                "bad_request",
+                f"episode data exceeds {EPISODE_LIMIT} characters ({len(body['data'])} given)",
+            )
         episode = {
             "uuid": str(uuid.uuid4()),
             "content": body["data"],
             "metadata": body.get("metadata") or {},
             "source_description": body.get("source_description"),
+            "source": body.get("type") or "text",
             "reference_time": body.get("reference_time"),
             "created_at": _now(),
             "graph_uuid": owner["graph_uuid"],
+            "user_uuid": owner["uuid"],
+            "thread_uuid": None,
+            "processed": False,
+            "_call": self._calls,
+            "_at": time.monotonic(),
         }
         self._state.episodes.setdefault(owner["uuid"], []).append(episode)
-        return 202, {"episode": episode, "task": _task("graph.episode.add")}
+        self._state.unprocessed.append(episode)
+        self._settle()
+        return 202, {"episode": _public(episode), "task": self._task("graph.episode.add")}
+
+    def _episode(self, graph_uuid: str, episode_uuid: str) -> tuple[JSON, JSON]:
+        owner = self._owner(graph_uuid)
+        for episode in self._state.episodes.get(owner["uuid"], []):
+            if episode["uuid"] == episode_uuid and episode["uuid"] not in self._state.deleted:
+                return owner, episode
+        raise _error(404, "not_found", "episode not found")
+
+    def _get_episode(
+        self, graph_uuid: str, episode_uuid: str, *, query: JSON, body: Any
+    ) -> tuple[int, JSON]:
+        return 200, _public(self._episode(graph_uuid, episode_uuid)[1])
+
+    def _delete_episode(
+        self, graph_uuid: str, episode_uuid: str, *, query: JSON, body: Any
+    ) -> tuple[int, JSON]:
+        """The episode, and the edges that came only from episodes now deleted; never the
+        thread message it was made of."""
+        owner, _ = self._episode(graph_uuid, episode_uuid)
+
+        def finish() -> None:
+            deleted = self._state.deleted
+            deleted.add(episode_uuid)
+            for edge in self._state.edges.get(owner["uuid"], []):
+                sources = edge.get("episode_uuids") or []
+                if sources and all(s in deleted for s in sources):
+                    deleted.add(edge["uuid"])
+
+        return 202, {"task": self._task("graph.episode.delete", finish)}
 
     def _add_edges(self, graph_uuid: str, *, query: JSON, body: JSON) -> tuple[int, JSON]:
         owner = self._owner(graph_uuid)
@@ -543,26 +903,35 @@ class ZepFake:
             edge = {
                 "uuid": str(uuid.uuid4()),
                 "graph_uuid": owner["graph_uuid"],
+                "user_uuid": owner["uuid"],
                 "name": e["fact_name"],
                 "created_at": _now(),
                 **{k: e.get(k) for k in ("fact", "attributes", "metadata", "valid_at")},
                 "invalid_at": e.get("invalid_at"),
+                "episode_uuids": [],
+                "extracted": False,
             }
             self._state.edges.setdefault(owner["uuid"], []).append(edge)
-            added.append({**edge, "fact_name": edge["name"]})
-        return 202, {"edges": added, "task": _task("graph.edge.add")}
+            added.append({**_edge(edge), "fact_name": edge["name"]})
+        return 202, {"edges": added, "task": self._task("graph.edge.add")}
+
+    def _edge(self, graph_uuid: str, edge_uuid: str) -> tuple[JSON, JSON]:
+        owner = self._owner(graph_uuid)
+        for edge in self._live_edges(owner["uuid"]):
+            if edge["uuid"] == edge_uuid:
+                return owner, edge
+        raise _error(404, "not_found", "edge not found")
+
+    def _get_edge(
+        self, graph_uuid: str, edge_uuid: str, *, query: JSON, body: Any
+    ) -> tuple[int, JSON]:
+        return 200, _edge(self._edge(graph_uuid, edge_uuid)[1])
 
     def _list_edges(self, graph_uuid: str, *, query: JSON, body: JSON) -> tuple[int, JSON]:
         owner = self._owner(graph_uuid)
-        items = [
-            e
-            for e in self._state.edges.get(owner["uuid"], [])
-            if e["uuid"] not in self._state.deleted
-        ]
-        start, size = int(query.get("cursor") or 0), int(query.get("page_size") or 50)
-        page = items[start : start + size]
-        end = start + len(page)
-        return 200, {"items": page, "next_cursor": str(end) if end < len(items) else ""}
+        page = self._page(self._live_edges(owner["uuid"]), query)
+        page["items"] = [_edge(e) for e in page["items"]]
+        return 200, page
 
     def _list_threads(self, *, query: JSON, body: Any) -> tuple[int, JSON]:
         items = [
@@ -570,32 +939,21 @@ class ZepFake:
             for t in self._state.threads.values()
             if not query.get("user_uuid") or t["user_uuid"] == query["user_uuid"]
         ]
-        return 200, {"items": items, "next_cursor": "", "total_size": len(items)}
-
-    def edges(self) -> list[JSON]:
-        with self._lock:
-            return [
-                e
-                for added in self._state.edges.values()
-                for e in added
-                if e["uuid"] not in self._state.deleted
-            ]
-
-    def episodes(self) -> list[JSON]:
-        with self._lock:
-            return [e for added in self._state.episodes.values() for e in added]
+        return 200, self._page(items, query)
 
     def _delete_edge(
         self, graph_uuid: str, edge_uuid: str, *, query: JSON, body: Any
     ) -> tuple[int, JSON]:
-        owner = self._owner(graph_uuid)
-        if not any(m["uuid"] == edge_uuid for m in self._knowledge(owner["uuid"])):
-            raise _error(404, "not_found", "edge not found")
-        self._state.deleted.add(edge_uuid)
-        return 202, {"task": _task("graph.edge.delete")}
+        """The edge only: its source episodes and messages stay (as on Zep)."""
+        self._edge(graph_uuid, edge_uuid)
+
+        def finish() -> None:
+            self._state.deleted.add(edge_uuid)
+
+        return 202, {"task": self._task("graph.edge.delete", finish)}
 
     def _context_for(self, user_uuid: str, query: str, limit: int) -> str:
-        """Zep would extract facts; the fake lists what it knows, newest first."""
+        """Zep would rank what it extracted; the fake lists what it has ingested."""
         facts = [
             f"  - {m['content']} ({(m.get('reference_time') or m['created_at'])[:10]} - present)"
             for m in self._knowledge(user_uuid)
@@ -615,9 +973,38 @@ class ZepFake:
         return "\n".join([*lines, "</FACTS>"])
 
 
-def _task(kind: str) -> JSON:
-    return {"uuid": str(uuid.uuid4()), "type": kind, "status": "succeeded", "created_at": _now()}
+def _public(item: JSON) -> JSON:
+    """What the API shows of a stored item: not the fake's bookkeeping (``_`` fields)."""
+    return {k: v for k, v in item.items() if not k.startswith("_")}
 
+
+def _edge(edge: JSON) -> JSON:
+    """An edge as the API shows it (whether Zep extracted it shows only in its
+    attributes and episodes, as on Zep)."""
+    return {k: v for k, v in edge.items() if k != "extracted"}
+
+
+_MUTATING = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+#: The switches ``configure`` takes, with their allowed values (empty: any).
+_SWITCHES: dict[str, tuple[Any, ...]] = {
+    "latency": (),
+    "honor_idempotency": (True, False),
+    "idempotency_window": (),
+    "key_reuse": KEY_REUSE,
+    "key_in_flight": KEY_IN_FLIGHT,
+    "duplicate_user_status": (400, 409),
+    "plan": tuple(PLAN_CONTENT_LIMITS),
+    "too_long_status": (400, 413),
+    "delete_pending_polls": (),
+    "delete_pending_seconds": (),
+    "delete_outcome": ("succeeded", "failed"),
+    "ingestion_lag_calls": (),
+    "ingestion_lag_seconds": (),
+    "max_page_size": (),
+    "fault_rate": (),
+    "client_timeout": (),
+    "hang_overshoot": (),
+}
 
 _Handler_t = Callable[..., tuple[int, JSON]]
 _ROUTES: list[tuple[str, str, _Handler_t]] = [
@@ -627,6 +1014,7 @@ _ROUTES: list[tuple[str, str, _Handler_t]] = [
     ("DELETE", r"/users/([\w-]+)", ZepFake._delete_user),
     ("POST", r"/threads", ZepFake._create_thread),
     ("GET", r"/threads/([\w-]+)", ZepFake._get_thread),
+    ("DELETE", r"/threads/([\w-]+)", ZepFake._delete_thread),
     ("POST", r"/threads/([\w-]+)/messages", ZepFake._add_messages),
     ("GET", r"/threads/([\w-]+)/messages", ZepFake._list_messages),
     ("GET", r"/threads/([\w-]+)/context", ZepFake._thread_context),
@@ -634,16 +1022,21 @@ _ROUTES: list[tuple[str, str, _Handler_t]] = [
     ("POST", r"/graphs/([\w-]+)/search/(edges|nodes|episodes|observations)", ZepFake._search),
     ("POST", r"/graphs/([\w-]+)/search/(thread)-summaries", ZepFake._search),
     ("POST", r"/graphs/([\w-]+)/episodes", ZepFake._add_episode),
+    ("GET", r"/graphs/([\w-]+)/episodes/([\w-]+)", ZepFake._get_episode),
+    ("DELETE", r"/graphs/([\w-]+)/episodes/([\w-]+)", ZepFake._delete_episode),
+    ("GET", r"/graphs/([\w-]+)/edges/([\w-]+)", ZepFake._get_edge),
     ("DELETE", r"/graphs/([\w-]+)/edges/([\w-]+)", ZepFake._delete_edge),
     ("POST", r"/graphs/([\w-]+)/edges", ZepFake._add_edges),
     ("POST", r"/graphs/([\w-]+)/edges/list", ZepFake._list_edges),
     ("GET", r"/threads", ZepFake._list_threads),
+    ("GET", r"/tasks/([\w-]+)", ZepFake._get_task),
     ("POST", r"/context-templates", ZepFake._create_template),
     ("GET", r"/context-templates/([\w-]+)", ZepFake._template),
     ("PUT", r"/context-templates/([\w-]+)", ZepFake._update_template),
     ("DELETE", r"/context-templates/([\w-]+)", ZepFake._delete_template),
 ]
-#: POST routes that change nothing: failing their reply leaves nothing ambiguous.
+#: POST routes that change nothing: failing their reply leaves nothing ambiguous, and
+#: their keys are never replayed.
 _READ_ONLY: frozenset[_Handler_t] = frozenset(
     {ZepFake._lookup_user, ZepFake._graph_context, ZepFake._search, ZepFake._list_edges}
 )
@@ -682,6 +1075,9 @@ class _Handler(BaseHTTPRequestHandler):
     def do_DELETE(self) -> None:
         self._serve("DELETE")
 
+    def do_PATCH(self) -> None:
+        self._serve("PATCH")
+
     def _serve(self, method: str) -> None:
         fake = self.server_fake
         url = urlparse(self.path)
@@ -708,16 +1104,19 @@ class _Handler(BaseHTTPRequestHandler):
             self._reply(401, {"error": {"code": "unauthorized", "message": "missing key"}})
             return
         fault = fake._take_fault(method, path)
-        held = fake.key_in_flight(method, key)
-        with held or contextlib.nullcontext():
-            delay = fake.delay_of(fault)
-            if delay:
-                time.sleep(delay)
-            if fault and not fault.after_commit and (fault.drop or fault.status):
-                seen.status = fault.status or 0
-                self._fail(fault)
-                return
-            reply = fake.handle(method, path, query, body, key)
+        replay = fake.key_in_flight != "run_both" or fake.known_key(method, path, key)
+        try:
+            with fake.holding_key(method, path, key):
+                delay = fake.delay_of(fault)
+                if delay:
+                    time.sleep(delay)
+                if fault and not fault.after_commit and (fault.drop or fault.status):
+                    seen.status = fault.status or 0
+                    self._fail(fault)
+                    return
+                reply = fake.handle(method, path, query, body, key, replay=replay)
+        except _Reply as refused:  # the key is held by a request still running
+            reply = refused
         seen.status = reply.status
         if fault and fault.after_commit and (fault.drop or fault.status):
             if reply.committed:
@@ -752,8 +1151,14 @@ class _Handler(BaseHTTPRequestHandler):
         elif method == "POST" and path == "/_fake/reset":
             fake.reset()
             self._reply(200, {})
+        elif method == "GET" and path == "/_fake/config":
+            self._reply(200, fake.config())
         elif method == "POST" and path == "/_fake/config":
-            fake.configure(body)
+            try:
+                fake.configure(body)
+            except (TypeError, ValueError) as exc:
+                self._reply(400, {"error": {"code": "bad_config", "message": str(exc)}})
+                return
             self._reply(200, {})
         else:
             self._reply(404, {"error": {"code": "not_found", "message": "unknown control"}})
