@@ -73,7 +73,11 @@ def _confusable_table() -> dict[str, str]:
     return table
 
 
-_CONFUSABLES = _confusable_table()
+#: Angle brackets the confusables data does not list, though they can pass for a tag's.
+_BRACKETS = dict.fromkeys("\u2329\u3008\u27e8\u276c\u29fc", "<") | dict.fromkeys(
+    "\u232a\u3009\u27e9\u276d\u29fd", ">"
+)
+_CONFUSABLES = _confusable_table() | _BRACKETS
 
 
 @cache
@@ -85,6 +89,10 @@ def _fold(char: str) -> str:
         return chr(code - 0xE0000).lower()
     if char in _LINE_BREAKS:
         return "\n"
+    if char in _CONFUSABLES:  # before casefolding: a Greek capital epsilon looks like "E"
+        target = _CONFUSABLES[char]
+        # The data folds I-likes to "l" (as it folds "I" itself); a capital reads as "i".
+        return "i" if target == "l" and char.isupper() else target
     out: list[str] = []
     for part in unicodedata.normalize("NFKD", char.casefold()):
         category = unicodedata.category(part)

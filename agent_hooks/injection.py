@@ -9,6 +9,8 @@ from typing import Literal
 from google.adk.models.llm_request import LlmRequest
 from google.genai import types
 
+from afterthought.validation import normalise, normalise_mapped
+
 log = logging.getLogger("afterthought.hooks")
 
 #: Seed 000's canonical template (zep-adk's Python, TypeScript and Go share it).
@@ -36,11 +38,42 @@ def fence_names(template: str) -> set[str]:
     return {name for m in _FENCE.finditer(template) for name in m.groups() if name}
 
 
-def neutralise(block: str, fences: set[str]) -> str:
-    """Defuse any text in memory that would open or close the fence around it."""
+def _markers(fences: set[str]) -> re.Pattern[str]:
+    """Fence tags as they read once normalised: any case, spaced, split by invisible
+    characters, in full-width or look-alike brackets, even with one bracket missing."""
+    names = []
     for name in fences:
-        block = re.sub(rf"<(\s*/?\s*{re.escape(name)})", r"&lt;\1", block, flags=re.IGNORECASE)
-    return block
+        chars = [c for c in normalise(name) if c.isalnum()]
+        names.append(r"[\s_\-.]*".join(re.escape(c) for c in chars))
+    name = "|".join(sorted(names, key=len, reverse=True))
+    return re.compile(
+        rf"<\s*(?P<slash>/\s*)?(?:{name})(?P<close>\s*>)?|(?P<bare>/\s*)?(?:{name})\s*>"
+    )
+
+
+def neutralise(block: str, fences: set[str]) -> str:
+    """Defuse any text in memory that would open or close the fence around it. Markers
+    are found on the normalised view (``afterthought.validation``) and replaced in the
+    text by an inert, escaped form of the tag."""
+    if not fences:
+        return block
+    view, origin = normalise_mapped(block)
+    canonical = sorted(fences)[0] if len(fences) == 1 else None
+    out: list[str] = []
+    done = 0
+    for found in _markers(fences).finditer(view):
+        start, end = origin[found.start()], origin[found.end() - 1] + 1
+        if start < done:
+            continue
+        text = found.group(0)
+        name = canonical or "".join(c for c in text if c.isalnum() or c == "_").upper()
+        opening = "&lt;" if text.startswith("<") else ""
+        slash = "/" if found.group("slash") or found.group("bare") else ""
+        closing = "&gt;" if text.endswith(">") else ""
+        out += [block[done:start], f"{opening}{slash}{name}{closing}"]
+        done = end
+    out.append(block[done:])
+    return "".join(out)
 
 
 def render(block: str, template: str = DEFAULT_CONTEXT_TEMPLATE) -> str:
