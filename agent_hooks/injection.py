@@ -39,39 +39,28 @@ def fence_names(template: str) -> set[str]:
 
 
 def _markers(fences: set[str]) -> re.Pattern[str]:
-    """Fence tags as they read once normalised: any case, spaced, split by invisible
-    characters, in full-width or look-alike brackets, even with one bracket missing."""
+    """A fence tag's opening bracket as the normalised view reads it: any case, spaced,
+    split by invisible characters, with full-width or look-alike brackets."""
     names = []
     for name in fences:
         chars = [c for c in normalise(name) if c.isalnum()]
         names.append(r"[\s_\-.]*".join(re.escape(c) for c in chars))
-    name = "|".join(sorted(names, key=len, reverse=True))
-    return re.compile(
-        rf"<\s*(?P<slash>/\s*)?(?:{name})(?P<close>\s*>)?|(?P<bare>/\s*)?(?:{name})\s*>"
-    )
+    return re.compile(rf"<(?=\s*/?\s*(?:{'|'.join(names)}))")
 
 
 def neutralise(block: str, fences: set[str]) -> str:
-    """Defuse any text in memory that would open or close the fence around it. Markers
-    are found on the normalised view (``afterthought.validation``) and replaced in the
-    text by an inert, escaped form of the tag."""
+    """Defuse any text in memory that would open or close the fence around it: the
+    bracket that starts a fence tag — found on the normalised view, whatever character
+    stands for it — becomes ``&lt;``, so no tag is left to read."""
     if not fences:
         return block
     view, origin = normalise_mapped(block)
-    canonical = sorted(fences)[0] if len(fences) == 1 else None
+    brackets = sorted({origin[found.start()] for found in _markers(fences).finditer(view)})
     out: list[str] = []
     done = 0
-    for found in _markers(fences).finditer(view):
-        start, end = origin[found.start()], origin[found.end() - 1] + 1
-        if start < done:
-            continue
-        text = found.group(0)
-        name = canonical or "".join(c for c in text if c.isalnum() or c == "_").upper()
-        opening = "&lt;" if text.startswith("<") else ""
-        slash = "/" if found.group("slash") or found.group("bare") else ""
-        closing = "&gt;" if text.endswith(">") else ""
-        out += [block[done:start], f"{opening}{slash}{name}{closing}"]
-        done = end
+    for at in brackets:
+        out += [block[done:at], "&lt;"]
+        done = at + 1
     out.append(block[done:])
     return "".join(out)
 
