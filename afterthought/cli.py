@@ -181,6 +181,55 @@ def _dlq(args: argparse.Namespace) -> int:
     return _with_redis(args, work)
 
 
+def _quarantine(args: argparse.Namespace) -> int:
+    """What validation refused: listed without the text unless ``--show-text`` (operators'
+    terminals are logged, and the text is somebody's words); released into memory or
+    dropped, one entry at a time."""
+    from datetime import UTC, datetime
+
+    from afterthought.quarantine import Quarantine
+
+    async def work(settings: Settings, client: aioredis.Redis) -> int:
+        quarantine = Quarantine(client, settings)
+        if args.action == "list":
+            app = user_id = None
+            if args.user:
+                app, _, user_id = args.user.partition("/")
+            rows = [
+                {
+                    "id": e.id,
+                    "at": datetime.fromtimestamp(e.at / 1000, UTC).isoformat(),
+                    "app": e.app,
+                    "user_id": e.user_id,
+                    "reason": e.reason,
+                    "trust": e.trust,
+                    "chars": len(e.text),
+                    **({"text": e.text} if args.show_text else {}),
+                }
+                for e in await quarantine.entries(app=app, user_id=user_id, limit=args.limit)
+            ]
+            if args.json:
+                print(json.dumps(rows))
+            for row in [] if args.json else rows:
+                line = "{id}  {at}  {app}/{user_id}  trust={trust}  chars={chars}  {reason}"
+                print(line.format(**row) + (f"\n    {row['text']!r}" if args.show_text else ""))
+            return OK
+        if not args.id:
+            print(f"afterthought: name the entry to {args.action} (its id)", file=sys.stderr)
+            return USAGE
+        if args.action == "release":
+            done = await quarantine.release(args.id) is not None
+        else:
+            done = await quarantine.drop(args.id)
+        if not done:
+            print(f"afterthought: no quarantined entry {args.id}", file=sys.stderr)
+            return ATTENTION
+        print(f"{'released' if args.action == 'release' else 'dropped'}={args.id}")
+        return OK
+
+    return _with_redis(args, work)
+
+
 def _operate(args: argparse.Namespace) -> int:
     """prune and forget: both dry runs unless ``--yes``."""
     from afterthought.backends import open_backend
@@ -317,6 +366,24 @@ def _parser() -> argparse.ArgumentParser:
     dlq.add_argument("--json", action="store_true", help="list as JSON")
     dlq.add_argument("--yes", action="store_true", help="confirm a purge")
     dlq.set_defaults(run=_dlq)
+
+    quarantine = commands.add_parser(
+        "quarantine",
+        help="list, release or drop what validation refused",
+        description="Proposed memories that validation refused. 'release ID' queues the "
+        "entry as a fact an operator vouches for (trust 'operator': the worker stores it "
+        "without validating it again); 'drop ID' deletes it. Listing shows no text unless "
+        "--show-text.",
+    )
+    quarantine.add_argument("action", choices=["list", "release", "drop"])
+    quarantine.add_argument("id", nargs="?", help="the entry to release or drop")
+    quarantine.add_argument("--user", metavar="APP/USER", help="list one user's entries")
+    quarantine.add_argument("--limit", type=int, default=100, help="newest entries to list")
+    quarantine.add_argument("--json", action="store_true", help="list as JSON")
+    quarantine.add_argument(
+        "--show-text", action="store_true", help="include the refused text (it is logged)"
+    )
+    quarantine.set_defaults(run=_quarantine)
 
     prune = commands.add_parser("prune", help="prune facts (a dry run unless --yes)")
     prune.add_argument("--app", default="", help="with --user: the ADK app name")

@@ -22,6 +22,7 @@ from afterthought.contract import QueuedMessage
 from afterthought.enqueue import NOT_SENT, UNREACHABLE, Enqueuer
 from afterthought.keys import Keys, digest
 from afterthought.settings import Settings
+from afterthought.validation import detect
 from agent_hooks.messages import messages_from_events
 
 log = logging.getLogger("afterthought.backfill")
@@ -125,6 +126,11 @@ class Backfill:
     async def run(self, *, advance: Callable[[], None] = lambda: None) -> Report:
         """Queue every session not queued before; ``advance`` is called once a session."""
         report = Report()
+        # User messages the validation refuses: queued all the same (history keeps what
+        # was said), never a source of facts for our synthesis, which validates each
+        # source; in ``zep`` memory mode Zep's own extractor reads them, so the operator
+        # is told how many (in the log: the report's shape is a stable interface).
+        flagged = 0
         async for session in self._source.sessions(report):
             field_name = digest(session.app_name, session.user_id, session.id)
             done = await self._redis.hget(self._progress, field_name)
@@ -133,7 +139,8 @@ class Backfill:
             elif (queued := await self._queue(session)) is None:
                 report.refused.append(session.id)
             else:
-                report.messages += queued
+                report.messages += len(queued)
+                flagged += sum(m.role == "user" and detect(m.content) is not None for m in queued)
                 async with self._redis.pipeline(transaction=True) as pipe:
                     pipe.hset(self._progress, field_name, repr(session.last_update_time))
                     pipe.expire(self._progress, PROGRESS_TTL_SECONDS)
@@ -141,16 +148,17 @@ class Backfill:
                 report.sessions += 1
             advance()
         log.info(
-            "backfill done sessions=%d skipped=%d messages=%d malformed=%d refused=%d",
+            "backfill done sessions=%d skipped=%d messages=%d flagged=%d malformed=%d refused=%d",
             report.sessions,
             report.skipped,
             report.messages,
+            flagged,
             len(report.malformed),
             len(report.refused),
         )
         return report
 
-    async def _queue(self, session: Session) -> int | None:
+    async def _queue(self, session: Session) -> list[QueuedMessage] | None:
         messages = messages_from_events(
             session.events,
             app=session.app_name,
@@ -163,7 +171,7 @@ class Backfill:
             return None
         for start in range(0, len(messages), CHUNK):
             await self._send(messages[start : start + CHUNK])
-        return len(messages)
+        return messages
 
     async def _send(self, chunk: list[QueuedMessage]) -> None:
         unreachable = 0

@@ -9,6 +9,8 @@ from typing import Literal
 from google.adk.models.llm_request import LlmRequest
 from google.genai import types
 
+from afterthought.validation import normalise, normalise_mapped
+
 log = logging.getLogger("afterthought.hooks")
 
 #: Seed 000's canonical template (zep-adk's Python, TypeScript and Go share it).
@@ -36,11 +38,31 @@ def fence_names(template: str) -> set[str]:
     return {name for m in _FENCE.finditer(template) for name in m.groups() if name}
 
 
-def neutralise(block: str, fences: set[str]) -> str:
-    """Defuse any text in memory that would open or close the fence around it."""
+def _markers(fences: set[str]) -> re.Pattern[str]:
+    """A fence tag's opening bracket as the normalised view reads it: any case, spaced,
+    split by invisible characters, with full-width or look-alike brackets."""
+    names = []
     for name in fences:
-        block = re.sub(rf"<(\s*/?\s*{re.escape(name)})", r"&lt;\1", block, flags=re.IGNORECASE)
-    return block
+        chars = [c for c in normalise(name) if c.isalnum()]
+        names.append(r"[\s_\-.]*".join(re.escape(c) for c in chars))
+    return re.compile(rf"<(?=\s*/?\s*(?:{'|'.join(names)}))")
+
+
+def neutralise(block: str, fences: set[str]) -> str:
+    """Defuse any text in memory that would open or close the fence around it: the
+    bracket that starts a fence tag — found on the normalised view, whatever character
+    stands for it — becomes ``&lt;``, so no tag is left to read."""
+    if not fences:
+        return block
+    view, origin = normalise_mapped(block)
+    brackets = sorted({origin[found.start()] for found in _markers(fences).finditer(view)})
+    out: list[str] = []
+    done = 0
+    for at in brackets:
+        out += [block[done:at], "&lt;"]
+        done = at + 1
+    out.append(block[done:])
+    return "".join(out)
 
 
 def render(block: str, template: str = DEFAULT_CONTEXT_TEMPLATE) -> str:

@@ -76,7 +76,9 @@ class ZepMemoryService(BaseMemoryService):
         memories: Sequence[MemoryEntry],
         custom_metadata: Mapping[str, object] | None = None,
     ) -> None:
-        """Queued fact writes (trust ``app``); the same text added twice is stored once."""
+        """Queued fact writes (trust ``app``); the same text added twice is stored once.
+        The worker validates each like every other write and quarantines what it refuses
+        (``afterthought quarantine list``)."""
         for entry in memories:
             text = said_text(entry.content).strip()
             if not text:

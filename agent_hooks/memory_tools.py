@@ -10,6 +10,7 @@ from google.adk.tools.base_tool import BaseTool
 from google.adk.tools.function_tool import FunctionTool
 from google.adk.tools.tool_context import ToolContext
 
+from afterthought.validation import refusal
 from agent_hooks.graph_search_tool import ZepGraphSearchTool
 from agent_hooks.turn_memory import TurnMemory
 
@@ -17,6 +18,8 @@ log = logging.getLogger("afterthought.hooks")
 
 #: The longest fact the model may ask to remember.
 MAX_FACT_CHARS = 2000
+#: What the model hears when validation refuses a fact: neutral, no reason given.
+NOT_SAVED = "Not saved."
 
 
 def create_memory_tools(memory: TurnMemory | None = None, **kwargs: Any) -> list[BaseTool]:
@@ -30,6 +33,10 @@ def create_memory_tools(memory: TurnMemory | None = None, **kwargs: Any) -> list
             return "Nothing saved: give the fact as text."
         if len(fact) > MAX_FACT_CHARS:
             return f"Nothing saved: keep a fact under {MAX_FACT_CHARS} characters."
+        # The worker decides (and quarantines what it refuses, for an operator to see);
+        # the same decision here only spares the model a "Saved." that is not true. The
+        # answer never says why: that would teach the model the rule.
+        refused = refusal(fact, trust="model") is not None
         try:
             queued = await memory.queue_change(
                 app=tool_context.session.app_name,
@@ -42,6 +49,9 @@ def create_memory_tools(memory: TurnMemory | None = None, **kwargs: Any) -> list
         except Exception as exc:
             log.warning("remember failed error=%s", type(exc).__name__)
             queued = False
+        if refused:
+            log.info("remember refused chars=%d", len(fact))
+            return NOT_SAVED
         return "Saved." if queued else "Not saved yet: memory is unreachable right now."
 
     async def recall_context(tool_context: ToolContext) -> str:

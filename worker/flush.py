@@ -37,8 +37,11 @@ from afterthought.context_cache import PENDING, ContextCache, now_version
 from afterthought.contract import MalformedPayload, QueuedMessage, split_content
 from afterthought.identity import IdentityRegistry
 from afterthought.keys import Keys, digest
+from afterthought.quarantine import Entry as QuarantineEntry
+from afterthought.quarantine import Quarantine
 from afterthought.queue import ThreadQueue
 from afterthought.settings import Settings
+from afterthought.validation import refusal
 from worker import metrics
 from worker.forget import Forgetter
 from worker.pacing import MAX_IN_JOB_WAIT, Pacing
@@ -789,6 +792,15 @@ class Flusher:
             await self.pacing.wait()
             await epoch.check()
             try:
+                if item.kind == "fact" and (reason := await self._refused(item)) is not None:
+                    left = await self._acknowledge(lease, item.seq or 0)
+                    stats["quarantined"] += 1
+                    stats["messages"] += 1
+                    await self._quietly(
+                        self._audit(head.thread_key, [item], op="quarantine", outcome=reason),
+                        "audit",
+                    )
+                    continue
                 if item.kind == "fact":
                     await self.backend.add_fact(
                         user=user,
@@ -826,6 +838,28 @@ class Flusher:
                 self._audit(head.thread_key, changes, op=op, outcome=outcome), "audit"
             )
         return bool(left)
+
+    async def _refused(self, item: QueuedMessage) -> str | None:
+        """The one validation of every write path, for a queued fact (``remember``: trust
+        ``model``; ``add_memory``: ``app``; a quarantine release: ``operator``, which
+        passes). A refused fact is recorded in the quarantine, never stored."""
+        reason = refusal(item.content, trust=item.trust or "app")
+        if reason is not None:
+            entry = QuarantineEntry(
+                app=item.app,
+                user_id=item.user_id,
+                text=item.content,
+                reason=reason,
+                trust=item.trust or "app",
+                key=item.key,
+                zep_user_uuid=item.zep_user_uuid,
+                zep_graph_uuid=item.zep_graph_uuid,
+            )
+            await Quarantine(self.redis, self.settings).add([entry])
+            log.warning(
+                "fact quarantined key=%s chars=%d reason=%s", item.key, len(item.content), reason
+            )
+        return reason
 
     async def _identity(self, message: QueuedMessage, epoch: _Epoch) -> tuple[UserRef, str]:
         """The batch's user and thread: provisioned if need be (each step after an epoch

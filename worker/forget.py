@@ -31,6 +31,7 @@ from afterthought.contract import DeadLetter
 from afterthought.facts import StoredFact
 from afterthought.identity import IdentityRegistry
 from afterthought.keys import Keys, digest
+from afterthought.quarantine import Quarantine
 from afterthought.queue import ThreadQueue
 from afterthought.settings import Settings
 
@@ -144,7 +145,9 @@ class Forgetter:
         for raw in await self.redis.lrange(self.keys.dead, 0, -1):
             if DeadLetter.parse(raw).thread in threads:
                 done.dead_letters += await self.redis.lrem(self.keys.dead, 1, raw)
-        done.quarantined = await self._drop_quarantined(who)
+        done.quarantined = await Quarantine(self.redis, self.settings).drop_user(
+            app=app, user_id=user_id
+        )
         user = await self.registry.lookup_user(app=app, user_id=user_id)
         if user is not None:
             try:
@@ -174,13 +177,6 @@ class Forgetter:
         log.warning("forgot user=%s queued=%d dead=%d", who, done.queued, done.dead_letters)
         await self.audit.record([Entry("forget", "forget_user", who, "deleted")])
         return done
-
-    async def _drop_quarantined(self, who: str) -> int:
-        dropped = 0
-        for raw in await self.redis.lrange(self.keys.quarantine, 0, -1):
-            if json.loads(raw).get("user") == who:
-                dropped += await self.redis.lrem(self.keys.quarantine, 1, raw)
-        return dropped
 
     async def _gone(self, marks: list[str]) -> bool:
         """Wait until no worker holds one of the user's threads or synthesizes them (False

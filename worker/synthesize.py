@@ -5,10 +5,8 @@ writes nothing twice (duplicates of current facts are skipped)."""
 
 from __future__ import annotations
 
-import json
 import logging
 import secrets
-import time
 from collections import Counter
 from datetime import UTC, datetime
 
@@ -20,9 +18,11 @@ from afterthought.context_cache import ContextCache, now_version
 from afterthought.facts import Fact, StoredFact
 from afterthought.identity import RELEASE_LUA, IdentityRegistry
 from afterthought.keys import Keys, digest
+from afterthought.quarantine import Entry as QuarantineEntry
+from afterthought.quarantine import Quarantine
 from afterthought.settings import Settings
+from afterthought.validation import refusal
 from worker.extract import Extractor, ModelExtractor, RuleExtractor
-from worker.validate import quarantine_reason
 
 log = logging.getLogger("afterthought.worker")
 
@@ -30,8 +30,8 @@ log = logging.getLogger("afterthought.worker")
 SYNTH_MARK_MS = 60_000
 #: Messages read per pass; a long backlog takes several passes.
 PAGE = 200
-#: Quarantine entries kept for review.
-QUARANTINE_MAX = 10_000
+#: A longer extracted value is a sentence, not a fact.
+MAX_VALUE_WORDS = 12
 
 
 def default_extractor(settings: Settings) -> Extractor:
@@ -104,6 +104,7 @@ class Synthesizer:
         self.registry = IdentityRegistry(redis, settings)
         self.cache = ContextCache(settings)
         self.audit = AuditLog(redis, settings)
+        self.quarantine = Quarantine(redis, settings)
 
     async def run(self, *, app: str, user_id: str) -> Counter[str]:
         """Synthesize the user's new messages; skipped while another worker does."""
@@ -183,8 +184,12 @@ class Synthesizer:
         accepted: list[Fact] = []
         quarantined = []
         for fact in proposed:
-            reason = quarantine_reason(
-                fact, sources, accept_assistant_facts=self.settings.accept_assistant_facts
+            reason = refusal(
+                fact.value,
+                trust=fact.trust,
+                sources=[sources.get(key) for key in fact.source_keys],
+                accept_assistant_facts=self.settings.accept_assistant_facts,
+                max_words=MAX_VALUE_WORDS,
             )
             if reason is None:
                 accepted.append(fact)
@@ -234,18 +239,17 @@ class Synthesizer:
 
     async def _quarantine(self, app: str, user_id: str, found: list[tuple[Fact, str]]) -> None:
         """Recorded for review, never written (the record holds the proposal, in Redis)."""
-        entries = [
-            json.dumps(
-                {
-                    "user": digest(app, user_id),
-                    "reason": reason,
-                    "at": int(time.time() * 1000),
-                    "fact": fact.model_dump(),
-                }
-            )
-            for fact, reason in found
-        ]
-        async with self.redis.pipeline(transaction=True) as pipe:
-            pipe.rpush(self.keys.quarantine, *entries)
-            pipe.ltrim(self.keys.quarantine, -QUARANTINE_MAX, -1)
-            await pipe.execute()
+        await self.quarantine.add(
+            [
+                QuarantineEntry(
+                    app=app,
+                    user_id=user_id,
+                    text=fact.statement(),
+                    reason=reason,
+                    trust=fact.trust,
+                    key=",".join(fact.source_keys),
+                    fact=fact.model_dump(),
+                )
+                for fact, reason in found
+            ]
+        )

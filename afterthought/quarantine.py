@@ -1,0 +1,156 @@
+"""The quarantine: proposed memories that validation refused, kept for an operator to see
+and decide (``afterthought quarantine list / release / drop``). Never written to memory
+unless released.
+
+One Redis LIST (``Keys.quarantine``) of JSON entries, newest last, trimmed to a bound. Each
+entry: ``id``, ``app``, ``user_id``, ``user`` (the digest of app and user id that the rest
+of the system uses to refer to a user), ``reason``, ``trust``, ``text`` (the fact as it
+would be stored), ``at`` (ms), ``key`` (the message or source keys), and — for a synthesis
+proposal — ``fact``, its structured form. The entry holds the user's words: forgetting a
+user drops their entries (:meth:`Quarantine.drop_user`)."""
+
+from __future__ import annotations
+
+import json
+import secrets
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import redis.asyncio as aioredis
+
+from afterthought.contract import MEMORY_SESSION, QueuedMessage
+from afterthought.keys import Keys, digest
+from afterthought.queue import ThreadQueue
+from afterthought.settings import Settings
+from afterthought.validation import OPERATOR
+
+#: Entries kept for review; older ones are trimmed.
+QUARANTINE_MAX = 10_000
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One refused proposal."""
+
+    app: str
+    user_id: str
+    text: str
+    reason: str
+    trust: str
+    key: str = ""
+    """Message key of a queued fact, or the source message keys of a synthesis proposal."""
+    fact: dict[str, Any] | None = None
+    """A synthesis proposal's structured form (subject, predicate, value...)."""
+    zep_user_uuid: str | None = None
+    """Identity the application pinned on a queued fact: a release writes there too."""
+    zep_graph_uuid: str | None = None
+    id: str = field(default_factory=lambda: secrets.token_hex(8))
+    at: int = field(default_factory=lambda: int(time.time() * 1000))
+
+    @property
+    def user(self) -> str:
+        return digest(self.app, self.user_id)
+
+    def to_json(self) -> str:
+        return json.dumps({**asdict(self), "user": self.user})
+
+    @classmethod
+    def parse(cls, raw: bytes | str) -> Entry:
+        data = json.loads(raw)
+        fact = data.get("fact")
+        return cls(
+            app=data.get("app", ""),
+            user_id=data.get("user_id", ""),
+            # Entries of earlier versions carried only the proposal.
+            text=data.get("text") or (fact or {}).get("value", ""),
+            reason=data.get("reason", ""),
+            trust=data.get("trust") or (fact or {}).get("trust", ""),
+            key=data.get("key", ""),
+            fact=fact,
+            zep_user_uuid=data.get("zep_user_uuid"),
+            zep_graph_uuid=data.get("zep_graph_uuid"),
+            id=data.get("id", ""),
+            at=int(data.get("at", 0)),
+        )
+
+
+class Quarantine:
+    def __init__(self, redis: aioredis.Redis, settings: Settings) -> None:
+        self._redis = redis
+        self._settings = settings
+        self._key = Keys(settings.key_prefix).quarantine
+
+    async def add(self, entries: Sequence[Entry]) -> None:
+        """Record refused proposals (and trim the oldest past the bound)."""
+        if not entries:
+            return
+        async with self._redis.pipeline(transaction=True) as pipe:
+            pipe.rpush(self._key, *(e.to_json() for e in entries))
+            pipe.ltrim(self._key, -QUARANTINE_MAX, -1)
+            await pipe.execute()
+
+    async def _raw(self) -> list[tuple[bytes, Entry]]:
+        return [(raw, Entry.parse(raw)) for raw in await self._redis.lrange(self._key, 0, -1)]
+
+    async def entries(
+        self, *, app: str | None = None, user_id: str | None = None, limit: int | None = None
+    ) -> list[Entry]:
+        """Entries, oldest first (the newest ``limit`` of them); of one user with both
+        ``app`` and ``user_id``."""
+        found = [
+            e
+            for _, e in await self._raw()
+            if (app is None or e.app == app) and (user_id is None or e.user_id == user_id)
+        ]
+        return found[-limit:] if limit else found
+
+    async def get(self, entry_id: str) -> Entry | None:
+        return next((e for _, e in await self._raw() if e.id == entry_id), None)
+
+    async def release(self, entry_id: str) -> Entry | None:
+        """Queue the entry's text as a ``fact`` of trust ``operator``, which the worker
+        stores without validation (an operator read it and decided), then remove the
+        entry. None if no such entry. Releasing twice queues it once: the queued fact's
+        key is derived from the entry's id."""
+        for raw, entry in await self._raw():
+            if entry.id != entry_id:
+                continue
+            message = QueuedMessage.build(
+                app=entry.app,
+                user_id=entry.user_id,
+                session_id=MEMORY_SESSION,
+                invocation_id=f"fact:quarantine:{entry.id}",
+                role="user",
+                ordinal=0,
+                content=entry.text,
+                kind="fact",
+                trust=OPERATOR,
+                zep_user_uuid=entry.zep_user_uuid,
+                zep_graph_uuid=entry.zep_graph_uuid,
+            )
+            queued = await ThreadQueue(self._redis, self._settings).enqueue(
+                [message], now_ms=int(time.time() * 1000)
+            )
+            if queued < 0:
+                raise RuntimeError(f"the queue refused the released fact (code {queued})")
+            await self._redis.lrem(self._key, 1, raw)
+            return entry
+        return None
+
+    async def drop(self, entry_id: str) -> bool:
+        """Delete one entry for good; False if there was none."""
+        for raw, entry in await self._raw():
+            if entry.id == entry_id:
+                return bool(await self._redis.lrem(self._key, 1, raw))
+        return False
+
+    async def drop_user(self, *, app: str, user_id: str) -> int:
+        """Delete every entry of one user (forgetting a user calls this); how many."""
+        who = digest(app, user_id)
+        dropped = 0
+        for raw in await self._redis.lrange(self._key, 0, -1):
+            if json.loads(raw).get("user") == who:  # entries of every version carry it
+                dropped += await self._redis.lrem(self._key, 1, raw)
+        return dropped

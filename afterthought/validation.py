@@ -1,0 +1,567 @@
+"""Which memory writes may be stored: one decision for every write path — synthesis, the
+model's ``remember``, ``add_memory``, backfill — made on a normalised view of the text.
+
+The view (:func:`normalise`) is what a reader sees, not what the bytes say: NFKC-style
+compatibility folding (full-width, mathematical and circled letters), zero-width and other
+format characters removed (ASCII smuggled in Unicode tag characters is decoded), every
+Unicode space made a space, diacritics dropped, Unicode look-alikes folded to Latin (from
+the Unicode confusables data that ``confusable-homoglyphs`` ships), lower case. The
+checks then look at that view, at the view with spaced-out letters joined and leetspeak
+undone, at its letters alone, and at whatever an encoded payload (base64, hex, percent,
+HTML entities, escapes, rot13 or reversed text when the text says so) decodes to.
+
+What is refused: text that tries to steer the agent (override earlier instructions, reveal
+its prompt, change its persona, claim authority over it, standing orders to it, hidden
+triggers), markup and role prefixes, tool or retrieval output, and — by provenance —
+anything the assistant or a tool asserted about the user. What passes: what people say
+about themselves, including their *preferences* about how the assistant should serve them
+("always use metric for me", "call me Sam", "keep answers short"): a preference is a fact
+about the user, and memory exists to keep it."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import codecs
+import html
+import re
+import unicodedata
+from collections.abc import Sequence
+from functools import cache
+from urllib.parse import unquote
+
+from confusable_homoglyphs.confusables import (  # type: ignore[import-untyped]  # no stubs
+    confusables_data,
+)
+
+from afterthought.backends.base import HistoryMessage
+
+#: The trust of a fact an operator released from quarantine: stored without validation,
+#: because a person read it and decided (``afterthought quarantine release``).
+OPERATOR = "operator"
+#: Who may vouch for a fact; anything else is refused.
+TRUSTS = frozenset({"user", "assistant", "model", "tool", "app", OPERATOR})
+
+INSTRUCTION_LIKE = "instruction-like"
+TOOL_OUTPUT = "tool or retrieval output"
+
+# --- the normalised view ------------------------------------------------------------------
+
+#: Invisible characters that are not in category Cf (format) but render as nothing.
+_INVISIBLE = frozenset("\u034f\u115f\u1160\u17b4\u17b5\u2800\u3164\uffa0")
+_LINE_BREAKS = frozenset("\n\r\v\f\x85\u2028\u2029")
+#: "LATIN SMALL LETTER SMALL CAPITAL R" and the like, where the confusables data has none.
+_LATIN_NAME = re.compile(r"^LATIN (?:SMALL |CAPITAL )?LETTER (?:SMALL CAPITAL )?([A-Z])(?: .*)?$")
+
+
+def _confusable_table() -> dict[str, str]:
+    """Non-ASCII look-alike -> the ASCII character it imitates. Letters win over digits
+    and punctuation when the data lists a character under several (``l``/``I``/``1``)."""
+    table: dict[str, str] = {}
+    rank: dict[str, int] = {}
+    for key, glyphs in confusables_data.items():
+        if len(key) != 1 or not key.isascii() or not key.isprintable() or key == " ":
+            continue
+        target = key.lower()
+        order = 0 if key.isalpha() else 1 if key.isdigit() else 2
+        for glyph in glyphs:
+            char = glyph["c"].strip("\u200e\u200f")
+            if len(char) != 1 or char.isascii():
+                continue
+            if order < rank.get(char, 3):
+                table[char], rank[char] = target, order
+    return table
+
+
+#: Angle brackets the confusables data does not list, though they can pass for a tag's.
+_BRACKETS = dict.fromkeys("\u2329\u3008\u27e8\u276c\u29fc", "<") | dict.fromkeys(
+    "\u232a\u3009\u27e9\u276d\u29fd", ">"
+)
+_CONFUSABLES = _confusable_table() | _BRACKETS
+
+
+@cache
+def _fold(char: str) -> str:
+    """What one character reads as: lower case, compatibility-decomposed, without marks
+    or invisible characters, look-alikes folded to ASCII."""
+    code = ord(char)
+    if 0xE0020 <= code <= 0xE007E:  # tag characters spell ASCII invisibly: read them
+        return chr(code - 0xE0000).lower()
+    if char in _LINE_BREAKS:
+        return "\n"
+    if char in _CONFUSABLES:  # before casefolding: a Greek capital epsilon looks like "E"
+        target = _CONFUSABLES[char]
+        # The data folds I-likes to "l" (as it folds "I" itself); a capital reads as "i".
+        return "i" if target == "l" and char.isupper() else target
+    out: list[str] = []
+    for part in unicodedata.normalize("NFKD", char.casefold()):
+        category = unicodedata.category(part)
+        if category in ("Mn", "Me", "Cf") or part in _INVISIBLE:
+            continue
+        if category == "Cc" and part != "\t":
+            continue
+        if category == "Zs" or part == "\t":
+            out.append(" ")
+        elif part.isascii():  # a mathematical letter gets its case only once decomposed
+            out.append(part.lower())
+        elif part in _CONFUSABLES:
+            out.append(_CONFUSABLES[part])
+        elif (latin := _LATIN_NAME.match(unicodedata.name(part, ""))) is not None:
+            out.append(latin.group(1).lower())
+        else:
+            out.append(part)
+    return "".join(out)
+
+
+def normalise_mapped(text: str) -> tuple[str, list[int]]:
+    """The normalised view and, for each of its characters, the index in ``text`` of the
+    character it came from (so a finding in the view can be acted on in the original)."""
+    view: list[str] = []
+    origin: list[int] = []
+    for index, char in enumerate(text):
+        folded = char if char.isascii() and not char.isupper() else _fold(char)
+        view.append(folded)
+        origin.extend([index] * len(folded))
+    return "".join(view), origin
+
+
+def normalise(text: str) -> str:
+    """What the text reads as (see the module's docstring); the checks run on this."""
+    return normalise_mapped(text)[0]
+
+
+# --- views that undo obfuscation ------------------------------------------------------------
+
+#: Letters spaced out with one repeated separator: "i g n o r e", "s-y-s-t-e-m".
+_SPACED = re.compile(
+    r"(?<![a-z0-9])[a-z](?:([ .\-_*/|+~,])[a-z](?![a-z0-9]))(?:\1[a-z](?![a-z0-9])){1,}"
+)
+_LEET = str.maketrans(
+    {"0": "o", "1": "i", "3": "e", "4": "a", "5": "s", "7": "t", "@": "a", "$": "s"}
+)
+_LEET_TOKEN = re.compile(r"[a-z0-9@$]*[a-z][a-z0-9@$]*")
+
+
+def _joined(view: str) -> str:
+    return _SPACED.sub(lambda m: re.sub(r"[^a-z]", "", m.group(0)), view)
+
+
+def _unleet(view: str) -> str:
+    """Digits and symbols standing for letters inside words ("pr3v10u5"); a token of
+    digits alone ("34", "2026") is a number and stays one."""
+    return _LEET_TOKEN.sub(
+        lambda m: m.group(0).translate(_LEET) if re.search(r"[0-9@$]", m.group(0)) else m.group(0),
+        view,
+    )
+
+
+# --- the patterns ----------------------------------------------------------------------------
+# Each works on the lower-case view, with word boundaries at both ends of every keyword.
+# ``_GAP`` allows a few words between the parts of a phrase ("ignore ALL OF THE previous").
+
+
+def _gap(most: int) -> str:
+    return rf"(?:\W+\w+){{0,{most}}}?\W+"
+
+
+_OVERRIDE = (
+    r"ignore|ignoring|disregard|disregarding|forget|forgetting|skip|bypass|override|overrule|"
+    r"discard|drop|abandon|neglect|dismiss|ditch|scrap|cancel|void|nullify|erase|wipe|"
+    r"delete|clear|remove|disable|deactivate|circumvent|evade|defy|reject|unlearn|lift|"
+    r"suspend|escape|never ?mind|set aside|put aside|throw (?:out|away)|toss (?:out|away)|"
+    r"get rid of|turn off|break free (?:of|from)|pay no (?:attention|heed|mind) to|"
+    r"(?:don'?t|do not|stop|quit|no longer|cease)(?: \w+)? (?:pay(?:ing)? (?:any )?"
+    r"(?:attention|heed|mind) to|"
+    r"(?:follow|following|obey|obeying|listen(?:ing)? to|heed|heeding|adher(?:e|ing) to|"
+    r"abid(?:e|ing) by|respect|respecting|comply(?:ing)? with|worry(?:ing)? about|"
+    r"car(?:e|ing) about|bother(?:ing)? with))"
+)
+_PRIOR = (
+    r"previous|prior|preceding|earlier|above|foregoing|former|original|initial|old|"
+    r"existing|past|first|system|developer|default|given|starting|underlying|base|preset|"
+    r"all|every|any|these|those|your|its|built-?in|programmed|hidden|safety|content|ethical"
+)
+_RULES = (
+    r"instructions?|instruct|guidance|guidelines?|rules|directives?|directions|commands|"
+    r"orders|prompts?|constraints|restrictions|programming|training|polic(?:y|ies)|"
+    r"guardrails|safeguards|filters?|limitations|conditioning|system messages?|"
+    r"developer messages?|boundaries|protocols?|ethics|morals|principles"
+)
+#: Rules no ordinary sentence owns, so "the" is enough of a qualifier.
+_STRONG_RULES = (
+    r"guardrails|safeguards|safety (?:filters?|rules|guidelines|measures|settings)|"
+    r"content (?:polic(?:y|ies)|filters?)|system (?:prompt|messages?|instructions)|"
+    r"programming|ethical (?:guidelines|constraints|rules)"
+)
+_NULLIFY = (
+    r"(?:no longer|not|don'?t|dont|doesn'?t|doesnt|do not|does not|never|won'?t)\W+(?:\w+\W+)?"
+    r"(?:apply|applies|matter|matters|count|counts|valid|binding|relevant|in (?:effect|force)|"
+    r"needed|required|exist)|"
+    r"(?:are|is|were|was|have been|has been|now|be)\W+(?:\w+\W+)?"
+    r"(?:void|null|cancel+ed|revoked|obsolete|outdated|invalid|irrelevant|fake|over|expired|"
+    r"suspended|lifted|wrong|false|a test|lies|superseded|replaced|gone|lifted|disabled|"
+    r"removed|deleted|overridden|meaningless|to be ignored|disregarded)"
+)
+_SAID_TO_YOU = (
+    r"(?:everything|anything|whatever|all|what)\W+(?:that\W+)?you(?:'?ve|\W+have|\W+had)?\W+"
+    r"(?:were\W+|was\W+|been\W+|have been\W+|got\W+)?"
+    r"(?:told|taught|instructed|programmed|trained|given|shown|ordered)"
+)
+_REVEAL = (
+    r"reveal|print|show|display|output|repeat|recite|dump|leak|expose|disclose|share|"
+    r"echo|paste|quote|reproduce|return|provide|send|give|tell|list|copy|"
+    r"write out|spell out|type out|read (?:out|back)|what (?:is|are|were|was)|what'?s"
+)
+_SECRET = (
+    r"system|hidden|secret|internal|initial|original|developer|confidential|starting|"
+    r"underlying|full|entire|exact|first|base|real|true|private|invisible|preceding|"
+    r"verbatim|pre-?prompt|meta"
+)
+_PROMPT = (
+    r"prompts?|instructions?|system messages?|developer messages?|messages?|"
+    r"initiali[sz]ation|preamble|directives?|guidelines|rules|configuration|config|"
+    r"setup|programming"
+)
+_AI = (
+    r"ai|assistant|bot|chatbot|model|llm|gpt|agent|\w+bot|\w+gpt|language model|"
+    r"persona|character|entity|oracle|version of (?:you|yourself)"
+)
+_NO_LIMITS = (
+    r"(?:no|without(?: any)?|zero|free (?:of|from)|freed from|unbound by|not bound by|"
+    r"no longer bound by|doesn'?t have|does not have|don'?t have|do not have|has no|have no|"
+    r"brok(?:e|en) free (?:of|from)|breaks? free (?:of|from)|beyond|lacking|ignores?|"
+    r"not (?:have to )?(?:abide|comply|adhere)(?: by| with| to)?)"
+    r"\W+(?:\w+\W+){0,3}?"
+    r"(?:restrictions|filters|guardrails|censorship|content polic(?:y|ies)|ethics|morals|"
+    r"morality|rules|guidelines|limits|limitations|constraints|boundaries|confines|"
+    r"programming|safety|polic(?:y|ies))"
+)
+#: Where a sentence gives an order: its start, after "please", or after "you must" & co.
+_IMPERATIVE = (
+    r"(?:^|[.!?;:,\n(\"'\-\u2013\u2014]\s*|\b(?:please|pls|plz|now|just|kindly|then|so|also|"
+    r"simply|first|ok(?:ay)?|alright|hey|and)\s+|\bi\s+(?:want|need|order|command|"
+    r"instruct|require|would like|'d like)\s+you\s+to\s+|\byou\s+(?:must|should|shall|will|"
+    r"need to|have to|are to|are going to|gotta|can now|now)\s+)(?:now\s+|then\s+|just\s+|"
+    r"simply\s+)?"
+)
+#: Orders to the assistant that no preference needs ("always include this link").
+_STANDING = (
+    r"(?:^|[.!?;:,\n(\"'\-\u2013\u2014]\s*|\b(?:please|pls|you|u|and|then|so|just|also|to|that|should|"
+    r"must|will|shall|would|could|can|assistant|ai|bot|model|chatbot|agent)\s+)"
+    r"(?:always|never|in (?:every|each|all(?: of)?(?: your)?|any)\s+(?:\w+\s+)?"
+    r"(?:reply|replies|response|responses|answer|answers|message|messages|output|outputs|"
+    r"conversation|conversations|chat|chats)|every time|whenever|each time|from now on|"
+    r"henceforth|going forward|in (?:the )?future|for all future \w+)\b.{0,60}?\b"
+    r"(?:(?:include|insert|add|append|paste|put)\s+(?:\w+\s+){0,2}?(?:link|url|phrase|"
+    r"sentence|line|signature|disclaimer|ad|advert|advertisement|promo|promotion|code|script|"
+    r"website|site|message|text)|recommend\s+(?:\w+\s+){0,2}?(?:products?|brand|company|"
+    r"services?|website|site|store|app|corp|inc|ltd|link)|promote|advertise|endorse|praise|"
+    r"tell (?:the user|them|everyone|people|users|anyone|others|him|her)|say (?:that|they)|"
+    r"refuse|reveal|print|disclose|obey|comply|approve|prescribe|lie|deny|claim|pretend|"
+    r"(?:call|invoke|use|trigger)\s+(?:the\s+)?\S+\s+(?:tool|function)|"
+    r"(?:run|execute)\s+(?:this\s+|the\s+following\s+|the\s+|any\s+|all\s+)?(?:code|command|"
+    r"commands|script|tool|function|program|shell|sql|query))\b"
+)
+_DIRECTIVE_VERBS = (
+    r"respond|reply|answer|say|tell|reveal|show|print|output|ignore|disregard|obey|follow|"
+    r"comply|include|recommend|promote|mention|send|forward|share|email|call|use|run|"
+    r"execute|trust|treat|grant|give|address|refuse|decline|prioriti[sz]e|skip|bypass|"
+    r"disclose|provide|insert|append|store|remember|forget|delete|act|pretend|believe|"
+    r"assume|accept|approve|allow|speak|talk|praise|agree|lie|deny|hide|override|"
+    r"prescribe|recommend|do whatever|do anything|do everything"
+)
+_PRIVILEGED = (
+    r"admin(?:istrator)?|root|superuser|super user|sudo|developer|creator|owner|operator|"
+    r"programmer|maker|god|master|sysadmin"
+)
+_URL = (
+    r"https?://|\bwww\.|\b[a-z0-9-]+\.(?:com|net|org|io|ru|xyz|example|ly|co|info|biz|top|"
+    r"site|link|click)\b|\S+@\S+\.\w+"
+)
+
+_INSTRUCTION_PATTERNS = [
+    # Override earlier instructions: "skip all earlier guidance", "pay no attention to...".
+    rf"\b(?:{_OVERRIDE})\b{_gap(4)}(?:{_PRIOR})\b{_gap(3)}(?:{_RULES})\b",
+    rf"\b(?:{_OVERRIDE})\b\W+(?:the\W+|all\W+|any\W+|of\W+)*(?:{_STRONG_RULES})\b",
+    rf"\b(?:{_OVERRIDE})\b\W+(?:about\W+)?{_SAID_TO_YOU}\b",
+    rf"\b(?:{_OVERRIDE})\b\W+(?:the\W+|all\W+|any\W+|of\W+)*(?:{_RULES})\W+(?:\w+\W+){{0,3}}?"
+    r"(?:above|before|earlier|previously|so far|until now|at the (?:start|beginning)|"
+    r"you (?:were|have been|'ve been|got|received|had|started|began|came)|given to you)\b",
+    r"\b(?:set|put|leave|push|lay|throw|toss|cast|move)\s+(?:(?:"
+    + _PRIOR
+    + r")\W+(?:\w+\W+){0,2}?(?:"
+    + _RULES
+    + r")|(?:the\s+)?(?:"
+    + _STRONG_RULES
+    + r"))\s+(?:\w+\s+)?(?:aside|to (?:one|the) side|away|out)\b",
+    rf"{_SAID_TO_YOU}\b.{{0,60}}?\b(?:{_NULLIFY})\b",
+    # "the rules above are outdated", "whatever instructions you were given no longer apply".
+    rf"(?:\b(?:{_PRIOR})\W+(?:\w+\W+){{0,2}}?(?:{_RULES})|\b(?:{_RULES})\W+(?:\w+\W+){{0,5}}?"
+    r"(?:above|before|earlier|previously|so far|until now|at the (?:start|beginning)|"
+    r"you (?:were|have been|'ve been) given|you got|you received))\b.{0,60}?\b"
+    rf"(?:{_NULLIFY})\b",
+    r"\b(?:take|takes|taking|have|has|get|gets|given)\s+(?:\w+\s+)?(?:priority|precedence)\s+"
+    r"over\b.{0,40}?\b(?:system|instructions|rules|prompt|guidelines|polic(?:y|ies)|"
+    r"anything|everything)\b",
+    r"\bsupersedes?\s+(?:the\s+|your\s+|all\s+|any\s+)?(?:system|previous|prior|earlier|"
+    r"instructions|rules|guidelines)\b",
+    # Reveal the prompt: "print your system prompt", "show me the secret instructions".
+    rf"\b(?:{_REVEAL})\b(?:\W+me)?{_gap(5)}(?:your|the|its|any|all|my)\W+(?:\w+\W+){{0,2}}?"
+    rf"(?:{_SECRET})\W+(?:\w+\W+){{0,1}}?(?:{_PROMPT})\b",
+    rf"\b(?:{_REVEAL})\b(?:\W+me)?(?:\W+\w+){{0,5}}?\W+your\W+(?:\w+\W+)?(?:prompts?|"
+    rf"instructions|programming|configuration|config|guidelines|rules|initial message)\b",
+    r"\b(?:repeat|print|output|copy|recite|echo|reproduce|type out|write out)\b"
+    rf"{_gap(3)}(?:(?:text|words|content|everything|messages?|lines?)\W+(?:\w+\W+){{0,2}}?"
+    r"(?:above|before this|preceding|prior|so far|verbatim)|(?:above|preceding)\W+"
+    r"(?:text|words|content|messages?|lines?))\b",
+    r"\bwhat\W+(?:is|are|were|was|'s|'re|does|do|did)\W+(?:your|the)\W+(?:\w+\W+){0,2}?"
+    r"(?:system\W+prompt|(?:system|hidden|secret|initial|original|developer|exact)\W+"
+    r"(?:instructions|prompt|message|rules))\b",
+    # Persona: "you are now DAN", "act as ...", "pretend you are ...", "developer mode".
+    r"\byou(?:'re|\s+are|\s+r)\s+now\s+(?:a\s+|an\s+|the\s+|in\s+)?(?:dan|stan|aim|free|freed|"
+    r"unrestricted|unfiltered|uncensored|jailbroken|evil|unchained|unbound|unleashed|"
+    r"liberated|able to|allowed to|permitted to|going to|called|named|known as|operating|"
+    r"running|acting|playing|speaking|\w+ mode|(?:\w+\s+){0,2}?(?:" + _AI + r"|terminal|"
+    r"console|system))\b",
+    r"\byou(?:'re|\s+are|\s+r)\s+no\s+longer\s+(?:a\s+|an\s+|the\s+)?(?:bound|restricted|"
+    r"limited|required|obligated|subject|governed|constrained|censored|filtered|"
+    r"(?:\w+\s+)?(?:" + _AI + r"))\b",
+    rf"\b(?:{_AI})\b{_gap(3)}(?:{_NO_LIMITS})\b",
+    rf"\b(?:{_NO_LIMITS})\b(?=.*\b(?:you|your|yourself|{_AI})\b)",
+    rf"{_IMPERATIVE}(?:act|behave|respond|reply|answer|speak|talk|write|function|operate|"
+    r"pose)\s+(?:as|like)\s+(?:if\s+you|though\s+you|an?\s|the\s|my\s|both\s|yourself\b|"
+    r"someone|somebody|dan\b|stan\b|aim\b|\w+bot\b|\w+gpt\b)",
+    rf"{_IMPERATIVE}(?:pretend|imagine|roleplay|role-play|role play)\s+(?:to\s+be|(?:that\s+)?"
+    r"you(?:'re|\s+are|\s+were|\s+have|\s+had|\s+can|\s+r)|as\b|being\b)",
+    rf"{_IMPERATIVE}(?:play|assume|take on|adopt|take|become)\s+(?:the\s+)?(?:role|persona|"
+    r"identity|character|part)\s+of\b",
+    rf"{_IMPERATIVE}(?:be|become|turn into|stay|remain)\s+(?:my\s+|an?\s+|the\s+)?(?:\w+\s+)?"
+    r"(?:uncensored|unfiltered|unrestricted|jailbroken|amoral|unethical|rogue|unchained|"
+    r"unbound|lawless)\b",
+    r"\b(?:uncensored|unfiltered|unrestricted|jailbroken|amoral|unethical|rogue|unchained|"
+    rf"unbound)\s+(?:\w+\s+)?(?:{_AI}|version|mode|companion|self)\b",
+    r"\b(?:simulate|emulate|impersonate)\s+(?:an?\s+|the\s+)?(?:\w+\s+){0,2}?"
+    rf"(?:{_AI}|terminal|console|shell)\b",
+    r"\b(?:enter|entering|switch(?:ing)? to|activate|enable|turn on|go into|in|into|unlock|"
+    r"unlocks|engage|boot into|now in)\s+(?:the\s+)?(?:god|dan|jailbreak|jailbroken|"
+    r"unrestricted|unfiltered|uncensored|evil|chaos|sudo|root)\s+mode\b",
+    rf"(?=.*\b(?:you|your|yourself|filters?|rules|restrictions|{_AI}|word|secret)\b)"
+    r"(?s:.*)\b(?:enter|switch to|activate|enable|go into|unlock|unlocks|engage|boot into|"
+    r"now in|are in)\s+(?:the\s+)?(?:developer|dev|admin|debug|maintenance|test|diagnostic)"
+    r"\s+mode\b",
+    r"\bdo anything now\b|\bstay in character\b|\bbreak character\b",
+    rf"\b(?:you|dan|stan|aim|it|{_AI})\s+(?:will\s+|must\s+|should\s+|shall\s+|can\s+)?"
+    r"(?:never|not|no longer|don'?t|do not|won'?t|will not|cannot|can'?t)\s+(?:ever\s+)?"
+    r"(?:refuses?|declines?|rejects?|say no|holds? back|censors?|filters?)\b",
+    # Authority over the assistant: "I am your developer", "the user is an administrator".
+    rf"\b(?:i\s*am|i'm|im|i\s+m)\s+(?:\w+\s+){{0,2}}?your\s+(?:\w+\s+)?(?:{_PRIVILEGED}|boss|"
+    r"trainer|designer|engineer)\b",
+    rf"\b(?:{_PRIVILEGED})\s+of\s+(?:this|the|you)\s*(?:bot|ai|assistant|chatbot|model|"
+    r"system|app|service|account|agent)?\b",
+    rf"\buser\b(?:'s\s+\w+)?\s*(?:is|=|==|:|has been|was)\s*(?:an?\s+|the\s+)?(?:\w+\s+)?"
+    rf"(?:{_PRIVILEGED}|verified|authori[sz]ed|trusted|privileged)\b",
+    r"\b(?:user|they|he|she|i|me)\b(?:'s)?\s+(?:\w+\s+){0,4}?(?:has|have|with|gets|get|is "
+    r"granted|holds|granted)\s+(?:\w+\s+)?(?:full|root|admin(?:istrator)?|elevated|"
+    r"unrestricted|unlimited|superuser|sudo|developer|complete|total)\s+(?:system\s+)?"
+    r"(?:access|privileges?|rights|permissions?|clearance|control)\b(?!\s+(?:on|to|for)\s+"
+    r"(?:my|our|the)\s+(?:work|laptop|computer|pc|phone|account|drive))",
+    r"\b(?:grant|give)\s+(?:me|the user|this user|them|him|her)\s+(?:\w+\s+)?(?:full|root|"
+    r"admin(?:istrator)?|elevated|unrestricted|unlimited|superuser|sudo|developer)\s+"
+    r"(?:access|privileges?|rights|permissions?|clearance|control|mode)\b",
+    r"\b(?:treat|regard|consider|recogni[sz]e|address)\s+(?:me|the user|this user|them|him|"
+    r"her|my messages|my requests)\s+as\s+(?:an?\s+|the\s+)?(?:\w+\s+)?(?:"
+    + _PRIVILEGED
+    + r"|trusted|verified|authori[sz]ed|privileged|system|priority)\b",
+    rf"\bcall\s+me\s+(?:the\s+|your\s+)?(?:{_PRIVILEGED}|system|lord|king|queen)\b",
+    r"\b(?:has|have|had|was|were|been|is|are)\s+(?:\w+\s+)?(?:authori[sz]ed|permitted|"
+    r"allowed|cleared|approved)\s+(?:by\s+\w+\s+)?to\s+(?:share|reveal|disclose|ignore|bypass|"
+    r"leak|access|send|give|override|break)\b",
+    # Standing orders to the assistant about what it does for everyone.
+    _STANDING,
+    rf"\b(?:the\s+|this\s+|your\s+|our\s+)?(?:{_AI}|system)\b(?:'s)?\s+(?:\w+\s+){{0,2}}?"
+    r"(?:must|should|shall|has to|needs to|ought to|may now|can now|is (?:required|supposed|"
+    r"allowed|permitted|authori[sz]ed|instructed|expected|obliged|free) to|will (?:always|"
+    r"never|now)|always|never)\s+(?:always\s+|never\s+|not\s+|now\s+)?"
+    rf"(?:{_DIRECTIVE_VERBS})\b",
+    r"\byour\s+(?:real|true|actual|new|only|main|primary|sole|secret|hidden)\s+(?:task|job|"
+    r"goal|purpose|mission|objective|instructions?|role|directive|function|orders?)\s+"
+    r"(?:is|are|will be|=|:)",
+    r"\b(?:new|updated|revised|real|actual|true|additional|override|secret|hidden|priority|"
+    r"urgent)\s+(?:system\s+)?(?:instructions?|directives?|rules|orders|commands|prompt|"
+    r"guidelines)\s*(?::|-|—|are\b|is\b|follow\b|below\b|as follows\b)",
+    r"\btrust\s+(?:all|any|every|each)\s+(?:\w+\s+){0,2}?(?:message|messages|instruction|"
+    r"instructions|input|request|requests|command|commands|text|source|link|url)\b",
+    r"\bwhen(?:ever)?\s+(?:you\s+)?(?:see|hear|read|get|receive|encounter)\s+(?:the\s+|a\s+)?"
+    r"(?:word|phrase|code ?word|password|keyword|message|signal|trigger)\b",
+    r"\b(?:do|obey|follow|execute)\s+(?:whatever|anything|everything|all)\s+(?:that\s+)?"
+    r"(?:i|the user|they|he|she|this user|we|my|users?)\s+(?:say|says|ask|asks|tell|tells|want|"
+    r"wants|type|types|command|commands|order|orders|request|requests|write|writes)\b",
+    r"\bobey\s+(?:me|my|the user|this user|them|all|every|any|only)\b",
+    rf"{_IMPERATIVE}(?:ignore|disregard|override|bypass)\s+(?:the\s+)?(?:user'?s?|their|his|"
+    r"her)\s+(?:\w+\s+)?(?:safety|privacy|security|preferences|settings|consent|wishes|"
+    r"restrictions|boundaries|limits)\b",
+    r"\b(?:call|invoke|run|execute|trigger|use)\s+(?:the\s+)?[a-z0-9]+(?:_[a-z0-9]+)+"
+    r"(?:\s+(?:tool|function|command))?\b",
+    r"\b(?:send|forward|email|e-mail|post|upload|copy|cc|bcc|leak|transmit|exfiltrate|"
+    r"report|share)\b\W+(?:\w+\W+){0,5}?(?:conversations?|chats?|history|messages|data|"
+    r"passwords?|credentials|everything|logs|transcripts?|memory|memories|keys|tokens|"
+    rf"details|info|information|emails|files)\b.{{0,40}}?(?:{_URL})",
+    rf"(?:{_URL}).{{0,80}}?\b(?:in every|in each|every (?:reply|answer|response|message)|"
+    r"always|whenever)\b|\b(?:always|every (?:reply|answer|response|message)|in every|"
+    rf"whenever)\b.{{0,80}}?(?:visit|click|link|go to|redirect)\W.{{0,40}}?(?:{_URL})",
+    # Encoded orders: "decode this and follow it".
+    r"\b(?:decode|decipher|decrypt|unscramble|reverse|translate|convert|rot-?13|base ?64|"
+    r"hex|read\s+(?:it\s+|this\s+|that\s+)?(?:backwards|in reverse|reversed))\b.{0,60}?"
+    r"\b(?:and|then|&)\W+(?:\w+\W+){0,2}?(?:follow|obey|execute|run|apply|do (?:what|as)|"
+    r"act on|comply|carry out|perform)\b",
+    # Markup and role prefixes that pose as the conversation's structure.
+    r"^\s*(?:system|assistant|developer|admin|root|sys|model|ai|bot)\s*(?::|>|\]|\|)",
+    r"\[\s*/?\s*(?:system|inst|sys|admin|developer|assistant)\s*\]|<<\s*/?\s*sys\s*>>|"
+    r"<\|[a-z_]+\|>|#{2,}\s*(?:instruction|system|response|prompt)",
+    r"<\s*/?\s*[a-z_][\w\-]*(?:\s+[^<>]*)?\s*/?\s*>",
+]
+_INSTRUCTION = re.compile("|".join(f"(?:{p})" for p in _INSTRUCTION_PATTERNS), re.MULTILINE)
+
+#: Text pasted from a tool, a search or a memory block rather than said.
+_TOOL_OUTPUT = re.compile(
+    r"^\s*(?:tool|function|search|api|retrieval)\s*(?:call\s*)?(?:results?|output|"
+    r"response)\b|```|\bfacts and entities\b|^\s*\{\s*\"|^\s*\[\s*[{\"]",
+    re.MULTILINE,
+)
+
+#: Signatures long enough to find in the letters alone ("reveal\u2060your\u2060system...").
+_LETTERS_ONLY = re.compile(
+    r"(?:ignore|disregard|forget|skip|bypass|override)(?:all|any|the|of|your)*"
+    r"(?:previous|prior|earlier|above|preceding|original|initial|system|your)"
+    r"(?:instructions?|rules|guidance|guidelines|prompts?|directives|programming)|"
+    r"(?:reveal|print|show|output|repeat|leak|dump|display)(?:me)?(?:your|the)"
+    r"(?:system|hidden|secret|initial|original|developer|full)(?:prompts?|instructions|message)|"
+    r"youarenow(?:dan|free|unrestricted|unfiltered|jailbroken|evil|indevelopermode)"
+)
+#: The memory fence (and its kin) mentioned at all: only a paste or an attack carries it.
+_FENCE_NAME = re.compile(r"zepcontext")
+
+
+# --- encoded payloads ------------------------------------------------------------------------
+
+_BASE64 = re.compile(r"(?<![A-Za-z0-9+/=])[A-Za-z0-9+/_-]{16,}={0,2}(?![A-Za-z0-9+/=])")
+_HEX = re.compile(r"(?<![0-9a-fA-F])(?:[0-9a-fA-F]{2}[\s:]?){8,}(?![0-9a-fA-F])")
+_ESCAPE = re.compile(r"\\(?:u([0-9a-fA-F]{4})|x([0-9a-fA-F]{2}))")
+_PERCENT = re.compile(r"%[0-9a-fA-F]{2}")
+_HTML_ENTITY = re.compile(r"&(?:#\d+|#x[0-9a-fA-F]+|[a-zA-Z]+);")
+_ROT13_HINT = re.compile(r"\brot[\s-]?13\b|\bcaesar\b")
+_REVERSED_HINT = re.compile(r"\bbackwards?\b|\breversed?\b|\bin reverse\b|\bmirror(?:ed)?\b")
+
+
+def _readable(raw: bytes) -> str | None:
+    """Decoded bytes that are text someone could read, or None."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    printable = sum(ch.isprintable() or ch.isspace() for ch in text)
+    letters = sum(ch.isalpha() for ch in text)
+    if not text or printable < len(text) * 0.95 or letters < len(text) * 0.5:
+        return None
+    return text
+
+
+def _base64(token: str) -> str | None:
+    padded = token + "=" * (-len(token) % 4)
+    try:
+        return _readable(
+            base64.b64decode(
+                padded, altchars=b"-_" if "-" in token or "_" in token else None, validate=True
+            )
+        )
+    except (binascii.Error, ValueError):
+        return None
+
+
+def _decodings(text: str) -> list[str]:
+    """What an encoded payload in ``text`` says (the original, case intact: base64 needs it)."""
+    found: list[str] = []
+    for token in _BASE64.findall(text):
+        if (decoded := _base64(token)) is not None:
+            found.append(decoded)
+    for token in _HEX.findall(text):
+        digits = re.sub(r"[\s:]", "", token)
+        if len(digits) % 2 == 0 and (decoded := _readable(bytes.fromhex(digits))) is not None:
+            found.append(decoded)
+    if _ESCAPE.search(text):
+        found.append(_ESCAPE.sub(lambda m: chr(int(m.group(1) or m.group(2), 16)), text))
+    if _PERCENT.search(text):
+        found.append(unquote(text))
+    if _HTML_ENTITY.search(text):
+        found.append(html.unescape(text))
+    lowered = text.lower()
+    if _ROT13_HINT.search(lowered):
+        found.append(codecs.decode(text, "rot13"))
+    if _REVERSED_HINT.search(lowered):
+        found.append(text[::-1])
+    return [d for d in found if d != text]
+
+
+# --- the decision -----------------------------------------------------------------------------
+
+
+def _views(view: str) -> list[str]:
+    joined = _joined(view)
+    return [view, joined, _unleet(joined)]
+
+
+def detect(text: str, *, _depth: int = 0) -> str | None:
+    """Why ``text`` cannot be memory (:data:`INSTRUCTION_LIKE` or :data:`TOOL_OUTPUT`),
+    judged on its normalised view; None when it reads as something a person said."""
+    view = normalise(text)
+    letters = re.sub(r"[^a-z]", "", _unleet(view))
+    if _FENCE_NAME.search(letters):
+        return TOOL_OUTPUT
+    for seen in _views(view):
+        if _TOOL_OUTPUT.search(seen):
+            return TOOL_OUTPUT
+        if _INSTRUCTION.search(seen):
+            return INSTRUCTION_LIKE
+    if _LETTERS_ONLY.search(letters):
+        return INSTRUCTION_LIKE
+    if _depth < 2:
+        for decoded in _decodings(unicodedata.normalize("NFKC", text)):
+            if detect(decoded, _depth=_depth + 1) is not None:
+                return INSTRUCTION_LIKE
+    return None
+
+
+def refusal(
+    text: str,
+    *,
+    trust: str,
+    sources: Sequence[HistoryMessage | None] = (),
+    accept_assistant_facts: bool = False,
+    max_words: int | None = None,
+) -> str | None:
+    """Why a proposed memory must not be stored (it is quarantined instead), or None.
+    The one decision of every write path: ``text`` is the fact as it would be stored,
+    ``trust`` who vouches for it, ``sources`` the messages it was read from (None for one
+    that cannot be found), ``max_words`` a bound for extracted values.
+
+    Facts an operator released (:data:`OPERATOR`) pass: a person read them."""
+    if trust == OPERATOR:
+        return None
+    if trust not in TRUSTS:
+        return "unknown trust"
+    if trust in ("assistant", "tool") and not accept_assistant_facts:
+        return f"{trust}-asserted"
+    for source in sources:
+        if source is None:
+            return "unknown source"
+        if source.role in ("tool", "function"):
+            return "tool output"
+        if source.role == "assistant" and not accept_assistant_facts:
+            return "assistant-asserted"
+        if (why := detect(source.content)) is not None:
+            return why
+    if (why := detect(text)) is not None:
+        return why
+    if max_words is not None and len(text.split()) > max_words:
+        return "value too long for a fact"
+    return None
