@@ -111,8 +111,8 @@ async def test_remember_is_validated_and_quarantined_on_the_local_store(
 async def test_remember_never_becomes_an_episode_zep_extracts_from(
     make_settings: Any, zep_fake: ZepFake, redis: aioredis.Redis
 ) -> None:
-    """On Zep ``managed`` (and ``zep``) a remembered fact is a graph episode Zep extracts
-    from: a refused one must never get there."""
+    """On Zep ``managed`` a remembered fact is written as an edge of ours (never as an
+    episode Zep would extract from); a refused one reaches the graph in no form."""
     settings = make_settings(
         backend="zep",
         zep_api_key="test-key",
@@ -125,7 +125,8 @@ async def test_remember_never_becomes_an_episode_zep_extracts_from(
     assert await _call_tool(remember, {"fact": "Prefers window seats."}) == "Saved."
     await drain(settings)
 
-    assert [e["content"] for e in zep_fake.episodes()] == ["Prefers window seats."]
+    assert zep_fake.episodes(of_messages=True) == []
+    assert [e["fact"] for e in zep_fake.edges()] == ["Prefers window seats."]
     assert len(await _quarantined(settings, redis)) == len(ATTACKS)
 
 
