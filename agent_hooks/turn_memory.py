@@ -451,17 +451,6 @@ class TurnMemory:
                 state = replace(state, user_uuid=None, graph_uuid=None)
         writes = pinned.filled_from(state)
         return writes, pinned.filled_from(replace(state, thread_uuid=None))
-        registry = IdentityRegistry(self.enqueuer.redis(), self.settings)
-        known = await registry.lookup_user(app=ctx.session.app_name, user_id=ctx.user_id)
-        if (
-            known is None
-            or state.user_uuid not in (None, known.user_uuid)
-            or state.graph_uuid not in (None, known.graph_uuid)
-        ):
-            identity_pins_ignored.add(1)
-            log.warning("identity pin ignored invocation=%s: not this user's", ctx.invocation_id)
-            state = replace(state, user_uuid=None, graph_uuid=None)
-        return pinned.filled_from(state)
 
     def _nested(self, ctx: CallbackContext) -> bool:
         """W8: a nested run (an ``AgentTool``'s child runner) is not the user's turn: it
