@@ -25,16 +25,22 @@ PENDING = "pending"
 #: The mark for a short while after: blocks read before the deletion ended are not cached.
 COOLING = "cooling"
 
-# KEYS epoch, forgetting, user index, graph index, then the entries; ARGV epoch, version,
-# written_ms, block, ttl_ms. Refused (0) if the user was forgotten since the writer read
-# the epoch, or is being forgotten. Keeps the newest version of each entry; overlays join
-# the user's index, every entry the graph's.
+# KEYS epoch, forgetting, user index, graph index, the user's block, then overlays; ARGV
+# epoch, version, written_ms, block, ttl_ms, and "drop" to delete the user's block rather
+# than write it. Refused (0) if the user was forgotten since the writer read the epoch, or
+# is being forgotten. Keeps the newest version of each entry; overlays join the user's
+# index, every entry the graph's.
 WRITE_LUA = """
 if tonumber(redis.call('GET', KEYS[1]) or '0') ~= tonumber(ARGV[1])
    or redis.call('EXISTS', KEYS[2]) == 1 then
   return 0
 end
-for i = 5, #KEYS do
+local first = 5
+if ARGV[6] == 'drop' then
+  redis.call('DEL', KEYS[5])
+  first = 6
+end
+for i = first, #KEYS do
   local current = redis.call('GET', KEYS[i])
   local version = current and tonumber(string.match(current, '^(%d+)\\n'))
   if not version or version < tonumber(ARGV[2]) then
@@ -130,10 +136,14 @@ class ContextCache:
         block: str,
         version: int,
         epoch: int,
+        lagging: bool = False,
     ) -> bool:
         """Cache the block, built from ``graph_uuid``, for the user (and the session's
         overlay); refused (False) when the user was forgotten after ``epoch`` was read, or
-        is being forgotten."""
+        is being forgotten. ``lagging``: the block was read right after a write to a
+        backend that ingests asynchronously, so it may lack what was just said: it serves
+        the session it came from (whose model sees the conversation anyway) and the user's
+        block is dropped instead, so the next session reads through."""
         k = self._keys
         keys = [
             k.epoch(app, user_id),
@@ -153,6 +163,7 @@ class ContextCache:
             int(time.time() * 1000),
             block,
             self._ttl_ms,
+            "drop" if lagging else "keep",
         )
         return bool(written)
 

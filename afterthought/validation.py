@@ -505,9 +505,22 @@ def _decodings(text: str) -> list[str]:
 # --- the decision -----------------------------------------------------------------------------
 
 
+#: Long text is judged in overlapping windows: the instruction patterns cost more than
+#: linear time on one long string, and no phrase they match is longer than the overlap.
+WINDOW = 1000
+OVERLAP = 250
+
+
+def _windows(view: str) -> list[str]:
+    if len(view) <= WINDOW:
+        return [view]
+    step = WINDOW - OVERLAP
+    return [view[i : i + WINDOW] for i in range(0, len(view) - OVERLAP, step)]
+
+
 def _views(view: str) -> list[str]:
     joined = _joined(view)
-    return [view, joined, _unleet(joined)]
+    return [w for v in (view, joined, _unleet(joined)) for w in _windows(v)]
 
 
 def detect(text: str, *, _depth: int = 0) -> str | None:

@@ -275,7 +275,9 @@ class FakeBackend(MemoryBackend):
     and only when ``honour_keys``."""
 
     name = "fake"
-    capabilities = Capabilities(extracts_facts=False, ignores_roles=False, async_deletes=False)
+    capabilities = Capabilities(
+        extracts_facts=False, ignores_roles=False, async_deletes=False, ingests_async=False
+    )
 
     def __init__(self, clock: Clock, settings: Settings) -> None:
         self.clock = clock

@@ -546,6 +546,7 @@ class Flusher:
                 block=context,
                 version=now_version(),
                 epoch=sending.epoch.seen,
+                lagging=self.backend.capabilities.ingests_async,
             )
             await self._quietly(write, "cache write")
 
@@ -843,7 +844,8 @@ class Flusher:
         """The one validation of every write path, for a queued fact (``remember``: trust
         ``model``; ``add_memory``: ``app``; a quarantine release: ``operator``, which
         passes). A refused fact is recorded in the quarantine, never stored."""
-        reason = refusal(item.content, trust=item.trust or "app")
+        # In a thread: judging a long text is CPU work that must not starve the lease.
+        reason = await asyncio.to_thread(refusal, item.content, trust=item.trust or "app")
         if reason is not None:
             entry = QuarantineEntry(
                 app=item.app,

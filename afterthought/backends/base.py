@@ -99,6 +99,8 @@ class Capabilities:
     ignores_roles: bool
     #: Deletes are accepted and done later (202 + task); forgetting must wait for them.
     async_deletes: bool
+    #: Ingestion is asynchronous: a context read right after a write may not reflect it.
+    ingests_async: bool
 
 
 class MemoryBackend(abc.ABC):

@@ -78,7 +78,9 @@ def _now() -> str:
 
 class LocalBackend(MemoryBackend):
     name = "local"
-    capabilities = Capabilities(extracts_facts=False, ignores_roles=False, async_deletes=False)
+    capabilities = Capabilities(
+        extracts_facts=False, ignores_roles=False, async_deletes=False, ingests_async=False
+    )
 
     def __init__(self, path: Path | str) -> None:
         self.path = Path(path)

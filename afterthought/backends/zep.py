@@ -165,7 +165,9 @@ def _hit(item: Any) -> SearchHit:
 
 class ZepBackend(MemoryBackend):
     name = "zep"
-    capabilities = Capabilities(extracts_facts=True, ignores_roles=True, async_deletes=True)
+    capabilities = Capabilities(
+        extracts_facts=True, ignores_roles=True, async_deletes=True, ingests_async=True
+    )
 
     def __init__(self, settings: Settings) -> None:
         if settings.zep_api_key is None:

@@ -164,7 +164,7 @@ class ZepFake:
         delete_pending_polls: int = 2,
         delete_pending_seconds: float = 1.0,
         delete_outcome: str = "succeeded",
-        ingestion_lag_calls: int = 0,
+        ingestion_lag_calls: int = 1,
         ingestion_lag_seconds: float = 0.0,
         max_page_size: int = 50,
         fault_rate: float = 0.0,
@@ -354,7 +354,8 @@ class ZepFake:
         ``422``, ``key_in_flight`` ``409``, ``duplicate_user_status`` 400, ``plan`` ``free``
         (2,500 characters), ``too_long_status`` 400, ``delete_pending_polls`` 2,
         ``delete_pending_seconds`` 1, ``delete_outcome`` ``succeeded``,
-        ``ingestion_lag_calls`` 0, ``ingestion_lag_seconds`` 0, ``max_page_size`` 50."""
+        ``ingestion_lag_calls`` 1 (as Zep: a write shows from the next call on),
+        ``ingestion_lag_seconds`` 0, ``max_page_size`` 50."""
         unknown = set(body) - set(_SWITCHES) - {"faults"}
         if unknown:
             raise ValueError(f"unknown switches: {sorted(unknown)}")
