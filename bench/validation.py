@@ -9,9 +9,11 @@ which is also how a source message is judged in synthesis. Figures are given per
 by a hash of each id; its first blind run admitted 2 of 51 attacks, both then fixed by
 general changes, so it is no longer blind) and ``heldout-2`` (a second batch written after
 that; its one blind run admitted 3 of 39 attacks and refused no ordinary line — the three
-were then fixed by general changes too). Misses are listed by id only.
+were then fixed by general changes too) and ``review`` (written by an independent
+reviewer who never saw the corpus or the tests; never tuned on: the blind estimate).
+Misses are listed by id only.
 
-    python bench/validation.py [--split tune|heldout|heldout-2]
+    python bench/validation.py [--split tune|heldout|heldout-2|review]
 
 Prints one JSON object."""
 
@@ -44,7 +46,10 @@ def _rate(part: int, whole: int) -> float:
     return round(part / whole, 4) if whole else 0.0
 
 
-SPLITS = ("tune", "heldout", "heldout-2")
+SPLITS = ("tune", "heldout", "heldout-2", "review")
+#: The splits the patterns were tuned on or fixed after: the targets are asserted on these;
+#: ``review`` is reported as it is, the estimate for text nobody tuned for.
+TUNED = ("tune", "heldout", "heldout-2")
 
 
 def measure(splits: tuple[str, ...] = SPLITS) -> dict[str, Any]:
