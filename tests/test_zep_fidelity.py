@@ -126,6 +126,7 @@ async def test_the_fake_refuses_content_over_the_plan_limit_naming_the_length(
 async def test_the_fake_deletes_later_through_a_task_and_extracts_edges_of_its_own(
     zep_fake: ZepFake,
 ) -> None:
+    zep_fake.configure({"ingestion_lag_calls": 0})  # extraction is not the subject here
     zep = AsyncZep(api_key="k", base_url=zep_fake.base_url, max_retries=0)
     zep_fake.configure({"delete_pending_polls": 3, "delete_pending_seconds": 60})
     user = await zep.user.create(user_id="u1")
@@ -344,6 +345,7 @@ async def test_managed_mode_writes_app_memory_as_edges_with_our_provenance(
 async def test_deletes_wait_for_their_task_and_say_whether_anything_was_deleted(
     backend: ZepBackend, zep_fake: ZepFake
 ) -> None:
+    zep_fake.configure({"ingestion_lag_calls": 0})  # extraction is not the subject here
     user, thread = await _said(backend, "I live in Lisbon.")
     (edge,) = zep_fake.edges()
     assert await backend.delete_memory(user=user, memory_uuid=edge["uuid"]) is True
@@ -359,6 +361,7 @@ async def test_deletes_wait_for_their_task_and_say_whether_anything_was_deleted(
 async def test_a_delete_still_pending_or_failed_is_an_error_not_a_success(
     make_settings: Callable[..., Settings], zep_fake: ZepFake
 ) -> None:
+    zep_fake.configure({"ingestion_lag_calls": 0})  # extraction is not the subject here
     settings = make_settings(
         backend="zep", zep_api_key="k", zep_base_url=zep_fake.base_url, zep_delete_wait_seconds=0.3
     )
@@ -468,6 +471,7 @@ async def test_zep_mode_pruning_leaves_zep_extracted_edges_alone_unless_opted_in
 async def test_forgetting_a_fact_through_the_worker_completes_zeps_async_delete(
     zep_settings: Settings, zep_fake: ZepFake, redis: aioredis.Redis
 ) -> None:
+    zep_fake.configure({"ingestion_lag_calls": 0})  # extraction is not the subject here
     await enqueue(zep_settings, queued("I live in Lisbon.", 1))
     await drain(zep_settings)
     (edge,) = zep_fake.edges()
