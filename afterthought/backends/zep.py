@@ -443,17 +443,20 @@ class ZepBackend(MemoryBackend):
                 lambda z, t=task.uuid_: z.task.get(t, request_options=self._options())  # type: ignore[misc]
             )
 
-    async def delete_user(self, *, user: UserRef) -> None:
-        """Returns once Zep has deleted the user, its threads and its graph."""
+    async def _delete(self, call: Callable[[AsyncZep], Awaitable[Any]]) -> bool:
+        """One asynchronous delete: True once Zep has done it, False if there was nothing."""
         try:
-            result = await self._call(
-                lambda z: z.user.delete(user.user_uuid, request_options=self._options())
-            )
+            result = await self._call(call)
         except BackendError as exc:
             if exc.kind != "not_found":
                 raise
-            return
+            return False
         await self._done(result.task)
+        return True
+
+    async def delete_user(self, *, user: UserRef) -> None:
+        """Returns once Zep has deleted the user, its threads and its graph."""
+        await self._delete(lambda z: z.user.delete(user.user_uuid, request_options=self._options()))
 
     async def delete_memory(self, *, user: UserRef, memory_uuid: str) -> bool:
         """Delete an edge (a fact) and the episodes it was extracted from, or an episode
@@ -462,44 +465,29 @@ class ZepBackend(MemoryBackend):
         What cannot be removed here: the thread message an episode was made of stays in
         its thread's history (only deleting the thread or the user removes it), and an
         episode's other facts go with it (Zep deletes the edges only it supported)."""
+        graph = user.graph_uuid
         try:
             edge = await self._call(
-                lambda z: z.graph.edge.get(
-                    user.graph_uuid, memory_uuid, request_options=self._options()
-                )
+                lambda z: z.graph.edge.get(graph, memory_uuid, request_options=self._options())
             )
         except BackendError as exc:
             if exc.kind != "not_found":
                 raise
-            return await self._delete_episode(user, memory_uuid)
-        try:
-            result = await self._call(
-                lambda z: z.graph.edge.delete(
-                    user.graph_uuid, memory_uuid, request_options=self._options()
-                )
-            )
-        except BackendError as exc:
-            if exc.kind != "not_found":
-                raise
-            return False
-        await self._done(result.task)
-        for episode_uuid in edge.episode_uuids or []:
-            await self._delete_episode(user, episode_uuid)
-        return True
+            return await self._delete_episode(graph, memory_uuid)
+        deleted = await self._delete(
+            lambda z: z.graph.edge.delete(graph, memory_uuid, request_options=self._options())
+        )
+        if deleted:
+            for episode_uuid in edge.episode_uuids or []:
+                await self._delete_episode(graph, episode_uuid)
+        return deleted
 
-    async def _delete_episode(self, user: UserRef, episode_uuid: str) -> bool:
-        try:
-            result = await self._call(
-                lambda z: z.graph.episode.delete(
-                    user.graph_uuid, episode_uuid, request_options=self._options()
-                )
+    async def _delete_episode(self, graph_uuid: str, episode_uuid: str) -> bool:
+        return await self._delete(
+            lambda z: z.graph.episode.delete(
+                graph_uuid, episode_uuid, request_options=self._options()
             )
-        except BackendError as exc:
-            if exc.kind != "not_found":
-                raise
-            return False
-        await self._done(result.task)
-        return True
+        )
 
     # --- our synthesis on Zep ("managed" mode) and pruning -------------------------------
     async def user_messages(
