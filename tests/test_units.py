@@ -141,7 +141,8 @@ def test_retry_after_is_read() -> None:
 
 async def test_enqueue_assigns_sequence_and_marks_ready() -> None:
     fake = FakeRedis(server=FakeServer())
-    enqueuer = Enqueuer(Settings(key_prefix="unit"), redis=fake)
+    # A deadline a loaded machine cannot miss: this test is about sequence numbers.
+    enqueuer = Enqueuer(Settings(key_prefix="unit", enqueue_timeout=5), redis=fake)
     first, second = _msg(invocation_id="1"), _msg(invocation_id="2", content="again")
     assert await enqueuer.enqueue([first])
     assert await enqueuer.enqueue([second])
