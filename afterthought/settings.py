@@ -41,6 +41,9 @@ class Settings(BaseSettings):
     """Deployment prefix of every Redis key, arq's queue and job ids included."""
     retrieval_budget: float = Field(0.25, gt=0, le=30)
     """Hard deadline, in seconds, for reading memory on the turn path."""
+    context_mode: Literal["cached", "query"] = "cached"
+    """``cached``: one Redis read of the block the worker built; ``query``: the block
+    retrieved for the user's message within the budget, else the cached one."""
     enqueue_timeout: float = Field(0.1, gt=0, le=5)
     """Deadline, in seconds, for the one Redis round trip that queues a write."""
     zep_user_id_template: str = "{user_id}"

@@ -19,6 +19,11 @@ context_cache_reads = _meter.create_counter(
     "afterthought.context_cache.reads",
     description="Context-block cache reads by result: hit, stale, miss.",
 )
+context_queries = _meter.create_counter(
+    "afterthought.context.queries",
+    description="Query-mode retrievals by result: ok, timeout, error, no_time (the cached"
+    " block is served for all but ok).",
+)
 memory_read_failures = _meter.create_counter(
     "afterthought.retrieval.failures",
     description="Memory reads that failed or ran out of budget (the turn went on without).",

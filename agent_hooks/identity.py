@@ -12,6 +12,7 @@ import inspect
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, fields, replace
 
+from google.adk.agents.callback_context import CallbackContext
 from google.adk.agents.readonly_context import ReadonlyContext
 
 #: Session-state keys an application may set to pin a session to Zep UUIDs it stores.
@@ -20,6 +21,20 @@ STATE_KEYS = {
     "graph_uuid": "zep_graph_uuid",
     "thread_uuid": "zep_thread_uuid",
 }
+
+
+@dataclass(frozen=True, slots=True)
+class Who:
+    """The ADK ids of a turn."""
+
+    app: str
+    user_id: str
+    session_id: str
+    invocation_id: str
+
+    @classmethod
+    def of(cls, ctx: CallbackContext) -> Who:
+        return cls(ctx.session.app_name, ctx.user_id, ctx.session.id, ctx.invocation_id)
 
 
 @dataclass(frozen=True, slots=True)

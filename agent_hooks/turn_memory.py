@@ -1,14 +1,13 @@
-"""The turn path shared by the callbacks, the plugin and ``ZepContextTool``: read one
-context block per invocation within the budget (one Redis MGET when the cache is warm),
-queue each message once, and never let a memory failure reach ADK (R1)."""
+"""The turn path shared by the callbacks, the plugin and ``ZepContextTool``: one context
+block per invocation (``ContextReader``), each message queued once (``TurnRecorder``), and
+never a memory failure reaching ADK (R1)."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
 from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
@@ -19,30 +18,15 @@ from google.adk.models.llm_response import LlmResponse
 
 from afterthought.backends import open_backend
 from afterthought.backends.base import MemoryBackend, UserRef
-from afterthought.breaker import CircuitBreaker
-from afterthought.context_cache import PENDING, ContextCache, now_version
-from afterthought.contract import (
-    MEMORY_SESSION,
-    InvalidIds,
-    Kind,
-    QueuedMessage,
-    Role,
-    thread_key,
-)
+from afterthought.contract import Kind, QueuedMessage, Role
 from afterthought.direct_write import DirectWriter
-from afterthought.enqueue import Enqueuer
 from afterthought.identity import Identity, IdentityRegistry
-from afterthought.keys import Keys, digest
 from afterthought.settings import Settings
-from afterthought.telemetry import (
-    context_cache_reads,
-    identity_pins_ignored,
-    memory_read_failures,
-    queue_failures,
-    retrieval_duration,
-)
+from afterthought.telemetry import identity_pins_ignored
+from agent_hooks.context_reader import ContextBuilder, ContextInput, ContextReader
 from agent_hooks.identity import (
     IdentityResolver,
+    Who,
     ZepIdentity,
     display_name,
     from_state,
@@ -50,6 +34,9 @@ from agent_hooks.identity import (
 )
 from agent_hooks.injection import DEFAULT_CONTEXT_TEMPLATE, Injection, inject, render
 from agent_hooks.messages import said_text
+from agent_hooks.turn_recorder import TurnRecorder
+
+__all__ = ["ContextBuilder", "ContextInput", "TurnMemory", "Who"]
 
 log = logging.getLogger("afterthought.hooks")
 T = TypeVar("T")
@@ -64,29 +51,6 @@ OWNER_KEY = "afterthought:session"
 #: session inside it is a nested run; context variables reach the tool's child runner,
 #: and end with the run, so a session merely seeded with another's state is not nested.
 _TOOL_STEP: ContextVar[str | None] = ContextVar("afterthought_tool_step", default=None)
-#: One background refresh per cached block at a time, across processes.
-REFRESH_LOCK_MS = 10_000
-
-
-@dataclass(frozen=True, slots=True)
-class ContextInput:
-    """What a custom ``context_builder`` gets."""
-
-    user_message: str
-    """The text of the user's message that started the invocation."""
-    user: UserRef | None
-    """The user's backend identity, if known."""
-    thread_uuid: str | None
-    """The session's backend thread, if known."""
-    backend: MemoryBackend
-    """The configured backend (``backend.zep`` is the SDK client on Zep)."""
-    callback_context: CallbackContext
-    """ADK's context of this model call."""
-    llm_request: LlmRequest
-    """The request about to go to the model."""
-
-
-ContextBuilder = Callable[[ContextInput], Awaitable[str | None]]
 
 
 @dataclass(slots=True)
@@ -99,20 +63,6 @@ class _Turn:
         n = self.ordinals.get(role, 0)
         self.ordinals[role] = n + 1
         return n
-
-
-@dataclass(frozen=True, slots=True)
-class Who:
-    """The ADK ids of a turn."""
-
-    app: str
-    user_id: str
-    session_id: str
-    invocation_id: str
-
-    @classmethod
-    def of(cls, ctx: CallbackContext) -> Who:
-        return cls(ctx.session.app_name, ctx.user_id, ctx.session.id, ctx.invocation_id)
 
 
 class TurnMemory:
@@ -139,16 +89,18 @@ class TurnMemory:
         self.direct: DirectWriter | None = None
         if settings.direct_write_on_outage:
             self.direct = DirectWriter(settings, self.backend)
-        self.enqueuer = Enqueuer(settings, direct=self.direct)
-        self.cache = ContextCache(settings)
-        self._keys = Keys(settings.key_prefix)
+        self.recorder = TurnRecorder(settings, direct=self.direct)
+        self.enqueuer = self.recorder.enqueuer
+        self.reader = ContextReader(
+            settings,
+            redis=self.enqueuer.redis,
+            backend=lambda: self.backend,
+            context_builder=context_builder,
+            direct=self.direct,
+        )
         # Keyed by every id of the turn: an invocation id is client-chosen in ADK's API server,
         # so two users (or sessions) may send the same one.
         self._turns: OrderedDict[Who, _Turn] = OrderedDict()
-        self._refreshing: set[asyncio.Task[None]] = set()
-        self.read_breaker = CircuitBreaker(
-            failures=settings.read_breaker_failures, seconds=settings.read_breaker_seconds
-        )
 
     @classmethod
     def create(cls, *, settings: Settings | None = None, **kwargs: Any) -> TurnMemory:
@@ -201,7 +153,7 @@ class TurnMemory:
         who = Who.of(ctx)
         identity, reads = await self.identities(ctx)
         text = said_text(ctx.user_content)
-        block = asyncio.ensure_future(self._read_block(who, ctx, llm_request, reads, text))
+        block = asyncio.ensure_future(self.reader.read(who, ctx, llm_request, reads, text))
         turn = _Turn(block=block, identity=identity)
         self._remember(who, turn)
         if not text:
@@ -209,153 +161,13 @@ class TurnMemory:
         message = self._message(who, turn, "user", text, ctx, at=_user_event_time(ctx))
         if message is None:
             return turn, _done(False)
-        return turn, self.enqueuer.enqueue([message])
-
-    async def _read_block(
-        self,
-        who: Who,
-        ctx: CallbackContext,
-        llm_request: LlmRequest | None,
-        identity: ZepIdentity,
-        query: str,
-    ) -> str:
-        """R2: the cached block (one MGET); stale, it is served and refreshed in the
-        background; missing, it is read through within the budget."""
-        started = time.perf_counter()
-        try:
-            async with asyncio.timeout(self.settings.retrieval_budget):
-                redis = self.enqueuer.redis()
-                found = await self.cache.read(
-                    redis, app=who.app, user_id=who.user_id, session_id=who.session_id
-                )
-                if found.forgetting:
-                    return ""  # what the backend still holds of them is being deleted
-                if self.context_builder is not None and llm_request is not None:
-                    return await self._build(who, ctx, llm_request, identity, query)
-                cached = found.block
-                if self.direct is not None and not self.direct.knows(
-                    thread_key(app=who.app, user_id=who.user_id, session_id=who.session_id)
-                ):
-                    await self.user_of(who, identity)  # learn the thread for outage writes
-                if cached is not None:
-                    fresh = cached.age <= self.settings.context_fresh_seconds
-                    context_cache_reads.add(1, {"result": "hit" if fresh else "stale"})
-                    if not fresh:
-                        self._refresh_later(who, identity, query)
-                    return cached.block
-                context_cache_reads.add(1, {"result": "miss"})
-                block = await self._fetch(
-                    who, identity, query, version=now_version(), epoch=found.epoch
-                )
-                return block or ""
-        except Exception as exc:
-            memory_read_failures.add(1)
-            log.warning(
-                "memory read skipped invocation=%s error=%s", who.invocation_id, type(exc).__name__
-            )
-            return ""
-        finally:
-            retrieval_duration.record(time.perf_counter() - started)
-
-    async def _fetch(
-        self, who: Who, identity: ZepIdentity, query: str, *, version: int, epoch: int
-    ) -> str | None:
-        """Read the block from the backend and cache it (unless the user was forgotten
-        since ``epoch`` was read); None if nobody is known yet."""
-        user = await self.user_of(who, identity)
-        if user is None:
-            return None
-        if not self.read_breaker.allow():
-            return None  # the backend keeps failing: the cache is all we use for now
-        try:
-            block = await self.backend.get_context(
-                user=user,
-                query=query,
-                max_chars=self.settings.context_max_chars,
-                timeout=self.settings.retrieval_budget,
-                template_uuid=self.settings.context_template_uuid,
-            )
-        except Exception:
-            self.read_breaker.failed()
-            raise
-        self.read_breaker.succeeded()
-        await self.cache.write(
-            self.enqueuer.redis(),
-            app=who.app,
-            user_id=who.user_id,
-            session_id=None,
-            graph_uuid=user.graph_uuid,
-            block=block,
-            version=version,
-            epoch=epoch,
-        )
-        return block
-
-    def _refresh_later(self, who: Who, identity: ZepIdentity, query: str) -> None:
-        async def refresh() -> None:
-            lock = self._keys.lock(f"refresh:{digest(who.app, who.user_id)}")
-            redis = self.enqueuer.redis()
-            if not await redis.set(lock, "1", nx=True, px=REFRESH_LOCK_MS):
-                return  # another process is on it
-            try:
-                epoch = await self.cache.epoch(redis, app=who.app, user_id=who.user_id)
-                await self._fetch(who, identity, query, version=now_version(), epoch=epoch)
-            except Exception as exc:
-                log.info("context refresh failed error=%s", type(exc).__name__)
-            finally:
-                await redis.delete(lock)
-
-        task = asyncio.get_running_loop().create_task(refresh())
-        self._refreshing.add(task)
-        task.add_done_callback(self._refreshing.discard)
-
-    async def _build(
-        self,
-        who: Who,
-        ctx: CallbackContext,
-        llm_request: LlmRequest,
-        identity: ZepIdentity,
-        query: str,
-    ) -> str:
-        assert self.context_builder is not None
-        known = await self.identity_of(who, identity)
-        built = await self.context_builder(
-            ContextInput(
-                user_message=query,
-                user=known.user,
-                thread_uuid=known.thread_uuid,
-                backend=self.backend,
-                callback_context=ctx,
-                llm_request=llm_request,
-            )
-        )
-        return built or ""
+        return turn, self.recorder.record([message])
 
     async def identity_of(self, who: Who, identity: ZepIdentity) -> Identity:
-        """Pinned parts (options, resolver, state) win; the registry fills the rest, in one
-        round trip, and only when something is missing."""
-        if identity.graph_uuid and identity.thread_uuid:
-            user = UserRef(user_uuid=identity.user_uuid or "", graph_uuid=identity.graph_uuid)
-            return Identity(user=user, thread_uuid=identity.thread_uuid)
-        registry = IdentityRegistry(self.enqueuer.redis(), self.settings)
-        known = await registry.lookup(app=who.app, user_id=who.user_id, session_id=who.session_id)
-        if self.direct is not None and known.user and known.thread_uuid:
-            thread = thread_key(app=who.app, user_id=who.user_id, session_id=who.session_id)
-            self.direct.remember(thread, known.thread_uuid)
-        if identity.graph_uuid:
-            pinned = UserRef(user_uuid=identity.user_uuid or "", graph_uuid=identity.graph_uuid)
-            return Identity(user=pinned, thread_uuid=identity.thread_uuid or known.thread_uuid)
-        return Identity(user=known.user, thread_uuid=identity.thread_uuid or known.thread_uuid)
+        return await self.reader.identity_of(who, identity)
 
     async def user_of(self, who: Who, identity: ZepIdentity) -> UserRef | None:
-        """The graph to read: pinned (options, resolver, state), else the registry's; None
-        while the user is being forgotten (the backend may still hold what goes)."""
-        mark = await self.enqueuer.redis().get(self._keys.forgetting(who.app, who.user_id))
-        if mark == PENDING.encode():
-            return None
-        if identity.graph_uuid:
-            return UserRef(user_uuid=identity.user_uuid or "", graph_uuid=identity.graph_uuid)
-        return (await self.identity_of(who, identity)).user
+        return await self.reader.user_of(who, identity)
 
     # --- after the model ----------------------------------------------------------------
     async def after_model(
@@ -380,7 +192,7 @@ class TurnMemory:
                 self._remember(who, turn)
             message = self._message(who, turn, "assistant", text, callback_context, at=None)
             if message is not None:
-                await self.enqueuer.enqueue([message])
+                await self.recorder.record([message])
         except Exception as exc:
             log.warning(
                 "after_model failed invocation=%s error=%s",
@@ -401,28 +213,21 @@ class TurnMemory:
         trust: str | None = None,
         identity: ZepIdentity | None = None,
     ) -> bool:
-        """Queue a fact to store or a memory to forget. ``source`` names the change (an
-        invocation, or the content itself), so the same change queued twice stays one."""
-        pinned = identity or self.identity
-        message = QueuedMessage.build(
+        """Queue a fact to store or a memory to forget (``TurnRecorder.queue_change``)."""
+        return await self.recorder.queue_change(
             app=app,
             user_id=user_id,
-            session_id=MEMORY_SESSION,
-            invocation_id=f"{kind}:{source}",
-            role="user",
-            ordinal=0,
-            content=content,
             kind=kind,
+            content=content,
+            source=source,
             trust=trust,
-            zep_user_uuid=pinned.user_uuid,
-            zep_graph_uuid=pinned.graph_uuid,
+            identity=identity or self.identity,
         )
-        return await self.enqueuer.enqueue([message])
 
     async def current_block(self, ctx: CallbackContext, query: str) -> str:
         """The block the turn path would inject now (for the model-called context tool)."""
         _, reads = await self.identities(ctx)
-        return await self._read_block(Who.of(ctx), ctx, None, reads, query)
+        return await self.reader.read(Who.of(ctx), ctx, None, reads, query)
 
     # --- shared -------------------------------------------------------------------------
     async def identities(self, ctx: CallbackContext) -> tuple[ZepIdentity, ZepIdentity]:
@@ -473,28 +278,16 @@ class TurnMemory:
         *,
         at: float | None,
     ) -> QueuedMessage | None:
-        """The message to queue; None (counted) when an id cannot name a thread."""
         name = self.settings.assistant_name if role == "assistant" else display_name(ctx)
-        pinned = turn.identity
-        try:
-            return QueuedMessage.build(
-                app=who.app,
-                user_id=who.user_id,
-                session_id=who.session_id,
-                invocation_id=who.invocation_id,
-                role=role,
-                ordinal=turn.next_ordinal(role),
-                content=text,
-                name=name,
-                at=at,
-                zep_user_uuid=pinned.user_uuid,
-                zep_graph_uuid=pinned.graph_uuid,
-                zep_thread_uuid=pinned.thread_uuid,
-            )
-        except InvalidIds as exc:
-            queue_failures.add(1, {"outcome": "refused"})
-            log.error("message refused invocation=%s reason=%s", who.invocation_id, exc)
-            return None
+        return self.recorder.message(
+            who,
+            identity=turn.identity,
+            role=role,
+            ordinal=turn.next_ordinal(role),
+            text=text,
+            name=name,
+            at=at,
+        )
 
     def _remember(self, who: Who, turn: _Turn) -> None:
         self._turns[who] = turn
@@ -503,8 +296,7 @@ class TurnMemory:
 
     async def aclose(self) -> None:
         """Send what the outage buffer still holds and close this loop's connections."""
-        await self.enqueuer.drain_buffer()
-        await self.enqueuer.aclose()
+        await self.recorder.aclose()
         if self._backend is not None:
             await self._backend.aclose()
 

@@ -1,0 +1,270 @@
+"""The read half of the turn path (R2): the context block for a turn, within the budget.
+
+``cached`` mode serves the block the worker built (one Redis MGET when warm; stale, it is
+served and refreshed in the background; missing, it is read through). ``query`` mode
+retrieves the block for the user's message itself — one SQLite query in this process on
+the local backend, ``graph.get_context`` on Zep — and falls back to the cached block when
+that does not finish within the budget."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+import redis.asyncio as aioredis
+from google.adk.agents.callback_context import CallbackContext
+from google.adk.models.llm_request import LlmRequest
+
+from afterthought.backends.base import MemoryBackend, UserRef
+from afterthought.breaker import CircuitBreaker
+from afterthought.context_cache import PENDING, CacheRead, ContextCache, now_version
+from afterthought.contract import thread_key
+from afterthought.direct_write import DirectWriter
+from afterthought.identity import Identity, IdentityRegistry
+from afterthought.keys import Keys, digest
+from afterthought.settings import Settings
+from afterthought.telemetry import (
+    context_cache_reads,
+    context_queries,
+    memory_read_failures,
+    retrieval_duration,
+)
+from agent_hooks.identity import Who, ZepIdentity
+
+log = logging.getLogger("afterthought.hooks")
+
+#: One background refresh per cached block at a time, across processes.
+REFRESH_LOCK_MS = 10_000
+
+
+@dataclass(frozen=True, slots=True)
+class ContextInput:
+    """What a custom ``context_builder`` gets."""
+
+    user_message: str
+    """The text of the user's message that started the invocation."""
+    user: UserRef | None
+    """The user's backend identity, if known."""
+    thread_uuid: str | None
+    """The session's backend thread, if known."""
+    backend: MemoryBackend
+    """The configured backend (``backend.zep`` is the SDK client on Zep)."""
+    callback_context: CallbackContext
+    """ADK's context of this model call."""
+    llm_request: LlmRequest
+    """The request about to go to the model."""
+
+
+ContextBuilder = Callable[[ContextInput], Awaitable[str | None]]
+
+
+class ContextReader:
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        redis: Callable[[], aioredis.Redis],
+        backend: Callable[[], MemoryBackend],
+        context_builder: ContextBuilder | None = None,
+        direct: DirectWriter | None = None,
+    ) -> None:
+        self.settings = settings
+        self.context_builder = context_builder
+        self.cache = ContextCache(settings)
+        self.read_breaker = CircuitBreaker(
+            failures=settings.read_breaker_failures, seconds=settings.read_breaker_seconds
+        )
+        self._redis = redis
+        self._backend = backend
+        self._direct = direct
+        self._keys = Keys(settings.key_prefix)
+        self._refreshing: set[asyncio.Task[None]] = set()
+
+    async def read(
+        self,
+        who: Who,
+        ctx: CallbackContext,
+        llm_request: LlmRequest | None,
+        identity: ZepIdentity,
+        query: str,
+    ) -> str:
+        """The block for this turn; empty when there is none, or on any failure (R1)."""
+        started = time.perf_counter()
+        try:
+            async with asyncio.timeout(self.settings.retrieval_budget):
+                found = await self.cache.read(
+                    self._redis(), app=who.app, user_id=who.user_id, session_id=who.session_id
+                )
+                if found.forgetting:
+                    return ""  # what the backend still holds of them is being deleted
+                if self.context_builder is not None and llm_request is not None:
+                    return await self._build(who, ctx, llm_request, identity, query)
+                if self._direct is not None and not self._direct.knows(
+                    thread_key(app=who.app, user_id=who.user_id, session_id=who.session_id)
+                ):
+                    await self.user_of(who, identity)  # learn the thread for outage writes
+                if self.settings.context_mode == "query" and query.strip():
+                    queried = await self._queried(who, identity, query, started)
+                    if queried is not None:
+                        return queried
+                return await self._cached(who, identity, query, found)
+        except Exception as exc:
+            memory_read_failures.add(1)
+            log.warning(
+                "memory read skipped invocation=%s error=%s", who.invocation_id, type(exc).__name__
+            )
+            return ""
+        finally:
+            retrieval_duration.record(time.perf_counter() - started)
+
+    async def _cached(self, who: Who, identity: ZepIdentity, query: str, found: CacheRead) -> str:
+        cached = found.block
+        if cached is not None:
+            fresh = cached.age <= self.settings.context_fresh_seconds
+            context_cache_reads.add(1, {"result": "hit" if fresh else "stale"})
+            if not fresh:
+                self._refresh_later(who, identity, query)
+            return cached.block
+        context_cache_reads.add(1, {"result": "miss"})
+        block = await self._fetch(who, identity, query, version=now_version(), epoch=found.epoch)
+        return block or ""
+
+    async def _queried(
+        self, who: Who, identity: ZepIdentity, query: str, started: float
+    ) -> str | None:
+        """The block retrieved for ``query``, or None to fall back to the cached block. It
+        gets what is left of the budget minus a reserve for the fallback, so a slow
+        retrieval costs the turn its budget, never more, and still leaves it a block."""
+        user = await self.user_of(who, identity)
+        if user is None or not self.read_breaker.allow():
+            return None
+        spent = time.perf_counter() - started
+        left = self.settings.retrieval_budget * 0.8 - spent
+        if left <= 0:
+            context_queries.add(1, {"result": "no_time"})
+            return None
+        try:
+            async with asyncio.timeout(left):
+                block = await self._backend().get_context(
+                    user=user,
+                    query=query,
+                    max_chars=self.settings.context_max_chars,
+                    timeout=left,
+                    template_uuid=self.settings.context_template_uuid,
+                )
+        except TimeoutError:
+            context_queries.add(1, {"result": "timeout"})
+            return None
+        except Exception as exc:
+            self.read_breaker.failed()
+            context_queries.add(1, {"result": "error"})
+            log.info(
+                "memory query failed invocation=%s error=%s", who.invocation_id, type(exc).__name__
+            )
+            return None
+        self.read_breaker.succeeded()
+        context_queries.add(1, {"result": "ok"})
+        return block
+
+    async def _fetch(
+        self, who: Who, identity: ZepIdentity, query: str, *, version: int, epoch: int
+    ) -> str | None:
+        """Read the block from the backend and cache it (unless the user was forgotten
+        since ``epoch`` was read); None if nobody is known yet."""
+        user = await self.user_of(who, identity)
+        if user is None:
+            return None
+        if not self.read_breaker.allow():
+            return None  # the backend keeps failing: the cache is all we use for now
+        try:
+            block = await self._backend().get_context(
+                user=user,
+                query=query,
+                max_chars=self.settings.context_max_chars,
+                timeout=self.settings.retrieval_budget,
+                template_uuid=self.settings.context_template_uuid,
+            )
+        except Exception:
+            self.read_breaker.failed()
+            raise
+        self.read_breaker.succeeded()
+        await self.cache.write(
+            self._redis(),
+            app=who.app,
+            user_id=who.user_id,
+            session_id=None,
+            graph_uuid=user.graph_uuid,
+            block=block,
+            version=version,
+            epoch=epoch,
+        )
+        return block
+
+    def _refresh_later(self, who: Who, identity: ZepIdentity, query: str) -> None:
+        async def refresh() -> None:
+            lock = self._keys.lock(f"refresh:{digest(who.app, who.user_id)}")
+            redis = self._redis()
+            if not await redis.set(lock, "1", nx=True, px=REFRESH_LOCK_MS):
+                return  # another process is on it
+            try:
+                epoch = await self.cache.epoch(redis, app=who.app, user_id=who.user_id)
+                await self._fetch(who, identity, query, version=now_version(), epoch=epoch)
+            except Exception as exc:
+                log.info("context refresh failed error=%s", type(exc).__name__)
+            finally:
+                await redis.delete(lock)
+
+        task = asyncio.get_running_loop().create_task(refresh())
+        self._refreshing.add(task)
+        task.add_done_callback(self._refreshing.discard)
+
+    async def _build(
+        self,
+        who: Who,
+        ctx: CallbackContext,
+        llm_request: LlmRequest,
+        identity: ZepIdentity,
+        query: str,
+    ) -> str:
+        assert self.context_builder is not None
+        known = await self.identity_of(who, identity)
+        built = await self.context_builder(
+            ContextInput(
+                user_message=query,
+                user=known.user,
+                thread_uuid=known.thread_uuid,
+                backend=self._backend(),
+                callback_context=ctx,
+                llm_request=llm_request,
+            )
+        )
+        return built or ""
+
+    async def identity_of(self, who: Who, identity: ZepIdentity) -> Identity:
+        """Pinned parts (options, resolver, state) win; the registry fills the rest, in one
+        round trip, and only when something is missing."""
+        if identity.graph_uuid and identity.thread_uuid:
+            user = UserRef(user_uuid=identity.user_uuid or "", graph_uuid=identity.graph_uuid)
+            return Identity(user=user, thread_uuid=identity.thread_uuid)
+        registry = IdentityRegistry(self._redis(), self.settings)
+        known = await registry.lookup(app=who.app, user_id=who.user_id, session_id=who.session_id)
+        if self._direct is not None and known.user and known.thread_uuid:
+            thread = thread_key(app=who.app, user_id=who.user_id, session_id=who.session_id)
+            self._direct.remember(thread, known.thread_uuid)
+        if identity.graph_uuid:
+            pinned = UserRef(user_uuid=identity.user_uuid or "", graph_uuid=identity.graph_uuid)
+            return Identity(user=pinned, thread_uuid=identity.thread_uuid or known.thread_uuid)
+        return Identity(user=known.user, thread_uuid=identity.thread_uuid or known.thread_uuid)
+
+    async def user_of(self, who: Who, identity: ZepIdentity) -> UserRef | None:
+        """The graph to read: pinned (options, resolver, state), else the registry's; None
+        while the user is being forgotten (the backend may still hold what goes)."""
+        mark = await self._redis().get(self._keys.forgetting(who.app, who.user_id))
+        if mark == PENDING.encode():
+            return None
+        if identity.graph_uuid:
+            return UserRef(user_uuid=identity.user_uuid or "", graph_uuid=identity.graph_uuid)
+        return (await self.identity_of(who, identity)).user
