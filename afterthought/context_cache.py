@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import Literal
 
 import redis.asyncio as aioredis
 
@@ -24,20 +25,24 @@ from afterthought.settings import Settings
 PENDING = "pending"
 #: The mark for a short while after: blocks read before the deletion ended are not cached.
 COOLING = "cooling"
+#: What a write does to the user's block: ``write`` it (with any overlay), ``drop`` it (a
+#: backend that ingests asynchronously returned a block that may lack the latest batch),
+#: or ``keep`` it (the block is about one session: only its overlay is written).
+UserBlock = Literal["write", "drop", "keep"]
 
 # KEYS epoch, forgetting, user index, graph index, the user's block, then overlays; ARGV
-# epoch, version, written_ms, block, ttl_ms, and "drop" to delete the user's block rather
-# than write it. Refused (0) if the user was forgotten since the writer read the epoch, or
-# is being forgotten. Keeps the newest version of each entry; overlays join the user's
-# index, every entry the graph's.
+# epoch, version, written_ms, block, ttl_ms, and what to do with the user's block: "write"
+# it, "drop" it, or "keep" it as it is (overlays only). Refused (0) if the user was
+# forgotten since the writer read the epoch, or is being forgotten. Keeps the newest
+# version of each entry; overlays join the user's index, every entry the graph's.
 WRITE_LUA = """
 if tonumber(redis.call('GET', KEYS[1]) or '0') ~= tonumber(ARGV[1])
    or redis.call('EXISTS', KEYS[2]) == 1 then
   return 0
 end
 local first = 5
-if ARGV[6] == 'drop' then
-  redis.call('DEL', KEYS[5])
+if ARGV[6] ~= 'write' then
+  if ARGV[6] == 'drop' then redis.call('DEL', KEYS[5]) end
   first = 6
 end
 for i = first, #KEYS do
@@ -106,8 +111,8 @@ class ContextCache:
     async def read(
         self, redis: aioredis.Redis, *, app: str, user_id: str, session_id: str
     ) -> CacheRead:
-        """The session's overlay if there is one (it is about this conversation), else the
-        user's block — so a new session starts from what is known of the user."""
+        """The session's overlay if it holds anything (it is about this conversation), else
+        the user's block — so a new session starts from what is known of the user."""
         k = self._keys
         overlay, user, epoch, forgetting = await redis.mget(
             k.context_thread(app, user_id, session_id),
@@ -116,10 +121,11 @@ class ContextCache:
             k.forgetting(app, user_id),
         )
         pending = forgetting == PENDING.encode()
-        raw = None if pending else overlay or user
-        return CacheRead(
-            block=CachedBlock.parse(raw) if raw else None, epoch=int(epoch or 0), forgetting=pending
-        )
+        found = [CachedBlock.parse(raw) for raw in (overlay, user) if raw and not pending]
+        # An empty overlay (nothing of the user matched the session's batch yet) does not
+        # hide what the user's block knows.
+        block = next((b for b in found if b.block), found[0] if found else None)
+        return CacheRead(block=block, epoch=int(epoch or 0), forgetting=pending)
 
     async def epoch(self, redis: aioredis.Redis, *, app: str, user_id: str) -> int:
         """The user's deletion epoch, to read before fetching a block to write."""
@@ -136,14 +142,15 @@ class ContextCache:
         block: str,
         version: int,
         epoch: int,
-        lagging: bool = False,
+        user_block: UserBlock = "write",
     ) -> bool:
         """Cache the block, built from ``graph_uuid``, for the user (and the session's
         overlay); refused (False) when the user was forgotten after ``epoch`` was read, or
-        is being forgotten. ``lagging``: the block was read right after a write to a
-        backend that ingests asynchronously, so it may lack what was just said: it serves
-        the session it came from (whose model sees the conversation anyway) and the user's
-        block is dropped instead, so the next session reads through."""
+        is being forgotten. ``user_block`` says what becomes of the user's block: a block
+        read right after a write to a backend that ingests asynchronously may lack what was
+        just said, so it serves the session it came from (whose model sees the
+        conversation anyway) and the user's block is dropped, for the next session to read
+        through; a block retrieved for one session's latest batch keeps the user's."""
         k = self._keys
         keys = [
             k.epoch(app, user_id),
@@ -163,7 +170,7 @@ class ContextCache:
             int(time.time() * 1000),
             block,
             self._ttl_ms,
-            "drop" if lagging else "keep",
+            user_block,
         )
         return bool(written)
 

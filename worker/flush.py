@@ -535,20 +535,51 @@ class Flusher:
                 )
             except BackendError as exc:  # the write is stored: a failed read never undoes it
                 log.warning("context refresh failed thread=%s error=%s", tk, exc.kind)
-        if context is not None:  # R2: the next turn reads what the backend now knows
-            head = batch[0]
-            write = self.cache.write(
-                self.redis,
-                app=head.app,
-                user_id=head.user_id,
-                session_id=head.session_id,
-                graph_uuid=user.graph_uuid,
-                block=context,
-                version=now_version(),
-                epoch=sending.epoch.seen,
-                lagging=self.backend.capabilities.ingests_async,
+        if context is None:
+            return
+        # R2: the next turn reads what the backend now knows. The block retrieved for the
+        # batch serves its session; a new session starts from the user-level block.
+        head = batch[0]
+        lagging = self.backend.capabilities.ingests_async
+        write = self.cache.write(
+            self.redis,
+            app=head.app,
+            user_id=head.user_id,
+            session_id=head.session_id,
+            graph_uuid=user.graph_uuid,
+            block=context,
+            version=now_version(),
+            epoch=sending.epoch.seen,
+            user_block="drop" if lagging else "keep",
+        )
+        await self._quietly(write, "cache write")
+        if not lagging:
+            await self._quietly(self._user_block(head, user, sending.epoch.seen), "cache write")
+
+    async def _user_block(self, head: QueuedMessage, user: UserRef, epoch: int) -> None:
+        """The block a new session of the user starts from: what the backend knows of them,
+        retrieved for no query in particular."""
+        try:
+            block = await self.backend.get_context(
+                user=user,
+                query="",
+                max_chars=self.settings.context_max_chars,
+                timeout=self.settings.backend_timeout,
+                template_uuid=self.settings.context_template_uuid,
             )
-            await self._quietly(write, "cache write")
+        except BackendError as exc:
+            log.warning("context refresh failed user=%s error=%s", user.user_uuid, exc.kind)
+            return
+        await self.cache.write(
+            self.redis,
+            app=head.app,
+            user_id=head.user_id,
+            session_id=None,
+            graph_uuid=user.graph_uuid,
+            block=block,
+            version=now_version(),
+            epoch=epoch,
+        )
 
     async def _quietly(self, work: Awaitable[object], what: str) -> None:
         try:
