@@ -6,7 +6,9 @@ agent, same Zep fake answering in 150 ms.
 
 Added latency = a percentile of turns with memory minus the same percentile of a bare
 agent. afterthought warm: the context cache holds the user's block; cold: every turn
-misses it and reads through. Prints one JSON object. Uses REDIS_URL or 127.0.0.1:6379."""
+misses it and reads through; query: ``context_mode="query"``, the block retrieved for each
+message — from the local store (SQLite in this process, the user holding ``--history``
+messages) and from the Zep fake. Prints one JSON object. Uses REDIS_URL or 127.0.0.1:6379."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ import json
 import os
 import statistics
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Callable
@@ -31,6 +34,9 @@ from google.genai import types
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from afterthought.backends import open_backend  # noqa: E402
+from afterthought.backends.base import OutgoingMessage  # noqa: E402
+from afterthought.identity import IdentityRegistry  # noqa: E402
 from afterthought.settings import Settings  # noqa: E402
 from afterthought.testing import ZepFake  # noqa: E402
 from afterthought.testing.processes import cleanup, spawn_worker, wait_settled  # noqa: E402
@@ -46,6 +52,26 @@ def _percentiles(samples: list[float]) -> dict[str, float]:
         "p50_ms": round(statistics.median(ordered) * 1000, 3),
         "p99_ms": round(ordered[max(0, int(len(ordered) * 0.99) - 1)] * 1000, 3),
     }
+
+
+QUESTIONS = [
+    "what was the name of that ramen place we talked about?",
+    "remind me when my sister's wedding is",
+    "any ideas for a weekend trip, nothing too far from home",
+    "what did I say my knee injury was again?",
+    "can you suggest dinner, keeping my allergies in mind",
+]
+PLACES = ["Porto", "Leeds", "Osaka", "Tucson", "Gdansk", "Accra", "Lyon", "Quito"]
+THINGS = ["ramen", "the wedding", "my knee", "peanuts", "the garden", "a new job", "the dog"]
+
+
+def _history(n: int) -> list[str]:
+    """``n`` varied things a user said (for the store's size, not for quality)."""
+    return [
+        f"Message {i}: talked about {THINGS[i % len(THINGS)]} near {PLACES[i % len(PLACES)]}"
+        f" on day {i % 365}, and {THINGS[(i * 3) % len(THINGS)]} again."
+        for i in range(n)
+    ]
 
 
 async def _turns(
@@ -66,7 +92,9 @@ async def _turns(
             await before_each()
         started = time.perf_counter()
         async for _ in runner.run_async(
-            user_id=user, session_id=session.id, new_message=types.UserContent(f"turn {i}")
+            user_id=user,
+            session_id=session.id,
+            new_message=types.UserContent(QUESTIONS[i % len(QUESTIONS)]),
         ):
             pass
         took.append(time.perf_counter() - started)
@@ -84,7 +112,31 @@ async def bare(n: int) -> list[float]:
     return await _turns(runner, "u", n)
 
 
-async def ours(settings: Settings, n: int, *, warm: bool) -> list[float]:
+async def _fill(settings: Settings, user: str, history: int) -> None:
+    """Store ``history`` more messages of the user in their thread (the local store)."""
+    client = aioredis.Redis.from_url(settings.redis_url)
+    registry = IdentityRegistry(client, settings)
+    known = await registry.lookup_user(app=APP, user_id=user)
+    await client.aclose()
+    assert known is not None
+    backend = open_backend(settings)
+    thread = await backend.create_thread(user=known, idempotency_key=f"history-{user}")
+    lines = _history(history)
+    for start in range(0, len(lines), 500):
+        await backend.add_messages(
+            thread_uuid=thread,
+            messages=[
+                OutgoingMessage(
+                    role="user", content=text, reference_time=f"2026-{1 + i % 12:02d}-01"
+                )
+                for i, text in enumerate(lines[start : start + 500])
+            ],
+            idempotency_key=f"history-{user}-{start}",
+        )
+    await backend.aclose()
+
+
+async def ours(settings: Settings, n: int, *, warm: bool, history: int = 0) -> list[float]:
     memory = create_callbacks(settings=settings)
     runner = _runner(
         before_model_callback=memory.before_model_callback,
@@ -98,6 +150,8 @@ async def ours(settings: Settings, n: int, *, warm: bool) -> list[float]:
     finally:
         worker.terminate()
         worker.wait(timeout=30)
+    if history:
+        await _fill(settings, user, history)
     client = aioredis.Redis.from_url(settings.redis_url)
 
     async def forget_block() -> None:
@@ -130,19 +184,40 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--turns", type=int, default=300)
     parser.add_argument("--latency", type=float, default=0.15)
+    parser.add_argument("--history", type=int, default=10_000, help="local query mode's store")
+    parser.add_argument("--zep-budget", type=float, default=0.5, help="Zep query mode's budget")
     args = parser.parse_args()
-    with ZepFake(latency=args.latency) as fake:
+    few = max(20, args.turns // 10)
+    with ZepFake(latency=args.latency) as fake, tempfile.TemporaryDirectory() as tmp:
         settings = Settings(
             redis_url=os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0"),
             key_prefix=f"latency-{uuid.uuid4().hex[:8]}",
             zep_api_key="bench",
             zep_base_url=fake.base_url,
         )
+        local = settings.model_copy(
+            update={
+                "backend": "local",
+                "context_mode": "query",
+                "local_db_path": Path(tmp) / "memory.sqlite3",
+            }
+        )
         try:
             baseline = asyncio.run(bare(args.turns))
             warm = asyncio.run(ours(settings, args.turns, warm=True))
-            cold = asyncio.run(ours(settings, max(20, args.turns // 10), warm=False))
-            theirs = asyncio.run(zep_adk(fake.base_url, max(20, args.turns // 10)))
+            cold = asyncio.run(ours(settings, few, warm=False))
+            query_local = asyncio.run(ours(local, args.turns, warm=True, history=args.history))
+            query_zep = asyncio.run(
+                # One get_context costs Zep about the default budget: give it room.
+                ours(
+                    settings.model_copy(
+                        update={"context_mode": "query", "retrieval_budget": args.zep_budget}
+                    ),
+                    few,
+                    warm=True,
+                )
+            )
+            theirs = asyncio.run(zep_adk(fake.base_url, few))
         finally:
             asyncio.run(cleanup(settings))
     base = _percentiles(baseline)
@@ -156,12 +231,17 @@ def main() -> None:
         "bare_turn": base,
         "afterthought_warm_added": added(warm),
         "afterthought_cold_added": added(cold),
+        "afterthought_query_local_added": added(query_local),
+        "query_local_history_messages": args.history,
+        "afterthought_query_zep_added": added(query_zep),
+        "query_zep_budget_s": args.zep_budget,
         "zep_adk_added": added(theirs),
     }
-    ours_p50 = max(result["afterthought_warm_added"]["p50_ms"], 0.001)
-    result["zep_adk_over_afterthought_warm_p50"] = round(
-        result["zep_adk_added"]["p50_ms"] / ours_p50, 1
-    )
+    for mode in ("warm", "query_local"):
+        ours_p50 = max(result[f"afterthought_{mode}_added"]["p50_ms"], 0.001)
+        result[f"zep_adk_over_afterthought_{mode}_p50"] = round(
+            result["zep_adk_added"]["p50_ms"] / ours_p50, 1
+        )
     print(json.dumps(result))
 
 
