@@ -483,7 +483,7 @@ _CALENDAR_WORDS = frozenset(d.capitalize() for d in _WEEKDAYS) | frozenset(_MONT
 _NOT_PLACES = frozenset(
     _words(
         """home work school bed hospital the a an my our your his her their this that it here
-        there town london-ish"""
+        there town"""
     )
 )
 
@@ -611,7 +611,7 @@ def _call_me(m: re.Match[str], t: _Text) -> Iterator[_Said]:
     rf"(?:^|\b(?:hi|hello|hey|so|ok|okay|oh)\b[\s,]*)\b{_IM}\s+(?P<a>[A-Z][a-z]+)\b(?=\s*(?:$|[,.!;]|\s+(?:by|and|btw|here|from)\b))"
 )
 def _im_name(m: re.Match[str], t: _Text) -> Iterator[_Said]:
-    if m.group("a")[0].isupper():
+    if m.group("a")[0].isupper():  # the pattern ignores case; "i'm tired" is no name
         yield from _user("name", _person_name(m.group("a"), t), "identity", 0.6)
 
 
@@ -711,7 +711,9 @@ def _retract_place_or_work(m: re.Match[str], t: _Text) -> Iterator[_Said]:
 @rule(rf"\b{_IM}\s+(?:originally\s+)?from\s+|\b{_IM}\s+not\s+(?:originally\s+)?from\s+")
 def _from(m: re.Match[str], t: _Text) -> Iterator[_Said]:
     negated = " not " in m.group(0).lower()
-    yield from _user(("not_" if negated else "") + "from", _proper(_rest(m, t), t), "location", 0.8)
+    yield from _user(
+        (RETRACTION if negated else "") + "from", _proper(_rest(m, t), t), "location", 0.8
+    )
 
 
 @rule(r"\bi\s+grew\s+up\s+in\s+")
@@ -1040,13 +1042,13 @@ def _goal(m: re.Match[str], t: _Text) -> Iterator[_Said]:
     words = rest.split()
     if not words or len(words) > 9 or words[0].lower() in _BAD_START:
         return
-    d = _DATE.search(rest)
+    if words[-1].lower() in _FUNCTION_WORDS:
+        return  # clipped
     value = rest.strip()
-    if d:
-        resolved = _resolve(d, t.ref)
-        value = f"{value} ({resolved})" if resolved else value
-    while value.split()[-1].lower() in _FUNCTION_WORDS:
-        return
+    d = _DATE.search(rest)
+    resolved = _resolve(d, t.ref) if d else None
+    if resolved:
+        value = f"{value} ({resolved})"
     yield from _user("goal", value, "plan", 0.7)
 
 
