@@ -11,10 +11,48 @@ from afterthought.keys import digest
 
 Trust = Literal["user", "assistant", "model", "tool", "app"]
 
-#: Predicates with one current value: a newer statement supersedes the older one.
+#: Predicates with one current value per subject: a newer statement supersedes the older
+#: one. Relations with one current person (``husband``, ``mother``...) are here; those that
+#: come in numbers (``sister``, ``dog``, ``child``) are not: a second child is not a
+#: replacement of the first.
 SINGLE_VALUED = frozenset(
-    {"name", "lives_in", "from", "works_at", "occupation", "age", "birthday", "diet"}
+    {
+        "name",
+        "age",
+        "birth_year",
+        "birthday",
+        "born_in",
+        "nationality",
+        "lives_in",
+        "from",
+        "grew_up_in",
+        "works_at",
+        "occupation",
+        "studies",
+        "studies_at",
+        "diet",
+        "household_size",
+        "relationship_status",
+        "spouse",
+        "pregnancy",
+        "wife",
+        "husband",
+        "partner",
+        "boyfriend",
+        "girlfriend",
+        "fiance",
+        "mother",
+        "father",
+        "mother_in_law",
+        "father_in_law",
+        "boss",
+    }
 )
+#: Prefixes of single-valued families: one favourite of each sort, one date per event.
+SINGLE_VALUED_PREFIXES = ("favourite_", "event_")
+#: ``not_lives_in: Paris`` retracts ``lives_in: Paris`` ("I don't live in Paris anymore");
+#: it is never stored itself.
+RETRACTION = "not_"
 
 
 class Fact(BaseModel):
@@ -41,14 +79,25 @@ class Fact(BaseModel):
 
     @property
     def single_valued(self) -> bool:
-        return self.predicate in SINGLE_VALUED or self.predicate.startswith("favourite_")
+        return self.predicate in SINGLE_VALUED or self.predicate.startswith(SINGLE_VALUED_PREFIXES)
+
+    @property
+    def retracts(self) -> str | None:
+        """The predicate this fact denies (its value no longer holds), or None."""
+        return self.predicate.removeprefix(RETRACTION) if self.is_retraction else None
+
+    @property
+    def is_retraction(self) -> bool:
+        return self.predicate.startswith(RETRACTION)
 
     @property
     def signature(self) -> str:
         return fact_signature(self.subject, self.predicate, self.value)
 
     def statement(self) -> str:
-        return f"{self.predicate.replace('_', ' ')}: {self.value}"
+        """The fact as a line; one about someone else names them ("sister Ana lives in")."""
+        about = "" if self.subject == "user" else f"{self.subject} "
+        return f"{about}{self.predicate.replace('_', ' ')}: {self.value}"
 
 
 def fact_signature(subject: str, predicate: str, value: str) -> str:

@@ -15,7 +15,7 @@ import redis.asyncio as aioredis
 from afterthought.audit import AuditLog, Entry
 from afterthought.backends.base import HistoryMessage, MemoryBackend, UserRef
 from afterthought.context_cache import ContextCache, now_version
-from afterthought.facts import Fact, StoredFact
+from afterthought.facts import Fact, StoredFact, fact_signature
 from afterthought.identity import RELEASE_LUA, IdentityRegistry
 from afterthought.keys import Keys, digest
 from afterthought.quarantine import Entry as QuarantineEntry
@@ -58,13 +58,25 @@ def consolidate(
 ) -> tuple[list[Fact], list[str], Counter[str]]:
     """What to add and which current facts it supersedes. A fact already current is a
     duplicate; a forgotten one stays forgotten; a newer single-valued statement (same
-    subject and predicate) invalidates the older one — and an older one, re-read, does
-    not displace a newer."""
+    subject and predicate: the sister's ``lives_in`` is not the user's) invalidates the
+    older one — and an older one, re-read, does not displace a newer. A retraction
+    ("I don't live in Paris anymore": ``not_lives_in``) invalidates the fact it denies
+    and is never written itself."""
     live = [f for f in current if f.invalid_at is None]
     add: list[Fact] = []
     invalidate: list[str] = []
     outcome: Counter[str] = Counter()
     for fact in proposed:
+        if fact.retracts is not None:
+            denied = fact_signature(fact.subject, fact.retracts, fact.value)
+            for held in [c for c in live if c.signature == denied]:
+                if _when(held.valid_at) > _when(fact.valid_at):
+                    continue  # said again after it was denied: it holds
+                invalidate.append(held.uuid)
+                live.remove(held)
+                outcome["retracted"] += 1
+            add = [a for a in add if a.signature != denied]
+            continue
         if fact.signature in tombstones:
             outcome["forgotten"] += 1
             continue
@@ -139,7 +151,7 @@ class Synthesizer:
             await self.redis.set(watermark, cursor)  # advanced only after the write
             if len(messages) < PAGE:
                 break
-        if stats["written"] or stats["superseded"]:
+        if stats["written"] or stats["superseded"] or stats["retracted"]:
             block = await self.backend.get_context(
                 user=user,
                 query="",
