@@ -48,7 +48,7 @@ from afterthought.backends.base import HistoryMessage  # noqa: E402
 from afterthought.settings import Settings  # noqa: E402
 from afterthought.testing.processes import cleanup, wait_settled  # noqa: E402
 from afterthought.testing.stand_in_model import StandInLlm, memory_lines  # noqa: E402
-from agent_hooks import create_callbacks  # noqa: E402
+from agent_hooks import TurnMemory, create_callbacks  # noqa: E402
 from agent_hooks.backfill import Backfill, Report, Source  # noqa: E402
 from worker.extract import RuleExtractor  # noqa: E402
 from worker.settings import create_worker  # noqa: E402
@@ -131,7 +131,8 @@ async def _drain(settings: Settings) -> None:
 async def _ask(mode: str, settings: Settings, user: str, question: str) -> str:
     """The block the model received for ``question``, asked in a new session."""
     model = StandInLlm()
-    memory = create_callbacks(settings=settings.model_copy(update={"context_mode": mode}))
+    turns = TurnMemory(settings.model_copy(update={"context_mode": mode}))
+    memory = create_callbacks(turns)
     agent = LlmAgent(
         name="assistant",
         model=model,
@@ -144,7 +145,7 @@ async def _ask(mode: str, settings: Settings, user: str, question: str) -> str:
         user_id=user, session_id=session.id, new_message=types.UserContent(question)
     ):
         pass
-    await memory.aclose()
+    await turns.aclose()
     return "\n".join(memory_lines(model.requests[-1]))
 
 
