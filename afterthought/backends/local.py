@@ -36,8 +36,10 @@ from afterthought.backends.retrieval import (
     match_expression,
     owner_token,
     query_terms,
+    quoted,
     render_block,
     shorten,
+    split_by_frequency,
 )
 from afterthought.facts import Fact, StoredFact
 from afterthought.search import SearchHit, SearchRequest
@@ -119,6 +121,8 @@ RETRIEVAL_SCHEMA = (
 )
 #: Candidates per ranking (BM25, dense) and from the informative ranking.
 RELEVANT = 20
+#: At most about this many rows are scored by BM25 per query (see ``_lexical``).
+RANKED_ROWS = 1000
 INFORMATIVE = 40
 #: How many of the user's newest informative statements the informative ranking reads.
 INFORMATIVE_POOL = 200
@@ -484,19 +488,7 @@ class LocalBackend(MemoryBackend):
         return found
 
     def _relevant(self, db: sqlite3.Connection, user_uuid: str, query: str) -> list[int]:
-        terms = query_terms(query)
-        lexical = (
-            [
-                int(r[0])
-                for r in db.execute(
-                    "SELECT rowid FROM statements_fts WHERE statements_fts MATCH ?"
-                    " ORDER BY bm25(statements_fts, 1.0, 0.0) LIMIT ?",
-                    (match_expression(user_uuid, terms), RELEVANT),
-                )
-            ]
-            if terms
-            else []
-        )
+        lexical = _lexical(db, user_uuid, query_terms(query))
         if self._embedder is None or self._dense is None or not query.strip():
             return lexical
         from afterthought.backends.embeddings import unit_rows
@@ -697,6 +689,38 @@ class LocalBackend(MemoryBackend):
             if self._db is not None:
                 self._db.close()
                 self._db = None
+
+
+def _lexical(db: sqlite3.Connection, user_uuid: str, terms: Sequence[str]) -> list[int]:
+    """The user's statements ranked by BM25 for the terms, best first. Ranking is bounded
+    to about ``RANKED_ROWS`` rows whatever the history's length: the rarest terms select
+    the rows, the common ones only weigh in (``split_by_frequency``; a term's count over
+    the whole index is a cheap, safe upper bound of the user's). When every term is common,
+    the newest matches are ranked."""
+    frequency = {
+        term: db.execute(
+            "SELECT count(*) FROM statements_fts WHERE statements_fts MATCH ?",
+            (f"content : {quoted(term)}",),
+        ).fetchone()[0]
+        for term in terms
+    }
+    selective, boosts = split_by_frequency(terms, frequency, RANKED_ROWS)
+    if selective:
+        rows = db.execute(
+            "SELECT rowid FROM statements_fts WHERE statements_fts MATCH ?"
+            " ORDER BY bm25(statements_fts, 1.0, 0.0) LIMIT ?",
+            (match_expression(user_uuid, selective, boosts), RELEVANT),
+        )
+    elif found := [t for t in terms if frequency[t]]:
+        rows = db.execute(
+            "SELECT rowid FROM (SELECT rowid, bm25(statements_fts, 1.0, 0.0) AS score"
+            " FROM statements_fts WHERE statements_fts MATCH ? ORDER BY rowid DESC LIMIT ?)"
+            " ORDER BY score LIMIT ?",
+            (match_expression(user_uuid, found), RANKED_ROWS, RELEVANT),
+        )
+    else:
+        return []
+    return [int(r[0]) for r in rows]
 
 
 def _replied_to(db: sqlite3.Connection, thread_uuid: str, message_id: int) -> str | None:

@@ -70,17 +70,40 @@ def owner_token(user_uuid: str) -> str:
     return "u" + user_uuid.replace("-", "").lower()
 
 
-def _quoted(text: str) -> str:
+def quoted(text: str) -> str:
     # An FTS5 string: inside double quotes, a double quote is written twice. Everything
     # inside is plain text to FTS5, never an operator, column filter or prefix query.
     return '"' + text.replace('"', '""') + '"'
 
 
-def match_expression(user_uuid: str, terms: Sequence[str]) -> str:
-    """The user's own rows (their token ANDed in), any of the terms in the text: the index
-    answers for this user alone, so other users can neither appear nor crowd them out."""
-    words = " OR ".join(_quoted(t) for t in terms)
-    return f"owner : {_quoted(owner_token(user_uuid))} AND content : ({words})"
+def match_expression(user_uuid: str, terms: Sequence[str], boosts: Sequence[str] = ()) -> str:
+    """The user's own rows (their token ANDed in) holding any of ``terms``: the index
+    answers for this user alone, so other users can neither appear nor crowd them out.
+    ``boosts`` select nothing but still count in BM25 where present: they sit in an OR with
+    the owner token, which every row of the user has (and which weighs 0 in the ranking)."""
+    owner = f"owner : {quoted(owner_token(user_uuid))}"
+    expression = f"{owner} AND content : ({' OR '.join(quoted(t) for t in terms)})"
+    if boosts:
+        expression += f" AND ({owner} OR content : ({' OR '.join(quoted(t) for t in boosts)}))"
+    return expression
+
+
+def split_by_frequency(
+    terms: Sequence[str], frequency: dict[str, int], budget: int
+) -> tuple[list[str], list[str]]:
+    """``(selective, boosts)``: the rarest terms, as many as match at most ``budget`` rows
+    together, select the rows to rank; the next ones, up to ten times that, only add to the
+    ranking. BM25 costs work for every row a term occurs in, and a common word occurs in
+    much of a long history while weighing little; terms found nowhere are dropped."""
+    picked: tuple[list[str], list[str]] = ([], [])
+    total = 0
+    for term in sorted((t for t in terms if frequency.get(t)), key=lambda t: frequency[t]):
+        total += frequency[term]
+        if total <= budget and not picked[1]:
+            picked[0].append(term)
+        elif total <= 10 * budget:
+            picked[1].append(term)
+    return picked
 
 
 def informativeness(text: str) -> int:
