@@ -38,7 +38,6 @@ from afterthought.backends.retrieval import (
     query_terms,
     quoted,
     render_block,
-    shorten,
     split_by_frequency,
 )
 from afterthought.facts import Fact, StoredFact
@@ -478,7 +477,7 @@ class LocalBackend(MemoryBackend):
             if message_id not in rows:  # deleted since ranked (another process's forget)
                 continue
             thread_uuid, content, said_at = rows[message_id]
-            text_key = shorten(content, 10**6).casefold()
+            text_key = " ".join(content.split()).casefold()
             if text_key in seen:
                 continue
             seen.add(text_key)

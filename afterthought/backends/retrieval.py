@@ -170,7 +170,7 @@ def render_block(facts: Sequence[str], statements: Sequence[Statement], max_char
     chosen: list[tuple[Statement, str]] = []
     used = len(SAID_HEADER)
     for statement in statements:
-        for line in (statement.line(), statement.line(with_reply=False)):
+        for line in (statement.line(with_reply=reply) for reply in (True, False)):
             if used + 1 + len(line) <= room:
                 chosen.append((statement, line))
                 used += 1 + len(line)
