@@ -37,6 +37,8 @@ class Settings(BaseSettings):
     """On Zep: ``zep`` lets Zep extract facts; ``managed`` stores history only."""
     local_db_path: Path = Path(".afterthought/memory.sqlite3")
     """SQLite file of the local backend."""
+    embedding_model: str | None = None
+    """Local backend: a model2vec model (path or name; extra ``embeddings``) for hybrid recall."""
     key_prefix: str = "afterthought"
     """Deployment prefix of every Redis key, arq's queue and job ids included."""
     retrieval_budget: float = Field(0.25, gt=0, le=30)

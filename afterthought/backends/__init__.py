@@ -19,4 +19,8 @@ def open_backend(settings: Settings) -> MemoryBackend:
         return ZepBackend(settings)
     from afterthought.backends.local import LocalBackend
 
-    return LocalBackend(settings.local_db_path)
+    if settings.embedding_model is None:  # numpy and model2vec are imported only if used
+        return LocalBackend(settings.local_db_path)
+    from afterthought.backends.embeddings import Model2VecEmbedder
+
+    return LocalBackend(settings.local_db_path, Model2VecEmbedder(settings.embedding_model))

@@ -13,9 +13,10 @@ import sqlite3
 import threading
 import uuid
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from afterthought import templates
 from afterthought.backends.base import (
@@ -28,8 +29,23 @@ from afterthought.backends.base import (
     StoredMessage,
     UserRef,
 )
+from afterthought.backends.retrieval import (
+    Statement,
+    fuse,
+    informativeness,
+    match_expression,
+    owner_token,
+    query_terms,
+    quoted,
+    render_block,
+    split_by_frequency,
+)
 from afterthought.facts import Fact, StoredFact
 from afterthought.search import SearchHit, SearchRequest
+from afterthought.validation import detect
+
+if TYPE_CHECKING:
+    from afterthought.backends.embeddings import DenseIndex, Embedder
 
 T = TypeVar("T")
 log = logging.getLogger("afterthought.local")
@@ -46,15 +62,9 @@ CREATE TABLE IF NOT EXISTS messages (
   thread_uuid TEXT NOT NULL REFERENCES threads(uuid) ON DELETE CASCADE,
   message_key TEXT UNIQUE, role TEXT NOT NULL, name TEXT, content TEXT NOT NULL,
   metadata TEXT NOT NULL, reference_time TEXT, ingested INTEGER NOT NULL,
-  created_at TEXT NOT NULL);
+  created_at TEXT NOT NULL, user_uuid TEXT, clean INTEGER NOT NULL DEFAULT 0,
+  eligible INTEGER NOT NULL DEFAULT 0, informative INTEGER NOT NULL DEFAULT 0);
 CREATE INDEX IF NOT EXISTS messages_thread ON messages(thread_uuid, id);
-CREATE VIRTUAL TABLE IF NOT EXISTS messages_fts USING fts5(
-  content, content='messages', content_rowid='id');
-CREATE TRIGGER IF NOT EXISTS messages_ai AFTER INSERT ON messages BEGIN
-  INSERT INTO messages_fts(rowid, content) VALUES (new.id, new.content); END;
-CREATE TRIGGER IF NOT EXISTS messages_ad AFTER DELETE ON messages BEGIN
-  INSERT INTO messages_fts(messages_fts, rowid, content) VALUES ('delete', old.id, old.content);
-END;
 CREATE TABLE IF NOT EXISTS facts (
   uuid TEXT PRIMARY KEY, user_uuid TEXT NOT NULL REFERENCES users(uuid) ON DELETE CASCADE,
   subject TEXT NOT NULL, predicate TEXT NOT NULL, value TEXT NOT NULL,
@@ -69,7 +79,68 @@ CREATE TABLE IF NOT EXISTS templates (
   created_at TEXT NOT NULL);
 """
 
+#: ``PRAGMA user_version`` once the retrieval schema below is in place (files written
+#: before it are at 0: their messages gain the columns and are indexed, once).
+SCHEMA_VERSION = 1
+#: Columns added to ``messages`` by version 1: ``user_uuid`` (the owner, so retrieval never
+#: joins threads), ``clean`` (``validation.detect`` found nothing, decided at write time),
+#: ``eligible`` (a clean, ingested user turn: the only rows retrieval may return) and
+#: ``informative`` (``retrieval.informativeness``).
+ADDED_COLUMNS = (
+    "user_uuid TEXT",
+    "clean INTEGER NOT NULL DEFAULT 0",
+    "eligible INTEGER NOT NULL DEFAULT 0",
+    "informative INTEGER NOT NULL DEFAULT 0",
+)
+# Statements are indexed with their owner's token in a second column, ANDed into every
+# query: FTS5 intersects the two postings lists, so a query only ever scores one user's
+# rows. Contentless: the text lives once, in ``messages``; a deleted row's terms are
+# removed by the trigger (and purged from old segments by ``optimize`` in ``_scrub``).
+RETRIEVAL_SCHEMA = (
+    "DROP TRIGGER IF EXISTS messages_ai",
+    "DROP TRIGGER IF EXISTS messages_ad",
+    "DROP TABLE IF EXISTS messages_fts",
+    "CREATE VIRTUAL TABLE IF NOT EXISTS statements_fts USING fts5(content, owner,"
+    " content='', tokenize='porter unicode61 remove_diacritics 2')",
+    "CREATE INDEX IF NOT EXISTS messages_informative ON messages(user_uuid, id)"
+    " WHERE eligible = 1 AND informative > 0",
+    "CREATE TABLE IF NOT EXISTS vectors (message_id INTEGER PRIMARY KEY REFERENCES"
+    " messages(id) ON DELETE CASCADE, user_uuid TEXT NOT NULL, model TEXT NOT NULL,"
+    " vector BLOB NOT NULL)",
+    "CREATE INDEX IF NOT EXISTS vectors_user ON vectors(user_uuid, model, message_id)",
+    # Bumped by every deletion of a statement, in any process: in-memory vector matrices
+    # are dropped when it moves, so forgotten statements never linger in memory.
+    "CREATE TABLE IF NOT EXISTS retrieval_epoch (deletions INTEGER NOT NULL)",
+    "INSERT INTO retrieval_epoch SELECT 0 WHERE NOT EXISTS (SELECT 1 FROM retrieval_epoch)",
+    "CREATE TRIGGER IF NOT EXISTS statements_ad AFTER DELETE ON messages"
+    " WHEN old.eligible = 1 BEGIN"
+    " INSERT INTO statements_fts(statements_fts, rowid, content, owner) VALUES"
+    " ('delete', old.id, old.content, 'u' || lower(replace(old.user_uuid, '-', '')));"
+    " UPDATE retrieval_epoch SET deletions = deletions + 1; END",
+)
+#: Candidates per ranking (BM25, dense) and from the informative ranking.
+RELEVANT = 20
+#: At most about this many rows are scored by BM25 per query (see ``_lexical``).
+RANKED_ROWS = 1000
+INFORMATIVE = 40
+#: How many of the user's newest informative statements the informative ranking reads.
+INFORMATIVE_POOL = 200
 _WORD = re.compile(r"\w{3,}", re.UNICODE)
+
+
+@dataclass(frozen=True, slots=True)
+class _Verdict:
+    """What is decided about a message once, when it is written."""
+
+    clean: bool
+    eligible: bool
+    informative: int
+
+
+def _verdict(role: str | None, content: str, ingested: bool) -> _Verdict:
+    clean = detect(content) is None
+    eligible = role == "user" and ingested and clean
+    return _Verdict(clean, eligible, informativeness(content) if eligible else 0)
 
 
 def _now() -> str:
@@ -82,10 +153,12 @@ class LocalBackend(MemoryBackend):
         extracts_facts=False, ignores_roles=False, async_deletes=False, ingests_async=False
     )
 
-    def __init__(self, path: Path | str) -> None:
+    def __init__(self, path: Path | str, embedder: Embedder | None = None) -> None:
         self.path = Path(path)
         self._lock = threading.Lock()
         self._db: sqlite3.Connection | None = None
+        self._embedder = embedder
+        self._dense: DenseIndex | None = None
 
     def _connect(self) -> sqlite3.Connection:
         if self._db is None:
@@ -99,8 +172,51 @@ class LocalBackend(MemoryBackend):
             # Deleted rows are overwritten, not left in free pages: forgetting is for real.
             db.execute("PRAGMA secure_delete=ON")
             db.executescript(SCHEMA)
+            _migrate(db)
+            if self._embedder is not None:
+                from afterthought.backends.embeddings import DenseIndex
+
+                self._backfill_vectors(db, self._embedder)
+                self._dense = DenseIndex(self._embedder.name)
             self._db = db
         return self._db
+
+    @staticmethod
+    def _backfill_vectors(db: sqlite3.Connection, embedder: Embedder) -> None:
+        """Vectors for the statements that have none in the configured model's space (a
+        file written without embeddings, or with another model), once, at open."""
+        with db:
+            db.execute("DELETE FROM vectors WHERE model != ?", (embedder.name,))
+        while True:
+            rows = db.execute(
+                "SELECT id, content, user_uuid FROM messages m WHERE eligible = 1 AND NOT"
+                " EXISTS (SELECT 1 FROM vectors v WHERE v.message_id = m.id) LIMIT 1024"
+            ).fetchall()
+            if not rows:
+                return
+            with db:
+                LocalBackend._store_vectors(
+                    db, embedder, [(r[0], r[2]) for r in rows], [r[1] for r in rows]
+                )
+
+    @staticmethod
+    def _store_vectors(
+        db: sqlite3.Connection,
+        embedder: Embedder,
+        owners: Sequence[tuple[int, str]],
+        texts: Sequence[str],
+    ) -> None:
+        """``owners``: (message id, user uuid) of each text."""
+        from afterthought.backends.embeddings import to_blob, unit_rows
+
+        vectors = unit_rows(embedder.embed(texts))
+        db.executemany(
+            "INSERT OR REPLACE INTO vectors VALUES (?, ?, ?, ?)",
+            [
+                (message_id, user_uuid, embedder.name, to_blob(vector))
+                for (message_id, user_uuid), vector in zip(owners, vectors, strict=True)
+            ],
+        )
 
     async def _run(self, work: Callable[[sqlite3.Connection], T]) -> T:
         def locked() -> T:
@@ -167,6 +283,11 @@ class LocalBackend(MemoryBackend):
     ) -> str | None:
         # No timeout: the write is one SQLite transaction, and cutting the await would leave
         # it running in its thread, to commit after we had called it failed.
+        # Validation is the costly part of a write: done before taking the connection lock.
+        verdicts = await asyncio.to_thread(
+            lambda: [_verdict(m.role, m.content, m.role not in ignore_roles) for m in messages]
+        )
+
         def work(db: sqlite3.Connection) -> str | None:
             found = db.execute(
                 "SELECT t.user_uuid, u.graph_uuid FROM threads t JOIN users u"
@@ -178,31 +299,62 @@ class LocalBackend(MemoryBackend):
             seen = db.execute(
                 "INSERT OR IGNORE INTO idempotency VALUES (?, ?)", (idempotency_key, _now())
             )
-            for m in messages if seen.rowcount else ():
-                # The unique message key makes a replay under a new batch key a no-op too.
-                db.execute(
-                    "INSERT OR IGNORE INTO messages (uuid, thread_uuid, message_key, role, name,"
-                    " content, metadata, reference_time, ingested, created_at)"
-                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    (
-                        str(uuid.uuid4()),
-                        thread_uuid,
-                        m.metadata.get(MESSAGE_KEY_FIELD),
-                        m.role or "",
-                        m.name,
-                        m.content,
-                        json.dumps(dict(m.metadata)),
-                        m.reference_time,
-                        int(m.role not in ignore_roles),
-                        _now(),
-                    ),
-                )
+            if seen.rowcount:
+                self._insert(db, thread_uuid, found[0], messages, verdicts, ignore_roles)
             if not return_context:
                 return None
             query = " ".join(m.content for m in messages if m.role == "user")
             return self._context(db, UserRef(found[0], found[1]), query, 4000)
 
         return await self._run(work)
+
+    def _insert(
+        self,
+        db: sqlite3.Connection,
+        thread_uuid: str,
+        user_uuid: str,
+        messages: Sequence[OutgoingMessage],
+        verdicts: Sequence[_Verdict],
+        ignore_roles: Sequence[str],
+    ) -> None:
+        """Store a batch and index its eligible statements (full text, and vectors when an
+        embedder is set), in the caller's transaction: a statement is searchable exactly
+        when it is stored."""
+        indexed: list[tuple[int, str]] = []
+        texts: list[str] = []
+        owner = owner_token(user_uuid)
+        for m, verdict in zip(messages, verdicts, strict=True):
+            # The unique message key makes a replay under a new batch key a no-op too.
+            inserted = db.execute(
+                "INSERT OR IGNORE INTO messages (uuid, thread_uuid, message_key, role, name,"
+                " content, metadata, reference_time, ingested, created_at, user_uuid, clean,"
+                " eligible, informative) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    str(uuid.uuid4()),
+                    thread_uuid,
+                    m.metadata.get(MESSAGE_KEY_FIELD),
+                    m.role or "",
+                    m.name,
+                    m.content,
+                    json.dumps(dict(m.metadata)),
+                    m.reference_time,
+                    int(m.role not in ignore_roles),
+                    _now(),
+                    user_uuid,
+                    int(verdict.clean),
+                    int(verdict.eligible),
+                    verdict.informative,
+                ),
+            )
+            if inserted.rowcount and verdict.eligible and inserted.lastrowid is not None:
+                db.execute(
+                    "INSERT INTO statements_fts(rowid, content, owner) VALUES (?, ?, ?)",
+                    (inserted.lastrowid, m.content, owner),
+                )
+                indexed.append((inserted.lastrowid, user_uuid))
+                texts.append(m.content)
+        if self._embedder is not None and texts:
+            self._store_vectors(db, self._embedder, indexed, texts)
 
     async def recent_messages(
         self, *, thread_uuid: str, limit: int, timeout: float | None = None
@@ -248,12 +400,16 @@ class LocalBackend(MemoryBackend):
             )
         ]
         if template_uuid is None:
-            return _render(facts, max_chars)
+            statements = self._statements(db, user.user_uuid, query, limit=None)
+            lines = [f"- {value} (since {at[:10]})" for value, at in facts]
+            return render_block(lines, statements, max_chars)
         row = db.execute("SELECT template FROM templates WHERE uuid = ?", (template_uuid,))
         found = row.fetchone()
         if found is None:
             raise BackendError("not_found", status=404, code="template")
         # The store has facts (for %{edges}); a user summary only once synthesis writes one.
+        # Past statements have no variable: Zep's template language has none for them, and
+        # ``templates.check`` refuses unknown variables, so a template shows facts only.
         text, missing = templates.render(
             found[0], {"edges": [f"- {v} (since {at[:10]})" for v, at in facts]}
         )
@@ -296,34 +452,61 @@ class LocalBackend(MemoryBackend):
             lambda db: db.execute("DELETE FROM templates WHERE uuid = ?", (template_uuid,))
         )
 
+    def _statements(
+        self, db: sqlite3.Connection, user_uuid: str, query: str, limit: int | None
+    ) -> list[Statement]:
+        """The user's past statements, best first: those most relevant to the query (BM25,
+        fused with the dense ranking when an embedder is set), then the most informative
+        recent ones; each once (by row and by text), with the turn it replied to."""
+        ranked = [*self._relevant(db, user_uuid, query), *self._informative(db, user_uuid)]
+        ids = list(dict.fromkeys(ranked))[:limit]
+        if not ids:
+            return []
+        rows = {
+            r[0]: r[1:]
+            for r in db.execute(
+                "SELECT id, thread_uuid, content, COALESCE(reference_time, created_at)"
+                f" FROM messages WHERE user_uuid = ? AND eligible = 1"
+                f" AND id IN ({','.join('?' * len(ids))})",
+                (user_uuid, *ids),
+            )
+        }
+        seen: set[str] = set()
+        found: list[Statement] = []
+        for message_id in ids:
+            if message_id not in rows:  # deleted since ranked (another process's forget)
+                continue
+            thread_uuid, content, said_at = rows[message_id]
+            text_key = " ".join(content.split()).casefold()
+            if text_key in seen:
+                continue
+            seen.add(text_key)
+            found.append(
+                Statement(message_id, content, said_at, _replied_to(db, thread_uuid, message_id))
+            )
+        return found
+
+    def _relevant(self, db: sqlite3.Connection, user_uuid: str, query: str) -> list[int]:
+        lexical = _lexical(db, user_uuid, query_terms(query))
+        if self._embedder is None or self._dense is None or not query.strip():
+            return lexical
+        from afterthought.backends.embeddings import unit_rows
+
+        vector = unit_rows(self._embedder.embed([query]))[0]
+        dense = self._dense.search(db, user_uuid, vector, RELEVANT)
+        return fuse([lexical, dense])
+
     @staticmethod
-    def _user_statements(
-        db: sqlite3.Connection, user_uuid: str, query: str
-    ) -> list[tuple[str, str, str]]:
-        """What the user said before: matches for the query first, then the most recent;
-        ``(uuid, content, at)``."""
-        base = (
-            "SELECT m.id, m.content, m.reference_time, m.uuid FROM messages m"
-            " JOIN threads t ON t.uuid = m.thread_uuid"
-            " WHERE t.user_uuid = ? AND m.role = 'user' AND m.ingested = 1"
-        )
-        words = sorted({w.lower() for w in _WORD.findall(query)})[:16]
-        matched: list[tuple[int, str, str]] = []
-        if words:
-            expression = " OR ".join(f'"{w}"' for w in words)
-            matched = db.execute(
-                f"{base} AND m.id IN (SELECT rowid FROM messages_fts WHERE messages_fts MATCH ?"
-                " ORDER BY bm25(messages_fts) LIMIT 10)",
-                (user_uuid, expression),
-            ).fetchall()
-        recent = db.execute(f"{base} ORDER BY m.id DESC LIMIT 10", (user_uuid,)).fetchall()
-        seen: set[int] = set()
-        ordered: list[tuple[str, str, str]] = []
-        for row_id, content, at, message_uuid in [*matched, *recent]:
-            if row_id not in seen:
-                seen.add(row_id)
-                ordered.append((message_uuid, content, at or ""))
-        return ordered
+    def _informative(db: sqlite3.Connection, user_uuid: str) -> list[int]:
+        """What the user disclosed about themselves lately: the more signals the better,
+        the newer the better (a score halves over the newest 50 statements)."""
+        rows = db.execute(
+            "SELECT id, informative FROM messages WHERE user_uuid = ? AND eligible = 1"
+            " AND informative > 0 ORDER BY id DESC LIMIT ?",
+            (user_uuid, INFORMATIVE_POOL),
+        ).fetchall()
+        scored = sorted(enumerate(rows), key=lambda pair: -pair[1][1] / (1 + pair[0] / 50))
+        return [int(row[0]) for _, row in scored[:INFORMATIVE]]
 
     async def add_fact(
         self, *, user: UserRef, text: str, key: str, trust: str, reference_time: str
@@ -357,7 +540,7 @@ class LocalBackend(MemoryBackend):
         old page images until it is checkpointed (``secure_delete`` covers the rest)."""
 
         def work(db: sqlite3.Connection) -> None:
-            db.execute("INSERT INTO messages_fts(messages_fts) VALUES ('optimize')")
+            db.execute("INSERT INTO statements_fts(statements_fts) VALUES ('optimize')")
 
         def checkpoint(db: sqlite3.Connection) -> bool:
             busy, _, _ = db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
@@ -476,10 +659,14 @@ class LocalBackend(MemoryBackend):
             if request.scope == "edges":
                 return self._facts(db, user[0], request.query, request.limit)
             if request.scope == "episodes":
-                rows = self._user_statements(db, user[0], request.query)
-                return [SearchHit(uuid=i, text=c, created_at=at) for i, c, at in rows][
-                    : request.limit
-                ]
+                found = self._statements(db, user[0], request.query, request.limit)
+                uuids = dict(
+                    db.execute(
+                        f"SELECT id, uuid FROM messages WHERE id IN ({','.join('?' * len(found))})",
+                        [s.message_id for s in found],
+                    ).fetchall()
+                )
+                return [SearchHit(uuids[s.message_id], s.text, s.said_at) for s in found]
             return []
 
         async with asyncio.timeout(timeout):
@@ -503,15 +690,87 @@ class LocalBackend(MemoryBackend):
                 self._db = None
 
 
-def _render(facts: list[tuple[str, str]], max_chars: int) -> str:
-    """Current facts only (R3: the block carries validated facts, never raw statements);
-    whole lines only, so the block never ends mid-sentence."""
-    out: list[str] = []
-    size = 0
-    for value, at in facts:
-        line = f"- {value} (since {at[:10]})"
-        if size + len(line) + 1 > max_chars:
-            break
-        out.append(line)
-        size += len(line) + 1
-    return "\n".join(["# Facts about the user", *out]) if out else ""
+def _lexical(db: sqlite3.Connection, user_uuid: str, terms: Sequence[str]) -> list[int]:
+    """The user's statements ranked by BM25 for the terms, best first. Ranking is bounded
+    to about ``RANKED_ROWS`` rows whatever the history's length: the rarest terms select
+    the rows, the common ones only weigh in (``split_by_frequency``; a term's count over
+    the whole index is a cheap, safe upper bound of the user's). When every term is common,
+    the newest matches are ranked."""
+    frequency = {
+        term: db.execute(
+            "SELECT count(*) FROM statements_fts WHERE statements_fts MATCH ?",
+            (f"content : {quoted(term)}",),
+        ).fetchone()[0]
+        for term in terms
+    }
+    selective, boosts = split_by_frequency(terms, frequency, RANKED_ROWS)
+    if selective:
+        rows = db.execute(
+            "SELECT rowid FROM statements_fts WHERE statements_fts MATCH ?"
+            " ORDER BY bm25(statements_fts, 1.0, 0.0) LIMIT ?",
+            (match_expression(user_uuid, selective, boosts), RELEVANT),
+        )
+    elif found := [t for t in terms if frequency[t]]:
+        rows = db.execute(
+            "SELECT rowid FROM (SELECT rowid, bm25(statements_fts, 1.0, 0.0) AS score"
+            " FROM statements_fts WHERE statements_fts MATCH ? ORDER BY rowid DESC LIMIT ?)"
+            " ORDER BY score LIMIT ?",
+            (match_expression(user_uuid, found), RANKED_ROWS, RELEVANT),
+        )
+    else:
+        return []
+    return [int(r[0]) for r in rows]
+
+
+def _replied_to(db: sqlite3.Connection, thread_uuid: str, message_id: int) -> str | None:
+    """The assistant turn just before a statement, which a short answer ("Max") needs to
+    be understood; only if it passed validation too, since it enters the block."""
+    row = db.execute(
+        "SELECT role, content, clean, ingested FROM messages WHERE thread_uuid = ? AND id < ?"
+        " ORDER BY id DESC LIMIT 1",
+        (thread_uuid, message_id),
+    ).fetchone()
+    if row is None or row[0] != "assistant" or not (row[2] and row[3]):
+        return None
+    return str(row[1])
+
+
+def _migrate(db: sqlite3.Connection) -> None:
+    """Bring a file to the current schema, once, in one transaction (another process may
+    be doing the same: the write lock decides, the loser finds it done): the columns
+    decided at write time are computed for every stored message, and the eligible ones
+    indexed. A new file takes the same path, with nothing to compute."""
+    if db.execute("PRAGMA user_version").fetchone()[0] >= SCHEMA_VERSION:
+        return
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        if db.execute("PRAGMA user_version").fetchone()[0] < SCHEMA_VERSION:
+            columns = {r[1] for r in db.execute("PRAGMA table_info(messages)")}
+            for column in ADDED_COLUMNS:
+                if column.split()[0] not in columns:
+                    db.execute(f"ALTER TABLE messages ADD COLUMN {column}")
+            for statement in RETRIEVAL_SCHEMA:
+                db.execute(statement)
+            db.execute(
+                "UPDATE messages SET user_uuid ="
+                " (SELECT user_uuid FROM threads WHERE uuid = messages.thread_uuid)"
+            )
+            rows = db.execute(
+                "SELECT id, role, content, ingested, user_uuid FROM messages"
+            ).fetchall()
+            for message_id, role, content, ingested, user_uuid in rows:
+                verdict = _verdict(role, content, bool(ingested))
+                db.execute(
+                    "UPDATE messages SET clean = ?, eligible = ?, informative = ? WHERE id = ?",
+                    (int(verdict.clean), int(verdict.eligible), verdict.informative, message_id),
+                )
+                if verdict.eligible:
+                    db.execute(
+                        "INSERT INTO statements_fts(rowid, content, owner) VALUES (?, ?, ?)",
+                        (message_id, content, owner_token(user_uuid)),
+                    )
+            db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        db.commit()
+    except BaseException:
+        db.rollback()
+        raise

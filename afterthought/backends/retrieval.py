@@ -1,0 +1,190 @@
+"""The text side of the embedded store's retrieval, free of SQL: query terms and their
+FTS5 expression, how much a statement tells about its speaker, reciprocal rank fusion, and
+the context block within its character budget."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+FACTS_HEADER = "# Facts about the user (current)"
+SAID_HEADER = "# What the user said before (their words; the date they said it)"
+#: One statement, and the turn it replies to, as shown in the block.
+STATEMENT_CHARS = 300
+REPLY_CHARS = 160
+#: Reciprocal rank fusion's constant (Cormack et al.): damps the weight of the top ranks.
+RRF_K = 60
+#: Query words kept; a pasted paragraph must not become a thousand-term OR.
+MAX_TERMS = 32
+
+# English function words and chat filler: they match nearly every statement, so they would
+# only add cost to the query and noise to its ranking.
+_STOPWORD_TEXT = """
+    about above after again against all also and any are because been before being below
+    between both but can cannot could did does doing down during each few for from further
+    had has have having her here hers herself him himself his how into its itself just more
+    most myself nor not now off once only other ought our ours ourselves out over own same
+    she should some such than that the their theirs them themselves then there these they
+    this those through too under until very was were what when where which while who whom
+    why will with would you your yours yourself yourselves yeah yes okay hey hello thanks
+    thank please sure really well lol haha hmm
+"""
+STOPWORDS = frozenset(_STOPWORD_TEXT.split())
+
+_WORD = re.compile(r"\w+")
+_SPACE = re.compile(r"\s+")
+_SENTENCE = re.compile(r"(?<=[.!?])\s+")
+_FIRST_PERSON = re.compile(r"\b(?:i|i'm|i've|i'd|i'll|im|my|me|mine|myself|we|our|us)\b", re.I)
+_DIGIT = re.compile(r"\d")
+_DATE = re.compile(
+    r"\b(?:january|february|march|april|may|june|july|august|september|october|november"
+    r"|december|monday|tuesday|wednesday|thursday|friday|saturday|sunday|yesterday|today"
+    r"|tomorrow|tonight|weekend|week|month|year|ago|birthday|anniversary)s?\b",
+    re.I,
+)
+_RELATION = re.compile(
+    r"\b(?:wife|husband|partner|boyfriend|girlfriend|fianc[eé]e?|son|daughter|kid|child"
+    r"|children|baby|mom|mum|mother|dad|father|parent|brother|sister|sibling|grandma"
+    r"|grandmother|grandpa|grandfather|aunt|uncle|cousin|niece|nephew|friend|boss"
+    r"|colleague|coworker|neighbou?r|roommate|dog|cat|pet|puppy|kitten|family)s?\b",
+    re.I,
+)
+
+
+def query_terms(query: str) -> list[str]:
+    """The query's content words, lower-cased, once each, in order: stopwords and words
+    under three characters dropped (two-digit numbers kept: ages, counts)."""
+    terms: list[str] = []
+    for word in _WORD.findall(query.lower()):
+        short = len(word) < 3 and not (word.isdigit() and len(word) == 2)
+        if short or word in STOPWORDS or word in terms:
+            continue
+        terms.append(word)
+    return terms[:MAX_TERMS]
+
+
+def owner_token(user_uuid: str) -> str:
+    """The user as one FTS5 token (letters and digits only, so the tokenizer keeps it whole);
+    the SQL triggers compute the same."""
+    return "u" + user_uuid.replace("-", "").lower()
+
+
+def quoted(text: str) -> str:
+    # An FTS5 string: inside double quotes, a double quote is written twice. Everything
+    # inside is plain text to FTS5, never an operator, column filter or prefix query.
+    return '"' + text.replace('"', '""') + '"'
+
+
+def match_expression(user_uuid: str, terms: Sequence[str], boosts: Sequence[str] = ()) -> str:
+    """The user's own rows (their token ANDed in) holding any of ``terms``: the index
+    answers for this user alone, so other users can neither appear nor crowd them out.
+    ``boosts`` select nothing but still count in BM25 where present: they sit in an OR with
+    the owner token, which every row of the user has (and which weighs 0 in the ranking)."""
+    owner = f"owner : {quoted(owner_token(user_uuid))}"
+    expression = f"{owner} AND content : ({' OR '.join(quoted(t) for t in terms)})"
+    if boosts:
+        expression += f" AND ({owner} OR content : ({' OR '.join(quoted(t) for t in boosts)}))"
+    return expression
+
+
+def split_by_frequency(
+    terms: Sequence[str], frequency: dict[str, int], budget: int
+) -> tuple[list[str], list[str]]:
+    """``(selective, boosts)``: the rarest terms, as many as match at most ``budget`` rows
+    together, select the rows to rank; the next ones, up to ten times that, only add to the
+    ranking. BM25 costs work for every row a term occurs in, and a common word occurs in
+    much of a long history while weighing little; terms found nowhere are dropped."""
+    picked: tuple[list[str], list[str]] = ([], [])
+    total = 0
+    for term in sorted((t for t in terms if frequency.get(t)), key=lambda t: frequency[t]):
+        total += frequency[term]
+        if total <= budget and not picked[1]:
+            picked[0].append(term)
+        elif total <= 10 * budget:
+            picked[1].append(term)
+    return picked
+
+
+def informativeness(text: str) -> int:
+    """How much a statement discloses about its speaker, 0..4: first person, with a name or
+    place (a capitalised word inside a sentence), a number, a date or a relation. "I moved
+    to Leeds in May" scores; "ok sounds good" and "tell me a joke" do not."""
+    if not _FIRST_PERSON.search(text):
+        return 0
+    named = any(
+        word[:1].isupper() and word not in {"I", "I'm", "I've", "I'd", "I'll"}
+        for sentence in _SENTENCE.split(text)
+        for word in sentence.split()[1:]
+    )
+    signals = (named, _DIGIT.search(text), _DATE.search(text), _RELATION.search(text))
+    return sum(1 for signal in signals if signal)
+
+
+def fuse(rankings: Iterable[Sequence[int]]) -> list[int]:
+    """Reciprocal rank fusion: each id scores the sum of 1 / (k + rank) over the rankings
+    it appears in (rank from 1); ties keep the order of first appearance."""
+    scores: dict[int, float] = {}
+    for ranking in rankings:
+        for rank, item in enumerate(ranking, start=1):
+            scores[item] = scores.get(item, 0.0) + 1.0 / (RRF_K + rank)
+    return sorted(scores, key=lambda item: -scores[item])
+
+
+def shorten(text: str, limit: int) -> str:
+    """One line (whitespace collapsed: a statement can never fake a header or a new entry),
+    at most ``limit`` characters, cut at a word with an ellipsis."""
+    line = _SPACE.sub(" ", text).strip()
+    if len(line) <= limit:
+        return line
+    cut = line[: limit - 1]
+    if " " in cut and not line[limit - 1].isspace():
+        cut = cut.rsplit(" ", 1)[0]
+    return cut.rstrip() + "…"
+
+
+@dataclass(frozen=True, slots=True)
+class Statement:
+    """A past user turn for the block: ``said_at`` is when it was said (ISO)."""
+
+    message_id: int
+    text: str
+    said_at: str
+    replying_to: str | None = None
+
+    def line(self, *, with_reply: bool = True) -> str:
+        said = f'"{shorten(self.text, STATEMENT_CHARS)}"'
+        if with_reply and self.replying_to:
+            said = f'(replying to: "{shorten(self.replying_to, REPLY_CHARS)}") {said}'
+        return f"- [{self.said_at[:10]}] {said}"
+
+
+def render_block(facts: Sequence[str], statements: Sequence[Statement], max_chars: int) -> str:
+    """The block: facts (already ordered, as lines) then statements (best first), each
+    section omitted when empty, whole lines only, at most ``max_chars`` characters in all.
+    Facts take at most half while there are statements to show; statements are shown in
+    the order they were said, so a later correction follows what it corrects."""
+    fact_budget = max_chars // 2 if statements else max_chars
+    facts_part = _section(FACTS_HEADER, facts, fact_budget)
+    room = max_chars - len(facts_part) - (1 if facts_part else 0)
+    chosen: list[tuple[Statement, str]] = []
+    used = len(SAID_HEADER)
+    for statement in statements:
+        for line in (statement.line(with_reply=reply) for reply in (True, False)):
+            if used + 1 + len(line) <= room:
+                chosen.append((statement, line))
+                used += 1 + len(line)
+                break
+    chosen.sort(key=lambda pair: (pair[0].said_at, pair[0].message_id))
+    said_part = "\n".join([SAID_HEADER, *(line for _, line in chosen)]) if chosen else ""
+    return "\n".join(part for part in (facts_part, said_part) if part)
+
+
+def _section(header: str, lines: Sequence[str], budget: int) -> str:
+    kept: list[str] = []
+    used = len(header)
+    for line in lines:
+        if used + 1 + len(line) <= budget:
+            kept.append(line)
+            used += 1 + len(line)
+    return "\n".join([header, *kept]) if kept else ""

@@ -1,0 +1,258 @@
+"""Speed of the local backend's retrieval: ``get_context`` latency (p50/p99, ms) for one
+user with 10k and 100k stored messages (other users in the same file), BM25 alone and
+hybrid (BM25 + dense, when the ``embeddings`` extra is installed), and write throughput
+through ``add_messages``.
+
+Messages are synthetic — varied sentences from word lists, half user turns, half
+assistant turns, in threads of 40 — and queries are one-sentence questions from the same
+lists: this measures speed, not quality. The hybrid figures use a model2vec model built
+here with random vectors over the bench's vocabulary (dimension 256, as potion-base-8M):
+no network, the same arithmetic per query as a real static model.
+
+The big file is built with ``LocalBackend._insert``, the code ``add_messages`` runs inside
+its transaction, in batches of 1,000 (validation verdicts computed in a process pool
+first, as ``add_messages`` computes them before its transaction): the same rows, indexes
+and vectors, without a transaction per ten messages.
+
+    python bench/retrieval.py [--queries 300] [--big 100000]
+
+Prints one JSON object."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import sqlite3
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from afterthought.backends.base import OutgoingMessage, UserRef  # noqa: E402
+from afterthought.backends.local import LocalBackend, _verdict  # noqa: E402
+
+
+def words(text: str) -> list[str]:
+    return text.split()
+
+
+NAMES = words("Anna Ben Carla Dev Elif Farah Goran Hana Ivan Jonas Kira Liam Maya Nico Omar Pia")
+PLACES = words(
+    "Manchester Lisbon Oslo Berlin Kyoto Austin Lagos Porto Leeds Quebec Tallinn Seville"
+    " Denver Krakow Nairobi Bergen Lyon Utrecht Galway Perth Busan Cusco Malmo Sapporo"
+)
+RELATIONS = words("sister brother mother father wife husband friend boss cousin son daughter")
+PETS = words("dog cat rabbit parrot hamster turtle")
+NOUNS = words(
+    "garden kitchen guitar bicycle novel marathon recipe painting concert museum project"
+    " deadline promotion interview apartment holiday flight camera laptop telescope piano"
+    " sourdough pottery chess climbing hiking swimming tennis yoga podcast documentary"
+    " festival wedding birthday workshop conference exhibition vineyard lighthouse bakery"
+    " library theatre stadium island mountain river lake forest desert harbour market"
+)
+VERBS = words(
+    "visited loved started finished bought sold painted cooked watched played joined"
+    " planned booked missed found lost fixed built learned taught moved adopted"
+)
+#: Everyday vocabulary beyond the templates' (pseudo-words, Zipf-distributed: a few common,
+#: most rare), so postings lists have realistic lengths rather than every word everywhere.
+TOPICS = [
+    a + b + c
+    for a in "bdfklmprst"
+    for b in ("a", "e", "i", "o", "u", "ai", "ou")
+    for c in ("n", "r", "l", "st", "nd", "ck", "m", "sh")
+][:500]
+TOPIC_WEIGHTS = [1 / (rank + 1) for rank in range(len(TOPICS))]
+TIMES = "yesterday|last week|in May|this weekend|two years ago|on Monday|in 2019|last summer"
+TEMPLATES = (
+    "I {verb} the {noun} in {place} with my {relation} {name} {time}.",
+    "My {relation} {name} {verb} a {noun} near {place} {time}, it was great.",
+    "We {verb} our {pet} to the {noun} {time} and it was lovely.",
+    "Honestly the {noun} was better than the {noun2}, {name} agreed.",
+    "I think I {verb} {count} {noun}s {time}, not sure about the {noun2}.",
+)
+ASSISTANT = (
+    "That sounds wonderful! How did {name} like the {noun}?",
+    "What was the {noun} in {place} like?",
+    "Did you enjoy the {noun2} with your {relation}?",
+)
+QUERIES = (
+    "What did I do with my {relation} in {place}?",
+    "When did I visit the {noun}?",
+    "Who went to the {noun} with me {time}?",
+    "What is my {pet} called and where did we take it?",
+    "How many {noun}s did I buy?",
+)
+
+
+def fill(rng: random.Random, template: str) -> str:
+    topics = " ".join(rng.choices(TOPICS, TOPIC_WEIGHTS, k=rng.randint(1, 4)))
+    return (
+        topics
+        + ": "
+        + template.format(
+            verb=rng.choice(VERBS),
+            noun=rng.choice(NOUNS),
+            noun2=rng.choice(NOUNS),
+            place=rng.choice(PLACES),
+            relation=rng.choice(RELATIONS),
+            name=rng.choice(NAMES),
+            pet=rng.choice(PETS),
+            time=rng.choice(TIMES.split("|")),
+            count=rng.randint(2, 40),
+        )
+    )
+
+
+def conversation(rng: random.Random, count: int) -> list[OutgoingMessage]:
+    """``count`` turns, user and assistant alternating, a day apart every 40 turns."""
+    out = []
+    for i in range(count):
+        day = f"2025-{1 + (i // 40 // 28) % 12:02d}-{1 + (i // 40) % 28:02d}T10:00:00+00:00"
+        if i % 2 == 0:
+            text = fill(rng, rng.choice(TEMPLATES))
+            out.append(OutgoingMessage("user", text, day))
+        else:
+            out.append(OutgoingMessage("assistant", fill(rng, rng.choice(ASSISTANT)), day))
+    return out
+
+
+def embedder() -> Any:
+    """A model2vec model over the bench's vocabulary with random vectors, or None when the
+    ``embeddings`` extra is not installed."""
+    try:
+        import numpy as np
+        from model2vec import StaticModel
+        from tokenizers import Tokenizer, models, pre_tokenizers
+
+        from afterthought.backends.embeddings import Model2VecEmbedder
+    except ImportError:
+        return None
+    groups = (NAMES, PLACES, RELATIONS, PETS, NOUNS, VERBS, TOPICS)
+    known = {w.lower() for group in groups for w in group}
+    known |= {w.lower() for t in (*TEMPLATES, *ASSISTANT, *QUERIES) for w in t.split()}
+    vocab = {"[UNK]": 0} | {w: i + 1 for i, w in enumerate(sorted(known))}
+    tokenizer = Tokenizer(models.WordLevel(vocab=vocab, unk_token="[UNK]"))
+    tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
+    vectors = np.random.default_rng(0).standard_normal((len(vocab), 256)).astype(np.float32)
+    return Model2VecEmbedder.from_model(StaticModel(vectors, tokenizer), name="bench-random-256")
+
+
+def verdicts(messages: Sequence[OutgoingMessage]) -> list[Any]:
+    return [_verdict(m.role, m.content, True) for m in messages]
+
+
+def bulk_insert(
+    backend: LocalBackend,
+    db: sqlite3.Connection,
+    user: UserRef,
+    messages: list[OutgoingMessage],
+    pool: ProcessPoolExecutor,
+) -> None:
+    chunks = [messages[i : i + 1000] for i in range(0, len(messages), 1000)]
+    for chunk, judged in zip(chunks, pool.map(verdicts, chunks), strict=True):
+        with db:
+            for start in range(0, len(chunk), 40):
+                thread = f"{user.user_uuid}:{random.random()}"
+                db.execute(
+                    "INSERT INTO threads VALUES (?, ?, ?, '2025-01-01')",
+                    (thread, user.user_uuid, thread),
+                )
+                backend._insert(
+                    db,
+                    thread,
+                    user.user_uuid,
+                    chunk[start : start + 40],
+                    judged[start : start + 40],
+                    (),
+                )
+
+
+async def latencies(backend: LocalBackend, user: UserRef, queries: list[str]) -> dict[str, float]:
+    for query in queries[:20]:  # warm caches (the dense matrix is read from the file once)
+        await backend.get_context(user=user, query=query, max_chars=4000, timeout=30)
+    times = []
+    for query in queries:
+        started = time.perf_counter()
+        await backend.get_context(user=user, query=query, max_chars=4000, timeout=30)
+        times.append((time.perf_counter() - started) * 1000)
+    times.sort()
+    return {
+        "p50_ms": round(statistics.median(times), 2),
+        "p99_ms": round(times[min(len(times) - 1, int(len(times) * 0.99))], 2),
+    }
+
+
+async def write_throughput(path: Path, model: Any, count: int) -> float:
+    """Messages per second through ``add_messages``, batches of 10 (a worker's flush)."""
+    backend = LocalBackend(path, model)
+    user, _ = await backend.ensure_user(zep_user_id="writer")
+    thread = await backend.create_thread(user=user, idempotency_key="writer")
+    messages = conversation(random.Random(7), count)
+    started = time.perf_counter()
+    for i in range(0, count, 10):
+        await backend.add_messages(
+            thread_uuid=thread, messages=messages[i : i + 10], idempotency_key=f"w{i}"
+        )
+    elapsed = time.perf_counter() - started
+    await backend.aclose()
+    return round(count / elapsed, 1)
+
+
+async def main(queries_count: int, big: int, others: int, writes: int) -> dict[str, Any]:
+    rng = random.Random(1)
+    queries = [fill(rng, rng.choice(QUERIES)) for _ in range(queries_count)]
+    model = embedder()
+    result: dict[str, Any] = {"queries": queries_count, "hybrid_model": "none"}
+    with tempfile.TemporaryDirectory() as tmp, ProcessPoolExecutor() as pool:
+        path = Path(tmp) / "bench.sqlite3"
+        writer = LocalBackend(path, model)
+        db = writer._connect()
+        for n in range(others):  # other users first: their rows share the index
+            other, _ = await writer.ensure_user(zep_user_id=f"other{n}")
+            bulk_insert(writer, db, other, conversation(random.Random(n), 1000), pool)
+        user, _ = await writer.ensure_user(zep_user_id="subject")
+        everything = conversation(random.Random(99), big)
+        stored = 0
+        for size in (10_000, big):
+            bulk_insert(writer, db, user, everything[stored:size], pool)
+            stored = size
+            label = f"{size // 1000}k"
+            plain = LocalBackend(path)
+            result[f"bm25_{label}"] = await latencies(plain, user, queries)
+            await plain.aclose()
+            if model is not None:
+                hybrid = LocalBackend(path, model)
+                result[f"hybrid_{label}"] = await latencies(hybrid, user, queries)
+                await hybrid.aclose()
+        await writer.aclose()
+        result["file_mb"] = round(path.stat().st_size / 2**20, 1)
+        result["write_msgs_per_s_bm25"] = await write_throughput(
+            Path(tmp) / "w1.sqlite3", None, writes
+        )
+        if model is not None:
+            result["hybrid_model"] = model.name
+            result["write_msgs_per_s_hybrid"] = await write_throughput(
+                Path(tmp) / "w2.sqlite3", model, writes
+            )
+    result["other_users_messages"] = others * 1000
+    return result
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--queries", type=int, default=300)
+    parser.add_argument("--big", type=int, default=100_000)
+    parser.add_argument("--others", type=int, default=10, help="other users, 1,000 messages each")
+    parser.add_argument("--writes", type=int, default=2000)
+    args = parser.parse_args()
+    print(json.dumps(asyncio.run(main(args.queries, args.big, args.others, args.writes))))
