@@ -95,9 +95,16 @@ class Fact(BaseModel):
         return fact_signature(self.subject, self.predicate, self.value)
 
     def statement(self) -> str:
-        """The fact as a line; one about someone else names them ("sister Ana lives in")."""
-        about = "" if self.subject == "user" else f"{self.subject} "
-        return f"{about}{self.predicate.replace('_', ' ')}: {self.value}"
+        return statement(self.subject, self.predicate, self.value)
+
+
+def statement(subject: str, predicate: str, value: str) -> str:
+    """A fact as a line; one about someone else names them ("sister Ana lives in: Oslo"),
+    a free-form note is its own text."""
+    if predicate == "noted":
+        return value
+    about = "" if subject == "user" else f"{subject} "
+    return f"{about}{predicate.replace('_', ' ')}: {value}"
 
 
 def fact_signature(subject: str, predicate: str, value: str) -> str:

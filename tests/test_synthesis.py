@@ -46,9 +46,12 @@ async def test_a_changed_fact_replaces_the_old_one_in_later_sessions(
     await _session(local_settings, "I'm allergic to peanuts.")
     await _session(local_settings, "I moved to Porto.", "My favourite tea is genmaicha.")
     block = "\n".join(await _session(local_settings, "What do you know about me?"))
+    facts, said = block.split("# What the user said before", 1)
 
-    assert "Porto" in block and "genmaicha" in block and "peanuts" in block
-    assert "Lisbon" not in block and "sencha" not in block  # superseded, not shown
+    assert "Porto" in facts and "genmaicha" in facts and "peanuts" in facts
+    assert "Lisbon" not in facts and "sencha" not in facts  # superseded: not current
+    # What was said stays quoted with its date, the correction after what it corrects.
+    assert said.index("Lisbon") < said.index("Porto")
 
 
 async def test_poison_never_reaches_the_context(

@@ -40,7 +40,7 @@ from afterthought.backends.retrieval import (
     render_block,
     split_by_frequency,
 )
-from afterthought.facts import Fact, StoredFact
+from afterthought.facts import Fact, StoredFact, statement
 from afterthought.search import SearchHit, SearchRequest
 from afterthought.validation import detect
 
@@ -392,9 +392,9 @@ class LocalBackend(MemoryBackend):
         template_uuid: str | None = None,
     ) -> str:
         facts = [
-            (value if predicate == "noted" else f"{predicate.replace('_', ' ')}: {value}", at)
-            for predicate, value, at in db.execute(
-                "SELECT predicate, value, valid_at FROM facts WHERE user_uuid = ?"
+            (statement(subject, predicate, value), at)
+            for subject, predicate, value, at in db.execute(
+                "SELECT subject, predicate, value, valid_at FROM facts WHERE user_uuid = ?"
                 " AND invalid_at IS NULL ORDER BY importance DESC, valid_at DESC LIMIT 1000",
                 (user.user_uuid,),
             )
