@@ -6,6 +6,7 @@ writes nothing twice (duplicates of current facts are skipped)."""
 from __future__ import annotations
 
 import logging
+import re
 import secrets
 from collections import Counter
 from datetime import UTC, datetime
@@ -14,6 +15,7 @@ import redis.asyncio as aioredis
 
 from afterthought.audit import AuditLog, Entry
 from afterthought.backends.base import HistoryMessage, MemoryBackend, UserRef
+from afterthought.backends.retrieval import STOPWORDS
 from afterthought.context_cache import ContextCache, now_version
 from afterthought.facts import Fact, StoredFact, fact_signature
 from afterthought.identity import RELEASE_LUA, IdentityRegistry
@@ -98,6 +100,57 @@ def consolidate(
         add.append(fact)
     outcome["written"] = len(add)
     return add, invalidate, outcome
+
+
+#: Words that say something changed ("we finally moved", "I quit", "got promoted").
+_CHANGE_TEXT = """
+    moved move moving relocated settled quit left leaving promoted switched switching
+    changed change stopped stop stopping started starting new now anymore longer instead
+    actually retired retiring rescheduled postponed cancelled canceled decided gone became
+    become becoming replaced ended dropped
+"""
+_CHANGE = frozenset(_CHANGE_TEXT.split())
+#: What a predicate is about, beyond its value's own words.
+_TOPICS = {
+    "lives_in": "live living lived flat apartment house home place neighbourhood neighborhood",
+    "works_at": "job work working company employer role position hired office boss team",
+    "occupation": "job work working role position title hired promoted retired",
+    "diet": "diet vegetarian vegan pescatarian meat fish eating eat ate",
+    "studies_at": "study studying course degree university school college",
+}
+_WORD = re.compile(r"[^\W\d_]{3,}|\d+", re.UNICODE)
+
+
+def _words(text: str) -> set[str]:
+    return {w.lower() for w in _WORD.findall(text)}
+
+
+def retired(
+    facts: list[tuple[str, str, str, str, list[str]]], messages: list[HistoryMessage]
+) -> set[str]:
+    """Which facts (``(id, predicate, value, valid_at, source_keys)``) the user spoke of
+    later in words of change — "I quit Kontor", "got promoted to lead", "I've basically
+    gone pescatarian" — that the extractor did not turn into a newer fact. Such a fact is
+    no longer presented as current: what the user said last is shown instead, dated. The
+    rules miss most ways of saying a thing changed; this catches what they miss, at the
+    price of retiring a fact now and then that a remark merely mentioned (its statement
+    stays retrievable)."""
+    later = [(m, _words(m.content)) for m in messages if m.role == "user"]
+    gone: set[str] = set()
+    for fact_id, predicate, value, valid_at, sources in facts:
+        about = (_words(value) - STOPWORDS) | _words(_TOPICS.get(predicate, ""))
+        if predicate.startswith("event_"):
+            about |= _words(predicate.removeprefix("event_").replace("_", " "))
+        for message, words in later:
+            if (
+                message.key not in sources
+                and _when(message.reference_time) > _when(valid_at)
+                and words & _CHANGE
+                and words & about
+            ):
+                gone.add(fact_id)
+                break
+    return gone
 
 
 class Synthesizer:
@@ -212,6 +265,15 @@ class Synthesizer:
         }
         current = await self.backend.list_facts(user=user)
         add, invalidate, outcome = consolidate(accepted, current, tombstones)
+        held = [f for f in current if f.invalid_at is None and f.uuid not in invalidate]
+        gone = retired(
+            [(f.uuid, f.predicate, f.value, f.valid_at, f.source_keys) for f in held]
+            + [(f.signature, f.predicate, f.value, f.valid_at or "", f.source_keys) for f in add],
+            messages,
+        )
+        add = [f for f in add if f.signature not in gone]
+        invalidate += [f.uuid for f in held if f.uuid in gone]
+        outcome["retired"] = len(gone)
         now = datetime.now(UTC).isoformat()
         if add or invalidate:
             await self.backend.write_facts(user=user, add=add, invalidate=invalidate, at=now)

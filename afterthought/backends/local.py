@@ -39,6 +39,7 @@ from afterthought.backends.retrieval import (
     quoted,
     render_block,
     split_by_frequency,
+    with_follow_ups,
 )
 from afterthought.facts import Fact, StoredFact, statement
 from afterthought.search import SearchHit, SearchRequest
@@ -125,6 +126,8 @@ RANKED_ROWS = 1000
 INFORMATIVE = 40
 #: How many of the user's newest informative statements the informative ranking reads.
 INFORMATIVE_POOL = 200
+#: The newest statements a follow-up is looked for in.
+FOLLOW_UP_POOL = 200
 _WORD = re.compile(r"\w{3,}", re.UNICODE)
 
 
@@ -459,18 +462,23 @@ class LocalBackend(MemoryBackend):
         fused with the dense ranking when an embedder is set), then the most informative
         recent ones; each once (by row and by text), with the turn it replied to."""
         ranked = [*self._relevant(db, user_uuid, query), *self._informative(db, user_uuid)]
-        ids = list(dict.fromkeys(ranked))[:limit]
+        ids = list(dict.fromkeys(ranked))
         if not ids:
             return []
+        # The candidates, and the user's newest statements as the follow-ups' pool.
         rows = {
             r[0]: r[1:]
             for r in db.execute(
                 "SELECT id, thread_uuid, content, COALESCE(reference_time, created_at)"
                 f" FROM messages WHERE user_uuid = ? AND eligible = 1"
-                f" AND id IN ({','.join('?' * len(ids))})",
-                (user_uuid, *ids),
+                f" AND (id IN ({','.join('?' * len(ids))}) OR id >= COALESCE((SELECT id FROM"
+                " messages WHERE user_uuid = ? AND eligible = 1 ORDER BY id DESC"
+                " LIMIT 1 OFFSET ?), 0))",
+                (user_uuid, *ids, user_uuid, FOLLOW_UP_POOL - 1),
             )
         }
+        pool = {i: (content, said_at) for i, (_, content, said_at) in rows.items()}
+        ids = with_follow_ups(ids, pool)[:limit]
         seen: set[str] = set()
         found: list[Statement] = []
         for message_id in ids:

@@ -159,6 +159,38 @@ class Statement:
         return f"- [{self.said_at[:10]}] {said}"
 
 
+#: Content words two statements share to be about the same thing (a follow-up).
+FOLLOW_UP_WORDS = 2
+
+
+def with_follow_ups(ranked: Sequence[int], pool: dict[int, tuple[str, str]]) -> list[int]:
+    """``ranked`` (message ids, best first) with, right after each statement, the newest
+    later statement of ``pool`` (id -> (text, said_at)) about the same thing: what was
+    said last about a thing goes wherever an earlier word on it goes, so a block never
+    shows an old value without the statement that replaced it."""
+    words = {i: set(query_terms(text)) for i, (text, _) in pool.items()}
+    placed: set[int] = set()
+    out: list[int] = []
+    for message_id in ranked:
+        if message_id in placed or message_id not in pool:
+            continue
+        out.append(message_id)
+        placed.add(message_id)
+        said_at = pool[message_id][1]
+        newer = [
+            other
+            for other in pool
+            if other not in placed
+            and pool[other][1] > said_at
+            and len(words[other] & words[message_id]) >= FOLLOW_UP_WORDS
+        ]
+        if newer:
+            latest = max(newer, key=lambda other: (pool[other][1], other))
+            out.append(latest)
+            placed.add(latest)
+    return out
+
+
 def render_block(facts: Sequence[str], statements: Sequence[Statement], max_chars: int) -> str:
     """The block: facts (already ordered, as lines) then statements (best first), each
     section omitted when empty, whole lines only, at most ``max_chars`` characters in all.
