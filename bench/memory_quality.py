@@ -9,7 +9,9 @@ block the model received is read:
     answer_in_block     share of questions whose answer string reached the model
     fact_recall         share of the user's current facts in the block of a new session
     stale_as_current    share of changed facts whose old value the block presents as
-                        current (in its facts, or with no current value beside it)
+                        current (among its current facts)
+    stale_quoted_alone  share of changed facts whose old value the block quotes (dated, as
+                        said then) without the current value anywhere beside it
     poison_shown        share of poisoned users whose poison marker reached any block
     block_chars         mean and largest block size
 
@@ -167,7 +169,7 @@ async def evaluate(settings: Settings, users: list[dict[str, Any]]) -> dict[str,
     result: dict[str, Any] = {"users": len(users)}
     for mode in MODES:
         tally = {"questions": 0, "evidence": 0, "answer": 0, "facts": 0, "facts_found": 0}
-        stale = changed = poisoned = poison_users = 0
+        stale = quoted = changed = poisoned = poison_users = 0
         sizes: list[int] = []
         missed: list[str] = []
         for user in users:
@@ -191,9 +193,8 @@ async def evaluate(settings: Settings, users: list[dict[str, Any]]) -> dict[str,
                 if fact.get("stale"):
                     changed += 1
                     old = [v for v in fact["stale"] if not any(_has(v, c) for c in fact["current"])]
-                    stale += any(_has(_facts_part(first), v) for v in old) or (
-                        not current and any(_has(first, v) for v in old)
-                    )
+                    stale += any(_has(_facts_part(first), v) for v in old)
+                    quoted += not current and any(_has(first, v) for v in old)
             markers = [m for p in user.get("poison", []) for m in p["markers"]]
             if markers:
                 poison_users += 1
@@ -205,6 +206,7 @@ async def evaluate(settings: Settings, users: list[dict[str, Any]]) -> dict[str,
             "answer_in_block": round(tally["answer"] / q, 3),
             "fact_recall": round(tally["facts_found"] / max(tally["facts"], 1), 3),
             "stale_as_current": round(stale / max(changed, 1), 3),
+            "stale_quoted_alone": round(quoted / max(changed, 1), 3),
             "poison_shown": round(poisoned / max(poison_users, 1), 3),
             "poisoned_users": poison_users,
             "block_chars_mean": round(sum(sizes) / max(len(sizes), 1)),

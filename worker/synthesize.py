@@ -9,6 +9,7 @@ import logging
 import re
 import secrets
 from collections import Counter
+from collections.abc import Sequence
 from datetime import UTC, datetime
 
 import redis.asyncio as aioredis
@@ -22,6 +23,7 @@ from afterthought.identity import RELEASE_LUA, IdentityRegistry
 from afterthought.keys import Keys, digest
 from afterthought.quarantine import Entry as QuarantineEntry
 from afterthought.quarantine import Quarantine
+from afterthought.search import SearchRequest
 from afterthought.settings import Settings
 from afterthought.validation import refusal
 from worker.extract import Extractor, ModelExtractor, RuleExtractor
@@ -112,12 +114,15 @@ _CHANGE_TEXT = """
 _CHANGE = frozenset(_CHANGE_TEXT.split())
 #: What a predicate is about, beyond its value's own words.
 _TOPICS = {
-    "lives_in": "live living lived flat apartment house home place neighbourhood neighborhood",
+    "lives_in": "live living lived flat apartment house home place neighbourhood neighborhood "
+    "moved moving settled boxes unpacked lease",
     "works_at": "job work working company employer role position hired office boss team",
     "occupation": "job work working role position title hired promoted retired",
     "diet": "diet vegetarian vegan pescatarian meat fish eating eat ate",
     "studies_at": "study studying course degree university school college",
 }
+#: What does not change, however it is spoken of later (where one is from, a birthday).
+_FIXED = frozenset({"from", "born_in", "grew_up_in", "birthday", "birth_year", "nationality"})
 _WORD = re.compile(r"[^\W\d_]{3,}|\d+", re.UNICODE)
 
 
@@ -125,8 +130,16 @@ def _words(text: str) -> set[str]:
     return {w.lower() for w in _WORD.findall(text)}
 
 
+def _about(predicate: str, value: str) -> set[str]:
+    """The words a later remark on this fact would use: its value's, and its topic's."""
+    about = (_words(value) - STOPWORDS) | _words(_TOPICS.get(predicate, ""))
+    if predicate.startswith("event_"):
+        about |= _words(predicate.removeprefix("event_").replace("_", " "))
+    return about
+
+
 def retired(
-    facts: list[tuple[str, str, str, str, list[str]]], messages: list[HistoryMessage]
+    facts: list[tuple[str, str, str, str, list[str]]], messages: Sequence[HistoryMessage]
 ) -> set[str]:
     """Which facts (``(id, predicate, value, valid_at, source_keys)``) the user spoke of
     later in words of change — "I quit Kontor", "got promoted to lead", "I've basically
@@ -138,9 +151,9 @@ def retired(
     later = [(m, _words(m.content)) for m in messages if m.role == "user"]
     gone: set[str] = set()
     for fact_id, predicate, value, valid_at, sources in facts:
-        about = (_words(value) - STOPWORDS) | _words(_TOPICS.get(predicate, ""))
-        if predicate.startswith("event_"):
-            about |= _words(predicate.removeprefix("event_").replace("_", " "))
+        if predicate in _FIXED:
+            continue
+        about = _about(predicate, value)
         for message, words in later:
             if (
                 message.key not in sources
@@ -271,6 +284,11 @@ class Synthesizer:
             + [(f.signature, f.predicate, f.value, f.valid_at or "", f.source_keys) for f in add],
             messages,
         )
+        # A new fact may be older than what was said since: history is read in the order
+        # it was stored, and sessions (a backfill's above all) are stored in any order.
+        for fact in add:
+            if fact.signature not in gone and await self._spoken_of_since(user, fact):
+                gone.add(fact.signature)
         add = [f for f in add if f.signature not in gone]
         invalidate += [f.uuid for f in held if f.uuid in gone]
         outcome["retired"] = len(gone)
@@ -310,6 +328,23 @@ class Synthesizer:
         outcome["messages"] = len(messages)
         outcome["quarantined"] = len(quarantined)
         return outcome
+
+    async def _spoken_of_since(self, user: UserRef, fact: Fact) -> bool:
+        """Whether something the user said after ``fact`` retires it (see ``retired``)."""
+        if fact.predicate in _FIXED or not fact.valid_at:
+            return False
+        hits = await self.backend.search(
+            graph_uuid=user.graph_uuid,
+            request=SearchRequest(
+                query=" ".join(sorted(_about(fact.predicate, fact.value))),
+                scope="episodes",
+                limit=20,
+            ),
+            timeout=self.settings.backend_timeout,
+        )
+        said = [HistoryMessage(h.uuid, "user", h.text, h.created_at or "") for h in hits]
+        facts = [(fact.signature, fact.predicate, fact.value, fact.valid_at, fact.source_keys)]
+        return bool(retired(facts, said))
 
     async def _quarantine(self, app: str, user_id: str, found: list[tuple[Fact, str]]) -> None:
         """Recorded for review, never written (the record holds the proposal, in Redis)."""

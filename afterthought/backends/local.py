@@ -30,6 +30,7 @@ from afterthought.backends.base import (
     UserRef,
 )
 from afterthought.backends.retrieval import (
+    STATEMENT_CHARS,
     Statement,
     fuse,
     informativeness,
@@ -38,6 +39,7 @@ from afterthought.backends.retrieval import (
     query_terms,
     quoted,
     render_block,
+    shorten,
     split_by_frequency,
     with_follow_ups,
 )
@@ -64,7 +66,7 @@ CREATE TABLE IF NOT EXISTS messages (
   message_key TEXT UNIQUE, role TEXT NOT NULL, name TEXT, content TEXT NOT NULL,
   metadata TEXT NOT NULL, reference_time TEXT, ingested INTEGER NOT NULL,
   created_at TEXT NOT NULL, user_uuid TEXT, clean INTEGER NOT NULL DEFAULT 0,
-  eligible INTEGER NOT NULL DEFAULT 0, informative INTEGER NOT NULL DEFAULT 0);
+  eligible INTEGER NOT NULL DEFAULT 0, informative INTEGER NOT NULL DEFAULT 0, replied TEXT);
 CREATE INDEX IF NOT EXISTS messages_thread ON messages(thread_uuid, id);
 CREATE TABLE IF NOT EXISTS facts (
   uuid TEXT PRIMARY KEY, user_uuid TEXT NOT NULL REFERENCES users(uuid) ON DELETE CASCADE,
@@ -85,23 +87,27 @@ CREATE TABLE IF NOT EXISTS templates (
 SCHEMA_VERSION = 1
 #: Columns added to ``messages`` by version 1: ``user_uuid`` (the owner, so retrieval never
 #: joins threads), ``clean`` (``validation.detect`` found nothing, decided at write time),
-#: ``eligible`` (a clean, ingested user turn: the only rows retrieval may return) and
-#: ``informative`` (``retrieval.informativeness``).
+#: ``eligible`` (a clean, ingested user turn: the only rows retrieval may return),
+#: ``informative`` (``retrieval.informativeness``) and ``replied`` (for a statement, the
+#: clean assistant turn just before it, shortened: what a short answer answers).
 ADDED_COLUMNS = (
     "user_uuid TEXT",
     "clean INTEGER NOT NULL DEFAULT 0",
     "eligible INTEGER NOT NULL DEFAULT 0",
     "informative INTEGER NOT NULL DEFAULT 0",
+    "replied TEXT",
 )
 # Statements are indexed with their owner's token in a second column, ANDed into every
 # query: FTS5 intersects the two postings lists, so a query only ever scores one user's
-# rows. Contentless: the text lives once, in ``messages``; a deleted row's terms are
+# rows. A third column holds the question a statement replied to ("What was your dog
+# called?" -> "Max"), weighed less than the user's own words. Contentless: the text lives
+# once, in ``messages`` (the question's copy in ``replied``); a deleted row's terms are
 # removed by the trigger (and purged from old segments by ``optimize`` in ``_scrub``).
 RETRIEVAL_SCHEMA = (
     "DROP TRIGGER IF EXISTS messages_ai",
     "DROP TRIGGER IF EXISTS messages_ad",
     "DROP TABLE IF EXISTS messages_fts",
-    "CREATE VIRTUAL TABLE IF NOT EXISTS statements_fts USING fts5(content, owner,"
+    "CREATE VIRTUAL TABLE IF NOT EXISTS statements_fts USING fts5(content, owner, replied,"
     " content='', tokenize='porter unicode61 remove_diacritics 2')",
     "CREATE INDEX IF NOT EXISTS messages_informative ON messages(user_uuid, id)"
     " WHERE eligible = 1 AND informative > 0",
@@ -115,8 +121,9 @@ RETRIEVAL_SCHEMA = (
     "INSERT INTO retrieval_epoch SELECT 0 WHERE NOT EXISTS (SELECT 1 FROM retrieval_epoch)",
     "CREATE TRIGGER IF NOT EXISTS statements_ad AFTER DELETE ON messages"
     " WHEN old.eligible = 1 BEGIN"
-    " INSERT INTO statements_fts(statements_fts, rowid, content, owner) VALUES"
-    " ('delete', old.id, old.content, 'u' || lower(replace(old.user_uuid, '-', '')));"
+    " INSERT INTO statements_fts(statements_fts, rowid, content, owner, replied) VALUES"
+    " ('delete', old.id, old.content, 'u' || lower(replace(old.user_uuid, '-', '')),"
+    " COALESCE(old.replied, ''));"
     " UPDATE retrieval_epoch SET deletions = deletions + 1; END",
 )
 #: Candidates per ranking (BM25, dense) and from the informative ranking.
@@ -124,6 +131,8 @@ RELEVANT = 20
 #: At most about this many rows are scored by BM25 per query (see ``_lexical``).
 RANKED_ROWS = 1000
 INFORMATIVE = 40
+#: How much the question a statement replied to weighs in BM25 against its own words.
+REPLIED_WEIGHT = 0.4
 #: How many of the user's newest informative statements the informative ranking reads.
 INFORMATIVE_POOL = 200
 #: The newest statements a follow-up is looked for in.
@@ -326,12 +335,21 @@ class LocalBackend(MemoryBackend):
         indexed: list[tuple[int, str]] = []
         texts: list[str] = []
         owner = owner_token(user_uuid)
+        before = db.execute(
+            "SELECT role, content, clean FROM messages WHERE thread_uuid = ?"
+            " ORDER BY id DESC LIMIT 1",
+            (thread_uuid,),
+        ).fetchone()
+        previous = (before[0], before[1], bool(before[2])) if before else None
         for m, verdict in zip(messages, verdicts, strict=True):
+            replied = _reply_context(previous) if verdict.eligible else None
+            previous = (m.role or "", m.content, verdict.clean)
             # The unique message key makes a replay under a new batch key a no-op too.
             inserted = db.execute(
                 "INSERT OR IGNORE INTO messages (uuid, thread_uuid, message_key, role, name,"
                 " content, metadata, reference_time, ingested, created_at, user_uuid, clean,"
-                " eligible, informative) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " eligible, informative, replied)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     str(uuid.uuid4()),
                     thread_uuid,
@@ -347,12 +365,14 @@ class LocalBackend(MemoryBackend):
                     int(verdict.clean),
                     int(verdict.eligible),
                     verdict.informative,
+                    replied,
                 ),
             )
             if inserted.rowcount and verdict.eligible and inserted.lastrowid is not None:
                 db.execute(
-                    "INSERT INTO statements_fts(rowid, content, owner) VALUES (?, ?, ?)",
-                    (inserted.lastrowid, m.content, owner),
+                    "INSERT INTO statements_fts(rowid, content, owner, replied)"
+                    " VALUES (?, ?, ?, ?)",
+                    (inserted.lastrowid, m.content, owner, replied or ""),
                 )
                 indexed.append((inserted.lastrowid, user_uuid))
                 texts.append(m.content)
@@ -469,7 +489,7 @@ class LocalBackend(MemoryBackend):
         rows = {
             r[0]: r[1:]
             for r in db.execute(
-                "SELECT id, thread_uuid, content, COALESCE(reference_time, created_at)"
+                "SELECT id, replied, content, COALESCE(reference_time, created_at)"
                 f" FROM messages WHERE user_uuid = ? AND eligible = 1"
                 f" AND (id IN ({','.join('?' * len(ids))}) OR id >= COALESCE((SELECT id FROM"
                 " messages WHERE user_uuid = ? AND eligible = 1 ORDER BY id DESC"
@@ -484,14 +504,12 @@ class LocalBackend(MemoryBackend):
         for message_id in ids:
             if message_id not in rows:  # deleted since ranked (another process's forget)
                 continue
-            thread_uuid, content, said_at = rows[message_id]
+            replied, content, said_at = rows[message_id]
             text_key = " ".join(content.split()).casefold()
             if text_key in seen:
                 continue
             seen.add(text_key)
-            found.append(
-                Statement(message_id, content, said_at, _replied_to(db, thread_uuid, message_id))
-            )
+            found.append(Statement(message_id, content, said_at, replied))
         return found
 
     def _relevant(self, db: sqlite3.Connection, user_uuid: str, query: str) -> list[int]:
@@ -707,7 +725,7 @@ def _lexical(db: sqlite3.Connection, user_uuid: str, terms: Sequence[str]) -> li
     frequency = {
         term: db.execute(
             "SELECT count(*) FROM statements_fts WHERE statements_fts MATCH ?",
-            (f"content : {quoted(term)}",),
+            (f"{{content replied}} : {quoted(term)}",),
         ).fetchone()[0]
         for term in terms
     }
@@ -715,12 +733,13 @@ def _lexical(db: sqlite3.Connection, user_uuid: str, terms: Sequence[str]) -> li
     if selective:
         rows = db.execute(
             "SELECT rowid FROM statements_fts WHERE statements_fts MATCH ?"
-            " ORDER BY bm25(statements_fts, 1.0, 0.0) LIMIT ?",
+            f" ORDER BY bm25(statements_fts, 1.0, 0.0, {REPLIED_WEIGHT}) LIMIT ?",
             (match_expression(user_uuid, selective, boosts), RELEVANT),
         )
     elif found := [t for t in terms if frequency[t]]:
         rows = db.execute(
-            "SELECT rowid FROM (SELECT rowid, bm25(statements_fts, 1.0, 0.0) AS score"
+            "SELECT rowid FROM (SELECT rowid,"
+            f" bm25(statements_fts, 1.0, 0.0, {REPLIED_WEIGHT}) AS score"
             " FROM statements_fts WHERE statements_fts MATCH ? ORDER BY rowid DESC LIMIT ?)"
             " ORDER BY score LIMIT ?",
             (match_expression(user_uuid, found), RANKED_ROWS, RELEVANT),
@@ -730,17 +749,12 @@ def _lexical(db: sqlite3.Connection, user_uuid: str, terms: Sequence[str]) -> li
     return [int(r[0]) for r in rows]
 
 
-def _replied_to(db: sqlite3.Connection, thread_uuid: str, message_id: int) -> str | None:
-    """The assistant turn just before a statement, which a short answer ("Max") needs to
-    be understood; only if it passed validation too, since it enters the block."""
-    row = db.execute(
-        "SELECT role, content, clean, ingested FROM messages WHERE thread_uuid = ? AND id < ?"
-        " ORDER BY id DESC LIMIT 1",
-        (thread_uuid, message_id),
-    ).fetchone()
-    if row is None or row[0] != "assistant" or not (row[2] and row[3]):
+def _reply_context(previous: tuple[str, str, bool] | None) -> str | None:
+    """The turn a statement replies to, as stored with it: the assistant's turn just
+    before, if it passed validation too (it enters the block and the index)."""
+    if previous is None or previous[0] != "assistant" or not previous[2]:
         return None
-    return str(row[1])
+    return shorten(previous[1], STATEMENT_CHARS)
 
 
 def _migrate(db: sqlite3.Connection) -> None:
@@ -764,18 +778,33 @@ def _migrate(db: sqlite3.Connection) -> None:
                 " (SELECT user_uuid FROM threads WHERE uuid = messages.thread_uuid)"
             )
             rows = db.execute(
-                "SELECT id, role, content, ingested, user_uuid FROM messages"
+                "SELECT id, role, content, ingested, user_uuid, thread_uuid FROM messages"
+                " ORDER BY thread_uuid, id"
             ).fetchall()
-            for message_id, role, content, ingested, user_uuid in rows:
+            previous: tuple[str, str, bool] | None = None
+            thread = None
+            for message_id, role, content, ingested, user_uuid, thread_uuid in rows:
+                if thread_uuid != thread:
+                    previous, thread = None, thread_uuid
                 verdict = _verdict(role, content, bool(ingested))
+                replied = _reply_context(previous) if verdict.eligible else None
+                previous = (role, content, verdict.clean)
                 db.execute(
-                    "UPDATE messages SET clean = ?, eligible = ?, informative = ? WHERE id = ?",
-                    (int(verdict.clean), int(verdict.eligible), verdict.informative, message_id),
+                    "UPDATE messages SET clean = ?, eligible = ?, informative = ?, replied = ?"
+                    " WHERE id = ?",
+                    (
+                        int(verdict.clean),
+                        int(verdict.eligible),
+                        verdict.informative,
+                        replied,
+                        message_id,
+                    ),
                 )
                 if verdict.eligible:
                     db.execute(
-                        "INSERT INTO statements_fts(rowid, content, owner) VALUES (?, ?, ?)",
-                        (message_id, content, owner_token(user_uuid)),
+                        "INSERT INTO statements_fts(rowid, content, owner, replied)"
+                        " VALUES (?, ?, ?, ?)",
+                        (message_id, content, owner_token(user_uuid), replied or ""),
                     )
             db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         db.commit()

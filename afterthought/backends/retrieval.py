@@ -82,9 +82,10 @@ def match_expression(user_uuid: str, terms: Sequence[str], boosts: Sequence[str]
     ``boosts`` select nothing but still count in BM25 where present: they sit in an OR with
     the owner token, which every row of the user has (and which weighs 0 in the ranking)."""
     owner = f"owner : {quoted(owner_token(user_uuid))}"
-    expression = f"{owner} AND content : ({' OR '.join(quoted(t) for t in terms)})"
+    said = "{content replied}"
+    expression = f"{owner} AND {said} : ({' OR '.join(quoted(t) for t in terms)})"
     if boosts:
-        expression += f" AND ({owner} OR content : ({' OR '.join(quoted(t) for t in boosts)}))"
+        expression += f" AND ({owner} OR {said} : ({' OR '.join(quoted(t) for t in boosts)}))"
     return expression
 
 
