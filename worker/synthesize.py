@@ -217,7 +217,7 @@ class Synthesizer:
             await self.redis.set(watermark, cursor)  # advanced only after the write
             if len(messages) < PAGE:
                 break
-        if stats["written"] or stats["superseded"] or stats["retracted"]:
+        if any(stats[k] for k in ("written", "superseded", "retracted", "retired")):
             block = await self.backend.get_context(
                 user=user,
                 query="",
