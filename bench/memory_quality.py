@@ -71,7 +71,13 @@ def _words(text: str) -> str:
 
 
 def _has(block: str, value: str) -> bool:
-    return _words(value) in _words(block)
+    """``value`` occurs in ``block`` as whole words ("Go" is not in "goal", nor "8" in a
+    date), whatever the punctuation and case between them."""
+    words = re.findall(r"\w+", value.lower())
+    if not words:
+        return False
+    pattern = r"(?<!\w)" + r"\W*".join(map(re.escape, words)) + r"(?!\w)"
+    return re.search(pattern, block.lower()) is not None
 
 
 def _evidence_shown(block: str, text: str) -> bool:

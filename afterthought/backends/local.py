@@ -131,6 +131,8 @@ RELEVANT = 20
 #: At most about this many rows are scored by BM25 per query (see ``_lexical``).
 RANKED_ROWS = 1000
 INFORMATIVE = 40
+#: The newest statements, whatever they hold, that fill what room is left.
+RECENT = 40
 #: How much the question a statement replied to weighs in BM25 against its own words.
 REPLIED_WEIGHT = 0.4
 #: How many of the user's newest informative statements the informative ranking reads.
@@ -480,8 +482,13 @@ class LocalBackend(MemoryBackend):
     ) -> list[Statement]:
         """The user's past statements, best first: those most relevant to the query (BM25,
         fused with the dense ranking when an embedder is set), then the most informative
-        recent ones; each once (by row and by text), with the turn it replied to."""
-        ranked = [*self._relevant(db, user_uuid, query), *self._informative(db, user_uuid)]
+        recent ones, then the newest; each once (by row and by text), each followed by the
+        newest later word on the same thing, with the turn it replied to."""
+        ranked = [
+            *self._relevant(db, user_uuid, query),
+            *self._informative(db, user_uuid),
+            *self._recent(db, user_uuid),
+        ]
         ids = list(dict.fromkeys(ranked))
         if not ids:
             return []
@@ -533,6 +540,17 @@ class LocalBackend(MemoryBackend):
         ).fetchall()
         scored = sorted(enumerate(rows), key=lambda pair: -pair[1][1] / (1 + pair[0] / 50))
         return [int(row[0]) for _, row in scored[:INFORMATIVE]]
+
+    @staticmethod
+    def _recent(db: sqlite3.Connection, user_uuid: str) -> list[int]:
+        """The user's newest statements, whatever they hold: what fills a block that the
+        relevant and informative ones leave room in."""
+        rows = db.execute(
+            "SELECT id FROM messages WHERE user_uuid = ? AND eligible = 1"
+            " ORDER BY id DESC LIMIT ?",
+            (user_uuid, RECENT),
+        )
+        return [int(r[0]) for r in rows]
 
     async def add_fact(
         self, *, user: UserRef, text: str, key: str, trust: str, reference_time: str

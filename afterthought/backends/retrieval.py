@@ -13,6 +13,8 @@ SAID_HEADER = "# What the user said before (their words; the date they said it)"
 #: One statement, and the turn it replies to, as shown in the block.
 STATEMENT_CHARS = 300
 REPLY_CHARS = 160
+#: Statements at most this long are shown with the question they answered.
+ANSWER_CHARS = 80
 #: Reciprocal rank fusion's constant (Cormack et al.): damps the weight of the top ranks.
 RRF_K = 60
 #: Query words kept; a pasted paragraph must not become a thousand-term OR.
@@ -155,7 +157,8 @@ class Statement:
 
     def line(self, *, with_reply: bool = True) -> str:
         said = f'"{shorten(self.text, STATEMENT_CHARS)}"'
-        if with_reply and self.replying_to:
+        # A long statement stands on its own; a short answer ("Max") needs its question.
+        if with_reply and self.replying_to and len(self.text) <= ANSWER_CHARS:
             said = f'(replying to: "{shorten(self.replying_to, REPLY_CHARS)}") {said}'
         return f"- [{self.said_at[:10]}] {said}"
 
