@@ -248,9 +248,14 @@ async def test_with_no_query_the_most_informative_recent_statements_are_shown(
     alice, thread = await _user(backend, "alice")
     await _say(backend, thread, "ok", "sounds good", "haha yes", "My daughter Mia turned 7 in May")
     await _say(backend, thread, "lol", "thanks", "tell me a joke")
-    assert _said(await _context(backend, alice, "")) == [
+    # Room for one statement: the informative one, however old.
+    room = len(SAID_HEADER) + len('- [2026-03-02] "My daughter Mia turned 7 in May"') + 1
+    assert _said(await _context(backend, alice, "", max_chars=room)) == [
         '- [2026-03-02] "My daughter Mia turned 7 in May"'
     ]
+    # Room for all: the newest fill the rest, every line in the order said.
+    everything = _said(await _context(backend, alice, ""))
+    assert len(everything) == 7 and everything[-1] == '- [2026-03-02] "tell me a joke"'
 
 
 async def test_add_messages_returns_the_block_for_the_batchs_user_turns(
@@ -420,13 +425,15 @@ async def test_embeddings_find_a_paraphrase_that_bm25_misses(tmp_path: Path) -> 
     embedder = _embedder(tmp_path)
     plain = LocalBackend(tmp_path / "m.sqlite3")
     alice, thread = await _user(plain, "alice")
-    # Not first person, so not among the informative statements that fill the block.
+    # Not first person, so not among the informative statements a search adds.
     await _say(plain, thread, "adopted a puppy", "car is red")
-    assert not _said(await _context(plain, alice, "dog"))
+    dog = SearchRequest(query="dog", scope="episodes", limit=1)
+    assert not await plain.search(graph_uuid=alice.graph_uuid, request=dog, timeout=10)
     await plain.aclose()
 
     hybrid = LocalBackend(tmp_path / "m.sqlite3", embedder)  # vectors backfilled at open
-    assert _said(await _context(hybrid, alice, "dog")) == ['- [2026-03-02] "adopted a puppy"']
+    found = await hybrid.search(graph_uuid=alice.graph_uuid, request=dog, timeout=10)
+    assert [h.text for h in found] == ["adopted a puppy"]
     await _say(hybrid, thread, "I have a dog")  # indexed as written, seen by the next query
     hits = await hybrid.search(
         graph_uuid=alice.graph_uuid,

@@ -478,16 +478,23 @@ class LocalBackend(MemoryBackend):
         )
 
     def _statements(
-        self, db: sqlite3.Connection, user_uuid: str, query: str, limit: int | None
+        self,
+        db: sqlite3.Connection,
+        user_uuid: str,
+        query: str,
+        limit: int | None,
+        *,
+        fill: bool = True,
     ) -> list[Statement]:
         """The user's past statements, best first: those most relevant to the query (BM25,
         fused with the dense ranking when an embedder is set), then the most informative
-        recent ones, then the newest; each once (by row and by text), each followed by the
-        newest later word on the same thing, with the turn it replied to."""
+        recent ones, then (``fill``: for a block, not a search) the newest; each once (by
+        row and by text), each followed by the newest later word on the same thing, with
+        the turn it replied to."""
         ranked = [
             *self._relevant(db, user_uuid, query),
             *self._informative(db, user_uuid),
-            *self._recent(db, user_uuid),
+            *(self._recent(db, user_uuid) if fill else ()),
         ]
         ids = list(dict.fromkeys(ranked))
         if not ids:
@@ -546,8 +553,7 @@ class LocalBackend(MemoryBackend):
         """The user's newest statements, whatever they hold: what fills a block that the
         relevant and informative ones leave room in."""
         rows = db.execute(
-            "SELECT id FROM messages WHERE user_uuid = ? AND eligible = 1"
-            " ORDER BY id DESC LIMIT ?",
+            "SELECT id FROM messages WHERE user_uuid = ? AND eligible = 1 ORDER BY id DESC LIMIT ?",
             (user_uuid, RECENT),
         )
         return [int(r[0]) for r in rows]
@@ -703,7 +709,7 @@ class LocalBackend(MemoryBackend):
             if request.scope == "edges":
                 return self._facts(db, user[0], request.query, request.limit)
             if request.scope == "episodes":
-                found = self._statements(db, user[0], request.query, request.limit)
+                found = self._statements(db, user[0], request.query, request.limit, fill=False)
                 uuids = dict(
                     db.execute(
                         f"SELECT id, uuid FROM messages WHERE id IN ({','.join('?' * len(found))})",
