@@ -558,7 +558,9 @@ class Flusher:
 
     async def _user_block(self, head: QueuedMessage, user: UserRef, epoch: int) -> None:
         """The block a new session of the user starts from: what the backend knows of them,
-        retrieved for no query in particular."""
+        retrieved for no query in particular. Versioned as of before the read: a block
+        read before another writer's (synthesis after a fact changed) never wins over it."""
+        version = now_version()
         try:
             block = await self.backend.get_context(
                 user=user,
@@ -577,7 +579,7 @@ class Flusher:
             session_id=None,
             graph_uuid=user.graph_uuid,
             block=block,
-            version=now_version(),
+            version=version,
             epoch=epoch,
         )
 

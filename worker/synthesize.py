@@ -34,6 +34,8 @@ log = logging.getLogger("afterthought.worker")
 SYNTH_MARK_MS = 60_000
 #: Messages read per pass; a long backlog takes several passes.
 PAGE = 200
+#: Passes one run makes at most.
+MAX_PAGES = 50
 #: A longer extracted value is a sentence, not a fact.
 MAX_VALUE_WORDS = 12
 
@@ -106,10 +108,13 @@ def consolidate(
 
 #: Words that say something changed ("we finally moved", "I quit", "got promoted").
 _CHANGE_TEXT = """
-    moved move moving relocated settled quit left leaving promoted switched switching
-    changed change stopped stop stopping started starting new now anymore longer instead
-    actually retired retiring rescheduled postponed cancelled canceled decided gone became
-    become becoming replaced ended dropped
+    moved move moving relocated relocating settled quit left leaving promoted switched
+    switching changed change stopped stop stopping started starting new now anymore longer
+    instead actually retired retiring rescheduled reschedule postponed delayed pushed
+    rebooked cancelled canceled decided gone became become becoming replaced ended dropped
+    broke split divorced separated sold lost died passed resigned fired laid redundant
+    graduated finished engaged married increased decreased raised lowered upped doubled
+    halved reduced bumped swapped upgraded downgraded transferred renamed
 """
 _CHANGE = frozenset(_CHANGE_TEXT.split())
 #: What a predicate is about, beyond its value's own words.
@@ -120,6 +125,10 @@ _TOPICS = {
     "occupation": "job work working role position title hired promoted retired",
     "diet": "diet vegetarian vegan pescatarian meat fish eating eat ate",
     "studies_at": "study studying course degree university school college",
+    "partner": "partner relationship dating together",
+    "boyfriend": "boyfriend relationship dating together",
+    "girlfriend": "girlfriend relationship dating together",
+    "medication": "dose dosage tablet tablets pills medication",
 }
 #: What does not change, however it is spoken of later (where one is from, a birthday).
 _FIXED = frozenset({"from", "born_in", "grew_up_in", "birthday", "birth_year", "nationality"})
@@ -201,7 +210,10 @@ class Synthesizer:
             return stats
         watermark = self.keys.synthesized(app, user_id)
         epoch = await self.cache.epoch(self.redis, app=app, user_id=user_id)
-        while True:
+        # Until nothing is left after the watermark: what is stored while a run goes on
+        # finds its debounced job refused (the same job id is still queued), so this run
+        # reads it too; bounded, the cron takes what a never-ending stream leaves.
+        for _ in range(MAX_PAGES):
             # A forget waits for the mark to go, and bumps the epoch first: once it is
             # seen here, nothing more of the user's is written.
             if await self.cache.epoch(self.redis, app=app, user_id=user_id) != epoch:
@@ -215,9 +227,8 @@ class Synthesizer:
                 break
             stats.update(await self._pass(app, user_id, user, messages))
             await self.redis.set(watermark, cursor)  # advanced only after the write
-            if len(messages) < PAGE:
-                break
         if any(stats[k] for k in ("written", "superseded", "retracted", "retired")):
+            version = now_version()  # as of before the read (see ``ContextCache.write``)
             block = await self.backend.get_context(
                 user=user,
                 query="",
@@ -232,7 +243,7 @@ class Synthesizer:
                 session_id=None,
                 graph_uuid=user.graph_uuid,
                 block=block,
-                version=now_version(),
+                version=version,
                 epoch=epoch,
             )
         log.info(
