@@ -9,7 +9,7 @@ from typing import Any
 import redis.asyncio as aioredis
 
 from afterthought.backends import open_backend
-from afterthought.backends.base import HistoryMessage
+from afterthought.backends.base import HistoryMessage, OutgoingMessage
 from afterthought.identity import IdentityRegistry
 from afterthought.keys import Keys
 from afterthought.settings import Settings
@@ -261,3 +261,53 @@ def test_consolidation_respects_time() -> None:
     )
     assert [f.value for f in add] == ["Oslo"] and invalidate == ["p"]
     assert outcome["outdated"] == 1 and outcome["superseded"] == 1
+
+
+class _Arriving(RuleExtractor):
+    """Stores one more message of the user while the first pass runs, as a worker beside
+    the synthesizing one would flush the user's next batch."""
+
+    def __init__(self, backend: Any, user: Any, text: str) -> None:
+        self.backend, self.user, self.text = backend, user, text
+
+    async def extract(self, messages: Any) -> Any:
+        if self.text:
+            thread = await self.backend.create_thread(user=self.user, idempotency_key="next")
+            await self.backend.add_messages(
+                thread_uuid=thread,
+                messages=[OutgoingMessage("user", self.text, "2099-01-01T00:00:00+00:00")],
+                idempotency_key="next-batch",
+            )
+            self.text = ""
+        return await super().extract(messages)
+
+
+async def test_what_is_stored_during_a_run_is_read_by_that_run(
+    local_settings: Settings, redis: aioredis.Redis
+) -> None:
+    await _session(local_settings, "I live in Lisbon.")
+    # As if this run had started before the first one: the history is read again.
+    await redis.delete(Keys(local_settings.key_prefix).synthesized(APP, "alice"))
+    user = await IdentityRegistry(redis, local_settings).lookup_user(app=APP, user_id="alice")
+    assert user is not None
+    backend = open_backend(local_settings)
+    arriving = _Arriving(backend, user, "I'm allergic to kiwi.")
+
+    await Synthesizer(local_settings, redis, backend, arriving).run(app=APP, user_id="alice")
+
+    facts = {(f.predicate, f.value) for f in await backend.list_facts(user=user)}
+    assert {("lives_in", "Lisbon"), ("allergic_to", "kiwi")} <= facts
+    await backend.aclose()
+
+
+async def test_a_fact_spoken_of_later_in_words_of_change_is_no_longer_current(
+    local_settings: Settings,
+) -> None:
+    await _session(local_settings, "I work at Kontor as a designer.")
+    # No rule reads this as a new employer; it still says the old one is over.
+    await _session(local_settings, "big news: i quit kontor, the startup offer was too good")
+    block = "\n".join(await _session(local_settings, "Hello again"))
+    facts = block.split("# What the user said before", 1)[0]
+
+    assert "Kontor" not in facts and "kontor" not in facts
+    assert "i quit kontor" in block  # what was said last is shown, dated

@@ -114,7 +114,8 @@ _CHANGE_TEXT = """
     rebooked cancelled canceled decided gone became become becoming replaced ended dropped
     broke split divorced separated sold lost died passed resigned fired laid redundant
     graduated finished engaged married increased decreased raised lowered upped doubled
-    halved reduced bumped swapped upgraded downgraded transferred renamed
+    halved reduced bumped swapped upgraded downgraded transferred renamed joined joining
+    hired accepted went turned converted
 """
 _CHANGE = frozenset(_CHANGE_TEXT.split())
 #: What a predicate is about, beyond its value's own words.
@@ -139,6 +140,35 @@ def _words(text: str) -> set[str]:
     return {w.lower() for w in _WORD.findall(text)}
 
 
+#: Facts whose value moves with a life (home, work, diet, a date): once the user speaks of
+#: one again, their latest words are the authority, change words or not.
+_VOLATILE = frozenset(
+    {
+        "lives_in",
+        "works_at",
+        "occupation",
+        "studies",
+        "studies_at",
+        "diet",
+        "household_size",
+        "relationship_status",
+        "pregnancy",
+        "partner",
+        "boyfriend",
+        "girlfriend",
+        "fiance",
+        "medication",
+    }
+)
+
+
+def _named(predicate: str, value: str) -> set[str]:
+    """The words that name this very fact: an event's own name, else its value's."""
+    if predicate.startswith("event_"):
+        return _words(predicate.removeprefix("event_").replace("_", " ")) - STOPWORDS
+    return _words(value) - STOPWORDS
+
+
 def _about(predicate: str, value: str) -> set[str]:
     """The words a later remark on this fact would use: its value's, and its topic's."""
     about = (_words(value) - STOPWORDS) | _words(_TOPICS.get(predicate, ""))
@@ -152,7 +182,9 @@ def retired(
 ) -> set[str]:
     """Which facts (``(id, predicate, value, valid_at, source_keys)``) the user spoke of
     later in words of change — "I quit Kontor", "got promoted to lead", "I've basically
-    gone pescatarian" — that the extractor did not turn into a newer fact. Such a fact is
+    gone pescatarian" — or, for a fact that moves with a life (home, work, diet, an
+    event's date), spoke of again at all, that the extractor did not turn into a newer
+    fact. Such a fact is
     no longer presented as current: what the user said last is shown instead, dated. The
     rules miss most ways of saying a thing changed; this catches what they miss, at the
     price of retiring a fact now and then that a remark merely mentioned (its statement
@@ -163,12 +195,13 @@ def retired(
         if predicate in _FIXED:
             continue
         about = _about(predicate, value)
+        named = _named(predicate, value)
+        volatile = predicate in _VOLATILE or predicate.startswith("event_")
         for message, words in later:
             if (
                 message.key not in sources
                 and _when(message.reference_time) > _when(valid_at)
-                and words & _CHANGE
-                and words & about
+                and ((words & _CHANGE and words & about) or (volatile and words & named))
             ):
                 gone.add(fact_id)
                 break
