@@ -1,5 +1,8 @@
-"""``afterthought demo``: two ADK sessions of one user, with a real worker process
-persisting memory in between (``examples/offline_chat.py`` runs it too).
+"""``afterthought demo``: ADK sessions of one user, with a real worker process persisting
+memory in between (``examples/offline_chat.py`` runs it too). Session 1 is said the way
+people talk; session 2 starts from what was remembered (``cached`` mode); session 3 asks
+about a detail that only retrieval for the question brings back (``query`` mode, with a
+block kept small so the difference shows).
 
 Offline by default: the local SQLite backend and a stand-in model that says what memory
 it received. With GOOGLE_API_KEY it talks to Gemini; with ZEP_API_KEY it uses Zep.
@@ -30,8 +33,17 @@ from agent_hooks import create_callbacks
 
 APP = "offline_demo"
 USER = "ada"
-SESSION_1 = ["Hi! I'm Ada. I live in Lisbon.", "I'm allergic to peanuts and I love genmaicha tea."]
+SESSION_1 = [
+    "hey! big news, we finally moved to Lisbon last week, so I'm drowning in boxes",
+    "can you suggest a dinner without an oven? nothing with peanuts, I'm allergic",
+    "genmaicha is my go-to tea these days, the toasted rice smell is the best",
+    "my brother Tiago visited and said the trams here are older than him, haha",
+]
 SESSION_2 = "What do you remember about me?"
+SESSION_3 = "what was it my brother said about the trams?"
+#: Session 3's block size: small enough that the block built before the question (cached
+#: mode) cannot hold everything, so what the question needs must be retrieved for it.
+SMALL_BLOCK = 300
 
 
 def choose_redis(stack: ExitStack) -> str:
@@ -60,7 +72,7 @@ async def turn(runner: Runner, session_id: str, text: str, *, user_id: str = USE
             print("agent> " + reply.replace("\n", "\n       ") + "\n")
 
 
-async def conversation(settings: Settings) -> None:
+def _runner(settings: Settings) -> Runner:
     callbacks = create_callbacks(settings=settings)
     agent = LlmAgent(
         name="assistant",
@@ -69,19 +81,31 @@ async def conversation(settings: Settings) -> None:
         before_model_callback=callbacks.before_model_callback,
         after_model_callback=callbacks.after_model_callback,
     )
-    runner = Runner(app_name=APP, agent=agent, session_service=InMemorySessionService())
+    return Runner(app_name=APP, agent=agent, session_service=InMemorySessionService())
 
-    first = await runner.session_service.create_session(app_name=APP, user_id=USER)
+
+async def _session(runner: Runner, *texts: str) -> None:
+    session = await runner.session_service.create_session(app_name=APP, user_id=USER)
+    for text in texts:
+        await turn(runner, session.id, text)
+
+
+async def conversation(settings: Settings) -> None:
     print("--- session 1 ---")
-    for text in SESSION_1:
-        await turn(runner, first.id, text)
-
+    await _session(_runner(settings), *SESSION_1)
     await settled(settings)
     print("[demo] the worker persisted session 1 and distilled facts from it\n")
 
-    second = await runner.session_service.create_session(app_name=APP, user_id=USER)
     print("--- session 2 (a new session: only long-term memory connects them) ---")
-    await turn(runner, second.id, SESSION_2)
+    await _session(_runner(settings), SESSION_2)
+
+    small = {"context_max_chars": SMALL_BLOCK}
+    print(f"--- session 3, cached mode, a {SMALL_BLOCK}-character block ---")
+    await _session(_runner(settings.model_copy(update=small)), SESSION_3)
+    print("--- session 3 again, query mode: the block is retrieved for the question ---")
+    await _session(
+        _runner(settings.model_copy(update={**small, "context_mode": "query"})), SESSION_3
+    )
 
 
 async def settled(settings: Settings) -> None:

@@ -138,7 +138,7 @@ REPLIED_WEIGHT = 0.4
 #: How many of the user's newest informative statements the informative ranking reads.
 INFORMATIVE_POOL = 200
 #: The newest statements a follow-up is looked for in.
-FOLLOW_UP_POOL = 200
+FOLLOW_UP_POOL = 100
 _WORD = re.compile(r"\w{3,}", re.UNICODE)
 
 

@@ -172,7 +172,12 @@ def with_follow_ups(ranked: Sequence[int], pool: dict[int, tuple[str, str]]) -> 
     later statement of ``pool`` (id -> (text, said_at)) about the same thing: what was
     said last about a thing goes wherever an earlier word on it goes, so a block never
     shows an old value without the statement that replaced it."""
-    words = {i: set(query_terms(text)) for i, (text, _) in pool.items()}
+    postings: dict[str, list[int]] = {}
+    words: dict[int, list[str]] = {}
+    for message_id, (text, _) in pool.items():
+        words[message_id] = query_terms(text)
+        for word in words[message_id]:
+            postings.setdefault(word, []).append(message_id)
     placed: set[int] = set()
     out: list[int] = []
     for message_id in ranked:
@@ -181,13 +186,12 @@ def with_follow_ups(ranked: Sequence[int], pool: dict[int, tuple[str, str]]) -> 
         out.append(message_id)
         placed.add(message_id)
         said_at = pool[message_id][1]
-        newer = [
-            other
-            for other in pool
-            if other not in placed
-            and pool[other][1] > said_at
-            and len(words[other] & words[message_id]) >= FOLLOW_UP_WORDS
-        ]
+        shared: dict[int, int] = {}
+        for word in words[message_id]:
+            for other in postings[word]:
+                if other not in placed and pool[other][1] > said_at:
+                    shared[other] = shared.get(other, 0) + 1
+        newer = [other for other, count in shared.items() if count >= FOLLOW_UP_WORDS]
         if newer:
             latest = max(newer, key=lambda other: (pool[other][1], other))
             out.append(latest)
