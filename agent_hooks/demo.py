@@ -35,15 +35,16 @@ APP = "offline_demo"
 USER = "ada"
 SESSION_1 = [
     "hey! big news, we finally moved to Lisbon last week, so I'm drowning in boxes",
-    "can you suggest a dinner without an oven? nothing with peanuts, I'm allergic",
+    "funny, the trams here still have wooden benches, like riding a museum",
+    "can you suggest a dinner without an oven? nothing with peanuts, I'm allergic to them",
     "genmaicha is my go-to tea these days, the toasted rice smell is the best",
-    "my brother Tiago visited and said the trams here are older than him, haha",
+    "my sister Ana starts at the university here in September, she'll stay with us",
 ]
 SESSION_2 = "What do you remember about me?"
-SESSION_3 = "what was it my brother said about the trams?"
-#: Session 3's block size: small enough that the block built before the question (cached
-#: mode) cannot hold everything, so what the question needs must be retrieved for it.
-SMALL_BLOCK = 300
+SESSION_3 = "what did I say about the trams again?"
+#: The demo's block size: small enough that the block built before a question (cached
+#: mode) cannot hold everything, so what session 3 asks must be retrieved for it.
+DEMO_BLOCK = 400
 
 
 def choose_redis(stack: ExitStack) -> str:
@@ -99,13 +100,10 @@ async def conversation(settings: Settings) -> None:
     print("--- session 2 (a new session: only long-term memory connects them) ---")
     await _session(_runner(settings), SESSION_2)
 
-    small = {"context_max_chars": SMALL_BLOCK}
-    print(f"--- session 3, cached mode, a {SMALL_BLOCK}-character block ---")
-    await _session(_runner(settings.model_copy(update=small)), SESSION_3)
-    print("--- session 3 again, query mode: the block is retrieved for the question ---")
-    await _session(
-        _runner(settings.model_copy(update={**small, "context_mode": "query"})), SESSION_3
-    )
+    print("--- session 3, cached mode: the block built before the question ---")
+    await _session(_runner(settings), SESSION_3)
+    print("--- session 3 again, query mode: the block retrieved for the question ---")
+    await _session(_runner(settings.model_copy(update={"context_mode": "query"})), SESSION_3)
 
 
 async def settled(settings: Settings) -> None:
@@ -124,6 +122,7 @@ def demo_deployment() -> Iterator[Settings]:
             key_prefix=f"demo-{uuid.uuid4().hex[:8]}",
             local_db_path=Path(tmp) / "memory.sqlite3",
             synthesis_idle_seconds=0.5,  # facts right after the session, for the demo
+            context_max_chars=DEMO_BLOCK,
         )
         worker = spawn_worker(settings)  # `afterthought worker`, in its own process
         print(f"[demo] worker started (pid {worker.pid}), backend={settings.resolved_backend}")

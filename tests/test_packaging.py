@@ -34,9 +34,13 @@ def test_offline_example_remembers_across_sessions(
 ) -> None:
     done = _run(local_settings, *command)
     assert done.returncode == 0, done.stderr
-    session_2 = done.stdout.split("--- session 2")[1]
+    _, session_2, cached, queried = done.stdout.split("--- session ")
     assert "stand-in model" in session_2
-    assert "Lisbon" in session_2 and "genmaicha" in session_2
+    # A fact from a natural sentence ("we finally moved to Lisbon last week").
+    assert "lives in: Lisbon" in session_2
+    # A detail only retrieval for the question brings back.
+    assert "trams" not in cached.split("agent>", 1)[1]
+    assert "wooden benches" in queried
 
 
 def test_multi_user_example_keeps_each_users_memory_apart(local_settings: Settings) -> None:

@@ -775,9 +775,12 @@ def _lexical(db: sqlite3.Connection, user_uuid: str, terms: Sequence[str]) -> li
 
 def _reply_context(previous: tuple[str, str, bool] | None) -> str | None:
     """The turn a statement replies to, as stored with it: the assistant's turn just
-    before, if it passed validation too (it enters the block and the index)."""
+    before, if it asked something and passed validation too (it enters the block and the
+    index)."""
     if previous is None or previous[0] != "assistant" or not previous[2]:
         return None
+    if "?" not in previous[1]:
+        return None  # not a question: nothing a short answer needs
     return shorten(previous[1], STATEMENT_CHARS)
 
 
