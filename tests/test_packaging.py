@@ -34,7 +34,7 @@ def test_offline_example_remembers_across_sessions(
 ) -> None:
     done = _run(local_settings, *command)
     assert done.returncode == 0, done.stderr
-    _, session_2, cached, queried = done.stdout.split("--- session ")
+    _, _, session_2, cached, queried = done.stdout.split("--- session ")
     assert "stand-in model" in session_2
     # A fact from a natural sentence ("we finally moved to Lisbon last week").
     assert "lives in: Lisbon" in session_2
