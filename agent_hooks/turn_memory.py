@@ -20,6 +20,7 @@ from afterthought.backends import open_backend
 from afterthought.backends.base import MemoryBackend, UserRef
 from afterthought.contract import Kind, QueuedMessage, Role
 from afterthought.direct_write import DirectWriter
+from afterthought.enqueue import Enqueuer
 from afterthought.identity import Identity, IdentityRegistry
 from afterthought.settings import Settings
 from afterthought.telemetry import identity_pins_ignored
@@ -90,10 +91,9 @@ class TurnMemory:
         if settings.direct_write_on_outage:
             self.direct = DirectWriter(settings, self.backend)
         self.recorder = TurnRecorder(settings, direct=self.direct)
-        self.enqueuer = self.recorder.enqueuer
         self.reader = ContextReader(
             settings,
-            redis=self.enqueuer.redis,
+            redis=lambda: self.recorder.enqueuer.redis(),
             backend=lambda: self.backend,
             context_builder=context_builder,
             direct=self.direct,
@@ -113,6 +113,16 @@ class TurnMemory:
         elif fields:
             settings = Settings.model_validate({**settings.model_dump(), **fields})
         return cls(settings, **options)
+
+    @property
+    def enqueuer(self) -> Enqueuer:
+        """The recorder's enqueuer, whose Redis clients the reader shares (replaceable,
+        e.g. by one that observes every attempt)."""
+        return self.recorder.enqueuer
+
+    @enqueuer.setter
+    def enqueuer(self, enqueuer: Enqueuer) -> None:
+        self.recorder.enqueuer = enqueuer
 
     @property
     def backend(self) -> MemoryBackend:
