@@ -17,6 +17,7 @@ from typing import Literal
 
 import redis.asyncio as aioredis
 
+from afterthought.backends.base import MemoryBackend, UserRef
 from afterthought.keys import Keys
 from afterthought.settings import Settings
 
@@ -105,6 +106,7 @@ def now_version() -> int:
 
 class ContextCache:
     def __init__(self, settings: Settings) -> None:
+        self._settings = settings
         self._keys = Keys(settings.key_prefix)
         self._ttl_ms = int(settings.context_ttl_seconds * 1000)
 
@@ -173,6 +175,38 @@ class ContextCache:
             user_block,
         )
         return bool(written)
+
+    async def refresh_user(
+        self,
+        redis: aioredis.Redis,
+        backend: MemoryBackend,
+        *,
+        app: str,
+        user_id: str,
+        user: UserRef,
+        epoch: int,
+    ) -> bool:
+        """Cache the block a new session of the user starts from: what the backend knows
+        of them, retrieved for no query in particular. Versioned as of before the read, so
+        a block read before another writer's never wins over it; refused as ``write``."""
+        version = now_version()
+        block = await backend.get_context(
+            user=user,
+            query="",
+            max_chars=self._settings.context_max_chars,
+            timeout=self._settings.backend_timeout,
+            template_uuid=self._settings.context_template_uuid,
+        )
+        return await self.write(
+            redis,
+            app=app,
+            user_id=user_id,
+            session_id=None,
+            graph_uuid=user.graph_uuid,
+            block=block,
+            version=version,
+            epoch=epoch,
+        )
 
     async def invalidate_user(self, redis: aioredis.Redis, *, app: str, user_id: str) -> int:
         """Drop every entry built from the user's memory (their block and every session

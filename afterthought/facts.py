@@ -48,6 +48,13 @@ SINGLE_VALUED = frozenset(
         "boss",
     }
 )
+_VOLATILE_TEXT = """
+    lives_in works_at occupation studies studies_at diet household_size relationship_status
+    pregnancy partner boyfriend girlfriend fiance medication
+"""
+#: Facts whose value moves with a life (home, work, diet, a dose): once the user speaks of
+#: one again, their latest words are the authority (synthesis retires the fact).
+VOLATILE = frozenset(_VOLATILE_TEXT.split())
 #: Prefixes of single-valued families: one favourite of each sort, one date per event.
 SINGLE_VALUED_PREFIXES = ("favourite_", "event_")
 #: ``not_lives_in: Paris`` retracts ``lives_in: Paris`` ("I don't live in Paris anymore");

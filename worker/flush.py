@@ -557,31 +557,12 @@ class Flusher:
             await self._quietly(self._user_block(head, user, sending.epoch.seen), "cache write")
 
     async def _user_block(self, head: QueuedMessage, user: UserRef, epoch: int) -> None:
-        """The block a new session of the user starts from: what the backend knows of them,
-        retrieved for no query in particular. Versioned as of before the read: a block
-        read before another writer's (synthesis after a fact changed) never wins over it."""
-        version = now_version()
         try:
-            block = await self.backend.get_context(
-                user=user,
-                query="",
-                max_chars=self.settings.context_max_chars,
-                timeout=self.settings.backend_timeout,
-                template_uuid=self.settings.context_template_uuid,
+            await self.cache.refresh_user(
+                self.redis, self.backend, app=head.app, user_id=head.user_id, user=user, epoch=epoch
             )
-        except BackendError as exc:
+        except BackendError as exc:  # the write is stored: a failed read never undoes it
             log.warning("context refresh failed user=%s error=%s", user.user_uuid, exc.kind)
-            return
-        await self.cache.write(
-            self.redis,
-            app=head.app,
-            user_id=head.user_id,
-            session_id=None,
-            graph_uuid=user.graph_uuid,
-            block=block,
-            version=version,
-            epoch=epoch,
-        )
 
     async def _quietly(self, work: Awaitable[object], what: str) -> None:
         try:

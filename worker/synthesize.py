@@ -17,8 +17,8 @@ import redis.asyncio as aioredis
 from afterthought.audit import AuditLog, Entry
 from afterthought.backends.base import HistoryMessage, MemoryBackend, UserRef
 from afterthought.backends.retrieval import STOPWORDS
-from afterthought.context_cache import ContextCache, now_version
-from afterthought.facts import Fact, StoredFact, fact_signature
+from afterthought.context_cache import ContextCache
+from afterthought.facts import VOLATILE, Fact, StoredFact, fact_signature
 from afterthought.identity import RELEASE_LUA, IdentityRegistry
 from afterthought.keys import Keys, digest
 from afterthought.quarantine import Entry as QuarantineEntry
@@ -140,28 +140,6 @@ def _words(text: str) -> set[str]:
     return {w.lower() for w in _WORD.findall(text)}
 
 
-#: Facts whose value moves with a life (home, work, diet, a date): once the user speaks of
-#: one again, their latest words are the authority, change words or not.
-_VOLATILE = frozenset(
-    {
-        "lives_in",
-        "works_at",
-        "occupation",
-        "studies",
-        "studies_at",
-        "diet",
-        "household_size",
-        "relationship_status",
-        "pregnancy",
-        "partner",
-        "boyfriend",
-        "girlfriend",
-        "fiance",
-        "medication",
-    }
-)
-
-
 def _named(predicate: str, value: str) -> set[str]:
     """The words that name this very fact: an event's own name, else its value's."""
     if predicate.startswith("event_"):
@@ -196,7 +174,7 @@ def retired(
             continue
         about = _about(predicate, value)
         named = _named(predicate, value)
-        volatile = predicate in _VOLATILE or predicate.startswith("event_")
+        volatile = predicate in VOLATILE or predicate.startswith("event_")
         for message, words in later:
             if (
                 message.key not in sources
@@ -261,23 +239,8 @@ class Synthesizer:
             stats.update(await self._pass(app, user_id, user, messages))
             await self.redis.set(watermark, cursor)  # advanced only after the write
         if any(stats[k] for k in ("written", "superseded", "retracted", "retired")):
-            version = now_version()  # as of before the read (see ``ContextCache.write``)
-            block = await self.backend.get_context(
-                user=user,
-                query="",
-                max_chars=self.settings.context_max_chars,
-                timeout=self.settings.backend_timeout,
-                template_uuid=self.settings.context_template_uuid,
-            )
-            await self.cache.write(
-                self.redis,
-                app=app,
-                user_id=user_id,
-                session_id=None,
-                graph_uuid=user.graph_uuid,
-                block=block,
-                version=version,
-                epoch=epoch,
+            await self.cache.refresh_user(
+                self.redis, self.backend, app=app, user_id=user_id, user=user, epoch=epoch
             )
         log.info(
             "synthesized user=%s messages=%d written=%d superseded=%d quarantined=%d",

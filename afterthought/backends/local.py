@@ -603,14 +603,23 @@ class LocalBackend(MemoryBackend):
             raise BackendError("unavailable", code="scrub_busy")
 
     async def delete_memory(self, *, user: UserRef, memory_uuid: str) -> bool:
+        """A fact goes with the messages it was read from: the block quotes what the user
+        said, so forgetting a fact that a quote still says would forget nothing (other
+        facts read from the same message stay, as facts)."""
+
         def work(db: sqlite3.Connection) -> bool:
+            found = db.execute(
+                "SELECT source_keys FROM facts WHERE uuid = ? AND user_uuid = ?",
+                (memory_uuid, user.user_uuid),
+            ).fetchone()
+            sources: list[str] = json.loads(found[0]) if found else []
             facts = db.execute(
                 "DELETE FROM facts WHERE uuid = ? AND user_uuid = ?", (memory_uuid, user.user_uuid)
             )
             messages = db.execute(
-                "DELETE FROM messages WHERE uuid = ? AND thread_uuid IN"
-                " (SELECT uuid FROM threads WHERE user_uuid = ?)",
-                (memory_uuid, user.user_uuid),
+                "DELETE FROM messages WHERE user_uuid = ? AND (uuid = ?"
+                f" OR message_key IN ({','.join('?' * len(sources))}))",
+                (user.user_uuid, memory_uuid, *sources),
             )
             return facts.rowcount + messages.rowcount > 0
 
