@@ -138,7 +138,8 @@ class ContextReader:
         """The block retrieved for ``query``, or None to fall back to the cached block. It
         gets what is left of the budget minus a reserve for the fallback, so a slow
         retrieval costs the turn its budget, never more, and still leaves it a block."""
-        user = await self.user_of(who, identity)
+        # The forgetting mark was read with the cache: only the graph is looked up here.
+        user = await self._graph_of(who, identity)
         if user is None or not self.read_breaker.allow():
             return None
         spent = time.perf_counter() - started
@@ -265,6 +266,9 @@ class ContextReader:
         mark = await self._redis().get(self._keys.forgetting(who.app, who.user_id))
         if mark == PENDING.encode():
             return None
+        return await self._graph_of(who, identity)
+
+    async def _graph_of(self, who: Who, identity: ZepIdentity) -> UserRef | None:
         if identity.graph_uuid:
             return UserRef(user_uuid=identity.user_uuid or "", graph_uuid=identity.graph_uuid)
         return (await self.identity_of(who, identity)).user

@@ -165,6 +165,9 @@ class Statement:
 
 #: Content words two statements share to be about the same thing (a follow-up).
 FOLLOW_UP_WORDS = 2
+#: Follow-ups are looked for after this many of the best-ranked statements (more do not
+#: fit in a block of the default size).
+FOLLOW_UP_RANKS = 40
 
 
 def with_follow_ups(ranked: Sequence[int], pool: dict[int, tuple[str, str]]) -> list[int]:
@@ -178,16 +181,23 @@ def with_follow_ups(ranked: Sequence[int], pool: dict[int, tuple[str, str]]) -> 
         words[message_id] = query_terms(text)
         for word in words[message_id]:
             postings.setdefault(word, []).append(message_id)
+    # A word in many of the statements ("work", "today") says nothing of sameness, and
+    # would make this quadratic in the pool.
+    common = max(3, len(pool) // 8)
     placed: set[int] = set()
     out: list[int] = []
-    for message_id in ranked:
+    for rank, message_id in enumerate(ranked):
         if message_id in placed or message_id not in pool:
             continue
         out.append(message_id)
         placed.add(message_id)
+        if rank >= FOLLOW_UP_RANKS:
+            continue  # past what a block shows: no follow-up is looked for
         said_at = pool[message_id][1]
         shared: dict[int, int] = {}
         for word in words[message_id]:
+            if len(postings[word]) > common:
+                continue
             for other in postings[word]:
                 if other not in placed and pool[other][1] > said_at:
                     shared[other] = shared.get(other, 0) + 1
