@@ -19,7 +19,11 @@ block the model received is read:
 ``heldout``, which was never read while tuning. ``--scale`` adds retrieval time at 10k
 and 100k stored messages (bench/retrieval.py). Prints one JSON object.
 
-    python bench/memory_quality.py [--split tune|heldout|all] [--scale]"""
+The fixture's people said about 3,800 characters each, about one default block
+(``context_max_chars`` 4,000): ``--max-chars 1500`` shows how well a block chooses when
+most of what was said cannot fit.
+
+    python bench/memory_quality.py [--split tune|heldout|all] [--max-chars N] [--scale]"""
 
 from __future__ import annotations
 
@@ -230,7 +234,7 @@ async def extractor_speed(users: list[dict[str, Any]]) -> float:
     return round((time.perf_counter() - started) / max(len(messages), 1) * 1000, 4)
 
 
-def run_split(split: str) -> dict[str, Any]:
+def run_split(split: str, max_chars: int | None = None) -> dict[str, Any]:
     users = load(split)
     with tempfile.TemporaryDirectory() as tmp:
         settings = Settings(
@@ -239,6 +243,7 @@ def run_split(split: str) -> dict[str, Any]:
             local_db_path=Path(tmp) / "memory.sqlite3",
             backend="local",
             synthesis_idle_seconds=0,
+            **({} if max_chars is None else {"context_max_chars": max_chars}),
         )
         try:
             result = asyncio.run(evaluate(settings, users))
@@ -251,10 +256,11 @@ def run_split(split: str) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--split", choices=["tune", "heldout", "all"], default="all")
+    parser.add_argument("--max-chars", type=int, help="block size (default: the setting's)")
     parser.add_argument("--scale", action="store_true", help="also time retrieval at scale")
     args = parser.parse_args()
     splits = ["tune", "heldout"] if args.split == "all" else [args.split]
-    result: dict[str, Any] = {split: run_split(split) for split in splits}
+    result: dict[str, Any] = {split: run_split(split, args.max_chars) for split in splits}
     if args.scale:
         from bench.retrieval import measure
 
