@@ -37,7 +37,6 @@ from afterthought.backends.retrieval import (
     match_expression,
     owner_token,
     query_terms,
-    quoted,
     render_block,
     shorten,
     split_by_frequency,
@@ -751,14 +750,17 @@ class LocalBackend(MemoryBackend):
 
 def _lexical(db: sqlite3.Connection, user_uuid: str, terms: Sequence[str]) -> list[int]:
     """The user's statements ranked by BM25 for the terms, best first. Ranking is bounded
-    to about ``RANKED_ROWS`` rows whatever the history's length: the rarest terms select
-    the rows, the common ones only weigh in (``split_by_frequency``; a term's count over
-    the whole index is a cheap, safe upper bound of the user's). When every term is common,
-    the newest matches are ranked."""
+    to about ``RANKED_ROWS`` rows whatever the history's length: the rarest terms (in the
+    user's own statements) select the rows, the common ones only weigh in
+    (``split_by_frequency``). When every term is common, the newest matches are ranked."""
+    # Counted in the user's own rows (another user's many "Leeds" must not make the word
+    # common for this one), and only as far as decides the split: the count stops there.
+    enough = 10 * RANKED_ROWS + 1
     frequency = {
         term: db.execute(
-            "SELECT count(*) FROM statements_fts WHERE statements_fts MATCH ?",
-            (f"{{content replied}} : {quoted(term)}",),
+            "SELECT count(*) FROM (SELECT rowid FROM statements_fts WHERE statements_fts"
+            " MATCH ? LIMIT ?)",
+            (match_expression(user_uuid, [term]), enough),
         ).fetchone()[0]
         for term in terms
     }
