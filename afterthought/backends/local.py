@@ -8,7 +8,6 @@ import asyncio
 import json
 import logging
 import os
-import re
 import sqlite3
 import threading
 import uuid
@@ -138,7 +137,6 @@ REPLIED_WEIGHT = 0.4
 INFORMATIVE_POOL = 200
 #: The newest statements a follow-up is looked for in.
 FOLLOW_UP_POOL = 100
-_WORD = re.compile(r"\w{3,}", re.UNICODE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -737,8 +735,8 @@ class LocalBackend(MemoryBackend):
             " ORDER BY valid_at DESC",
             (user_uuid,),
         ).fetchall()
-        words = {w.lower() for w in _WORD.findall(query)}
-        ranked = sorted(rows, key=lambda r: -len(words & {w.lower() for w in _WORD.findall(r[1])}))
+        words = set(query_terms(query))
+        ranked = sorted(rows, key=lambda r: -len(words & set(query_terms(r[1]))))
         return [SearchHit(uuid=u, text=v, created_at=at) for u, v, at in ranked[:limit]]
 
     async def aclose(self) -> None:
