@@ -301,6 +301,9 @@ class Enqueuer:
 
     def wait_empty(self, timeout: float) -> bool:
         """Block until the buffer is empty or ``timeout`` passes; True when empty."""
+        with self._lock:
+            if not self._count:
+                return True  # nothing to drain: no thread is started for it
         self._drainer.wake()
         with self._lock:
             return self._emptied.wait_for(lambda: not self._count, timeout)
@@ -311,7 +314,11 @@ class Enqueuer:
 
     async def aclose(self) -> None:
         """Drain the buffer (bounded), then close this loop's connections."""
-        await self.drain_buffer()
+        if await self.drain_buffer():
+            # The drain thread holds a loop and a connection until it idles out; an app
+            # that opens and closes memories (a test suite, a batch job) must not pile
+            # them up. What is still buffered keeps its thread, to drain or be counted.
+            await asyncio.to_thread(self._drainer.stop)
         held = self._client.pop_current()
         if held is not None and self._given is None:
             await held[0].aclose()
@@ -337,9 +344,11 @@ class _Drainer:
         self._thread: threading.Thread | None = None
         self._closing_until: float | None = None
         self._start = threading.Lock()
+        self._stopping = False
 
     def wake(self) -> None:
         with self._start:
+            self._stopping = False
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(
                     target=self._main, name="afterthought-drain", daemon=True
@@ -360,6 +369,10 @@ class _Drainer:
                             self._thread = None
                             return
                 self._wake.clear()
+                with self._start:  # a wake() after stop() clears the flag: keep draining
+                    if self._stopping:
+                        self._thread = None
+                        return
                 enqueuer = self._enqueuer()
                 if enqueuer is None:
                     return
@@ -373,6 +386,16 @@ class _Drainer:
         finally:
             loop.run_until_complete(client.aclose())
             loop.close()
+
+    def stop(self) -> None:
+        """End the thread now (its buffer is empty): its loop and connection are closed."""
+        with self._start:
+            thread = self._thread
+            if thread is None or not thread.is_alive():
+                return
+            self._stopping = True
+        self._wake.set()
+        thread.join(CLOSE_DRAIN_SECONDS)
 
     def close(self, until: float) -> None:
         """Drain until ``until`` (monotonic), then stop; what is left is counted dropped."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import subprocess
 import sys
 import time
@@ -70,6 +71,24 @@ async def test_idempotency_keys_replay_unless_switched_off(zep_fake: ZepFake) ->
     )
     assert len(zep_fake.messages(thread)) == 2
     assert {r.idempotency_key for r in zep_fake.requests if r.path.endswith("/messages")} == {"k1"}
+
+
+async def test_the_fake_serves_connections_numbered_above_select_limit(
+    zep_fake: ZepFake,
+) -> None:
+    """A long test process holds many descriptors: the fake's "client gone" check must
+    not rely on select(), which refuses descriptors above 1023 (it failed CI that way)."""
+    held = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]
+    try:
+        zep = AsyncZep(api_key="k", base_url=zep_fake.base_url, max_retries=0)
+        user = await zep.user.create(user_id="u-many-fds")
+        thread = str((await zep.thread.create(user_uuid=str(user.uuid_))).uuid_)
+        await zep.thread.add_messages(thread, messages=[AddMessage(role="user", content="a")])
+        assert len(zep_fake.messages(thread)) == 1
+        assert not zep_fake.ambiguous
+    finally:
+        for fd in held:
+            os.close(fd)
 
 
 async def test_user_conflict_and_lookup_behave_like_zep(zep_fake: ZepFake) -> None:

@@ -1140,7 +1140,11 @@ class _Handler(BaseHTTPRequestHandler):
         the connection reads as closed. A live HTTP/1.1 client sends nothing before the
         reply, so a readable socket means end of stream or a reset."""
         try:
-            readable, _, _ = select.select([self.connection], [], [], 0)
+            # poll, not select: select() refuses descriptors above 1023, which a long
+            # test process (or a busy server) reaches.
+            poller = select.poll()
+            poller.register(self.connection, select.POLLIN)
+            readable = poller.poll(0)
             return bool(readable) and self.connection.recv(1, socket.MSG_PEEK) == b""
         except OSError:
             return True
