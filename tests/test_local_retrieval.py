@@ -15,7 +15,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from afterthought.backends.base import OutgoingMessage, UserRef
-from afterthought.backends.local import LocalBackend
+from afterthought.backends.base import BackendError
+from afterthought.backends.local import SCHEMA_VERSION, LocalBackend
 from afterthought.backends.retrieval import (
     FACTS_HEADER,
     REPLY_CHARS,
@@ -272,6 +273,64 @@ async def test_add_messages_returns_the_block_for_the_batchs_user_turns(
     assert block is not None and '"My cat Tofu is afraid of thunder"' in block
 
 
+async def test_blocks_returned_unasked_have_the_configured_size(tmp_path: Path) -> None:
+    store = LocalBackend(tmp_path / "m.sqlite3", max_chars=200)
+    alice, thread = await _user(store, "alice")
+    for i in range(30):
+        await _say(store, thread, f"My cat Tofu number {i} is afraid of thunder and rain")
+    block = await store.add_messages(
+        thread_uuid=thread,
+        messages=[OutgoingMessage("user", "Is Tofu ok with thunder?", DAY)],
+        idempotency_key="with-context",
+        return_context=True,
+    )
+    (context,) = await store.search(
+        graph_uuid=alice.graph_uuid,
+        request=SearchRequest(query="thunder", scope="context", limit=5),
+        timeout=10,
+    )
+    await store.aclose()
+    assert block is not None and 100 < len(block) <= 200
+    assert 100 < len(context.text) <= 200
+
+
+async def test_text_that_is_not_unicode_is_refused_not_stored(backend: LocalBackend) -> None:
+    alice, thread = await _user(backend, "alice")
+    with pytest.raises(BackendError) as refused:
+        await _say(backend, thread, "I live in Porto \ud800 now")
+    assert refused.value.kind == "bad_request" and refused.value.code == "invalid_unicode"
+    assert await backend.recent_messages(thread_uuid=thread, limit=5) == []
+    await _say(backend, thread, "I live in Porto \U0001f600 now")  # a real pair is fine
+    assert "Porto" in await _context(backend, alice, "Porto")
+
+
+async def test_a_store_that_cannot_be_opened_is_unavailable(tmp_path: Path) -> None:
+    (tmp_path / "not-a-db.sqlite3").write_bytes(b"this is not a database file" * 100)
+    (tmp_path / "file").write_text("x")
+    for path in (tmp_path / "not-a-db.sqlite3", tmp_path / "file" / "m.sqlite3"):
+        store = LocalBackend(path)
+        with pytest.raises(BackendError) as failed:
+            await store.ensure_user(zep_user_id="alice")
+        assert failed.value.kind == "unavailable"
+        await store.aclose()
+
+
+async def test_forgetting_the_question_takes_it_from_its_answer(backend: LocalBackend) -> None:
+    alice, thread = await _user(backend, "alice")
+    await _say(backend, thread, ("assistant", "Which hospital did the zygomatic surgery?"))
+    await _say(backend, thread, "St Olaf, last spring")
+    asked = (await backend.recent_messages(thread_uuid=thread, limit=2))[1]
+    assert "zygomatic" in await _context(backend, alice, "zygomatic surgery")
+    assert await backend.delete_memory(user=alice, memory_uuid=asked.uuid)
+    block = await _context(backend, alice, "zygomatic surgery")
+    assert "zygomatic" not in block
+    assert '"St Olaf, last spring"' in await _context(backend, alice, "")
+    await backend.aclose()
+    assert b"zygomatic" not in b"".join(
+        p.read_bytes() for p in backend.path.parent.glob("m.sqlite3*")
+    )
+
+
 async def test_episodes_search_returns_statements_dated_when_said(backend: LocalBackend) -> None:
     alice, thread = await _user(backend, "alice")
     await _say(backend, thread, "I ran the Berlin marathon", at="2024-09-29T08:00:00+00:00")
@@ -301,6 +360,29 @@ async def test_a_template_still_renders_facts(backend: LocalBackend) -> None:
         user=alice, query="Lisbon", max_chars=1000, timeout=10, template_uuid=template
     )
     assert block == "Known:\n- lives in: Lisbon (since 2026-03-02)"
+    await backend.write_facts(
+        user=alice,
+        add=[Fact(subject="user", predicate="likes", value="fado", source_keys=["k2"])],
+        invalidate=[],
+        at=DAY,
+    )
+    cut = await backend.get_context(
+        user=alice, query="", max_chars=len(block) + 8, timeout=10, template_uuid=template
+    )
+    assert (
+        cut.split("\n")
+        == [
+            line
+            for line in cut.split("\n")
+            if line
+            in (
+                "Known:",
+                "- lives in: Lisbon (since 2026-03-02)",
+                "- likes: fado (since 2026-03-02)",
+            )
+        ]
+        and len(cut) <= len(block) + 8
+    )
 
 
 # --- the block as a pure function ----------------------------------------------------------
@@ -378,7 +460,7 @@ async def test_a_file_of_the_old_schema_is_migrated_once(tmp_path: Path) -> None
     await store.aclose()
 
     db = sqlite3.connect(path)
-    assert db.execute("PRAGMA user_version").fetchone() == (1,)
+    assert db.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,)
     tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master")}
     assert "messages_fts" not in tables and "messages_ai" not in tables
     db.close()
@@ -387,6 +469,27 @@ async def test_a_file_of_the_old_schema_is_migrated_once(tmp_path: Path) -> None
     await again.delete_user(user=alice)
     await again.aclose()
     assert b"beagle is called" in path.read_bytes() and b"he was a beagle" not in path.read_bytes()
+
+
+async def test_a_file_of_the_first_retrieval_schema_is_indexed_again(tmp_path: Path) -> None:
+    """Version 1 indexed statements without the question they replied to."""
+    path = tmp_path / "v1.sqlite3"
+    store = LocalBackend(path)
+    alice, thread = await _user(store, "alice")
+    await _say(store, thread, ("assistant", "What was your dog called?"), "Max, a beagle")
+    await store.aclose()
+    db = sqlite3.connect(path)
+    db.executescript(
+        "DROP TRIGGER statements_ad; DROP TABLE statements_fts;"
+        " CREATE VIRTUAL TABLE statements_fts USING fts5(content, owner, content='');"
+        " PRAGMA user_version = 1;"
+    )
+    db.close()
+    again = LocalBackend(path)
+    assert "Max, a beagle" in await _context(again, alice, "what was the dog called")
+    await _say(again, thread, "Rex is my new puppy")  # writes index three columns again
+    assert "Rex" in await _context(again, alice, "puppy")
+    await again.aclose()
 
 
 # --- embeddings -----------------------------------------------------------------------------

@@ -20,7 +20,11 @@ def open_backend(settings: Settings) -> MemoryBackend:
     from afterthought.backends.local import LocalBackend
 
     if settings.embedding_model is None:  # numpy and model2vec are imported only if used
-        return LocalBackend(settings.local_db_path)
+        return LocalBackend(settings.local_db_path, max_chars=settings.context_max_chars)
     from afterthought.backends.embeddings import Model2VecEmbedder
 
-    return LocalBackend(settings.local_db_path, Model2VecEmbedder(settings.embedding_model))
+    return LocalBackend(
+        settings.local_db_path,
+        Model2VecEmbedder(settings.embedding_model),
+        max_chars=settings.context_max_chars,
+    )

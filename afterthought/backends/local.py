@@ -39,8 +39,10 @@ from afterthought.backends.retrieval import (
     render_block,
     shorten,
     split_by_frequency,
+    whole_lines,
     with_follow_ups,
 )
+from afterthought.contract import repair_text
 from afterthought.facts import Fact, StoredFact, statement
 from afterthought.search import SearchHit, SearchRequest
 from afterthought.validation import detect
@@ -80,10 +82,11 @@ CREATE TABLE IF NOT EXISTS templates (
   created_at TEXT NOT NULL);
 """
 
-#: ``PRAGMA user_version`` once the retrieval schema below is in place (files written
-#: before it are at 0: their messages gain the columns and are indexed, once).
-SCHEMA_VERSION = 1
-#: Columns added to ``messages`` by version 1: ``user_uuid`` (the owner, so retrieval never
+#: ``PRAGMA user_version`` once the retrieval schema below is in place. Files written
+#: before it are at 0; version 1 indexed no ``replied`` column. An older file's messages
+#: gain the columns and are indexed afresh, once.
+SCHEMA_VERSION = 2
+#: Columns added to ``messages`` by the retrieval schema: ``user_uuid`` (the owner, so retrieval never
 #: joins threads), ``clean`` (``validation.detect`` found nothing, decided at write time),
 #: ``eligible`` (a clean, ingested user turn: the only rows retrieval may return),
 #: ``informative`` (``retrieval.informativeness``) and ``replied`` (for a statement, the
@@ -105,6 +108,9 @@ RETRIEVAL_SCHEMA = (
     "DROP TRIGGER IF EXISTS messages_ai",
     "DROP TRIGGER IF EXISTS messages_ad",
     "DROP TABLE IF EXISTS messages_fts",
+    # Every statement is indexed again below: an older index (another column set) goes.
+    "DROP TRIGGER IF EXISTS statements_ad",
+    "DROP TABLE IF EXISTS statements_fts",
     "CREATE VIRTUAL TABLE IF NOT EXISTS statements_fts USING fts5(content, owner, replied,"
     " content='', tokenize='porter unicode61 remove_diacritics 2')",
     "CREATE INDEX IF NOT EXISTS messages_informative ON messages(user_uuid, id)"
@@ -164,20 +170,30 @@ class LocalBackend(MemoryBackend):
         extracts_facts=False, ignores_roles=False, async_deletes=False, ingests_async=False
     )
 
-    def __init__(self, path: Path | str, embedder: Embedder | None = None) -> None:
+    def __init__(
+        self, path: Path | str, embedder: Embedder | None = None, *, max_chars: int = 4000
+    ) -> None:
+        """``max_chars``: the size of the blocks the store returns unasked (a write's
+        ``return_context``, the ``context`` search scope): ``context_max_chars``."""
         self.path = Path(path)
+        self.max_chars = max_chars
         self._lock = threading.Lock()
         self._db: sqlite3.Connection | None = None
         self._embedder = embedder
         self._dense: DenseIndex | None = None
 
     def _connect(self) -> sqlite3.Connection:
-        if self._db is None:
-            if str(self.path) != ":memory:":
+        if self._db is not None:
+            return self._db
+        if str(self.path) != ":memory:":
+            try:
                 self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
                 # Memory is personal data: the file is created private to its owner.
                 os.close(os.open(self.path, os.O_CREAT | os.O_RDWR, 0o600))
-            db = sqlite3.connect(self.path, check_same_thread=False, timeout=10)
+            except OSError as exc:
+                raise BackendError("unavailable", code=type(exc).__name__) from None
+        db = sqlite3.connect(self.path, check_same_thread=False, timeout=10)
+        try:
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA foreign_keys=ON")
             # Deleted rows are overwritten, not left in free pages: forgetting is for real.
@@ -189,8 +205,11 @@ class LocalBackend(MemoryBackend):
 
                 self._backfill_vectors(db, self._embedder)
                 self._dense = DenseIndex(self._embedder.name)
-            self._db = db
-        return self._db
+        except BaseException:
+            db.close()  # the next call opens it afresh; nothing is left half set up
+            raise
+        self._db = db
+        return db
 
     @staticmethod
     def _backfill_vectors(db: sqlite3.Connection, embedder: Embedder) -> None:
@@ -232,11 +251,12 @@ class LocalBackend(MemoryBackend):
     async def _run(self, work: Callable[[sqlite3.Connection], T]) -> T:
         def locked() -> T:
             with self._lock:
-                db = self._connect()
                 try:
+                    db = self._connect()
                     with db:
                         return work(db)
-                except sqlite3.OperationalError as exc:
+                except (sqlite3.OperationalError, sqlite3.DatabaseError) as exc:
+                    # Locked, busy, read-only, full, or not a database: nothing was written.
                     raise BackendError("unavailable", code=type(exc).__name__) from None
 
         return await asyncio.to_thread(locked)
@@ -294,6 +314,10 @@ class LocalBackend(MemoryBackend):
     ) -> str | None:
         # No timeout: the write is one SQLite transaction, and cutting the await would leave
         # it running in its thread, to commit after we had called it failed.
+        if any(repair_text(m.content)[1] for m in messages):
+            # The queue repairs text before it gets here (``contract.repair_text``); a
+            # direct caller is told, rather than have the text changed unseen.
+            raise BackendError("bad_request", status=400, code="invalid_unicode")
         # Validation is the costly part of a write: done before taking the connection lock.
         verdicts = await asyncio.to_thread(
             lambda: [_verdict(m.role, m.content, m.role not in ignore_roles) for m in messages]
@@ -315,7 +339,7 @@ class LocalBackend(MemoryBackend):
             if not return_context:
                 return None
             query = " ".join(m.content for m in messages if m.role == "user")
-            return self._context(db, UserRef(found[0], found[1]), query, 4000)
+            return self._context(db, UserRef(found[0], found[1]), query, self.max_chars)
 
         return await self._run(work)
 
@@ -437,7 +461,7 @@ class LocalBackend(MemoryBackend):
         )
         if missing:
             log.warning("local backend renders empty: %s", ",".join(sorted(set(missing))))
-        return text[:max_chars]
+        return whole_lines(text, max_chars)
 
     async def create_template(self, *, name: str, template: str) -> str:
         def work(db: sqlite3.Connection) -> str:
@@ -613,11 +637,15 @@ class LocalBackend(MemoryBackend):
             facts = db.execute(
                 "DELETE FROM facts WHERE uuid = ? AND user_uuid = ?", (memory_uuid, user.user_uuid)
             )
-            messages = db.execute(
-                "DELETE FROM messages WHERE user_uuid = ? AND (uuid = ?"
-                f" OR message_key IN ({','.join('?' * len(sources))}))",
-                (user.user_uuid, memory_uuid, *sources),
+            selected = (
+                f"user_uuid = ? AND (uuid = ? OR message_key IN ({','.join('?' * len(sources))}))"
             )
+            arguments = (user.user_uuid, memory_uuid, *sources)
+            for (asked,) in db.execute(
+                f"SELECT id FROM messages WHERE role = 'assistant' AND {selected}", arguments
+            ).fetchall():
+                _unlink_reply(db, asked)
+            messages = db.execute(f"DELETE FROM messages WHERE {selected}", arguments)
             return facts.rowcount + messages.rowcount > 0
 
         deleted = await self._run(work)
@@ -710,7 +738,9 @@ class LocalBackend(MemoryBackend):
             if user is None:
                 return []
             if request.scope == "context":
-                text = self._context(db, UserRef(user[0], graph_uuid), request.query, 4000)
+                text = self._context(
+                    db, UserRef(user[0], graph_uuid), request.query, self.max_chars
+                )
                 return [SearchHit(uuid="context", text=text)] if text else []
             if request.scope == "edges":
                 return self._facts(db, user[0], request.query, request.limit)
@@ -782,6 +812,31 @@ def _lexical(db: sqlite3.Connection, user_uuid: str, terms: Sequence[str]) -> li
     return [int(r[0]) for r in rows]
 
 
+def _unlink_reply(db: sqlite3.Connection, asked: int) -> None:
+    """Before the assistant turn ``asked`` is deleted: the statement that replied to it
+    keeps a copy of it (``replied``, shown and indexed with it), which goes too."""
+    found = db.execute(
+        "SELECT id, content, user_uuid, replied FROM messages WHERE thread_uuid ="
+        " (SELECT thread_uuid FROM messages WHERE id = ?) AND id > ? ORDER BY id LIMIT 1",
+        (asked, asked),
+    ).fetchone()
+    if found is None or found[3] is None:
+        return
+    reply, content, user_uuid, replied = found
+    db.execute("UPDATE messages SET replied = NULL WHERE id = ?", (reply,))
+    if db.execute("SELECT eligible FROM messages WHERE id = ?", (reply,)).fetchone()[0]:
+        owner = owner_token(user_uuid)
+        db.execute(
+            "INSERT INTO statements_fts(statements_fts, rowid, content, owner, replied)"
+            " VALUES ('delete', ?, ?, ?, ?)",
+            (reply, content, owner, replied),
+        )
+        db.execute(
+            "INSERT INTO statements_fts(rowid, content, owner, replied) VALUES (?, ?, ?, '')",
+            (reply, content, owner),
+        )
+
+
 def _reply_context(previous: tuple[str, str, bool] | None) -> str | None:
     """The turn a statement replies to, as stored with it: the assistant's turn just
     before, if it asked something and passed validation too (it enters the block and the
@@ -800,6 +855,14 @@ def _migrate(db: sqlite3.Connection) -> None:
     indexed. A new file takes the same path, with nothing to compute."""
     if db.execute("PRAGMA user_version").fetchone()[0] >= SCHEMA_VERSION:
         return
+    # Validation costs about a millisecond a message: it is done before the write lock is
+    # taken, so other processes keep writing meanwhile (what they add is judged inside).
+    verdicts = {
+        message_id: _verdict(role, content, bool(ingested))
+        for message_id, role, content, ingested in db.execute(
+            "SELECT id, role, content, ingested FROM messages"
+        )
+    }
     db.execute("BEGIN IMMEDIATE")
     try:
         if db.execute("PRAGMA user_version").fetchone()[0] < SCHEMA_VERSION:
@@ -822,7 +885,7 @@ def _migrate(db: sqlite3.Connection) -> None:
             for message_id, role, content, ingested, user_uuid, thread_uuid in rows:
                 if thread_uuid != thread:
                     previous, thread = None, thread_uuid
-                verdict = _verdict(role, content, bool(ingested))
+                verdict = verdicts.get(message_id) or _verdict(role, content, bool(ingested))
                 replied = _reply_context(previous) if verdict.eligible else None
                 previous = (role, content, verdict.clean)
                 db.execute(

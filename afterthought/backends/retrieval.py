@@ -230,6 +230,15 @@ def render_block(facts: Sequence[str], statements: Sequence[Statement], max_char
     return "\n".join(part for part in (facts_part, said_part) if part)
 
 
+def whole_lines(text: str, max_chars: int) -> str:
+    """``text`` cut to ``max_chars`` at a line end, so no fact is shown half-said (one
+    line longer than the whole budget is cut where it must be)."""
+    if len(text) <= max_chars:
+        return text
+    end = text.rfind("\n", 0, max_chars + 1)
+    return text[:end] if end > 0 else text[:max_chars]
+
+
 def _section(header: str, lines: Sequence[str], budget: int) -> str:
     kept: list[str] = []
     used = len(header)
