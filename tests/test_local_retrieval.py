@@ -14,8 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from afterthought.backends.base import OutgoingMessage, UserRef
-from afterthought.backends.base import BackendError
+from afterthought.backends.base import BackendError, OutgoingMessage, UserRef
 from afterthought.backends.local import SCHEMA_VERSION, LocalBackend
 from afterthought.backends.retrieval import (
     FACTS_HEADER,

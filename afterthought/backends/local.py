@@ -86,8 +86,8 @@ CREATE TABLE IF NOT EXISTS templates (
 #: before it are at 0; version 1 indexed no ``replied`` column. An older file's messages
 #: gain the columns and are indexed afresh, once.
 SCHEMA_VERSION = 2
-#: Columns added to ``messages`` by the retrieval schema: ``user_uuid`` (the owner, so retrieval never
-#: joins threads), ``clean`` (``validation.detect`` found nothing, decided at write time),
+#: Columns added to ``messages`` by the retrieval schema: ``user_uuid`` (the owner, so
+#: retrieval never joins threads), ``clean`` (``validation.detect`` found nothing, decided at write time),
 #: ``eligible`` (a clean, ingested user turn: the only rows retrieval may return),
 #: ``informative`` (``retrieval.informativeness``) and ``replied`` (for a statement, the
 #: clean assistant turn just before it, shortened: what a short answer answers).
