@@ -87,8 +87,8 @@ CREATE TABLE IF NOT EXISTS templates (
 #: gain the columns and are indexed afresh, once.
 SCHEMA_VERSION = 2
 #: Columns added to ``messages`` by the retrieval schema: ``user_uuid`` (the owner, so
-#: retrieval never joins threads), ``clean`` (``validation.detect`` found nothing, decided at write time),
-#: ``eligible`` (a clean, ingested user turn: the only rows retrieval may return),
+#: retrieval never joins threads), ``clean`` (``validation.detect`` found nothing,
+#: decided at write time), ``eligible`` (a clean, ingested user turn: the only rows retrieval may return),
 #: ``informative`` (``retrieval.informativeness``) and ``replied`` (for a statement, the
 #: clean assistant turn just before it, shortened: what a short answer answers).
 ADDED_COLUMNS = (
