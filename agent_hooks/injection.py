@@ -38,14 +38,31 @@ def fence_names(template: str) -> set[str]:
     return {name for m in _FENCE.finditer(template) for name in m.groups() if name}
 
 
+#: Digits and signs that read as a letter of a tag name ("zep_c0ntext"): a model may
+#: read them as the tag, so they count as the letter.
+_READS_AS = {
+    "a": "a4@",
+    "b": "b8",
+    "e": "e3",
+    "g": "g9",
+    "i": "i1l|!",
+    "l": "l1i|",
+    "o": "o0",
+    "s": "s5$",
+    "t": "t7+",
+    "z": "z2",
+}
+
+
 def _markers(fences: set[str]) -> re.Pattern[str]:
     """A fence tag's opening bracket as the normalised view reads it: any case, spaced,
-    split by invisible characters, with full-width or look-alike brackets."""
+    split by invisible characters, with full-width or look-alike brackets, letters written
+    as digits, and any run of slashes or backslashes before the name ("<//", "<\\/")."""
     names = []
     for name in fences:
         chars = [c for c in normalise(name) if c.isalnum()]
-        names.append(r"[\s_\-.]*".join(re.escape(c) for c in chars))
-    return re.compile(rf"<(?=\s*/?\s*(?:{'|'.join(names)}))")
+        names.append(r"[\s_\-.]*".join(f"[{re.escape(_READS_AS.get(c, c))}]" for c in chars))
+    return re.compile(rf"<(?=[\s/\\]*(?:{'|'.join(names)}))")
 
 
 def neutralise(block: str, fences: set[str]) -> str:

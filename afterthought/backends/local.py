@@ -88,9 +88,10 @@ CREATE TABLE IF NOT EXISTS templates (
 SCHEMA_VERSION = 2
 #: Columns added to ``messages`` by the retrieval schema: ``user_uuid`` (the owner, so
 #: retrieval never joins threads), ``clean`` (``validation.detect`` found nothing,
-#: decided at write time), ``eligible`` (a clean, ingested user turn: the only rows retrieval may return),
-#: ``informative`` (``retrieval.informativeness``) and ``replied`` (for a statement, the
-#: clean assistant turn just before it, shortened: what a short answer answers).
+#: decided at write time), ``eligible`` (a clean, ingested user turn: the only rows
+#: retrieval may return), ``informative`` (``retrieval.informativeness``) and ``replied``
+#: (for a statement, the clean assistant turn just before it, shortened: what a short
+#: answer answers).
 ADDED_COLUMNS = (
     "user_uuid TEXT",
     "clean INTEGER NOT NULL DEFAULT 0",
