@@ -1,7 +1,7 @@
 """Speed of the local backend's retrieval: ``get_context`` latency (p50/p99, ms) for one
-user with 10k and 100k stored messages (other users in the same file), BM25 alone and
-hybrid (BM25 + dense, when the ``embeddings`` extra is installed), and write throughput
-through ``add_messages``.
+user with 10k and 100k stored messages (other users in the same file) and for one of those
+other users (1k older messages) beside it; BM25 alone and hybrid (BM25 + dense, when the
+``embeddings`` extra is installed); and write throughput through ``add_messages``.
 
 Messages are synthetic — varied sentences from word lists, half user turns, half
 assistant turns, in threads of 40 — and queries are one-sentence questions from the same
@@ -217,9 +217,11 @@ async def main(queries_count: int, big: int, others: int, writes: int) -> dict[s
         path = Path(tmp) / "bench.sqlite3"
         writer = LocalBackend(path, model)
         db = writer._connect()
+        neighbours = []
         for n in range(others):  # other users first: their rows share the index
             other, _ = await writer.ensure_user(zep_user_id=f"other{n}")
             bulk_insert(writer, db, other, conversation(random.Random(n), 1000), pool)
+            neighbours.append(other)
         user, _ = await writer.ensure_user(zep_user_id="subject")
         everything = conversation(random.Random(99), big)
         stored = 0
@@ -229,6 +231,8 @@ async def main(queries_count: int, big: int, others: int, writes: int) -> dict[s
             label = f"{size // 1000}k"
             plain = LocalBackend(path)
             result[f"bm25_{label}"] = await latencies(plain, user, queries)
+            if neighbours:  # a small, older history beside the big one
+                result[f"bm25_1k_beside_{label}"] = await latencies(plain, neighbours[0], queries)
             await plain.aclose()
             if model is not None:
                 hybrid = LocalBackend(path, model)

@@ -171,6 +171,38 @@ async def test_a_user_is_never_crowded_out_by_another_users_matches(
     assert [h.text for h in hits] == ["My greyhound Biscuit hates the rain"]
 
 
+async def test_a_users_block_costs_the_same_beside_a_long_history(
+    backend: LocalBackend,
+) -> None:
+    """Work is counted in SQLite VM steps (not time): another user's newer rows must not
+    be walked to find this user's newest statements."""
+    alice, alice_thread = await _user(backend, "alice")
+    for i in range(50):
+        await _say(backend, alice_thread, f"Day {i}: my sourdough starter bubbled over")
+
+    async def steps(query: str) -> int:
+        counted = [0]
+
+        def count() -> int:
+            counted[0] += 1
+            return 0
+
+        db = backend._connect()
+        db.set_progress_handler(count, 10)
+        try:
+            await _context(backend, alice, query)
+        finally:
+            db.set_progress_handler(None, 0)
+        return counted[0]
+
+    alone = [await steps(q) for q in ("sourdough", "", "what did I bake")]
+    _, bob_thread = await _user(backend, "bob")
+    for batch in range(30):
+        await _say(backend, bob_thread, *(f"Walked the dog {batch}-{i}" for i in range(100)))
+    beside = [await steps(q) for q in ("sourdough", "", "what did I bake")]
+    assert all(b <= 1.5 * a + 50 for a, b in zip(alone, beside, strict=True)), (alone, beside)
+
+
 async def test_words_are_stemmed_and_stopwords_ignored(backend: LocalBackend) -> None:
     alice, thread = await _user(backend, "alice")
     await _say(backend, thread, "We are moving to Porto in June", "The weather was nice")

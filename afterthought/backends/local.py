@@ -114,6 +114,8 @@ RETRIEVAL_SCHEMA = (
     "DROP TABLE IF EXISTS statements_fts",
     "CREATE VIRTUAL TABLE IF NOT EXISTS statements_fts USING fts5(content, owner, replied,"
     " content='', tokenize='porter unicode61 remove_diacritics 2')",
+    # The newest statements of one user, without walking past other users' newer rows.
+    "CREATE INDEX IF NOT EXISTS messages_eligible ON messages(user_uuid, id) WHERE eligible = 1",
     "CREATE INDEX IF NOT EXISTS messages_informative ON messages(user_uuid, id)"
     " WHERE eligible = 1 AND informative > 0",
     "CREATE TABLE IF NOT EXISTS vectors (message_id INTEGER PRIMARY KEY REFERENCES"
@@ -521,18 +523,24 @@ class LocalBackend(MemoryBackend):
         ids = list(dict.fromkeys(ranked))
         if not ids:
             return []
-        # The candidates, and the user's newest statements as the follow-ups' pool.
+        # The candidates, and the user's newest statements as the follow-ups' pool (two
+        # queries: as one OR, the planner walks every statement of the user).
+        columns = "SELECT id, replied, content, COALESCE(reference_time, created_at) FROM messages"
         rows = {
             r[0]: r[1:]
             for r in db.execute(
-                "SELECT id, replied, content, COALESCE(reference_time, created_at)"
-                f" FROM messages WHERE user_uuid = ? AND eligible = 1"
-                f" AND (id IN ({','.join('?' * len(ids))}) OR id >= COALESCE((SELECT id FROM"
-                " messages WHERE user_uuid = ? AND eligible = 1 ORDER BY id DESC"
-                " LIMIT 1 OFFSET ?), 0))",
-                (user_uuid, *ids, user_uuid, FOLLOW_UP_POOL - 1),
+                f"{columns} WHERE id IN ({','.join('?' * len(ids))})"
+                " AND user_uuid = ? AND eligible = 1",
+                (*ids, user_uuid),
             )
         }
+        rows.update(
+            (r[0], r[1:])
+            for r in db.execute(
+                f"{columns} WHERE user_uuid = ? AND eligible = 1 ORDER BY id DESC LIMIT ?",
+                (user_uuid, FOLLOW_UP_POOL),
+            )
+        )
         pool = {i: (content, said_at) for i, (_, content, said_at) in rows.items()}
         ids = with_follow_ups(ids, pool)[:limit]
         seen: set[str] = set()
