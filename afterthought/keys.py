@@ -176,5 +176,11 @@ class Keys:
         """HASH of a backfill source's progress: sessions done, and where the next begins."""
         return f"{self.prefix}:backfill:{source}"
 
+    @property
+    def stores(self) -> str:
+        """HASH local store id -> its path, announced by each worker at start (expiring):
+        an agent whose store is not among them reads another file."""
+        return f"{self.prefix}:stores"
+
     def lock(self, name: str) -> str:
         return f"{self.prefix}:lock:{name}"

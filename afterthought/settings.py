@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 from typing import Literal
 
+from platformdirs import user_data_path
 from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -35,8 +36,10 @@ class Settings(BaseSettings):
     """Memory backend; ``zep`` when a key is set, else ``local``."""
     memory_mode: Literal["zep", "managed"] = "zep"
     """On Zep: ``zep`` lets Zep extract facts; ``managed`` stores history only."""
-    local_db_path: Path = Path(".afterthought/memory.sqlite3")
-    """SQLite file of the local backend."""
+    local_db_path: Path = Field(
+        default_factory=lambda: user_data_path("afterthought") / "memory.sqlite3"
+    )
+    """SQLite file of the local backend; agent and worker must name the same file."""
     embedding_model: str | None = None
     """Local backend: a model2vec model (path or name; extra ``embeddings``) for hybrid recall."""
     key_prefix: str = "afterthought"
@@ -148,6 +151,13 @@ class Settings(BaseSettings):
         if not value or not all(c.isalnum() or c in "-_." for c in value):
             raise ValueError("key_prefix must be non-empty letters, digits, '-', '_' or '.'")
         return value
+
+    @field_validator("local_db_path")
+    @classmethod
+    def _absolute_store(cls, value: Path) -> Path:
+        # Made absolute where it is read: a relative path names another file in a process
+        # started elsewhere, and the logs and warnings should say which file is meant.
+        return value if str(value) == ":memory:" else value.expanduser().absolute()
 
     @model_validator(mode="after")
     def _settles_within_lease(self) -> Settings:

@@ -101,6 +101,7 @@ class TurnMemory:
         # Keyed by every id of the turn: an invocation id is client-chosen in ADK's API server,
         # so two users (or sessions) may send the same one.
         self._turns: OrderedDict[Who, _Turn] = OrderedDict()
+        self._store_check: asyncio.Task[None] | None = None
 
     @classmethod
     def create(cls, *, settings: Settings | None = None, **kwargs: Any) -> TurnMemory:
@@ -161,6 +162,8 @@ class TurnMemory:
         self, ctx: CallbackContext, llm_request: LlmRequest
     ) -> tuple[_Turn, Awaitable[bool]]:
         who = Who.of(ctx)
+        if self._store_check is None and self.settings.resolved_backend == "local":
+            self._store_check = asyncio.ensure_future(self._check_store())
         identity, reads = await self.identities(ctx)
         text = said_text(ctx.user_content)
         block = asyncio.ensure_future(self.reader.read(who, ctx, llm_request, reads, text))
@@ -304,8 +307,23 @@ class TurnMemory:
         while len(self._turns) > MAX_TRACKED_INVOCATIONS:
             self._turns.popitem(last=False)
 
+    async def _check_store(self) -> None:
+        """Once, beside the first turn: warn if the worker writes another local store."""
+        from afterthought.backends.local import LocalBackend
+        from afterthought.shared_store import matches
+
+        backend = self.backend
+        if not isinstance(backend, LocalBackend):
+            return  # one the application built: its own business
+        try:
+            await matches(self.recorder.enqueuer.redis(), self.settings, backend)
+        except Exception as exc:  # a check only: never a reason to fail anything
+            log.debug("store check failed error=%s", type(exc).__name__)
+
     async def aclose(self) -> None:
         """Send what the outage buffer still holds and close this loop's connections."""
+        if self._store_check is not None:
+            self._store_check.cancel()
         await self.recorder.aclose()
         if self._backend is not None:
             await self._backend.aclose()

@@ -28,9 +28,10 @@ from afterthought.testing import ZepFake
 from afterthought.testing.processes import spawn_worker, wait_settled
 from afterthought.testing.redis_server import free_port
 from afterthought.testing.zep_fake import Fault
+from agent_hooks import TurnMemory, create_callbacks
 from agent_hooks.backfill import Backfill, jsonl_source
-from tests.adk_support import APP
-from tests.conftest import drain, enqueue, queued, run_cli
+from tests.adk_support import APP, make_runner, new_session, say
+from tests.conftest import drain, enqueue, queued, run_cli, run_worker_once
 from worker.pacing import Pacing
 
 ADDS = "POST /threads/.*/messages"
@@ -419,3 +420,40 @@ async def test_a_session_that_grew_is_backfilled_again(
     assert (first.sessions, second.sessions, second.skipped) == (1, 1, 0)
     await drain(zep_settings)
     assert len(zep_fake.messages()) == 4  # the first turn once, the new one added
+
+
+async def test_an_agent_reading_another_store_than_its_worker_is_warned(
+    make_settings: Callable[..., Settings], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The trap of two processes started in different directories: the agent would read
+    an empty store of its own. The worker announces its store; the agent compares."""
+    worker_settings = make_settings(local_db_path=tmp_path / "worker" / "memory.sqlite3")
+    await run_worker_once(worker_settings)
+    (tmp_path / "link").symlink_to(tmp_path / "worker")
+    cases = {
+        tmp_path / "agent" / "memory.sqlite3": True,
+        worker_settings.local_db_path: False,
+        tmp_path / "link" / "memory.sqlite3": False,  # another path to the same file
+    }
+    for path, warned in cases.items():
+        caplog.clear()
+        memory = TurnMemory(worker_settings.model_copy(update={"local_db_path": path}))
+        runner, _ = make_runner(create_callbacks(memory))
+        await say(runner, "alice", await new_session(runner, "alice"), "hello there")
+        assert memory._store_check is not None
+        await memory._store_check  # awaited: no timing involved
+        assert ("different local stores" in caplog.text) is warned, path
+        if warned:
+            assert str(path) in caplog.text and str(worker_settings.local_db_path) in caplog.text
+        await memory.aclose()
+
+
+def test_a_relative_store_path_is_made_absolute_where_it_is_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert Settings(local_db_path=Path("data/m.sqlite3")).local_db_path == (
+        tmp_path / "data" / "m.sqlite3"
+    )
+    default = Settings().local_db_path
+    assert default.is_absolute() and default.name == "memory.sqlite3"

@@ -192,7 +192,12 @@ def worker_settings(
         redis: ArqRedis = ctx["redis"]
         await check_redis(redis)
         allow_oom = await supports_script_flags(redis)
-        backend = metrics.metered_backend(open_backend(s))
+        opened = open_backend(s)
+        if s.resolved_backend == "local":
+            from afterthought.shared_store import announce  # imports the local adapter
+
+            await announce(redis, s, opened)
+        backend = metrics.metered_backend(opened)
         ctx["backend"] = backend
         after_flush = None
         ctx["pruner"] = Pruner(s, redis, backend)

@@ -77,6 +77,9 @@ CREATE INDEX IF NOT EXISTS facts_user ON facts(user_uuid, invalid_at);
 CREATE UNIQUE INDEX IF NOT EXISTS facts_unique
   ON facts(user_uuid, subject, predicate, value, source_keys);
 CREATE TABLE IF NOT EXISTS idempotency (key TEXT PRIMARY KEY, created_at TEXT NOT NULL);
+-- One id per file: agent and worker compare theirs (``afterthought.shared_store``).
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+INSERT OR IGNORE INTO meta VALUES ('store_id', lower(hex(randomblob(16))));
 CREATE TABLE IF NOT EXISTS templates (
   uuid TEXT PRIMARY KEY, name TEXT UNIQUE NOT NULL, template TEXT NOT NULL,
   created_at TEXT NOT NULL);
@@ -777,6 +780,14 @@ class LocalBackend(MemoryBackend):
         words = set(query_terms(query))
         ranked = sorted(rows, key=lambda r: -len(words & set(query_terms(r[1]))))
         return [SearchHit(uuid=u, text=v, created_at=at) for u, v, at in ranked[:limit]]
+
+    async def store_id(self) -> str:
+        """This file's id, made with it: two paths to one file give one id."""
+        return await self._run(
+            lambda db: str(
+                db.execute("SELECT value FROM meta WHERE key = 'store_id'").fetchone()[0]
+            )
+        )
 
     async def aclose(self) -> None:
         with self._lock:
