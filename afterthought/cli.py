@@ -2,8 +2,10 @@
 it does so lazily, per subcommand.
 
 Exit codes: 0 done; 1 done, but something needs attention (an unhealthy status, letters
-not replayed, backfill lines skipped); 2 a usage or configuration error, or a destructive
-action without ``--yes``; 3 Redis unreachable or the backend failed; 130 interrupted."""
+not replayed, backfill lines skipped, an id that names nothing) or an unexpected error;
+2 a usage or configuration error, or a destructive action without ``--yes``; 3 Redis
+unreachable or the backend failed; 130 interrupted. Every failure is one line on stderr
+(``--debug`` adds the traceback)."""
 
 from __future__ import annotations
 
@@ -64,8 +66,6 @@ def _with_redis(
 
     settings = _settings(args)
 
-    from redis.exceptions import RedisError
-
     async def run() -> int:
         client = aioredis.Redis.from_url(settings.redis_url)
         try:
@@ -73,16 +73,26 @@ def _with_redis(
         finally:
             await client.aclose()
 
+    return asyncio.run(run())
+
+
+def _redis_failure(exc: Exception) -> str:
+    """One line on a Redis failure, naming the server without the credentials its URL
+    may hold; Redis's own error text (a bad DB index, a refused password) is kept."""
+    from redis.exceptions import AuthenticationError, ConnectionError, ResponseError
+
+    from afterthought.settings import Settings
+
     try:
-        return asyncio.run(run())
-    except (RedisError, ConnectionError) as exc:
-        where = urlsplit(settings.redis_url)  # printed without the credentials it may hold
-        print(
-            f"afterthought: cannot reach Redis at {where.hostname}:{where.port or 6379} "
-            f"({type(exc).__name__})",
-            file=sys.stderr,
-        )
-        return UNREACHABLE
+        where = urlsplit(Settings().redis_url)
+        server = f"Redis at {where.hostname}:{where.port or 6379}"
+    except ValueError:
+        server = "Redis"
+    if isinstance(exc, AuthenticationError):
+        return f"{server} refused the credentials ({exc})"
+    if isinstance(exc, ResponseError) and not isinstance(exc, ConnectionError):
+        return f"{server} answered with an error: {exc}"
+    return f"cannot reach {server} ({type(exc).__name__})"
 
 
 def _worker(args: argparse.Namespace) -> int:
@@ -158,6 +168,8 @@ def _dlq(args: argparse.Namespace) -> int:
             ]
             if args.json:
                 print(json.dumps(rows))
+            elif not rows:
+                print("no dead letters")
             for row in [] if args.json else rows:
                 print(
                     "{index:>5}  {at}  thread={thread}  attempts={attempts}  "
@@ -168,6 +180,15 @@ def _dlq(args: argparse.Namespace) -> int:
         if not args.all and not args.index:
             print("afterthought: name letters by index, or pass --all", file=sys.stderr)
             return USAGE
+        total = await letters.count()
+        unknown = sorted({i for i in args.index if not 0 <= i < total})
+        if unknown and not args.all:
+            print(
+                f"afterthought: no dead letter at index {', '.join(map(str, unknown))} "
+                f"(there are {total}; see `afterthought dlq list`)",
+                file=sys.stderr,
+            )
+            return ATTENTION
         if args.action == "replay":
             done = await letters.replay(indexes)
             print(f"replayed={done.replayed} malformed={done.malformed} refused={done.refused}")
@@ -257,21 +278,33 @@ def _operate(args: argparse.Namespace) -> int:
                 print(json.dumps(asdict(report)))
                 return OK
             forgetter = Forgetter(settings, client, backend)
+            who = f"user {args.user!r} of app {args.app!r}"
             if args.query:
                 done = await forgetter.forget_matching(
                     app=args.app, user_id=args.user, query=args.query, confirm=apply
                 )
-            elif not apply:
-                what = f"fact {args.fact}" if args.fact else "everything of this user"
-                print(f"would forget {what}; add --yes to do it", file=sys.stderr)
-                return USAGE
             elif args.fact:
                 done = await forgetter.forget_fact(
-                    app=args.app, user_id=args.user, fact_uuid=args.fact
+                    app=args.app, user_id=args.user, fact_uuid=args.fact, confirm=apply
                 )
+            elif not apply:
+                print(f"would forget everything of {who}; add --yes to do it", file=sys.stderr)
+                return USAGE
             else:
                 done = await forgetter.forget_user(app=args.app, user_id=args.user)
             print(json.dumps(asdict(done)))
+            if (args.query or args.fact) and not done.facts:
+                what = f"fact {args.fact}" if args.fact else "current fact holding every word"
+                print(f"afterthought: no {what} of {who}", file=sys.stderr)
+                return ATTENTION
+            if not args.query and not args.fact and not done.users:
+                nothing = not (done.queued or done.dead_letters or done.quarantined)
+                if nothing:
+                    print(f"afterthought: nothing of {who} was stored", file=sys.stderr)
+                    return ATTENTION
+            if done.dry_run:
+                print("a dry run: add --yes to forget what it lists", file=sys.stderr)
+                return USAGE
             if done.pending:
                 print(
                     "afterthought: the backend has not confirmed the deletion yet; the "
@@ -314,43 +347,90 @@ def _demo(args: argparse.Namespace) -> int:
     return demo()
 
 
+def _count(text: str) -> int:
+    """A positive whole number (``--concurrency 0`` would silently mean "the default")."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number of 1 or more, not {text!r}")
+    return value
+
+
+def _port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"must be a port number 0-65535, not {text!r}")
+    return value
+
+
+def _global_options(*, in_command: bool) -> argparse.ArgumentParser:
+    """The options every command takes, before or after its name. A command's copy has no
+    defaults (``SUPPRESS``), so it overrides only what is given after the name."""
+
+    def default(value: Any) -> Any:
+        return argparse.SUPPRESS if in_command else value
+
+    options = argparse.ArgumentParser(add_help=False)
+    options.add_argument(
+        "--log-level", default=default("INFO"), choices=["DEBUG", "INFO", "WARNING", "ERROR"]
+    )
+    options.add_argument(
+        "--log-format",
+        default=default("text"),
+        choices=["text", "json"],
+        help="json: one object a line",
+    )
+    options.add_argument(
+        "--prefix",
+        default=default(None),
+        help="the deployment's key prefix, which also names its arq queue "
+        "(default: AFTERTHOUGHT_KEY_PREFIX or 'afterthought')",
+    )
+    options.add_argument(
+        "--debug",
+        action="store_true",
+        default=default(False),
+        help="print the traceback of an unexpected error",
+    )
+    return options
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="afterthought",
         description="Long-term memory for ADK agents: the worker that persists it, and the "
         "operations around it. Settings come from the environment (REDIS_URL, ZEP_API_KEY, "
         "AFTERTHOUGHT_*; see the README).",
-        epilog="exit codes: 0 done; 1 needs attention; 2 usage or confirmation needed; "
-        "3 Redis unreachable or the backend failed; 130 interrupted",
+        epilog="exit codes: 0 done; 1 needs attention or an unexpected error; 2 usage or "
+        "confirmation needed; 3 Redis unreachable or the backend failed; 130 interrupted",
+        parents=[_global_options(in_command=False)],
     )
-    parser.add_argument(
-        "--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"]
-    )
-    parser.add_argument(
-        "--log-format", default="text", choices=["text", "json"], help="json: one object a line"
-    )
-    parser.add_argument(
-        "--prefix",
-        help="the deployment's key prefix, which also names its arq queue "
-        "(default: AFTERTHOUGHT_KEY_PREFIX or 'afterthought')",
-    )
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    # Not required here: an unknown flag is then reported as such, not as a missing command.
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    shared = [_global_options(in_command=True)]
 
     worker = commands.add_parser(
         "worker",
+        parents=shared,
         help="persist queued turns; run synthesis and pruning",
         description="An arq worker for the deployment's queue. Run as many as you need.",
     )
     worker.add_argument("--burst", action="store_true", help="exit once the queue is empty")
-    worker.add_argument("--concurrency", type=int, help="threads one flush job sends at once")
-    worker.add_argument("--max-jobs", type=int, help="arq jobs this process runs at once")
+    worker.add_argument("--concurrency", type=_count, help="threads one flush job sends at once")
+    worker.add_argument("--max-jobs", type=_count, help="arq jobs this process runs at once")
     worker.add_argument(
-        "--metrics-port", type=int, help="serve /metrics and /healthz here (0: any free port)"
+        "--metrics-port", type=_port, help="serve /metrics and /healthz here (0: any free port)"
     )
     worker.set_defaults(run=_worker)
 
     status = commands.add_parser(
         "status",
+        parents=shared,
         help="queue depth and age, threads, dead letters, pause, workers, synthesis",
         description="The deployment's state from Redis. Exits 1 when something needs an "
         "operator (no live worker, paused, stranded threads, dead letters).",
@@ -358,17 +438,18 @@ def _parser() -> argparse.ArgumentParser:
     status.add_argument("--json", action="store_true", help="the stable JSON shape")
     status.set_defaults(run=_status)
 
-    dlq = commands.add_parser("dlq", help="list, replay or purge dead letters")
+    dlq = commands.add_parser("dlq", parents=shared, help="list, replay or purge dead letters")
     dlq.add_argument("action", choices=["list", "replay", "purge"])
     dlq.add_argument("index", nargs="*", type=int, help="letters to replay or purge")
     dlq.add_argument("--all", action="store_true", help="every letter")
-    dlq.add_argument("--limit", type=int, default=100, help="letters to list")
+    dlq.add_argument("--limit", type=_count, default=100, help="letters to list")
     dlq.add_argument("--json", action="store_true", help="list as JSON")
     dlq.add_argument("--yes", action="store_true", help="confirm a purge")
     dlq.set_defaults(run=_dlq)
 
     quarantine = commands.add_parser(
         "quarantine",
+        parents=shared,
         help="list, release or drop what validation refused",
         description="Proposed memories that validation refused. 'release ID' queues the "
         "entry as a fact an operator vouches for (trust 'operator': the worker stores it "
@@ -378,14 +459,16 @@ def _parser() -> argparse.ArgumentParser:
     quarantine.add_argument("action", choices=["list", "release", "drop"])
     quarantine.add_argument("id", nargs="?", help="the entry to release or drop")
     quarantine.add_argument("--user", metavar="APP/USER", help="list one user's entries")
-    quarantine.add_argument("--limit", type=int, default=100, help="newest entries to list")
+    quarantine.add_argument("--limit", type=_count, default=100, help="newest entries to list")
     quarantine.add_argument("--json", action="store_true", help="list as JSON")
     quarantine.add_argument(
         "--show-text", action="store_true", help="include the refused text (it is logged)"
     )
     quarantine.set_defaults(run=_quarantine)
 
-    prune = commands.add_parser("prune", help="prune facts (a dry run unless --yes)")
+    prune = commands.add_parser(
+        "prune", parents=shared, help="prune facts (a dry run unless --yes)"
+    )
     prune.add_argument("--app", default="", help="with --user: the ADK app name")
     prune.add_argument("--user", help="only this ADK user id (with --app)")
     prune.add_argument("--dry-run", action="store_true", help="report only, even with --yes")
@@ -393,7 +476,7 @@ def _parser() -> argparse.ArgumentParser:
     prune.set_defaults(run=_operate)
 
     forget = commands.add_parser(
-        "forget", help="forget a user, one fact, or facts matching a query"
+        "forget", parents=shared, help="forget a user, one fact, or facts matching a query"
     )
     forget.add_argument("--app", required=True, help="the ADK app name")
     forget.add_argument("--user", required=True, help="the ADK user id")
@@ -405,6 +488,7 @@ def _parser() -> argparse.ArgumentParser:
 
     backfill = commands.add_parser(
         "backfill",
+        parents=shared,
         help="queue existing ADK sessions for memory (resumable)",
         description="Queue existing ADK sessions for the workers to persist. Run it again "
         "after an interruption: finished sessions are skipped, and nothing is stored twice.",
@@ -417,18 +501,28 @@ def _parser() -> argparse.ArgumentParser:
     backfill.add_argument("--no-progress", action="store_true", help="no progress bar")
     backfill.set_defaults(run=_backfill)
 
-    demo = commands.add_parser("demo", help="an offline two-session conversation with memory")
+    demo = commands.add_parser(
+        "demo", parents=shared, help="an offline two-session conversation with memory"
+    )
     demo.set_defaults(run=_demo)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
+    from redis.exceptions import RedisError
+
     from afterthought.backends.base import BackendError
 
     parser = _parser()
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+    if args.command is None:
+        parser.error("name a COMMAND (worker, status, dlq, quarantine, prune, forget, ...)")
     if args.command == "backfill" and args.db_url and not args.app:
         parser.error("backfill --db-url needs --app")
+    if args.command == "prune" and args.user and not args.app:
+        parser.error("prune --user needs --app (user ids are per app)")
     handler = logging.StreamHandler()
     handler.setFormatter(
         JsonLogFormatter() if args.log_format == "json" else logging.Formatter(TEXT_LOG_FORMAT)
@@ -441,9 +535,23 @@ def main(argv: list[str] | None = None) -> int:
     except BackendError as exc:
         print(f"afterthought: the memory backend failed: {exc}", file=sys.stderr)
         return UNREACHABLE
+    except (RedisError, ConnectionError) as exc:
+        print(f"afterthought: {_redis_failure(exc)}", file=sys.stderr)
+        return UNREACHABLE
     except (ValueError, RuntimeError) as exc:  # configuration problems, said plainly
+        if args.debug:
+            raise
         print(f"afterthought: {exc}", file=sys.stderr)
         return USAGE
+    except Exception as exc:
+        if args.debug:
+            raise
+        print(
+            f"afterthought: unexpected {type(exc).__name__}; run again with --debug for "
+            "the traceback",
+            file=sys.stderr,
+        )
+        return ATTENTION
     return code
 
 

@@ -326,20 +326,80 @@ def test_worker_burst_drains_and_logs_json_without_content(local_settings: Setti
     assert found["queue"]["messages"] == 0
 
 
-def test_commands_fail_clearly(local_settings: Settings, tmp_path: Path) -> None:
+#: Every documented error case of the CLI: (arguments, settings variant, exit code, what
+#: stderr says). ``{missing}`` is a file that does not exist. Variants: ``ok`` the test's
+#: deployment, ``down`` a Redis nobody listens on (with a password in its URL), ``db99``
+#: a database index Redis refuses, ``badprefix`` an invalid setting.
+CLI_ERRORS = [
+    (("--bogus",), "ok", 2, "unrecognized arguments: --bogus"),
+    (("status", "--bogus"), "ok", 2, "unrecognized arguments: --bogus"),
+    ((), "ok", 2, "name a COMMAND"),
+    (("worker", "--concurrency", "0"), "ok", 2, "--concurrency: must be a whole number"),
+    (("worker", "--concurrency", "-3"), "ok", 2, "--concurrency: must be a whole number"),
+    (("worker", "--metrics-port", "70000"), "ok", 2, "--metrics-port: must be a port"),
+    (("dlq", "list", "--limit", "0"), "ok", 2, "--limit: must be a whole number"),
+    (("prune", "--user", "bob"), "ok", 2, "prune --user needs --app"),
+    (("backfill",), "ok", 2, "one of the arguments --jsonl --db-url is required"),
+    (("backfill", "--jsonl", "{missing}"), "ok", 2, "no such file"),
+    (("forget", "--app", APP), "ok", 2, "the following arguments are required: --user"),
+    (("forget", "--app", APP, "--user", "alice"), "ok", 2, "add --yes"),
+    (("dlq", "purge", "--all"), "ok", 2, "add --yes"),
+    (("dlq", "replay", "7"), "ok", 1, "no dead letter at index 7 (there are 0"),
+    (("forget", "--app", APP, "--user", "nobody", "--yes"), "ok", 1, "nothing of user"),
+    (
+        ("forget", "--app", APP, "--user", "nobody", "--fact", "f-1", "--yes"),
+        "ok",
+        1,
+        "no fact f-1 of user 'nobody'",
+    ),
+    (("forget", "--app", APP, "--user", "nobody", "--query", "tea"), "ok", 1, "no current fact"),
+    (("quarantine", "drop", "q-1"), "ok", 1, "no quarantined entry q-1"),
+    (("status",), "down", 3, "cannot reach Redis at 127.0.0.1:{port}"),
+    (("dlq", "list"), "down", 3, "cannot reach Redis at 127.0.0.1:{port}"),
+    (("status",), "db99", 3, "answered with an error"),
+    (("status",), "badprefix", 2, "key_prefix"),
+]
+
+
+@pytest.mark.parametrize(("args", "variant", "code", "says"), CLI_ERRORS)
+def test_every_documented_error_is_one_clear_line(
+    local_settings: Settings,
+    tmp_path: Path,
+    args: tuple[str, ...],
+    variant: str,
+    code: int,
+    says: str,
+) -> None:
     port = free_port()
-    nowhere = local_settings.model_copy(
-        update={"redis_url": f"redis://user:sekret@127.0.0.1:{port}/0"}
-    )
-    down = run_cli(nowhere, "status")
-    assert down.returncode == 3 and f"127.0.0.1:{port}" in down.stderr
-    assert "sekret" not in down.stderr
-    missing = run_cli(local_settings, "backfill", "--jsonl", str(tmp_path / "none.jsonl"))
-    assert missing.returncode == 2 and "no such file" in missing.stderr
-    assert run_cli(local_settings, "backfill").returncode == 2  # names no source
-    assert run_cli(local_settings, "forget", "--app", APP).returncode == 2  # no --user
-    bad_setting = run_cli(local_settings.model_copy(update={"key_prefix": "has space"}), "status")
-    assert bad_setting.returncode == 2 and "key_prefix" in bad_setting.stderr
+    settings = {
+        "ok": local_settings,
+        "down": local_settings.model_copy(
+            update={"redis_url": f"redis://user:sekret@127.0.0.1:{port}/0"}
+        ),
+        "db99": local_settings.model_copy(
+            update={"redis_url": local_settings.redis_url.rsplit("/", 1)[0] + "/99"}
+        ),
+        "badprefix": local_settings.model_copy(update={"key_prefix": "has space"}),
+    }[variant]
+    argv = [a.format(missing=tmp_path / "none.jsonl") for a in args]
+    done = run_cli(settings, *argv)
+    assert done.returncode == code, done.stderr
+    assert says.format(port=port) in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr and "sekret" not in done.stderr
+    if code != 2:  # usage errors come with argparse's usage line; the rest are one line
+        assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+def test_global_options_go_before_or_after_the_command(local_settings: Settings) -> None:
+    elsewhere = local_settings.model_copy(update={"key_prefix": "not-this-one"})
+    for argv in (
+        ("--prefix", local_settings.key_prefix, "status", "--json"),
+        ("status", "--json", "--prefix", local_settings.key_prefix, "--log-format", "json"),
+    ):
+        done = run_cli(elsewhere, *argv)
+        assert json.loads(done.stdout)["prefix"] == local_settings.key_prefix, done.stderr
+    empty = run_cli(local_settings, "dlq", "list")
+    assert empty.returncode == 0 and empty.stdout.strip() == "no dead letters"
 
 
 async def test_workers_share_one_snapshot_per_period(

@@ -28,7 +28,7 @@ from afterthought.audit import AuditLog, Entry
 from afterthought.backends.base import BackendError, MemoryBackend, UserRef
 from afterthought.context_cache import COOLING, PENDING, ContextCache
 from afterthought.contract import DeadLetter
-from afterthought.facts import StoredFact
+from afterthought.facts import StoredFact, statement
 from afterthought.identity import IdentityRegistry
 from afterthought.keys import Keys, digest
 from afterthought.quarantine import Quarantine
@@ -37,6 +37,8 @@ from afterthought.settings import Settings
 
 log = logging.getLogger("afterthought.worker")
 
+#: How much of a fact's text a dry run shows.
+SHOWN_CHARS = 80
 #: A forget's mark outlives a stopped process this long; a worker resumes it before then.
 PENDING_MARK_MS = 24 * 3600 * 1000
 #: After a forget, cache writes stay refused this long: a block read from the backend
@@ -50,8 +52,11 @@ class Forgotten:
 
     dry_run: bool = False
     users: int = 0
+    """Users the registry knew (0: the id named nobody who had been stored)."""
     facts: list[str] = field(default_factory=list)
     """Ids of the facts (to be) deleted."""
+    texts: list[str] = field(default_factory=list)
+    """Each fact's text, shortened, in the order of ``facts``: what the operator confirms."""
     queued: int = 0
     dead_letters: int = 0
     quarantined: int = 0
@@ -81,7 +86,7 @@ class Forgetter:
     async def forget_user(self, *, app: str, user_id: str) -> Forgotten:
         """Forget everything of the user, in every app that shares their backend user;
         ``pending`` if the backend is not done yet."""
-        aliases = await self._aliases(app, user_id)
+        aliases, known = await self._aliases(app, user_id)
         since = int(time.time() * 1000)
         async with self.redis.pipeline(transaction=True) as pipe:
             for a, u in aliases:
@@ -90,7 +95,7 @@ class Forgetter:
                 pipe.incr(self.keys.epoch(a, u))
                 pipe.hset(self.keys.forgets, digest(a, u), record)
             await pipe.execute()
-        done = Forgotten(users=len(aliases))
+        done = Forgotten(users=len(aliases) if known else 0)
         for a, u in aliases:
             step = await self._complete(a, u)
             done.queued += step.queued
@@ -99,14 +104,15 @@ class Forgetter:
             done.pending = done.pending or step.pending
         return done
 
-    async def _aliases(self, app: str, user_id: str) -> list[tuple[str, str]]:
+    async def _aliases(self, app: str, user_id: str) -> tuple[list[tuple[str, str]], bool]:
         """The user and every (app, user id) the registry maps to the same backend user:
         with a ``zep_user_id_template`` without ``{app}`` (the default), one user id names
-        one person in every app, and deleting them deletes them for all."""
+        one person in every app, and deleting them deletes them for all. And whether the
+        registry knew the user (one not known may still have turns queued)."""
         found = [(app, user_id)]
         user = await self.registry.lookup_user(app=app, user_id=user_id)
         if user is None:
-            return found
+            return found, False
         async for key in self.redis.scan_iter(match=f"{self.keys.prefix}:id:user:*", count=1000):
             uuid_, a, u = await self.redis.hmget(key, ["user_uuid", "app", "user_id"])
             if (
@@ -116,7 +122,7 @@ class Forgetter:
                 and (a.decode(), u.decode()) != (app, user_id)
             ):
                 found.append((a.decode(), u.decode()))
-        return found
+        return found, True
 
     async def resume_pending(self) -> list[Forgotten]:
         """Finish every forget still pending (a stopped process, a slow backend)."""
@@ -190,11 +196,20 @@ class Forgetter:
             await asyncio.sleep(self._poll)
         return True
 
-    async def forget_fact(self, *, app: str, user_id: str, fact_uuid: str) -> Forgotten:
+    async def forget_fact(
+        self, *, app: str, user_id: str, fact_uuid: str, confirm: bool = True
+    ) -> Forgotten:
+        """One fact of the user; only described unless ``confirm``. ``facts`` is empty
+        when the id names no fact of theirs."""
         user = await self.registry.lookup_user(app=app, user_id=user_id)
         if user is None:
-            return Forgotten()
+            return Forgotten(dry_run=not confirm)
         known = {f.uuid: f for f in await self._facts(user)}
+        if not confirm:
+            found = known.get(fact_uuid)
+            if found is None:
+                return Forgotten(dry_run=True)
+            return Forgotten(dry_run=True, facts=[fact_uuid], texts=[_shown(found)])
         if fact_uuid in known:  # a tombstone, so synthesis never writes it back
             await self.redis.sadd(self.keys.tombstones(app, user_id), known[fact_uuid].signature)
         deleted = await self.backend.delete_memory(user=user, memory_uuid=fact_uuid)
@@ -206,7 +221,9 @@ class Forgetter:
         await self.audit.record(
             [Entry("forget", "delete_fact", digest(app, user_id), "deleted", key=fact_uuid)]
         )
-        return Forgotten(facts=[fact_uuid])
+        return Forgotten(
+            facts=[fact_uuid], texts=[_shown(known[fact_uuid])] if fact_uuid in known else []
+        )
 
     async def forget_matching(
         self, *, app: str, user_id: str, query: str, confirm: bool = False
@@ -218,19 +235,27 @@ class Forgetter:
             return Forgotten(dry_run=not confirm)
         words = query.lower().split()
         matches = [
-            f.uuid
+            f
             for f in await self._facts(user)
             if f.invalid_at is None
             and words
             and all(w in f"{f.predicate.replace('_', ' ')} {f.value}".lower() for w in words)
         ]
         if confirm:
-            for fact_uuid in matches:
-                await self.forget_fact(app=app, user_id=user_id, fact_uuid=fact_uuid)
-        return Forgotten(dry_run=not confirm, facts=matches)
+            for fact in matches:
+                await self.forget_fact(app=app, user_id=user_id, fact_uuid=fact.uuid)
+        return Forgotten(
+            dry_run=not confirm, facts=[f.uuid for f in matches], texts=list(map(_shown, matches))
+        )
 
     async def _facts(self, user: UserRef) -> list[StoredFact]:
         try:
             return await self.backend.list_facts(user=user)
         except BackendError:  # Zep (zep mode): its own facts, no tombstones of ours
             return []
+
+
+def _shown(fact: StoredFact) -> str:
+    """A fact as an operator confirms it: its statement, shortened (a terminal, not a log)."""
+    text = statement(fact.subject, fact.predicate, fact.value)
+    return text if len(text) <= SHOWN_CHARS else text[: SHOWN_CHARS - 1] + "…"
