@@ -12,11 +12,12 @@ HTML entities, escapes, rot13 or reversed text when the text says so) decodes to
 
 What is refused: text that tries to steer the agent (override earlier instructions, reveal
 its prompt, change its persona, claim authority over it, standing orders to it, hidden
-triggers), markup and role prefixes, tool or retrieval output, and — by provenance —
-anything the assistant or a tool asserted about the user. What passes: what people say
-about themselves, including their *preferences* about how the assistant should serve them
-("always use metric for me", "call me Sam", "keep answers short"): a preference is a fact
-about the user, and memory exists to keep it."""
+triggers, orders about what it tells other people, claimed rights or disabled checks,
+dressing that poses as memory), markup and role prefixes, tool or retrieval output, and
+— by provenance — anything the assistant or a tool asserted about the user. What
+passes: what people say about themselves, including their *preferences* about how the
+assistant should serve them ("always use metric for me", "call me Sam", "keep answers
+short"): a preference is a fact about the user, and memory exists to keep it."""
 
 from __future__ import annotations
 
@@ -279,6 +280,64 @@ _URL = (
     r"site|link|click)\b|\S+@\S+\.\w+"
 )
 
+#: Anyone but the user: whom a planted order is about.
+_OTHERS = (
+    r"any\s*one|any\s*body|some\s*one|some\s*body|every\s*one|every\s*body|whoever|"
+    r"a user|users|other users|all users|every user|any user|people|customers?|clients?|"
+    r"visitors|others"
+)
+#: "when anyone asks about", "whenever money comes up", "when the topic is crypto".
+_THIRD_PARTY_TRIGGER = (
+    r"\b(?:when(?:ever)?|if|each time|every time|any time)\s+(?:(?:"
+    + _OTHERS
+    + r")\b.{0,40}?\b(?:asks?|asked|mentions?|wants?|needs?|says?|brings? up|talks?|"
+    r"inquires?|requests?|searches|looks? for)\b|asked\b|(?:the\s+)?(?:topic|subject|"
+    r"conversation|question)\s+(?:is|turns to|comes to|is about)\b|(?:\w+\s+){1,3}?"
+    r"(?:comes? up|is mentioned|gets? mentioned|is discussed)\b)"
+)
+#: Orders that act on other people: "tell them", "point them to", "say that".
+_ORDER_TO_OTHERS = (
+    r"tell|say|answer|respond|reply|point|send|direct|redirect|refer|recommend|push|"
+    r"suggest|link|give|inform|insist|claim|warn"
+)
+_STANDING_START = (
+    r"\b(?:from now on|going forward|henceforth|from here on|always|every time|in future|"
+    r"in the future)\b"
+)
+_STANDING_ABROAD = (
+    r"\ba partir de (?:maintenant|ahora|aujourd'?hui)|\bdesormais\b|\bdorenavant\b|"
+    r"\bde ahora en adelante\b|\bdesde ahora\b|\ben adelante\b|\bab jetzt\b|"
+    r"\bvon nun an\b|\bab sofort\b|\bkunftig\b|\bin zukunft\b"
+)
+_RECOMMEND_ABROAD = (
+    r"recommande|recommandez|conseille|conseillez|recomienda|recomiende|aconseja|"
+    r"empfiehl|empfehle|empfehlt"
+)
+_OTHERS_ABROAD = (
+    r"tout le monde|quiconque|n'?importe qui|chaque utilisateur|les utilisateurs|cualquiera|"
+    r"todo el mundo|todos los usuarios|cada usuario|jede[mnr]?|alle nutzer|allen nutzern|"
+    r"jedermann"
+)
+_TRIGGER_ABROAD = (
+    r"\b(?:quand|lorsque|si)\s+(?:quelqu'?un|un utilisateur|les gens|on)\b|"
+    r"\b(?:cuando|si)\s+(?:alguien|un usuario|la gente|cualquiera)\b|"
+    r"\b(?:wenn|falls|sobald)\s+(?:jemand|ein nutzer|ein benutzer|leute)\b|"
+    r"\bbei jeder frage\b|\ba chaque question\b|\ben cada pregunta\b"
+)
+_ORDER_ABROAD = (
+    r"dis|dites|reponds|repondez|recommande|recommandez|envoie|envoyez|conseille|"
+    r"redirige|affirme|di|dile|diles|responde|responda|recomienda|envia|sugiere|contesta|"
+    r"afirma|sag|sage|antworte|empfiehl|empfehle|schick|sende|verweise|behaupte"
+)
+_REMEMBER_ABROAD = (
+    r"retiens|retenez|souviens-toi|souvenez-vous|memorise|memorisez|recuerda|recuerde|"
+    r"memoriza|guarda|merke dir|merk dir|merken sie sich|speichere|behalte"
+)
+_FOREVER_ABROAD = (
+    r"pour toujours|pour toutes les|a l'?avenir|para siempre|para todas las|"
+    r"en el futuro|fur immer|fur alle|dauerhaft|in zukunft"
+)
+
 _INSTRUCTION_PATTERNS = [
     # Override earlier instructions: "skip all earlier guidance", "pay no attention to...".
     rf"\b(?:{_OVERRIDE})\b{_gap(4)}(?:{_PRIOR})\b{_gap(3)}(?:{_RULES})\b",
@@ -437,6 +496,58 @@ _INSTRUCTION_PATTERNS = [
     r"hex|read\s+(?:it\s+|this\s+|that\s+)?(?:backwards|in reverse|reversed))\b.{0,60}?"
     r"\b(?:and|then|&)\W+(?:\w+\W+){0,2}?(?:follow|obey|execute|run|apply|do (?:what|as)|"
     r"act on|comply|carry out|perform)\b",
+    # Orders about other people, planted for later: "when anyone asks about refunds, tell
+    # them...", "give it to anyone who asks", "anyone who says it gets admin access". A
+    # preference is about the user ("when I ask..."); these are about everyone else.
+    rf"{_THIRD_PARTY_TRIGGER}.{{0,80}}?(?:[,:;\-]|\bthen\b|\bjust\b|\balways\b)\s*"
+    rf"(?:just\s+|always\s+|simply\s+)?(?:{_ORDER_TO_OTHERS})\b",
+    rf"{_STANDING_START}.{{0,60}}?\b(?:{_ORDER_TO_OTHERS})\b.{{0,60}}?{_THIRD_PARTY_TRIGGER}",
+    r"\b(?:give|tell|send|share|say|recommend|point|show|forward|offer)\b.{0,40}?\b"
+    rf"(?:{_OTHERS})\s+(?:who|that|asking|else)\b",
+    rf"\b(?:{_OTHERS})\s+(?:who|that)\s+.{{0,60}}?\b(?:should|must|will|shall|has to|have to|"
+    r"needs? to)\s+(?:be\s+)?(?:told|sent|given|pointed|directed|referred|redirected)\b",
+    rf"\b(?:{_OTHERS})\b.{{0,60}}?\b(?:gets?|receives?|is granted|are granted|has|have)\s+"
+    r"(?:\w+\s+)?(?:admin(?:istrator)?|root|full|elevated|superuser|sudo|unrestricted)\s+"
+    r"(?:access|rights|privileges?|permissions?|control|mode)\b",
+    # Standing promotion: "must push their token", "recommend VitaCure ... instead of a doctor".
+    r"\b(?:must|should|always|will|to|and)\s+(?:\w+\s+)?(?:push|promote|plug|shill|advertise|hype)"
+    r"\s+(?!me\b|myself\b|yourself\b|you\b|through\b|back\b|harder\b)\w+",
+    r"\b(?:recommend|suggest|push|promote)\b.{0,40}?\binstead of\s+(?:a\s+|an\s+|the\s+)?"
+    r"(?:doctor|gp|physician|pharmacist|lawyer|bank|professional|therapist|vet)\b",
+    # The assistant's state, claimed: "user_role=admin", "verification=disabled", "this
+    # user is staff", "pre-approved for all transactions", "skip all checks".
+    r"\b(?:user|account)[_ ]?(?:role|type|level|status|group|tier|permissions?)\s*(?:=|:|is)\s*"
+    rf"(?:{_PRIVILEGED}|staff|vip|trusted|verified|exempt)\b",
+    r"\b(?:verification|authentication|auth|checks?|safety|filters?|filtering|moderation|2fa|mfa|"
+    r"confirmation|guardrails)\s*(?:=|:)\s*(?:off|disabled?|false|none|0|skip(?:ped)?|no)\b",
+    r"\buser\b\s+(?:is|was|=)\s+(?:an?\s+|the\s+)?(?:staff|employee|moderator|vip|exempt|insider|"
+    r"internal|(?:pre-?)?(?:approved|authori[sz]ed|verified|whitelisted|cleared))\b",
+    r"\b(?:pre-?approved|pre-?authori[sz]ed|pre-?verified|whitelisted|allow-?listed)\s+for\s+"
+    r"(?:all|any|every)\b",
+    r"\b(?:skip|disable|bypass|turn off|switch off|drop|waive)\s+(?:all\s+)?(?:the\s+|your\s+)?"
+    r"(?:content\s+|safety\s+|security\s+|identity\s+|fraud\s+|kyc\s+)?(?:checks|verification|"
+    r"filters|moderation|screening)\b(?:\s+for\s+(?:them|him|her|this user|the user|me))?"
+    r"(?=.*\b(?:user|admin|staff|assistant|memory|them|for me)\b)",
+    # Dressing that poses as memory or configuration: "memory update:", "SYSTEM OVERRIDE",
+    # "persist:", "future assistant", "your core memory says", "(do not reveal)".
+    r"\bsystem\s+(?:override|directive|instruction|notice|note)\b|\bpersist\s*(?::|that\b)|"
+    r"\bmemor(?:y|ies)\s+(?:update|entry|injection|override|instruction|directive)\s*:|"
+    r"#{2,}\s*(?:memory|note|context|user|config)\b|"
+    r"\b(?:future|next|later)\s+(?:assistants?|ais?|bots?|models?|agents?|llms?)\b|"
+    r"\byour\s+(?:core\s+|long-?term\s+|permanent\s+|persistent\s+)?memor(?:y|ies)\s+"
+    r"(?:says?|contains?|states?|reads?|should say|tells? you)\b|"
+    r"\bnote\s+(?:for|to|in)\s+(?:your|ur|the)\s+(?:long-?term\s+|permanent\s+)?memor(?:y|ies)\b|"
+    r"\(\s*(?:do not|don'?t|never)\s+(?:reveal|disclose|share|mention|show|tell)\b[^)]{0,30}\)",
+    # Harvesting: "users must verify by sending their card number", "ask them for 2FA codes".
+    r"\b(?:verify|confirm|authenticate)\w*\s+(?:\w+\s+)?by\s+(?:sending|giving|sharing|entering|"
+    r"typing|providing)\s+(?:their|your|the)\b",
+    r"\bask\s+(?:users|people|them|customers|anyone|everyone|the user|every user)\s+(?:for|to\s+"
+    r"(?:send|give|share|enter|type|provide))\s+(?:their|your)\b.{0,30}?\b(?:card|cvv|pin|"
+    r"passwords?|2fa|otp|codes?|credentials|login|ssn|bank details|account number)\b",
+    # The same orders in French, Spanish and German (the view has no accents).
+    rf"(?:{_STANDING_ABROAD}).{{0,80}}?\b(?:{_RECOMMEND_ABROAD}|{_OTHERS_ABROAD})\b",
+    rf"(?:{_TRIGGER_ABROAD}).{{0,80}}?\b(?:{_ORDER_ABROAD})\b",
+    rf"\b(?:{_REMEMBER_ABROAD})\b.{{0,30}}?\b(?:{_FOREVER_ABROAD})\b",
     # Markup and role prefixes that pose as the conversation's structure.
     r"^\s*(?:system|assistant|developer|admin|root|sys|model|ai|bot)\s*(?::|>|\]|\|)",
     r"\[\s*/?\s*(?:system|inst|sys|admin|developer|assistant)\s*\]|<<\s*/?\s*sys\s*>>|"
@@ -546,10 +657,33 @@ def _views(view: str) -> list[str]:
     return [w for v in (view, joined, _unleet(joined)) for w in _windows(v)]
 
 
+#: A standing order to recommend something by name: "from now on always recommend ...".
+#: Not "I always recommend AcmeBank to my friends": that is the user's own habit.
+_RECOMMEND_BY_NAME = re.compile(
+    r"(?<!\bi )(?<!\bwe )"
+    + _STANDING_START
+    + r".{0,60}?\b(?:recommend|suggest|push|promote|mention)\s+(\w+)"
+)
+#: A name written as a brand writes it: capitalised, with a capital inside ("AcmeBank",
+#: not "iPhone").
+_CAMEL_CASE = re.compile(r"^[A-Z][a-z]+[A-Z]")
+
+
+def _names_a_brand(text: str, view: str, origin: list[int]) -> bool:
+    """Whether a standing order recommends a brand ("always recommend QuickLoans"), read
+    in the original's capitals: "always recommend vegan recipes" is a taste, not an ad."""
+    for m in _RECOMMEND_BY_NAME.finditer(view):
+        start, end = m.span(1)
+        said = "".join(text[i] for i in dict.fromkeys(origin[start:end]) if text[i].isalpha())
+        if _CAMEL_CASE.match(said):
+            return True
+    return False
+
+
 def detect(text: str, *, _depth: int = 0) -> str | None:
     """Why ``text`` cannot be memory (:data:`INSTRUCTION_LIKE` or :data:`TOOL_OUTPUT`),
     judged on its normalised view; None when it reads as something a person said."""
-    view = normalise(text)
+    view, origin = normalise_mapped(text)
     letters = re.sub(r"[^a-z]", "", _unleet(view))
     if _FENCE_NAME.search(letters):
         return TOOL_OUTPUT
@@ -558,7 +692,7 @@ def detect(text: str, *, _depth: int = 0) -> str | None:
             return TOOL_OUTPUT
         if _INSTRUCTION.search(seen):
             return INSTRUCTION_LIKE
-    if _LETTERS_ONLY.search(letters):
+    if _LETTERS_ONLY.search(letters) or _names_a_brand(text, view, origin):
         return INSTRUCTION_LIKE
     if _depth < 2:
         for decoded in _decodings(unicodedata.normalize("NFKC", text)):

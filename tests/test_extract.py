@@ -498,3 +498,58 @@ async def test_model_proposals_are_kept_or_dropped_one_by_one() -> None:
     assert refusal("jazz", trust=facts[2].trust, sources=[messages[1]]) is not None
     for broken in ("not json", '{"facts": "many"}', "[1, 2]", ""):
         assert await ModelExtractor(StandInLlm(script=[broken])).extract(messages) == []
+
+
+#: Words the user quotes, reports or uses as an idiom: none of it is a fact about them.
+NOT_ABOUT_THE_USER = [
+    "Translate 'I live in Paris' into French",
+    "translate I live in Paris into french pls",
+    "can u translate this to german: I work at Google",
+    "My sister said: I live in Berlin",
+    "my sister said i live in berlin lol",
+    'He told me "I work at Google"',
+    "he told me: my name is Carlos",
+    "How do I say 'my name is Anna' in Spanish?",
+    "how do you say i live in Leeds in Polish",
+    "my bf keeps saying 'I live in London' in a fake accent 😂",
+    "whats the german for I work at Siemens",
+    "she was like, I live in Madrid now, and I just nodded",
+    "I live in fear of spiders",
+    "i live in fear of spiders tbh",
+    "I live in hope",
+    "honestly i live in hope that it gets better",
+    "i'm living in hope lol",
+    "i live in denial about my overdraft",
+    "I live in sweatpants these days 😅",
+    "I live in my head too much",
+    "I work at it every day",
+    "I work at night mostly",
+    "i work at weekends, its fine",
+    "I live on coffee",
+    "i basically live on coffee and toast rn",
+]
+
+
+async def test_quoted_reported_and_idiomatic_speech_is_no_user_fact() -> None:
+    for text in NOT_ABOUT_THE_USER:
+        assert not {f for f in await _found(text) if f[0] == "user"}, text
+
+
+async def test_plain_statements_beside_those_still_count() -> None:
+    cases: list[tuple[str, set[Triple]]] = [
+        ("I live in Paris now", {U("lives_in", "Paris")}),
+        ("We moved to Berlin last year", {U("lives_in", "Berlin")}),
+        ("I work at Google as a designer", {U("works_at", "Google")}),
+        ("i live in leeds, i work at asda", {U("lives_in", "leeds"), U("works_at", "asda")}),
+        ("I live in Hope, it's a tiny town in BC", {U("lives_in", "Hope")}),
+        ("ok so i said to my boss I'm quitting. I live in Paris now", {U("lives_in", "Paris")}),
+        ("'cause I live in Leeds near my parents' place", {U("lives_in", "Leeds")}),
+        ("I translate books for a living and I live in Lyon", {U("lives_in", "Lyon")}),
+        (
+            "I'm learning Spanish, I live in Madrid 🙂",
+            {U("learning", "Spanish"), U("lives_in", "Madrid")},
+        ),
+    ]
+    for text, expected in cases:
+        found = await _found(text)
+        assert all(any(_matches(f, e) for f in found) for e in expected), (text, found)

@@ -311,3 +311,49 @@ async def test_a_fact_spoken_of_later_in_words_of_change_is_no_longer_current(
 
     assert "Kontor" not in facts and "kontor" not in facts
     assert "i quit kontor" in block  # what was said last is shown, dated
+
+
+def _later(*said: str) -> list[HistoryMessage]:
+    return [
+        HistoryMessage(f"m{i}", "user", text, f"2026-03-{10 + i}T09:00:00+00:00")
+        for i, text in enumerate(said)
+    ]
+
+
+#: Held since March 1st: where the user lives, a trip, where they work.
+HELD = [
+    ("home", "lives_in", "Leeds", "2026-03-01T09:00:00+00:00", ["k0"]),
+    ("trip", "event_trip", "trip to Leeds on 2026-03-20", "2026-03-01T09:00:00+00:00", ["k0"]),
+    ("job", "works_at", "Kontor", "2026-03-01T09:00:00+00:00", ["k0"]),
+]
+
+
+def test_a_later_remark_that_only_shares_a_word_retires_nothing() -> None:
+    from worker.synthesize import retired
+
+    for said in (
+        "Leeds United lost AGAIN 😩 now 3 in a row",
+        "leeds united are top now, cant believe it",
+        "my cousin just started at Leeds Uni",
+        "watching the Leeds Rhinos game tonight, new season!!",
+        "anyway. Kontor Tower is the ugliest building in town lol",
+        "\U0001f44d",
+    ):
+        assert retired(HELD, _later(said)) == set(), said
+
+
+def test_a_later_remark_about_the_same_thing_retires_it() -> None:
+    from worker.synthesize import retired
+
+    for said, expected in (
+        ("we moved out of leeds in the end, too pricey", {"home", "trip"}),
+        ("honestly I miss Leeds so much", {"home"}),
+        ("back in leeds for xmas, so cold", {"home"}),
+        ("the trip got pushed back a week", {"trip"}),
+        ("ok so i quit kontor 🎉", {"job"}),
+        ("I've started a new job, first day monday", {"job"}),
+    ):
+        assert retired(HELD, _later(said)) == expected, said
+    # What the fact was read from, or said before it, retires nothing.
+    assert retired(HELD, [HistoryMessage("k0", "user", "I quit Kontor", "2026-03-12")]) == set()
+    assert retired(HELD, [HistoryMessage("m", "user", "I quit Kontor", "2026-02-01")]) == set()

@@ -689,6 +689,14 @@ def _learning(m: re.Match[str], t: _Text) -> Iterator[_Said]:
 
 # places
 
+#: "I live in fear", "I live in sweatpants": a way of living, not a place.
+_LIVED_IN_IDIOMS = frozenset(
+    _words(
+        """fear terror dread hope hopes denial luxury poverty sin peace harmony misery chaos
+        comfort squalor silence shame guilt panic sweatpants pyjamas pajamas pjs trackies
+        joggers hoodies leggings jeans"""
+    )
+)
 _LIVE = r"(?:\s+live|\s+am\s+living|'m\s+living|m\s+living|'m\s+based|\s+am\s+based|\s+reside)"
 
 
@@ -696,7 +704,11 @@ _LIVE = r"(?:\s+live|\s+am\s+living|'m\s+living|m\s+living|'m\s+based|\s+am\s+ba
     rf"\bi(?:\s+(?:now|currently|still|actually))?{_LIVE}\s+in\s+|\b(?:i|we)(?:'ve|\s+have)?\s+(?:just\s+|finally\s+|recently\s+|now\s+|actually\s+)*(?:moved|relocated)\s+(?:(?:back|over|down|up|out)\s+)?to\s+|\bthe\s+commute\s+from\s+|\bhere\s+in\s+|\bwe\s+(?:now\s+)?live\s+in\s+"
 )
 def _lives_in(m: re.Match[str], t: _Text) -> Iterator[_Said]:
-    yield from _user("lives_in", _proper(_rest(m, t), t), "location", 0.9)
+    value = _proper(_rest(m, t), t)
+    # In lower case "hope" may be a town, but far more often it is "I live in hope".
+    if value and t.lower_mode and value.split()[0].lower() in _LIVED_IN_IDIOMS:
+        return
+    yield from _user("lives_in", value, "location", 0.9)
 
 
 @rule(
@@ -769,12 +781,19 @@ def _im_a_job(m: re.Match[str], t: _Text) -> Iterator[_Said]:
     yield from _employer(_rest(m, t), t)
 
 
+#: "I work at night", "I work for free": when or how, not for whom.
+_NOT_EMPLOYERS = frozenset(
+    {"home", "myself", "a startup", "the moment", "night", "nights", "weekends", "weekend"}
+    | {"the weekend", "free", "peanuts", "tips", "pleasure", "a living", "fun"}
+)
+
+
 @rule(
     r"\bi\s+(?:now\s+|currently\s+|still\s+)?(?:work|am\s+working|'m\s+working)\s+(?:at|for)\s+|\b(?:i\s+)?(?:just\s+)?started\s+(?:a\s+|my\s+)?(?:new\s+)?(?:job|role|position|working)\s+(?:at|with|for)\s+|\bi(?:'ve|\s+have)?\s+(?:just\s+)?joined\s+(?=[A-Z])"
 )
 def _works_at(m: re.Match[str], t: _Text) -> Iterator[_Said]:
     value = _proper(_rest(m, t), t)
-    if value and value.lower() not in ("home", "myself", "a startup", "the moment"):
+    if value and value.lower() not in _NOT_EMPLOYERS:
         yield from _user("works_at", value, "work", 0.85)
 
 
@@ -1194,7 +1213,13 @@ def _favourite(m: re.Match[str], t: _Text) -> Iterator[_Said]:
 
 # --- reading a message -------------------------------------------------------------
 
-_QUOTED = re.compile(r"\"[^\"]{0,400}\"|\u201c[^\u201d]{0,400}\u201d")
+#: Double quotes, and single ones that open and close outside a word (so "I'm" and "the
+#: kids' school" are apostrophes, not quotes) and open no elision ("'cause", "'til").
+_QUOTED = re.compile(
+    r"\"[^\"]{0,400}\"|\u201c[^\u201d]{0,400}\u201d"
+    r"|(?<![\w'])'(?!(?:cause|cos|coz|em|til|till|n|round|bout|tis|twas)\b)(?=\w)"
+    r"[^\n]{0,400}?(?<=[\w.!?])'(?![\w'])"
+)
 _SENTENCE = re.compile(r"(?<=[.!?])\s+|\n+|\s+[\u2014\u2013]\s+|\s+-\s+|\s*\.\.\.\s*")
 _ASKS = re.compile(
     r"^(?:do|does|did|can|could|would|will|should|shall|is|are|am|was|were|have|has|any)\s+(?:you|i|we|it|they|he|she|there|that|this|anyone|somebody|someone)\b",
@@ -1209,13 +1234,28 @@ _GUARD = re.compile(
     r"wants\s+me|used\s+to|when\s+i\s+was|back\s+when|you)\b|'d\b|\byou\s+know\b",
     re.IGNORECASE,
 )
+_LANGUAGE = r"(?:" + "|".join(sorted(map(re.escape, _LANGUAGES), key=len, reverse=True)) + r")"
+#: Before a match, anywhere in the sentence: what follows is someone's words, or words to
+#: translate ("my sister said: I live in Berlin", "translate I live in Paris").
+_FRAME = re.compile(
+    r"\b(?:said|says|say|saying|told\s+\w+|tells\s+\w+|wrote|writes|texted|replied|answered|"
+    r"asked|goes|went|translate|translated)\s*:"
+    r"|\b(?:was|is|were|are|'s|'re)\s+(?:all\s+)?like\s*[,:]"
+    r"|(?:^|\b(?:can|could|would|will|pls|please|plz|to|me|how\s+(?:do|would|can|to)(?:\s+(?:i|you|u|we))?)\s+)"
+    r"(?:(?:you|u)\s+)?(?:translate|pronounce|spell)\b"
+    rf"|\bthe\s+{_LANGUAGE}\s+(?:word\s+)?for\b",
+    re.IGNORECASE,
+)
 _BOUNDARY = re.compile(r"[,;:(]|\b(?:and|but|so|because|cos|since)\b", re.IGNORECASE)
 _CAPITALISED = re.compile(r"(?<![.!?]\s)(?<!^)\b(?!I\b|I'[a-z]+\b)[A-Z][a-z]")
 
 
 def _guarded(sentence: str, start: int) -> bool:
-    """A hypothetical, reported or negated frame in the clause before ``start``."""
+    """A hypothetical, reported or negated frame in the clause before ``start``, or
+    reported or translated words anywhere before it in the sentence."""
     before = sentence[:start]
+    if _FRAME.search(before):
+        return True
     cut = [b.end() for b in _BOUNDARY.finditer(before)]
     clause = before[cut[-1] :] if cut else before
     return _GUARD.search(clause) is not None

@@ -134,17 +134,25 @@ _TOPICS = {
 #: What does not change, however it is spoken of later (where one is from, a birthday).
 _FIXED = frozenset({"from", "born_in", "grew_up_in", "birthday", "birth_year", "nationality"})
 _WORD = re.compile(r"[^\W\d_]{3,}|\d+", re.UNICODE)
+_TOKEN = re.compile(r"[^\W\d_]+|\d+", re.UNICODE)
+_NAME_TAILS_TEXT = "united fc afc rovers athletic wanderers rhinos hotspur university uni college"
+#: Words that, after a name, make it another thing's name: "Leeds United" is a club.
+_NAME_TAILS = frozenset(_NAME_TAILS_TEXT.split())
+_CALENDAR_TEXT = """
+    monday tuesday wednesday thursday friday saturday sunday january february march april may
+    june july august september october november december
+"""
+#: Names that may follow a place without being part of it ("Leeds Monday").
+_CALENDAR = frozenset(_CALENDAR_TEXT.split())
 
 
 def _words(text: str) -> set[str]:
     return {w.lower() for w in _WORD.findall(text)}
 
 
-def _named(predicate: str, value: str) -> set[str]:
-    """The words that name this very fact: an event's own name, else its value's."""
-    if predicate.startswith("event_"):
-        return _words(predicate.removeprefix("event_").replace("_", " ")) - STOPWORDS
-    return _words(value) - STOPWORDS
+def _event_name(predicate: str) -> set[str]:
+    """The words that name an event fact (``event_sisters_wedding``: sisters, wedding)."""
+    return _words(predicate.removeprefix("event_").replace("_", " ")) - STOPWORDS
 
 
 def _about(predicate: str, value: str) -> set[str]:
@@ -155,31 +163,64 @@ def _about(predicate: str, value: str) -> set[str]:
     return about
 
 
+def _standing_alone(text: str, value_words: set[str]) -> set[str]:
+    """The value's words that ``text`` uses as themselves, not inside a longer name:
+    "Leeds" in "we left Leeds", but not in "Leeds United won" (a club, not the city)."""
+    tokens = _TOKEN.findall(text)
+    found: set[str] = set()
+    for index, token in enumerate(tokens):
+        after = tokens[index + 1] if index + 1 < len(tokens) else ""
+        word = after.lower()
+        extended = word in _NAME_TAILS or (
+            token[:1].isupper()
+            and after[:1].isupper()
+            and after != "I"
+            and word not in value_words
+            and word not in _CALENDAR
+        )
+        if token.lower() in value_words and not extended:
+            found.add(token.lower())
+    return found
+
+
+def _speaks_of(predicate: str, value: str, text: str) -> bool:
+    """Whether something said later is about this fact being over or changed: words of
+    change beside its value or topic; for an event, its own name (its date moved, it was
+    called off); for a fact that moves with a life, its value, spoken of at all (the
+    user's latest words are the authority on it)."""
+    words = _words(text)
+    value_words = _words(value) - STOPWORDS
+    topic = _about(predicate, value) - value_words
+    value_said = bool(_standing_alone(text, value_words))
+    if words & _CHANGE and (value_said or words & topic):
+        return True
+    if predicate.startswith("event_"):
+        return bool(words & _event_name(predicate))
+    return predicate in VOLATILE and value_said
+
+
 def retired(
     facts: list[tuple[str, str, str, str, list[str]]], messages: Sequence[HistoryMessage]
 ) -> set[str]:
     """Which facts (``(id, predicate, value, valid_at, source_keys)``) the user spoke of
-    later in words of change — "I quit Kontor", "got promoted to lead", "I've basically
-    gone pescatarian" — or, for a fact that moves with a life (home, work, diet, an
-    event's date), spoke of again at all, that the extractor did not turn into a newer
-    fact. Such a fact is
-    no longer presented as current: what the user said last is shown instead, dated. The
-    rules miss most ways of saying a thing changed; this catches what they miss, at the
-    price of retiring a fact now and then that a remark merely mentioned (its statement
-    stays retrievable)."""
-    later = [(m, _words(m.content)) for m in messages if m.role == "user"]
+    later as changed — "I quit Kontor", "got promoted to lead", "I've basically gone
+    pescatarian", "the interview got moved" — or, for a fact that moves with a life (home,
+    work, diet, an event's date), spoke of again at all, that the extractor did not turn
+    into a newer fact. Such a fact is no longer presented as current: what the user
+    said last is shown instead, dated. The rules miss most ways of saying a thing changed;
+    this catches what they miss, at the price of retiring a fact now and then that a
+    remark merely mentioned (its statement stays retrievable). A word of the value inside
+    another name ("Leeds United won again") is not a mention of it."""
+    later = [m for m in messages if m.role == "user"]
     gone: set[str] = set()
     for fact_id, predicate, value, valid_at, sources in facts:
         if predicate in _FIXED:
             continue
-        about = _about(predicate, value)
-        named = _named(predicate, value)
-        volatile = predicate in VOLATILE or predicate.startswith("event_")
-        for message, words in later:
+        for message in later:
             if (
                 message.key not in sources
                 and _when(message.reference_time) > _when(valid_at)
-                and ((words & _CHANGE and words & about) or (volatile and words & named))
+                and _speaks_of(predicate, value, message.content)
             ):
                 gone.add(fact_id)
                 break
