@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 
 from redis.asyncio import Redis
+from redis.exceptions import RedisError
 
 from afterthought.backends.base import MemoryBackend
 from afterthought.backends.local import LocalBackend
@@ -27,10 +28,14 @@ async def announce(redis: Redis, settings: Settings, backend: MemoryBackend) -> 
         return
     key = Keys(settings.key_prefix).stores
     store = await backend.store_id()
-    async with redis.pipeline(transaction=True) as pipe:
-        pipe.hset(key, store, str(backend.path))
-        pipe.expire(key, ANNOUNCED_SECONDS)
-        await pipe.execute()
+    try:
+        async with redis.pipeline(transaction=True) as pipe:
+            pipe.hset(key, store, str(backend.path))
+            pipe.expire(key, ANNOUNCED_SECONDS)
+            await pipe.execute()
+    except RedisError as exc:  # a full Redis must not keep a worker from draining it
+        log.warning("local store not announced path=%s error=%s", backend.path, type(exc).__name__)
+        return
     log.info("local store id=%s path=%s", store, backend.path)
 
 
