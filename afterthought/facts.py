@@ -106,12 +106,13 @@ class Fact(BaseModel):
 
 
 def statement(subject: str, predicate: str, value: str) -> str:
-    """A fact as a line; one about someone else names them ("sister Ana lives in: Oslo"),
-    a free-form note is its own text."""
+    """A fact as one line; one about someone else names them ("sister Ana lives in: Oslo"),
+    a free-form note is its own text. Line breaks become spaces: a fact must not forge the
+    block's headers or quoted lines after it."""
     if predicate == "noted":
-        return value
+        return " ".join(value.split())
     about = "" if subject == "user" else f"{subject} "
-    return f"{about}{predicate.replace('_', ' ')}: {value}"
+    return " ".join(f"{about}{predicate.replace('_', ' ')}: {value}".split())
 
 
 def fact_signature(subject: str, predicate: str, value: str) -> str:

@@ -42,7 +42,7 @@ from afterthought.backends.retrieval import (
     whole_lines,
     with_follow_ups,
 )
-from afterthought.contract import repair_text
+from afterthought.contract import checksum, repair_text
 from afterthought.facts import Fact, StoredFact, statement
 from afterthought.search import SearchHit, SearchRequest
 from afterthought.validation import detect
@@ -374,6 +374,7 @@ class LocalBackend(MemoryBackend):
             replied = _reply_context(previous) if verdict.eligible else None
             previous = (m.role or "", m.content, verdict.clean)
             # The unique message key makes a replay under a new batch key a no-op too.
+            key = _stored_key(db, m.metadata.get(MESSAGE_KEY_FIELD), m.content)
             inserted = db.execute(
                 "INSERT OR IGNORE INTO messages (uuid, thread_uuid, message_key, role, name,"
                 " content, metadata, reference_time, ingested, created_at, user_uuid, clean,"
@@ -382,7 +383,7 @@ class LocalBackend(MemoryBackend):
                 (
                     str(uuid.uuid4()),
                     thread_uuid,
-                    m.metadata.get(MESSAGE_KEY_FIELD),
+                    key,
                     m.role or "",
                     m.name,
                     m.content,
@@ -830,6 +831,18 @@ def _lexical(db: sqlite3.Connection, user_uuid: str, terms: Sequence[str]) -> li
     else:
         return []
     return [int(r[0]) for r in rows]
+
+
+def _stored_key(db: sqlite3.Connection, key: object, content: str) -> object:
+    """The message key a message is stored under. Another text under a stored key is
+    another message (a client reused an invocation id: the queue keeps both), stored under
+    the key and its text's checksum; the same text again is the same message."""
+    if key is None:
+        return None
+    found = db.execute("SELECT content FROM messages WHERE message_key = ?", (key,)).fetchone()
+    if found is None or found[0] == content:
+        return key
+    return f"{key}#{checksum(content)}"
 
 
 def _unlink_reply(db: sqlite3.Connection, asked: int) -> None:
