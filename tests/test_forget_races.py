@@ -14,7 +14,9 @@ from google.genai import types
 from afterthought.backends import open_backend
 from afterthought.backends.base import HistoryMessage, UserRef
 from afterthought.backends.local import LocalBackend
-from afterthought.facts import Fact
+from afterthought.context_cache import ContextCache, now_version
+from afterthought.facts import Fact, StoredFact
+from afterthought.identity import IdentityRegistry
 from afterthought.keys import Keys, digest
 from afterthought.settings import Settings
 from afterthought.testing.stand_in_model import memory_lines, system_text
@@ -218,3 +220,92 @@ async def test_while_a_forget_runs_search_memory_returns_none_of_the_users_facts
     finally:
         gate.go.set()
         await task
+
+
+class GatedListing(LocalBackend):
+    """The local store, whose next fact listing waits for the test once armed."""
+
+    def __init__(self, path: object) -> None:
+        super().__init__(path)  # type: ignore[arg-type]
+        self.gate: Gate | None = None
+
+    async def list_facts(self, *, user: UserRef) -> list[StoredFact]:
+        gate, self.gate = self.gate, None
+        if gate is not None:
+            await gate.wait()
+        return await super().list_facts(user=user)
+
+
+async def _alice_works_at_initech(settings: Settings, redis: aioredis.Redis) -> LocalBackend:
+    backend = GatedListing(settings.local_db_path)
+    await enqueue(settings, queued("I work at Initech as a tester", 1))
+    await Flusher(settings, redis, backend).drain(budget=10)
+    await Synthesizer(settings, redis, backend).run(app=APP, user_id="alice")
+    return backend
+
+
+async def _facts_of_alice(
+    settings: Settings, redis: aioredis.Redis, backend: LocalBackend
+) -> list[StoredFact]:
+    user = await IdentityRegistry(redis, settings).lookup_user(app=APP, user_id="alice")
+    assert user is not None
+    return [f for f in await backend.list_facts(user=user) if f.invalid_at is None]
+
+
+async def test_a_fact_forgotten_while_synthesis_reads_is_not_written_back(
+    local_settings: Settings, redis: aioredis.Redis
+) -> None:
+    """Synthesis has extracted, and is listing the current facts, when the fact it would
+    re-propose is forgotten: it must not come back."""
+    backend = await _alice_works_at_initech(local_settings, redis)
+    (fact,) = [
+        f for f in await _facts_of_alice(local_settings, redis, backend) if "Initech" in f.value
+    ]
+    await enqueue(local_settings, queued("I work at Initech, as a tester still", 2))
+    await Flusher(local_settings, redis, backend).drain(budget=10)
+    gate = backend.gate = Gate()
+    run = asyncio.create_task(
+        Synthesizer(local_settings, redis, backend).run(app=APP, user_id="alice")
+    )
+    await asyncio.wait_for(gate.reached.wait(), 10)
+    forgetter = Forgetter(local_settings, redis, backend, poll_seconds=0.02)
+    done = await forgetter.forget_fact(app=APP, user_id="alice", fact_uuid=fact.uuid)
+    assert done.facts == [fact.uuid]
+    gate.go.set()
+    await asyncio.wait_for(run, 30)
+    assert not [
+        f for f in await _facts_of_alice(local_settings, redis, backend) if "Initech" in f.value
+    ]
+
+
+async def test_a_block_read_before_a_fact_is_forgotten_is_not_cached_after(
+    local_settings: Settings, redis: aioredis.Redis
+) -> None:
+    """A reader fetched the block (with the fact) just before the forget and writes it to
+    the cache just after the forget invalidated the cache: the write is refused."""
+    backend = await _alice_works_at_initech(local_settings, redis)
+    user = await IdentityRegistry(redis, local_settings).lookup_user(app=APP, user_id="alice")
+    assert user is not None
+    (fact,) = [
+        f for f in await _facts_of_alice(local_settings, redis, backend) if "Initech" in f.value
+    ]
+    cache = ContextCache(local_settings)
+    epoch = await cache.epoch(redis, app=APP, user_id="alice")
+    version = now_version()
+    block = await backend.get_context(user=user, query="", max_chars=4000, timeout=10)
+    assert "Initech" in block
+    forgetter = Forgetter(local_settings, redis, backend, poll_seconds=0.02)
+    await forgetter.forget_fact(app=APP, user_id="alice", fact_uuid=fact.uuid)
+    written = await cache.write(
+        redis,
+        app=APP,
+        user_id="alice",
+        session_id="s9",
+        graph_uuid=user.graph_uuid,
+        block=block,
+        version=version,
+        epoch=epoch,
+    )
+    assert not written
+    read = await cache.read(redis, app=APP, user_id="alice", session_id="s9")
+    assert read.block is None or "Initech" not in read.block.block

@@ -37,6 +37,13 @@ from afterthought.settings import Settings
 
 log = logging.getLogger("afterthought.worker")
 
+#: KEYS the user's forgetting mark; ARGV pending, cooling, ms. A cool-down mark, unless a
+#: forget of the user holds the mark (it must stay pending).
+COOL_LUA = """
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+  redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+end
+"""
 #: How much of a fact's text a dry run shows.
 SHOWN_CHARS = 80
 #: A forget's mark outlives a stopped process this long; a worker resumes it before then.
@@ -212,6 +219,11 @@ class Forgetter:
             return Forgotten(dry_run=True, facts=[fact_uuid], texts=[_shown(found)])
         if fact_uuid in known:  # a tombstone, so synthesis never writes it back
             await self.redis.sadd(self.keys.tombstones(app, user_id), known[fact_uuid].signature)
+        # Blocks read before the deletion must not be cached after the invalidation below:
+        # the cool-down mark refuses cache writes (a forget of the user keeps its own mark).
+        await self.redis.eval(
+            COOL_LUA, 1, self.keys.forgetting(app, user_id), PENDING, COOLING, COOL_DOWN_MS
+        )
         deleted = await self.backend.delete_memory(user=user, memory_uuid=fact_uuid)
         await self.cache.invalidate(
             self.redis, app=app, user_id=user_id, graph_uuid=user.graph_uuid

@@ -321,10 +321,12 @@ class Synthesizer:
                 accepted.append(fact)
             else:
                 quarantined.append((fact, reason))
+        # Facts first, tombstones after: a fact forgotten meanwhile is either still listed
+        # (so not added again) or already tombstoned (a forget writes the tombstone first).
+        current = await self.backend.list_facts(user=user)
         tombstones = {
             t.decode() for t in await self.redis.smembers(self.keys.tombstones(app, user_id))
         }
-        current = await self.backend.list_facts(user=user)
         add, invalidate, outcome = consolidate(accepted, current, tombstones)
         held = [f for f in current if f.invalid_at is None and f.uuid not in invalidate]
         gone = retired(
