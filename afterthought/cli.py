@@ -259,7 +259,7 @@ def _operate(args: argparse.Namespace) -> int:
     from worker.prune import Pruner
 
     async def work(settings: Settings, client: aioredis.Redis) -> int:
-        backend = open_backend(settings)
+        backend = open_backend(settings, upgrade=True)
         apply = bool(args.yes) and not getattr(args, "dry_run", False)
         try:
             if args.command == "prune":

@@ -17,7 +17,7 @@ from google.adk.models.llm_request import LlmRequest
 from google.adk.models.llm_response import LlmResponse
 
 from afterthought.backends import open_backend
-from afterthought.backends.base import MemoryBackend, UserRef
+from afterthought.backends.base import BackendError, MemoryBackend, UserRef
 from afterthought.contract import Kind, QueuedMessage, Role
 from afterthought.direct_write import DirectWriter
 from afterthought.enqueue import Enqueuer
@@ -317,6 +317,9 @@ class TurnMemory:
             return  # one the application built: its own business
         try:
             await matches(self.recorder.enqueuer.redis(), self.settings, backend)
+        except BackendError as exc:
+            if exc.code == "schema_upgrade_pending":  # reads fall back to the cache until then
+                log.warning("local store awaits a schema upgrade: start a worker on it")
         except Exception as exc:  # a check only: never a reason to fail anything
             log.debug("store check failed error=%s", type(exc).__name__)
 

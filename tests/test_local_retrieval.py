@@ -4,6 +4,7 @@ Real SQLite files in ``tmp_path``; no Redis."""
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import sqlite3
 from collections.abc import AsyncIterator
@@ -508,8 +509,12 @@ async def test_a_file_of_the_old_schema_is_migrated_once(tmp_path: Path) -> None
     old.commit()
     old.close()
 
-    store = LocalBackend(path)
     alice = UserRef("u1", "g1")
+    agent = LocalBackend(path, upgrade=False)  # an agent's turn never waits for an upgrade
+    with pytest.raises(BackendError) as waiting:
+        await _context(agent, alice, "beagle")
+    assert waiting.value.kind == "unavailable" and waiting.value.code == "schema_upgrade_pending"
+    store = LocalBackend(path)
     said = _said(await _context(store, alice, "beagle garden"))
     assert said == [
         '- [2025-01-02] (replying to: "What was your dog called?") "Max, he was a beagle"'
@@ -526,6 +531,7 @@ async def test_a_file_of_the_old_schema_is_migrated_once(tmp_path: Path) -> None
     db.close()
     again = LocalBackend(path)  # a second open changes nothing
     assert _said(await _context(again, alice, "beagle")) == said
+    assert _said(await _context(agent, alice, "beagle")) == said  # upgraded: the agent reads
     await again.delete_user(user=alice)
     await again.aclose()
     assert b"beagle is called" in path.read_bytes() and b"he was a beagle" not in path.read_bytes()
@@ -633,3 +639,45 @@ async def test_forgetting_leaves_no_text_and_no_vector(tmp_path: Path) -> None:
         data = name.read_bytes().lower() if name.exists() else b""
         assert b"zanzibarquux" not in data and b"my dog quokkalonian" not in data, name
     assert b"keepme" in path.read_bytes().lower()
+
+
+class _Endless(LocalBackend):
+    """A store whose next block read never ends (a query SQLite works on forever)."""
+
+    endless = True
+    started = 0
+
+    def _context(self, db: sqlite3.Connection, *args: Any, **kwargs: Any) -> str:
+        self.started += 1
+        if self.endless:
+            self.endless = False
+            db.execute(
+                "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c)"
+                " SELECT count(*) FROM c"
+            ).fetchone()
+        return super()._context(db, *args, **kwargs)
+
+
+async def test_a_read_given_up_on_does_not_hold_up_the_next(tmp_path: Path) -> None:
+    """Query mode gives a read its budget, then falls back. The abandoned read must not
+    keep the connection: it is interrupted, and reads queued behind it that were given up
+    on are skipped, so the next turn's read runs at once."""
+    store = _Endless(tmp_path / "m.sqlite3")
+    alice, thread = await _user(store, "alice")
+    await _say(store, thread, "My cat Tofu is afraid of thunder")
+    endless = asyncio.create_task(_context_within(store, alice, 30))
+    while not store.started:
+        await asyncio.sleep(0.01)
+    queued = asyncio.create_task(_context_within(store, alice, 0.1))  # waits for the lock
+    with pytest.raises(TimeoutError):
+        await queued
+    endless.cancel()  # the caller gives up (as a timeout does)
+    with pytest.raises(asyncio.CancelledError):
+        await endless
+    assert "Tofu" in await asyncio.wait_for(_context_within(store, alice, 30), 30)
+    assert store.started == 2  # the endless read and the last one; the queued one was skipped
+    await store.aclose()
+
+
+async def _context_within(store: LocalBackend, user: UserRef, budget: float) -> str:
+    return await store.get_context(user=user, query="thunder", max_chars=4000, timeout=budget)

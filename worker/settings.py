@@ -192,7 +192,7 @@ def worker_settings(
         redis: ArqRedis = ctx["redis"]
         await check_redis(redis)
         allow_oom = await supports_script_flags(redis)
-        opened = open_backend(s)
+        opened = open_backend(s, upgrade=True)
         if s.resolved_backend == "local":
             from afterthought.shared_store import announce  # imports the local adapter
 

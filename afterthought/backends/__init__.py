@@ -11,8 +11,10 @@ if TYPE_CHECKING:
     from afterthought.settings import Settings
 
 
-def open_backend(settings: Settings) -> MemoryBackend:
-    """The backend the settings select: Zep with a key, else the embedded local store."""
+def open_backend(settings: Settings, *, upgrade: bool = False) -> MemoryBackend:
+    """The backend the settings select: Zep with a key, else the embedded local store.
+    ``upgrade``: bring an older local store to the current schema (workers and the CLI
+    do; an agent's turn must not wait minutes for it, and reads nothing until it is done)."""
     if settings.resolved_backend == "zep":
         from afterthought.backends.zep import ZepBackend
 
@@ -20,11 +22,14 @@ def open_backend(settings: Settings) -> MemoryBackend:
     from afterthought.backends.local import LocalBackend
 
     if settings.embedding_model is None:  # numpy and model2vec are imported only if used
-        return LocalBackend(settings.local_db_path, max_chars=settings.context_max_chars)
+        return LocalBackend(
+            settings.local_db_path, max_chars=settings.context_max_chars, upgrade=upgrade
+        )
     from afterthought.backends.embeddings import Model2VecEmbedder
 
     return LocalBackend(
         settings.local_db_path,
         Model2VecEmbedder(settings.embedding_model),
         max_chars=settings.context_max_chars,
+        upgrade=upgrade,
     )

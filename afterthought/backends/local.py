@@ -177,13 +177,25 @@ class LocalBackend(MemoryBackend):
     )
 
     def __init__(
-        self, path: Path | str, embedder: Embedder | None = None, *, max_chars: int = 4000
+        self,
+        path: Path | str,
+        embedder: Embedder | None = None,
+        *,
+        max_chars: int = 4000,
+        upgrade: bool = True,
     ) -> None:
         """``max_chars``: the size of the blocks the store returns unasked (a write's
-        ``return_context``, the ``context`` search scope): ``context_max_chars``."""
+        ``return_context``, the ``context`` search scope): ``context_max_chars``.
+        ``upgrade``: migrate a file of an older schema on open; without it such a file is
+        "unavailable" (code ``schema_upgrade_pending``) until a process that may has."""
         self.path = Path(path)
         self.max_chars = max_chars
+        self.upgrade = upgrade
         self._lock = threading.Lock()
+        # Which read holds the connection (its abandon flag), so a timed-out read can be
+        # interrupted without interrupting anything else.
+        self._running_lock = threading.Lock()
+        self._running: threading.Event | None = None
         self._db: sqlite3.Connection | None = None
         self._embedder = embedder
         self._dense: DenseIndex | None = None
@@ -205,7 +217,7 @@ class LocalBackend(MemoryBackend):
             # Deleted rows are overwritten, not left in free pages: forgetting is for real.
             db.execute("PRAGMA secure_delete=ON")
             db.executescript(SCHEMA)
-            _migrate(db)
+            _migrate(db, upgrade=self.upgrade)
             if self._embedder is not None:
                 from afterthought.backends.embeddings import DenseIndex
 
@@ -255,17 +267,42 @@ class LocalBackend(MemoryBackend):
         )
 
     async def _run(self, work: Callable[[sqlite3.Connection], T]) -> T:
-        def locked() -> T:
-            with self._lock:
-                try:
-                    db = self._connect()
-                    with db:
-                        return work(db)
-                except (sqlite3.OperationalError, sqlite3.DatabaseError) as exc:
-                    # Locked, busy, read-only, full, or not a database: nothing was written.
-                    raise BackendError("unavailable", code=type(exc).__name__) from None
+        return await asyncio.to_thread(self._locked, work, None)
 
-        return await asyncio.to_thread(locked)
+    async def _read(self, work: Callable[[sqlite3.Connection], T], timeout: float) -> T:
+        """A read within ``timeout``. A thread cannot be cancelled, so a read given up on
+        must not go on holding the connection (every later read would queue behind it):
+        one still waiting for the lock is skipped, one running is interrupted."""
+        abandoned = threading.Event()
+        try:
+            async with asyncio.timeout(timeout):
+                return await asyncio.to_thread(self._locked, work, abandoned)
+        except (TimeoutError, asyncio.CancelledError):
+            with self._running_lock:
+                abandoned.set()
+                if self._running is abandoned and self._db is not None:
+                    self._db.interrupt()
+            raise
+
+    def _locked(
+        self, work: Callable[[sqlite3.Connection], T], abandoned: threading.Event | None
+    ) -> T:
+        with self._lock:
+            with self._running_lock:
+                if abandoned is not None and abandoned.is_set():
+                    raise BackendError("timeout", code="abandoned")
+                self._running = abandoned
+            try:
+                db = self._connect()
+                with db:
+                    return work(db)
+            except (sqlite3.OperationalError, sqlite3.DatabaseError) as exc:
+                # Locked, busy, read-only, full, not a database, or a read interrupted:
+                # nothing was written.
+                raise BackendError("unavailable", code=type(exc).__name__) from None
+            finally:
+                with self._running_lock:
+                    self._running = None
 
     async def ensure_user(
         self, *, zep_user_id: str, first_name: str | None = None, last_name: str | None = None
@@ -431,10 +468,9 @@ class LocalBackend(MemoryBackend):
         timeout: float,
         template_uuid: str | None = None,
     ) -> str:
-        async with asyncio.timeout(timeout):
-            return await self._run(
-                lambda db: self._context(db, user, query, max_chars, template_uuid)
-            )
+        return await self._read(
+            lambda db: self._context(db, user, query, max_chars, template_uuid), timeout
+        )
 
     def _context(
         self,
@@ -768,8 +804,7 @@ class LocalBackend(MemoryBackend):
                 return [SearchHit(uuids[s.message_id], s.text, s.said_at) for s in found]
             return []
 
-        async with asyncio.timeout(timeout):
-            return await self._run(work)
+        return await self._read(work, timeout)
 
     @staticmethod
     def _facts(db: sqlite3.Connection, user_uuid: str, query: str, limit: int) -> list[SearchHit]:
@@ -881,13 +916,15 @@ def _reply_context(previous: tuple[str, str, bool] | None) -> str | None:
     return shorten(previous[1], STATEMENT_CHARS)
 
 
-def _migrate(db: sqlite3.Connection) -> None:
+def _migrate(db: sqlite3.Connection, *, upgrade: bool) -> None:
     """Bring a file to the current schema, once, in one transaction (another process may
     be doing the same: the write lock decides, the loser finds it done): the columns
     decided at write time are computed for every stored message, and the eligible ones
     indexed. A new file takes the same path, with nothing to compute."""
     if db.execute("PRAGMA user_version").fetchone()[0] >= SCHEMA_VERSION:
         return
+    if not upgrade and db.execute("SELECT 1 FROM messages LIMIT 1").fetchone():
+        raise BackendError("unavailable", code="schema_upgrade_pending")
     # Validation costs about a millisecond a message: it is done before the write lock is
     # taken, so other processes keep writing meanwhile (what they add is judged inside).
     verdicts = {
