@@ -19,6 +19,7 @@ from afterthought.backends.base import MESSAGE_KEY_FIELD, BackendError, Outgoing
 from afterthought.backends.local import SCHEMA_VERSION, LocalBackend
 from afterthought.backends.retrieval import (
     FACTS_HEADER,
+    MAX_TERMS,
     REPLY_CHARS,
     SAID_HEADER,
     STATEMENT_CHARS,
@@ -209,6 +210,9 @@ async def test_words_are_stemmed_and_stopwords_ignored(backend: LocalBackend) ->
     await _say(backend, thread, "We are moving to Porto in June", "The weather was nice")
     assert "Porto" in await _context(backend, alice, "when I moved")
     assert query_terms("What is the THE a of moved 42 x Café") == ["moved", "42", "café"]
+    pasted = " ".join(f"w{i:02d}" for i in range(30)) + " photosynthesis and chlorophyll"
+    kept = query_terms(pasted)
+    assert len(kept) == MAX_TERMS and kept[-2:] == ["photosynthesis", "chlorophyll"]
     assert "Porto" in await _context(backend, alice, "cafe move")  # diacritics, stems
 
 

@@ -17,8 +17,9 @@ REPLY_CHARS = 160
 ANSWER_CHARS = 80
 #: Reciprocal rank fusion's constant (Cormack et al.): damps the weight of the top ranks.
 RRF_K = 60
-#: Query words kept; a pasted paragraph must not become a thousand-term OR.
-MAX_TERMS = 32
+#: Query words kept; a pasted paragraph must not become a thousand-term OR (each term is
+#: counted in the user's statements before ranking: the cost grows with it).
+MAX_TERMS = 16
 
 # English function words and chat filler: they match nearly every statement, so they would
 # only add cost to the query and noise to its ranking.
@@ -63,7 +64,11 @@ def query_terms(query: str) -> list[str]:
         if short or word in STOPWORDS or word in terms:
             continue
         terms.append(word)
-    return terms[:MAX_TERMS]
+    if len(terms) <= MAX_TERMS:
+        return terms
+    # The longest words: rarer, so they select better and cost less to count.
+    kept = set(sorted(terms, key=len, reverse=True)[:MAX_TERMS])
+    return [t for t in terms if t in kept][:MAX_TERMS]
 
 
 def owner_token(user_uuid: str) -> str:
