@@ -120,3 +120,19 @@ def test_prune_and_forget_commands_dry_run_first(
     gone = cli("forget", "--app", APP, "--user", "alice", "--yes")
     assert gone.returncode == 0 and json.loads(gone.stdout)["users"] == 1
     assert asyncio.run(_session(settings, "Hi again")) == []
+
+
+async def test_a_user_the_registry_lost_is_still_forgotten(
+    any_settings: Settings, redis: aioredis.Redis
+) -> None:
+    """Redis lost the registry's record (a restart without persistence, an evicted key):
+    the forget finds the user in the backend itself, and deletes them there."""
+    await _session(any_settings, "My locker code is Quuxblorf")
+    await redis.delete(Keys(any_settings.key_prefix).user(APP, "alice"))
+    backend = open_backend(any_settings)
+    zep_id = any_settings.zep_user_id(app=APP, user_id="alice")
+    assert await backend.find_user(zep_user_id=zep_id) is not None
+    done = await _forgetter(any_settings, redis).forget_user(app=APP, user_id="alice")
+    assert done.users == 1 and not done.pending
+    assert await backend.find_user(zep_user_id=zep_id) is None
+    await backend.aclose()

@@ -370,6 +370,9 @@ class FakeBackend(MemoryBackend):
     async def create_thread(self, **kwargs: Any) -> Any:
         raise NotImplementedError
 
+    async def find_user(self, **kwargs: Any) -> Any:
+        raise NotImplementedError
+
     async def thread_owner(self, *, thread_uuid: str) -> str | None:
         """Thread ``thread-N`` is ``THREADS[N]``'s user's (the pins the machine sends)."""
         user_id, _ = THREADS[int(thread_uuid.removeprefix("thread-"))]

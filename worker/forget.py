@@ -117,7 +117,10 @@ class Forgetter:
         one person in every app, and deleting them deletes them for all. And whether the
         registry knew the user (one not known may still have turns queued)."""
         found = [(app, user_id)]
-        user = await self.registry.lookup_user(app=app, user_id=user_id)
+        try:
+            user = await self._user(app, user_id)
+        except BackendError:  # the backend is asked again when the forget completes
+            user = None
         if user is None:
             return found, False
         async for key in self.redis.scan_iter(match=f"{self.keys.prefix}:id:user:*", count=1000):
@@ -130,6 +133,16 @@ class Forgetter:
             ):
                 found.append((a.decode(), u.decode()))
         return found, True
+
+    async def _user(self, app: str, user_id: str) -> UserRef | None:
+        """The user in the backend: as the registry records them, else as the backend
+        itself finds them by their id (Redis may have lost the registry's record)."""
+        user = await self.registry.lookup_user(app=app, user_id=user_id)
+        if user is None:
+            user = await self.backend.find_user(
+                zep_user_id=self.settings.zep_user_id(app=app, user_id=user_id)
+            )
+        return user
 
     async def resume_pending(self) -> list[Forgotten]:
         """Finish every forget still pending (a stopped process, a slow backend)."""
@@ -161,14 +174,14 @@ class Forgetter:
         done.quarantined = await Quarantine(self.redis, self.settings).drop_user(
             app=app, user_id=user_id
         )
-        user = await self.registry.lookup_user(app=app, user_id=user_id)
-        if user is not None:
-            try:
+        try:
+            user = await self._user(app, user_id)
+            if user is not None:
                 await self.backend.delete_user(user=user)
-            except BackendError as exc:
-                done.pending = True
-                log.warning("forget pending user=%s error=%s", who, exc.kind)
-                return done
+        except BackendError as exc:
+            done.pending = True
+            log.warning("forget pending user=%s error=%s", who, exc.kind)
+            return done
         await self.cache.invalidate_user(self.redis, app=app, user_id=user_id)
         if user is not None:
             await self.cache.invalidate_graph(self.redis, graph_uuid=user.graph_uuid)
@@ -208,7 +221,7 @@ class Forgetter:
     ) -> Forgotten:
         """One fact of the user; only described unless ``confirm``. ``facts`` is empty
         when the id names no fact of theirs."""
-        user = await self.registry.lookup_user(app=app, user_id=user_id)
+        user = await self._user(app, user_id)
         if user is None:
             return Forgotten(dry_run=not confirm)
         known = {f.uuid: f for f in await self._facts(user)}
@@ -242,7 +255,7 @@ class Forgetter:
     ) -> Forgotten:
         """Current facts whose text holds every word of ``query``; only listed unless
         ``confirm``."""
-        user = await self.registry.lookup_user(app=app, user_id=user_id)
+        user = await self._user(app, user_id)
         if user is None:
             return Forgotten(dry_run=not confirm)
         words = query.lower().split()

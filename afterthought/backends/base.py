@@ -118,6 +118,11 @@ class MemoryBackend(abc.ABC):
         """Create the user, or find the one already created with this id (then False)."""
 
     @abc.abstractmethod
+    async def find_user(self, *, zep_user_id: str) -> UserRef | None:
+        """The user stored under this id, or None: a forget asks the backend itself, as the
+        registry in Redis may have lost the user."""
+
+    @abc.abstractmethod
     async def create_thread(self, *, user: UserRef, idempotency_key: str) -> str:
         """Create a thread; callers serialise this per session (see the identity registry)."""
 

@@ -319,6 +319,14 @@ class LocalBackend(MemoryBackend):
 
         return await self._run(work)
 
+    async def find_user(self, *, zep_user_id: str) -> UserRef | None:
+        found = await self._run(
+            lambda db: db.execute(
+                "SELECT uuid, graph_uuid FROM users WHERE user_id = ?", (zep_user_id,)
+            ).fetchone()
+        )
+        return UserRef(found[0], found[1]) if found else None
+
     async def create_thread(self, *, user: UserRef, idempotency_key: str) -> str:
         def work(db: sqlite3.Connection) -> str:
             if not db.execute("SELECT 1 FROM users WHERE uuid = ?", (user.user_uuid,)).fetchone():

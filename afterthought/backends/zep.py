@@ -233,6 +233,19 @@ class ZepBackend(MemoryBackend):
             raise BackendError("invalid_response", code="user without uuid")
         return UserRef(user_uuid=user.uuid_, graph_uuid=user.graph_uuid), created
 
+    async def find_user(self, *, zep_user_id: str) -> UserRef | None:
+        try:
+            user = await self._call(
+                lambda z: z.user.lookup(user_id=zep_user_id, request_options=self._options())
+            )
+        except BackendError as exc:
+            if exc.kind == "not_found":
+                return None
+            raise
+        if not user.uuid_ or not user.graph_uuid:
+            raise BackendError("invalid_response", code="user without uuid")
+        return UserRef(user_uuid=user.uuid_, graph_uuid=user.graph_uuid)
+
     async def create_thread(self, *, user: UserRef, idempotency_key: str) -> str:
         """The key is scoped by the user here too: the same session of a user created
         again (forgotten, then back) never meets the old user's key, whose replay would
