@@ -685,3 +685,25 @@ async def test_a_read_given_up_on_does_not_hold_up_the_next(tmp_path: Path) -> N
 
 async def _context_within(store: LocalBackend, user: UserRef, budget: float) -> str:
     return await store.get_context(user=user, query="thunder", max_chars=4000, timeout=budget)
+
+
+async def test_forgetting_a_fact_takes_every_statement_that_says_it(
+    backend: LocalBackend,
+) -> None:
+    """The fact was read from the first message; the user said it again later (synthesis
+    saw a duplicate and linked nothing). Forgetting the fact leaves no quote of it."""
+    alice, thread = await _user(backend, "alice")
+    await _say(backend, thread, "I live in Lisbon.")
+    await _say(backend, thread, "Still living in lisbon, love the trams")
+    await _say(backend, thread, "My dog Rex loves the beach")
+    (first,) = [
+        m
+        for m in await backend.recent_messages(thread_uuid=thread, limit=5)
+        if "Lisbon." in m.content
+    ]
+    fact = Fact(subject="user", predicate="lives_in", value="Lisbon", source_keys=[first.uuid])
+    await backend.write_facts(user=alice, add=[fact], invalidate=[], at=DAY)
+    (stored,) = await backend.list_facts(user=alice)
+    assert await backend.delete_memory(user=alice, memory_uuid=stored.uuid)
+    block = await _context(backend, alice, "where do I live")
+    assert "isbon" not in block and "Rex" in block

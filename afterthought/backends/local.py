@@ -36,6 +36,7 @@ from afterthought.backends.retrieval import (
     match_expression,
     owner_token,
     query_terms,
+    quoted,
     render_block,
     shorten,
     split_by_frequency,
@@ -681,23 +682,26 @@ class LocalBackend(MemoryBackend):
             raise BackendError("unavailable", code="scrub_busy")
 
     async def delete_memory(self, *, user: UserRef, memory_uuid: str) -> bool:
-        """A fact goes with the messages it was read from: the block quotes what the user
-        said, so forgetting a fact that a quote still says would forget nothing (other
-        facts read from the same message stay, as facts)."""
+        """A fact goes with the messages it was read from, and with every statement of the
+        user that says its value (one said again later was never linked to it): the block
+        quotes what the user said, so forgetting a fact that a quote still says would forget
+        nothing. Other facts read from the same messages stay, as facts."""
 
         def work(db: sqlite3.Connection) -> bool:
             found = db.execute(
-                "SELECT source_keys FROM facts WHERE uuid = ? AND user_uuid = ?",
+                "SELECT source_keys, value FROM facts WHERE uuid = ? AND user_uuid = ?",
                 (memory_uuid, user.user_uuid),
             ).fetchone()
             sources: list[str] = json.loads(found[0]) if found else []
+            saying = _saying(db, user.user_uuid, found[1]) if found else []
             facts = db.execute(
                 "DELETE FROM facts WHERE uuid = ? AND user_uuid = ?", (memory_uuid, user.user_uuid)
             )
             selected = (
-                f"user_uuid = ? AND (uuid = ? OR message_key IN ({','.join('?' * len(sources))}))"
+                f"user_uuid = ? AND (uuid = ? OR message_key IN ({','.join('?' * len(sources))})"
+                f" OR id IN ({','.join('?' * len(saying))}))"
             )
-            arguments = (user.user_uuid, memory_uuid, *sources)
+            arguments = (user.user_uuid, memory_uuid, *sources, *saying)
             for (asked,) in db.execute(
                 f"SELECT id FROM messages WHERE role = 'assistant' AND {selected}", arguments
             ).fetchall():
@@ -886,6 +890,15 @@ def _stored_key(db: sqlite3.Connection, key: object, content: str) -> object:
     if found is None or found[0] == content:
         return key
     return f"{key}#{checksum(content)}"
+
+
+def _saying(db: sqlite3.Connection, user_uuid: str, value: str) -> list[int]:
+    """The user's statements that say ``value`` (its words, as a phrase)."""
+    if not any(c.isalnum() for c in value):
+        return []  # nothing FTS5 would index: an empty phrase
+    phrase = f"owner : {quoted(owner_token(user_uuid))} AND content : {quoted(value)}"
+    rows = db.execute("SELECT rowid FROM statements_fts WHERE statements_fts MATCH ?", (phrase,))
+    return [int(r[0]) for r in rows]
 
 
 def _unlink_reply(db: sqlite3.Connection, asked: int) -> None:
