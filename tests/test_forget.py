@@ -38,7 +38,11 @@ async def test_a_forgotten_fact_stays_gone_when_synthesis_runs_again(
     await _session(local_settings, "I live in Lisbon.", "I'm allergic to peanuts.")
     forgetter = _forgetter(local_settings, redis)
     dry = await forgetter.forget_matching(app=APP, user_id="alice", query="peanuts")
-    assert dry.dry_run and len(dry.facts) == 1
+    assert dry.dry_run and len(dry.facts) == 1 and "peanuts" in dry.texts[0]
+    for part_of_a_word in ("peanut", "lis", "all"):  # whole words only
+        assert not (
+            await forgetter.forget_matching(app=APP, user_id="alice", query=part_of_a_word)
+        ).facts
     assert "peanuts" in "\n".join(await _session(local_settings, "Hi"))  # a dry run changed nothing
 
     done = await forgetter.forget_matching(app=APP, user_id="alice", query="peanuts", confirm=True)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
 import time
 from dataclasses import dataclass, field
 
@@ -44,6 +45,7 @@ if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
 end
 """
+_WORD = re.compile(r"\w+")
 #: How much of a fact's text a dry run shows.
 SHOWN_CHARS = 80
 #: A forget's mark outlives a stopped process this long; a worker resumes it before then.
@@ -258,13 +260,14 @@ class Forgetter:
         user = await self._user(app, user_id)
         if user is None:
             return Forgotten(dry_run=not confirm)
-        words = query.lower().split()
+        words = set(_WORD.findall(query.casefold()))
         matches = [
             f
             for f in await self._facts(user)
             if f.invalid_at is None
             and words
-            and all(w in f"{f.predicate.replace('_', ' ')} {f.value}".lower() for w in words)
+            # Whole words: "cat" must not forget "lives in: Catalonia".
+            and words <= set(_WORD.findall(f"{f.predicate.replace('_', ' ')} {f.value}".casefold()))
         ]
         if confirm:
             for fact in matches:
