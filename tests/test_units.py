@@ -275,3 +275,12 @@ async def test_a_users_new_session_is_not_held_up_by_the_users_lock() -> None:
         )
     assert created and thread_uuid
     await backend.aclose()
+
+
+def test_the_testing_kit_exports_what_the_readme_names() -> None:
+    import afterthought.testing as kit
+
+    for name in ("ZepFake", "Fault", "RedisServer", "RedisProxy", "StandInLlm"):
+        assert name in kit.__all__ and getattr(kit, name).__name__ == name
+    with pytest.raises(AttributeError):
+        kit.NotThere  # noqa: B018
