@@ -97,7 +97,10 @@ class SearchRequest:
 class SearchHit:
     uuid: str
     text: str
+    """A fact as a statement ("lives in: Lisbon"), an episode's content, a node's summary."""
     created_at: str | None = None
+    score: float | None = None
+    """Relevance to the query, higher first, when the backend gives one."""
     extra: Mapping[str, Any] = field(default_factory=dict)
 
 

@@ -128,6 +128,7 @@ class ZepMemoryService(BaseMemoryService):
                     author="memory",
                     timestamp=hit.created_at,
                     content=types.Content(role="user", parts=[types.Part(text=hit.text)]),
+                    custom_metadata={"kind": "fact", "score": hit.score},
                 )
                 for hit in hits
             ]

@@ -707,3 +707,21 @@ async def test_forgetting_a_fact_takes_every_statement_that_says_it(
     assert await backend.delete_memory(user=alice, memory_uuid=stored.uuid)
     block = await _context(backend, alice, "where do I live")
     assert "isbon" not in block and "Rex" in block
+
+
+async def test_fact_search_gives_statements_by_relevance(backend: LocalBackend) -> None:
+    alice, _ = await _user(backend, "alice")
+    facts = [
+        Fact(subject="user", predicate="prefers_seat", value="aisle", source_keys=["a"]),
+        Fact(subject="user", predicate="lives_in", value="Lisbon", source_keys=["b"]),
+        Fact(subject="sister Ana", predicate="likes", value="window seats", source_keys=["c"]),
+    ]
+    await backend.write_facts(user=alice, add=facts, invalidate=[], at=DAY)
+    hits = await backend.search(
+        graph_uuid=alice.graph_uuid,
+        request=SearchRequest(query="which seat do I prefer", scope="edges", limit=10),
+        timeout=10,
+    )
+    assert hits[0].text == "prefers seat: aisle" and (hits[0].score or 0) > 0
+    assert {h.text: h.score for h in hits}["lives in: Lisbon"] == 0
+    assert [h.score for h in hits] == sorted((h.score or 0 for h in hits), reverse=True)

@@ -820,14 +820,20 @@ class LocalBackend(MemoryBackend):
 
     @staticmethod
     def _facts(db: sqlite3.Connection, user_uuid: str, query: str, limit: int) -> list[SearchHit]:
-        rows = db.execute(
-            "SELECT uuid, value, valid_at FROM facts WHERE user_uuid = ? AND invalid_at IS NULL"
-            " ORDER BY valid_at DESC",
-            (user_uuid,),
-        ).fetchall()
+        """Current facts as statements, by the share of the query's words each holds (its
+        predicate counts: "seat" finds "prefers seat: aisle"), then the newest."""
         words = set(query_terms(query))
-        ranked = sorted(rows, key=lambda r: -len(words & set(query_terms(r[1]))))
-        return [SearchHit(uuid=u, text=v, created_at=at) for u, v, at in ranked[:limit]]
+        hits = []
+        for u, subject, predicate, value, at in db.execute(
+            "SELECT uuid, subject, predicate, value, valid_at FROM facts WHERE user_uuid = ?"
+            " AND invalid_at IS NULL ORDER BY valid_at DESC",
+            (user_uuid,),
+        ):
+            text = statement(subject, predicate, value)
+            shared = len(words & set(query_terms(text.replace("_", " "))))
+            hits.append(SearchHit(u, text, at, round(shared / len(words), 3) if words else None))
+        hits.sort(key=lambda hit: -(hit.score or 0.0))  # stable: the newest first among equals
+        return hits[:limit]
 
     async def store_id(self) -> str:
         """This file's id, made with it: two paths to one file give one id."""

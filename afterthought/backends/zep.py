@@ -160,7 +160,13 @@ def _hit(item: Any) -> SearchHit:
         name, summary = getattr(item, "name", None), getattr(item, "summary", None)
         text = f"{name}: {summary}" if name and summary else (name or summary or "")
     when = getattr(item, "valid_at", None) or getattr(item, "created_at", None)
-    return SearchHit(uuid=str(getattr(item, "uuid_", "") or ""), text=str(text), created_at=when)
+    score = getattr(item, "score", None)
+    return SearchHit(
+        uuid=str(getattr(item, "uuid_", "") or ""),
+        text=str(text),
+        created_at=when,
+        score=float(score) if isinstance(score, int | float) else None,
+    )
 
 
 class ZepBackend(MemoryBackend):
