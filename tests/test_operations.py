@@ -356,6 +356,7 @@ CLI_ERRORS = [
     (("quarantine", "drop", "q-1"), "ok", 1, "no quarantined entry q-1"),
     (("status",), "down", 3, "cannot reach Redis at 127.0.0.1:{port}"),
     (("dlq", "list"), "down", 3, "cannot reach Redis at 127.0.0.1:{port}"),
+    (("worker", "--burst"), "down", 3, "cannot reach Redis at 127.0.0.1:{port}"),
     (("status",), "db99", 3, "answered with an error"),
     (("status",), "badprefix", 2, "key_prefix"),
 ]
