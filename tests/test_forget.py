@@ -140,3 +140,27 @@ async def test_a_user_the_registry_lost_is_still_forgotten(
     assert done.users == 1 and not done.pending
     assert await backend.find_user(zep_user_id=zep_id) is None
     await backend.aclose()
+
+
+async def test_forgetting_a_fact_takes_what_says_it_again_and_nothing_else(
+    local_settings: Settings, redis: aioredis.Redis
+) -> None:
+    """The user said it twice (synthesis linked the first only); other statements share a
+    word with it ("run", "34") without saying it, and stay."""
+    said = [
+        "I'm 34 years old",
+        "I love running",
+        "my daughter turns 34 months old next week",
+        "I run a small bakery in Leeds with my brother Tom",
+        "honestly I love running, best part of my day",
+    ]
+    await _session(local_settings, *said)
+    forgetter = _forgetter(local_settings, redis)
+    await Synthesizer(local_settings, redis, forgetter.backend).run(app=APP, user_id="alice")
+    found = await forgetter.forget_matching(app=APP, user_id="alice", query="running")
+    assert len(found.facts) == 1, found
+    await forgetter.forget_fact(app=APP, user_id="alice", fact_uuid=found.facts[0])
+    block = "\n".join(await _session(local_settings, "hi"))
+    assert "love running" not in block
+    for kept in said[0], said[2], said[3]:
+        assert kept in block, kept

@@ -687,26 +687,27 @@ async def _context_within(store: LocalBackend, user: UserRef, budget: float) -> 
     return await store.get_context(user=user, query="thunder", max_chars=4000, timeout=budget)
 
 
-async def test_forgetting_a_fact_takes_every_statement_that_says_it(
+async def test_forgetting_a_fact_takes_its_value_from_kept_questions(
     backend: LocalBackend,
 ) -> None:
-    """The fact was read from the first message; the user said it again later (synthesis
-    saw a duplicate and linked nothing). Forgetting the fact leaves no quote of it."""
+    """ "yes very much" keeps the question it answered, which names the forgotten value."""
     alice, thread = await _user(backend, "alice")
     await _say(backend, thread, "I live in Lisbon.")
-    await _say(backend, thread, "Still living in lisbon, love the trams")
-    await _say(backend, thread, "My dog Rex loves the beach")
+    await _say(backend, thread, ("assistant", "Congrats! Do you like living in Lisbon?"))
+    await _say(backend, thread, "yes very much")
     (first,) = [
         m
         for m in await backend.recent_messages(thread_uuid=thread, limit=5)
-        if "Lisbon." in m.content
+        if m.content == "I live in Lisbon."
     ]
     fact = Fact(subject="user", predicate="lives_in", value="Lisbon", source_keys=[first.uuid])
     await backend.write_facts(user=alice, add=[fact], invalidate=[], at=DAY)
     (stored,) = await backend.list_facts(user=alice)
+    assert "Lisbon?" in await _context(backend, alice, "do I like it")
     assert await backend.delete_memory(user=alice, memory_uuid=stored.uuid)
-    block = await _context(backend, alice, "where do I live")
-    assert "isbon" not in block and "Rex" in block
+    assert await backend.delete_memory(user=alice, memory_uuid=first.uuid)  # a message id
+    block = await _context(backend, alice, "living in lisbon")
+    assert "isbon" not in block and '"yes very much"' in block
 
 
 async def test_fact_search_gives_statements_by_relevance(backend: LocalBackend) -> None:

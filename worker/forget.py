@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 import redis.asyncio as aioredis
 
 from afterthought.audit import AuditLog, Entry
-from afterthought.backends.base import BackendError, MemoryBackend, UserRef
+from afterthought.backends.base import BackendError, HistoryMessage, MemoryBackend, UserRef
 from afterthought.context_cache import COOLING, PENDING, ContextCache
 from afterthought.contract import DeadLetter
 from afterthought.facts import StoredFact, statement
@@ -34,7 +34,9 @@ from afterthought.identity import IdentityRegistry
 from afterthought.keys import Keys, digest
 from afterthought.quarantine import Quarantine
 from afterthought.queue import ThreadQueue
+from afterthought.search import SearchRequest
 from afterthought.settings import Settings
+from worker.synthesize import default_extractor, synthesizes
 
 log = logging.getLogger("afterthought.worker")
 
@@ -46,6 +48,8 @@ if redis.call('GET', KEYS[1]) ~= ARGV[1] then
 end
 """
 _WORD = re.compile(r"\w+")
+#: Statements searched for one that says a forgotten fact again.
+RESTATEMENTS = 50
 #: How much of a fact's text a dry run shows.
 SHOWN_CHARS = 80
 #: A forget's mark outlives a stopped process this long; a worker resumes it before then.
@@ -91,6 +95,7 @@ class Forgetter:
         self.queue = ThreadQueue(redis, settings)
         self.audit = AuditLog(redis, settings)
         self._poll = poll_seconds
+        self.extractor = default_extractor(settings)
 
     async def forget_user(self, *, app: str, user_id: str) -> Forgotten:
         """Forget everything of the user, in every app that shares their backend user;
@@ -240,6 +245,8 @@ class Forgetter:
             COOL_LUA, 1, self.keys.forgetting(app, user_id), PENDING, COOLING, COOL_DOWN_MS
         )
         deleted = await self.backend.delete_memory(user=user, memory_uuid=fact_uuid)
+        if deleted and fact_uuid in known:
+            await self._restatements(user, known[fact_uuid])
         await self.cache.invalidate(
             self.redis, app=app, user_id=user_id, graph_uuid=user.graph_uuid
         )
@@ -251,6 +258,24 @@ class Forgetter:
         return Forgotten(
             facts=[fact_uuid], texts=[_shown(known[fact_uuid])] if fact_uuid in known else []
         )
+
+    async def _restatements(self, user: UserRef, fact: StoredFact) -> None:
+        """Delete the user's other statements that say the fact (said again later, a
+        duplicate synthesis never linked to it): the block would still quote them. Said,
+        as the extractor reads it — not merely sharing a word with it ("I run a bakery"
+        does not say "likes: running")."""
+        if not synthesizes(self.settings, self.backend):
+            return  # Zep extracted the fact; it deleted the episodes it came from
+        hits = await self.backend.search(
+            graph_uuid=user.graph_uuid,
+            request=SearchRequest(query=fact.value, scope="episodes", limit=RESTATEMENTS),
+            timeout=self.settings.backend_timeout,
+        )
+        said = [HistoryMessage(h.uuid, "user", h.text, h.created_at or "") for h in hits]
+        for proposed in await self.extractor.extract(said):
+            if proposed.signature == fact.signature:
+                for key in proposed.source_keys:
+                    await self.backend.delete_memory(user=user, memory_uuid=key)
 
     async def forget_matching(
         self, *, app: str, user_id: str, query: str, confirm: bool = False

@@ -8,6 +8,7 @@ import asyncio
 import json
 import logging
 import os
+import re
 import sqlite3
 import threading
 import uuid
@@ -36,7 +37,6 @@ from afterthought.backends.retrieval import (
     match_expression,
     owner_token,
     query_terms,
-    quoted,
     render_block,
     shorten,
     split_by_frequency,
@@ -682,10 +682,12 @@ class LocalBackend(MemoryBackend):
             raise BackendError("unavailable", code="scrub_busy")
 
     async def delete_memory(self, *, user: UserRef, memory_uuid: str) -> bool:
-        """A fact goes with the messages it was read from, and with every statement of the
-        user that says its value (one said again later was never linked to it): the block
-        quotes what the user said, so forgetting a fact that a quote still says would forget
-        nothing. Other facts read from the same messages stay, as facts."""
+        """A fact goes with the messages it was read from: the block quotes what the user
+        said, so forgetting a fact that a quote still says would forget nothing (other facts
+        read from the same messages stay, as facts). A question kept beside an answer that
+        names the value goes from it ("Do you like living in Lisbon?" -> "yes very much");
+        the forgetter deletes the user's later statements that say the fact again. A
+        message id deletes that message."""
 
         def work(db: sqlite3.Connection) -> bool:
             found = db.execute(
@@ -693,15 +695,16 @@ class LocalBackend(MemoryBackend):
                 (memory_uuid, user.user_uuid),
             ).fetchone()
             sources: list[str] = json.loads(found[0]) if found else []
-            saying = _saying(db, user.user_uuid, found[1]) if found else []
+            if found:
+                for (answer,) in _asked_about(db, user.user_uuid, found[1]):
+                    _drop_reply(db, answer)
             facts = db.execute(
                 "DELETE FROM facts WHERE uuid = ? AND user_uuid = ?", (memory_uuid, user.user_uuid)
             )
             selected = (
-                f"user_uuid = ? AND (uuid = ? OR message_key IN ({','.join('?' * len(sources))})"
-                f" OR id IN ({','.join('?' * len(saying))}))"
+                f"user_uuid = ? AND (uuid = ? OR message_key IN ({','.join('?' * len(sources))}))"
             )
-            arguments = (user.user_uuid, memory_uuid, *sources, *saying)
+            arguments = (user.user_uuid, memory_uuid, *sources)
             for (asked,) in db.execute(
                 f"SELECT id FROM messages WHERE role = 'assistant' AND {selected}", arguments
             ).fetchall():
@@ -898,26 +901,39 @@ def _stored_key(db: sqlite3.Connection, key: object, content: str) -> object:
     return f"{key}#{checksum(content)}"
 
 
-def _saying(db: sqlite3.Connection, user_uuid: str, value: str) -> list[int]:
-    """The user's statements that say ``value`` (its words, as a phrase)."""
-    if not any(c.isalnum() for c in value):
-        return []  # nothing FTS5 would index: an empty phrase
-    phrase = f"owner : {quoted(owner_token(user_uuid))} AND content : {quoted(value)}"
-    rows = db.execute("SELECT rowid FROM statements_fts WHERE statements_fts MATCH ?", (phrase,))
-    return [int(r[0]) for r in rows]
+def _asked_about(db: sqlite3.Connection, user_uuid: str, value: str) -> list[tuple[int]]:
+    """The user's statements whose kept question names ``value`` (as whole words)."""
+    words = re.compile(rf"(?<!\w){re.escape(value.casefold())}(?!\w)")
+    return [
+        (row[0],)
+        for row in db.execute(
+            "SELECT id, replied FROM messages WHERE user_uuid = ? AND replied IS NOT NULL",
+            (user_uuid,),
+        )
+        if value.strip() and words.search(row[1].casefold())
+    ]
 
 
 def _unlink_reply(db: sqlite3.Connection, asked: int) -> None:
     """Before the assistant turn ``asked`` is deleted: the statement that replied to it
     keeps a copy of it (``replied``, shown and indexed with it), which goes too."""
     found = db.execute(
-        "SELECT id, content, user_uuid, replied FROM messages WHERE thread_uuid ="
+        "SELECT id FROM messages WHERE thread_uuid ="
         " (SELECT thread_uuid FROM messages WHERE id = ?) AND id > ? ORDER BY id LIMIT 1",
         (asked, asked),
     ).fetchone()
-    if found is None or found[3] is None:
+    if found is not None:
+        _drop_reply(db, found[0])
+
+
+def _drop_reply(db: sqlite3.Connection, reply: int) -> None:
+    """The statement ``reply`` no longer keeps the question it answered (row and index)."""
+    found = db.execute(
+        "SELECT content, user_uuid, replied FROM messages WHERE id = ?", (reply,)
+    ).fetchone()
+    if found is None or found[2] is None:
         return
-    reply, content, user_uuid, replied = found
+    content, user_uuid, replied = found
     db.execute("UPDATE messages SET replied = NULL WHERE id = ?", (reply,))
     if db.execute("SELECT eligible FROM messages WHERE id = ?", (reply,)).fetchone()[0]:
         owner = owner_token(user_uuid)
