@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import sqlite3
+import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -213,6 +214,8 @@ async def test_words_are_stemmed_and_stopwords_ignored(backend: LocalBackend) ->
     pasted = " ".join(f"w{i:02d}" for i in range(30)) + " photosynthesis and chlorophyll"
     kept = query_terms(pasted)
     assert len(kept) == MAX_TERMS and kept[-2:] == ["photosynthesis", "chlorophyll"]
+    long_words = " ".join(f"something{i:02d}" for i in range(30))
+    assert {"rex", "oslo", "34"} <= set(query_terms(f"{long_words} is Rex in Oslo at 34"))
     assert "Porto" in await _context(backend, alice, "cafe move")  # diacritics, stems
 
 
@@ -726,3 +729,35 @@ async def test_fact_search_gives_statements_by_relevance(backend: LocalBackend) 
     assert hits[0].text == "prefers seat: aisle" and (hits[0].score or 0) > 0
     assert {h.text: h.score for h in hits}["lives in: Lisbon"] == 0
     assert [h.score for h in hits] == sorted((h.score or 0 for h in hits), reverse=True)
+
+
+class _Paused(_Endless):
+    """The endless read begins with Python work (between statements) that waits for the test."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.resume = threading.Event()
+
+    def _context(self, db: sqlite3.Connection, *args: Any, **kwargs: Any) -> str:
+        if self.endless:
+            self.started += 1
+            self.resume.wait(30)
+            self.started -= 1  # counted again by the endless part
+        return super()._context(db, *args, **kwargs)
+
+
+async def test_a_read_given_up_on_between_statements_stops_at_its_next(tmp_path: Path) -> None:
+    """An interrupt that arrives between two statements is forgotten by SQLite: the read
+    must still stop at its next statement, not run on holding the connection."""
+    store = _Paused(tmp_path / "m.sqlite3")
+    alice, thread = await _user(store, "alice")
+    await _say(store, thread, "My cat Tofu is afraid of thunder")
+    endless = asyncio.create_task(_context_within(store, alice, 30))
+    while not store.started:
+        await asyncio.sleep(0.01)
+    endless.cancel()  # given up while it runs Python, between statements
+    with pytest.raises(asyncio.CancelledError):
+        await endless
+    store.resume.set()  # it goes on to its endless statement, which must stop
+    assert "Tofu" in await asyncio.wait_for(_context_within(store, alice, 30), 30)
+    await store.aclose()

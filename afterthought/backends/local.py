@@ -212,6 +212,9 @@ class LocalBackend(MemoryBackend):
             except OSError as exc:
                 raise BackendError("unavailable", code=type(exc).__name__) from None
         db = sqlite3.connect(self.path, check_same_thread=False, timeout=10)
+        # interrupt() stops the statement running when a read is given up on; this stops
+        # the read's next ones too (an interrupt between two statements is forgotten).
+        db.set_progress_handler(self._given_up, 1000)
         try:
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA foreign_keys=ON")
@@ -284,6 +287,10 @@ class LocalBackend(MemoryBackend):
                 if self._running is abandoned and self._db is not None:
                     self._db.interrupt()
             raise
+
+    def _given_up(self) -> int:
+        running = self._running
+        return int(running is not None and running.is_set())
 
     def _locked(
         self, work: Callable[[sqlite3.Connection], T], abandoned: threading.Event | None

@@ -66,9 +66,11 @@ def query_terms(query: str) -> list[str]:
         terms.append(word)
     if len(terms) <= MAX_TERMS:
         return terms
-    # The longest words: rarer, so they select better and cost less to count.
-    kept = set(sorted(terms, key=len, reverse=True)[:MAX_TERMS])
-    return [t for t in terms if t in kept][:MAX_TERMS]
+    # Names and numbers first ("Rex", "Oslo", "34": short but rare), then the longest
+    # words: rarer, so they select better and cost less to count.
+    named = {w.lower() for w in _WORD.findall(query) if w[:1].isupper() or w.isdigit()}
+    kept = set(sorted(terms, key=lambda t: (t in named, len(t)), reverse=True)[:MAX_TERMS])
+    return [t for t in terms if t in kept]
 
 
 def owner_token(user_uuid: str) -> str:
