@@ -6,7 +6,10 @@ among them."""
 
 from __future__ import annotations
 
+import asyncio
+import json
 import logging
+import time
 
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
@@ -18,34 +21,50 @@ from afterthought.settings import Settings
 
 log = logging.getLogger("afterthought.store")
 
-#: An announcement outlives a worker by this much (a restart renews it).
-ANNOUNCED_SECONDS = 7 * 86400
+#: A running worker announces its store this often...
+ANNOUNCE_EVERY_SECONDS = 300.0
+#: ...and an announcement counts this long: a store no worker has used lately is not one
+#: an agent should be reading (an old file left behind by last week's deployment).
+ANNOUNCED_SECONDS = 3 * ANNOUNCE_EVERY_SECONDS
 
 
 async def announce(redis: Redis, settings: Settings, backend: MemoryBackend) -> None:
-    """The worker's side: its store joins the deployment's list."""
+    """The worker's side: its store joins the deployment's list, with the time."""
     if not isinstance(backend, LocalBackend):
         return
     key = Keys(settings.key_prefix).stores
     store = await backend.store_id()
+    entry = json.dumps({"path": str(backend.path), "at": time.time()})
     try:
         async with redis.pipeline(transaction=True) as pipe:
-            pipe.hset(key, store, str(backend.path))
-            pipe.expire(key, ANNOUNCED_SECONDS)
+            pipe.hset(key, store, entry)
+            pipe.expire(key, int(ANNOUNCED_SECONDS))
             await pipe.execute()
     except RedisError as exc:  # a full Redis must not keep a worker from draining it
         log.warning("local store not announced path=%s error=%s", backend.path, type(exc).__name__)
         return
-    log.info("local store id=%s path=%s", store, backend.path)
+    log.debug("local store id=%s path=%s", store, backend.path)
+
+
+async def announce_forever(redis: Redis, settings: Settings, backend: MemoryBackend) -> None:
+    """A running worker's store stays announced as long as it runs."""
+    while True:
+        await asyncio.sleep(ANNOUNCE_EVERY_SECONDS)
+        await announce(redis, settings, backend)
 
 
 async def matches(redis: Redis, settings: Settings, backend: LocalBackend) -> bool:
-    """The agent's side: False (and a warning) when workers announced stores and this
-    process's is not one of them; True when it is, or when no worker announced any."""
-    announced = {
-        k.decode(): v.decode()
-        for k, v in (await redis.hgetall(Keys(settings.key_prefix).stores)).items()
-    }
+    """The agent's side: False (and a warning) when workers announced stores lately and
+    this process's is not one of them; True when it is, or when none was announced."""
+    now = time.time()
+    announced = {}
+    for store, raw in (await redis.hgetall(Keys(settings.key_prefix).stores)).items():
+        try:
+            entry = json.loads(raw)
+            if now - float(entry["at"]) <= ANNOUNCED_SECONDS:
+                announced[store.decode()] = str(entry["path"])
+        except (ValueError, KeyError, TypeError):
+            continue  # not an announcement of ours: nothing to compare with
     if not announced or await backend.store_id() in announced:
         return True
     log.warning(

@@ -518,3 +518,30 @@ def test_a_relative_store_path_is_made_absolute_where_it_is_read(
     )
     default = Settings().local_db_path
     assert default.is_absolute() and default.name == "memory.sqlite3"
+
+
+async def test_only_stores_announced_lately_count(
+    local_settings: Settings, redis: aioredis.Redis, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Last week's worker used the agent's (old) file; today's uses another: warned."""
+    from afterthought.backends.local import LocalBackend
+    from afterthought.shared_store import ANNOUNCED_SECONDS, matches
+
+    agent = LocalBackend(local_settings.local_db_path)
+    mine = await agent.store_id()
+    key = Keys(local_settings.key_prefix).stores
+    now = time.time()
+
+    async def announced(**entries: float) -> bool:
+        await redis.delete(key)
+        for store, at in entries.items():
+            await redis.hset(key, store, json.dumps({"path": f"/srv/{store}", "at": at}))
+        return await matches(redis, local_settings, agent)
+
+    assert await announced(**{mine: now})
+    assert await announced(**{mine: now - 2 * ANNOUNCED_SECONDS})  # nobody lately: no claim
+    caplog.clear()
+    assert not await announced(**{mine: now - 2 * ANNOUNCED_SECONDS, "other": now})
+    assert "different local stores" in caplog.text and "/srv/other" in caplog.text
+    await redis.delete(key)
+    await agent.aclose()

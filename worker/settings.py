@@ -193,10 +193,13 @@ def worker_settings(
         await check_redis(redis)
         allow_oom = await supports_script_flags(redis)
         opened = open_backend(s, upgrade=True)
+        tasks = ctx["tasks"] = []
         if s.resolved_backend == "local":
-            from afterthought.shared_store import announce  # imports the local adapter
+            from afterthought.shared_store import announce, announce_forever  # local adapter
 
             await announce(redis, s, opened)
+            if not burst:
+                tasks.append(asyncio.create_task(announce_forever(redis, s, opened)))
         backend = metrics.metered_backend(opened)
         ctx["backend"] = backend
         after_flush = None
@@ -220,7 +223,6 @@ def worker_settings(
             s, redis, backend, after_flush=after_flush, allow_oom=allow_oom
         )
         await dispatch_or_drain(redis, keys, flusher)
-        tasks = ctx["tasks"] = []
         if not burst:
             tasks.append(asyncio.create_task(_dispatch_forever(redis, keys, flusher)))
         if s.metrics_port is not None:
