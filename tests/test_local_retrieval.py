@@ -670,11 +670,7 @@ async def test_a_read_given_up_on_does_not_hold_up_the_next(tmp_path: Path) -> N
     keep the connection: it is interrupted, and reads queued behind it that were given up
     on are skipped, so the next turn's read runs at once."""
     store = _Endless(tmp_path / "m.sqlite3")
-    alice, thread = await _user(store, "alice")
-    await _say(store, thread, "My cat Tofu is afraid of thunder")
-    endless = asyncio.create_task(_context_within(store, alice, 30))
-    while not store.started:
-        await asyncio.sleep(0.01)
+    alice, endless = await _reading_forever(store)
     queued = asyncio.create_task(_context_within(store, alice, 0.1))  # waits for the lock
     with pytest.raises(TimeoutError):
         await queued
@@ -684,6 +680,16 @@ async def test_a_read_given_up_on_does_not_hold_up_the_next(tmp_path: Path) -> N
     assert "Tofu" in await asyncio.wait_for(_context_within(store, alice, 30), 30)
     assert store.started == 2  # the endless read and the last one; the queued one was skipped
     await store.aclose()
+
+
+async def _reading_forever(store: _Endless) -> tuple[UserRef, asyncio.Task[str]]:
+    """Alice, and a read of her block that has begun and will not end by itself."""
+    alice, thread = await _user(store, "alice")
+    await _say(store, thread, "My cat Tofu is afraid of thunder")
+    endless = asyncio.create_task(_context_within(store, alice, 30))
+    while not store.started:
+        await asyncio.sleep(0.01)
+    return alice, endless
 
 
 async def _context_within(store: LocalBackend, user: UserRef, budget: float) -> str:
@@ -750,11 +756,7 @@ async def test_a_read_given_up_on_between_statements_stops_at_its_next(tmp_path:
     """An interrupt that arrives between two statements is forgotten by SQLite: the read
     must still stop at its next statement, not run on holding the connection."""
     store = _Paused(tmp_path / "m.sqlite3")
-    alice, thread = await _user(store, "alice")
-    await _say(store, thread, "My cat Tofu is afraid of thunder")
-    endless = asyncio.create_task(_context_within(store, alice, 30))
-    while not store.started:
-        await asyncio.sleep(0.01)
+    alice, endless = await _reading_forever(store)
     endless.cancel()  # given up while it runs Python, between statements
     with pytest.raises(asyncio.CancelledError):
         await endless
