@@ -214,7 +214,7 @@ class LocalBackend(MemoryBackend):
         db = sqlite3.connect(self.path, check_same_thread=False, timeout=10)
         # interrupt() stops the statement running when a read is given up on; this stops
         # the read's next ones too (an interrupt between two statements is forgotten).
-        db.set_progress_handler(self._given_up, 1000)
+        db.set_progress_handler(self._given_up, 10_000)
         try:
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA foreign_keys=ON")
