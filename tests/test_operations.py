@@ -34,6 +34,8 @@ from tests.adk_support import APP, make_runner, new_session, say
 from tests.conftest import drain, enqueue, queued, run_cli, run_worker_once
 from worker.pacing import Pacing
 
+ROOT = Path(__file__).resolve().parents[1]
+
 ADDS = "POST /threads/.*/messages"
 
 #: The documented shape of ``status --json`` (README, "Status"): fields may be added to
@@ -545,3 +547,42 @@ async def test_only_stores_announced_lately_count(
     assert "different local stores" in caplog.text and "/srv/other" in caplog.text
     await redis.delete(key)
     await agent.aclose()
+
+
+def test_every_dashboard_panel_queries_metrics_the_worker_exports() -> None:
+    """deploy/grafana: each panel's PromQL names series and labels the worker exports (a
+    renamed metric would leave an empty panel nobody notices)."""
+    import re
+
+    from prometheus_client.metrics import MetricWrapperBase
+
+    from worker import metrics
+
+    suffixes = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count"), "gauge": ("",)}
+    exported: dict[str, set[str]] = {}
+    for metric in vars(metrics).values():
+        if isinstance(metric, MetricWrapperBase):
+            (family,) = metric.describe()
+            labels = set(metric._labelnames) | ({"le"} if family.type == "histogram" else set())
+            for suffix in suffixes[family.type]:
+                exported[family.name + suffix] = labels
+    deploy = ROOT / "deploy" / "grafana"
+    dashboard = json.loads((deploy / "dashboards" / "afterthought.json").read_text())
+    uid = re.search(r"uid: (\S+)", (deploy / "provisioning/datasources/prometheus.yml").read_text())
+    assert uid is not None
+    assert len(dashboard["panels"]) >= 12
+    for panel in dashboard["panels"]:
+        assert panel["datasource"]["uid"] == uid.group(1), panel["title"]
+        for target in panel["targets"]:
+            expr = target["expr"]
+            series = re.findall(r"afterthought_\w+", expr)
+            assert series and all(s in exported for s in series), (panel["title"], series)
+            used = {
+                label.strip()
+                for group in re.findall(r"by \(([^)]*)\)", expr)
+                for label in group.split(",")
+            } | set(re.findall(r"(\w+)\s*=~?\s*\"", expr))
+            allowed = set().union(*(exported[s] for s in series))
+            assert used <= allowed, (panel["title"], used - allowed)
+    compose = (ROOT / "docker-compose.yml").read_text()
+    assert "./deploy/grafana/dashboards:/var/lib/grafana/dashboards" in compose
