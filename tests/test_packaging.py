@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from afterthought.settings import Settings
+from afterthought.testing.processes import spawn_worker, wait_settled
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -41,6 +42,41 @@ def test_offline_example_remembers_across_sessions(
     # A detail only retrieval for the question brings back.
     assert "trams" not in cached.split("agent>", 1)[1]
     assert "wooden benches" in queried
+
+
+async def test_the_first_agent_remembers_with_a_worker_in_another_process(
+    local_settings: Settings,
+) -> None:
+    """The README's first agent, run as it says: a worker in one process, two runs of the
+    script (two sessions) in another; the second is given what the first said."""
+    settings = local_settings.model_copy(update={"synthesis_idle_seconds": 0})
+    env = {k: v for k, v in os.environ.items() if k not in {"GOOGLE_API_KEY", "ZEP_API_KEY"}}
+    env.update(settings.as_env())
+
+    def say(text: str) -> str:
+        done = subprocess.run(
+            [sys.executable, "examples/first_agent.py", text],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    worker = spawn_worker(settings)
+    try:
+        assert "no memory" in say("big news, we moved to Lisbon last week")
+        for _ in range(5):  # the fact follows the stored turn by one synthesis job
+            assert await wait_settled(settings, 60)
+            second = say("any tips for my new city?")
+            if "lives in: Lisbon" in second:
+                break
+    finally:
+        worker.terminate()
+        worker.wait(timeout=30)
+    assert "lives in: Lisbon" in second and '"big news, we moved to Lisbon last week"' in second
 
 
 def test_multi_user_example_keeps_each_users_memory_apart(local_settings: Settings) -> None:
