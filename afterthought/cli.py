@@ -96,7 +96,7 @@ def _redis_failure(exc: Exception) -> str:
 
 
 def _worker(args: argparse.Namespace) -> int:
-    from worker.settings import create_worker
+    from worker.jobs import create_worker
 
     overrides: dict[str, Any] = {}
     if args.concurrency:

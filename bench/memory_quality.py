@@ -57,7 +57,7 @@ from afterthought.testing.stand_in_model import StandInLlm, memory_lines  # noqa
 from agent_hooks import TurnMemory, create_callbacks  # noqa: E402
 from agent_hooks.backfill import Backfill, Report, Source  # noqa: E402
 from worker.extract import RuleExtractor  # noqa: E402
-from worker.settings import create_worker  # noqa: E402
+from worker.jobs import create_worker  # noqa: E402
 
 APP = "quality"
 FIXTURE = ROOT / "tests" / "fixtures" / "memory"

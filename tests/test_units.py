@@ -213,7 +213,7 @@ def test_settings_survive_the_trip_through_another_process_environment(
 
 
 def test_prune_schedule_is_a_setting() -> None:
-    from worker.settings import worker_settings
+    from worker.jobs import worker_settings
 
     def prune_crons(**overrides: Any) -> list[Any]:
         crons = worker_settings(Settings(**overrides))["cron_jobs"]

@@ -27,7 +27,7 @@ from agent_hooks import ZepMemoryService, create_callbacks
 from tests.adk_support import make_runner, new_session, say
 from tests.conftest import drain, enqueue, queued, run_cli, run_worker_once
 from worker.flush import Flusher
-from worker.settings import check_redis, dispatch_once
+from worker.jobs import check_redis, dispatch_once
 
 ROOT = Path(__file__).resolve().parents[1]
 ADDS = "POST /threads/.*/messages"

@@ -1,5 +1,5 @@
-"""The arq worker: its settings, start-up checks and the dispatcher that turns ready
-threads into flush jobs (scheduling is ours; arq runs the jobs)."""
+"""The arq worker's jobs and wiring: the job functions, crons, start-up checks and the
+dispatcher that turns ready threads into flush jobs (scheduling is ours; arq runs them)."""
 
 from __future__ import annotations
 
