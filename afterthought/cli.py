@@ -342,7 +342,7 @@ def _backfill(args: argparse.Namespace) -> int:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from agent_hooks.demo import main as demo
+    from afterthought.demo import main as demo
 
     return demo()
 

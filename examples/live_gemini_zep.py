@@ -9,7 +9,7 @@ import asyncio
 import os
 import sys
 
-from agent_hooks.demo import conversation, demo_deployment
+from afterthought.demo import conversation, demo_deployment
 
 NEEDED = {
     "GOOGLE_API_KEY": "a Gemini API key (https://aistudio.google.com/apikey)",
