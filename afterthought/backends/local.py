@@ -703,7 +703,7 @@ class LocalBackend(MemoryBackend):
             ).fetchone()
             sources: list[str] = json.loads(found[0]) if found else []
             if found:
-                for (answer,) in _asked_about(db, user.user_uuid, found[1]):
+                for answer in _asked_about(db, user.user_uuid, found[1]):
                     _drop_reply(db, answer)
             facts = db.execute(
                 "DELETE FROM facts WHERE uuid = ? AND user_uuid = ?", (memory_uuid, user.user_uuid)
@@ -908,17 +908,16 @@ def _stored_key(db: sqlite3.Connection, key: object, content: str) -> object:
     return f"{key}#{checksum(content)}"
 
 
-def _asked_about(db: sqlite3.Connection, user_uuid: str, value: str) -> list[tuple[int]]:
+def _asked_about(db: sqlite3.Connection, user_uuid: str, value: str) -> list[int]:
     """The user's statements whose kept question names ``value`` (as whole words)."""
+    if not value.strip():
+        return []
     words = re.compile(rf"(?<!\w){re.escape(value.casefold())}(?!\w)")
-    return [
-        (row[0],)
-        for row in db.execute(
-            "SELECT id, replied FROM messages WHERE user_uuid = ? AND replied IS NOT NULL",
-            (user_uuid,),
-        )
-        if value.strip() and words.search(row[1].casefold())
-    ]
+    rows = db.execute(
+        "SELECT id, replied FROM messages WHERE user_uuid = ? AND replied IS NOT NULL",
+        (user_uuid,),
+    )
+    return [int(row[0]) for row in rows if words.search(row[1].casefold())]
 
 
 def _unlink_reply(db: sqlite3.Connection, asked: int) -> None:
@@ -936,13 +935,13 @@ def _unlink_reply(db: sqlite3.Connection, asked: int) -> None:
 def _drop_reply(db: sqlite3.Connection, reply: int) -> None:
     """The statement ``reply`` no longer keeps the question it answered (row and index)."""
     found = db.execute(
-        "SELECT content, user_uuid, replied FROM messages WHERE id = ?", (reply,)
+        "SELECT content, user_uuid, replied, eligible FROM messages WHERE id = ?", (reply,)
     ).fetchone()
     if found is None or found[2] is None:
         return
-    content, user_uuid, replied = found
+    content, user_uuid, replied, eligible = found
     db.execute("UPDATE messages SET replied = NULL WHERE id = ?", (reply,))
-    if db.execute("SELECT eligible FROM messages WHERE id = ?", (reply,)).fetchone()[0]:
+    if eligible:
         owner = owner_token(user_uuid)
         db.execute(
             "INSERT INTO statements_fts(statements_fts, rowid, content, owner, replied)"
