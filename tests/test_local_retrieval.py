@@ -26,9 +26,10 @@ from afterthought.backends.retrieval import (
     STATEMENT_CHARS,
     Statement,
     fuse,
-    owner_token,
     query_terms,
     render_block,
+    scope,
+    scoped,
     shorten,
 )
 from afterthought.facts import Fact
@@ -243,7 +244,9 @@ async def test_fts_syntax_in_a_query_is_plain_text(backend: LocalBackend, query:
     await _say(backend, bob_thread, "My secret garden has roses")
     block = await _context(backend, alice, query)
     assert "roses" not in block
-    assert "roses" not in await _context(backend, alice, f'owner : "{owner_token(bob.user_uuid)}"')
+    # Bob's index terms, spelt out by Alice, are words of her own scope.
+    for spelt in (f'owner : "{scope(bob.user_uuid)}"', scoped(bob.user_uuid, "secret roses")):
+        assert "roses" not in await _context(backend, alice, spelt)
 
 
 async def test_instruction_like_text_never_enters_the_block(backend: LocalBackend) -> None:
@@ -544,9 +547,18 @@ async def test_a_file_of_the_old_schema_is_migrated_once(tmp_path: Path) -> None
     assert b"beagle is called" in path.read_bytes() and b"he was a beagle" not in path.read_bytes()
 
 
-async def test_a_file_of_the_first_retrieval_schema_is_indexed_again(tmp_path: Path) -> None:
-    """Version 1 indexed statements without the question they replied to."""
-    path = tmp_path / "v1.sqlite3"
+@pytest.mark.parametrize(
+    ("version", "columns"),
+    [(1, "content, owner"), (2, "content, owner, replied")],
+    ids=["v1-no-replied-column", "v2-unscoped-words"],
+)
+async def test_a_file_of_an_earlier_retrieval_schema_is_indexed_again(
+    tmp_path: Path, version: int, columns: str
+) -> None:
+    """Version 1 indexed statements without the question they replied to; version 2 with
+    every user's words in one shared vocabulary. The index they left is replaced (here:
+    empty, so only a new index can find anything) and nothing else is recomputed."""
+    path = tmp_path / f"v{version}.sqlite3"
     store = LocalBackend(path)
     alice, thread = await _user(store, "alice")
     await _say(store, thread, ("assistant", "What was your dog called?"), "Max, a beagle")
@@ -554,15 +566,25 @@ async def test_a_file_of_the_first_retrieval_schema_is_indexed_again(tmp_path: P
     db = sqlite3.connect(path)
     db.executescript(
         "DROP TRIGGER statements_ad; DROP TABLE statements_fts;"
-        " CREATE VIRTUAL TABLE statements_fts USING fts5(content, owner, content='');"
-        " PRAGMA user_version = 1;"
+        f" CREATE VIRTUAL TABLE statements_fts USING fts5({columns}, content='');"
+        f" PRAGMA user_version = {version};"
     )
     db.close()
     again = LocalBackend(path)
     assert "Max, a beagle" in await _context(again, alice, "what was the dog called")
     await _say(again, thread, "Rex is my new puppy")  # writes index three columns again
     assert "Rex" in await _context(again, alice, "puppy")
+    (hit,) = await again.search(
+        graph_uuid=alice.graph_uuid,
+        request=SearchRequest(query="beagle", scope="episodes", limit=1),
+        timeout=10,
+    )
+    assert await again.delete_memory(user=alice, memory_uuid=hit.uuid)  # the trigger unindexes
+    assert "beagle" not in await _context(again, alice, "beagle dog")
     await again.aclose()
+    db = sqlite3.connect(path)
+    assert db.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,)
+    db.close()
 
 
 # --- embeddings -----------------------------------------------------------------------------

@@ -35,9 +35,10 @@ from afterthought.backends.retrieval import (
     fuse,
     informativeness,
     match_expression,
-    owner_token,
     query_terms,
     render_block,
+    scope,
+    scoped,
     shorten,
     split_by_frequency,
     whole_lines,
@@ -87,9 +88,10 @@ CREATE TABLE IF NOT EXISTS templates (
 """
 
 #: ``PRAGMA user_version`` once the retrieval schema below is in place. Files written
-#: before it are at 0; version 1 indexed no ``replied`` column. An older file's messages
-#: gain the columns and are indexed afresh, once.
-SCHEMA_VERSION = 2
+#: before it are at 0; version 1 indexed no ``replied`` column; version 2 indexed words
+#: unscoped. An older file's messages gain the columns (before 2) and are indexed afresh,
+#: once.
+SCHEMA_VERSION = 3
 #: Columns added to ``messages`` by the retrieval schema: ``user_uuid`` (the owner, so
 #: retrieval never joins threads), ``clean`` (``validation.detect`` found nothing,
 #: decided at write time), ``eligible`` (a clean, ingested user turn: the only rows
@@ -103,12 +105,15 @@ ADDED_COLUMNS = (
     "informative INTEGER NOT NULL DEFAULT 0",
     "replied TEXT",
 )
-# Statements are indexed with their owner's token in a second column, ANDed into every
-# query: FTS5 intersects the two postings lists, so a query only ever scores one user's
-# rows. A third column holds the question a statement replied to ("What was your dog
-# called?" -> "Max"), weighed less than the user's own words. Contentless: the text lives
-# once, in ``messages`` (the question's copy in ``replied``); a deleted row's terms are
-# removed by the trigger (and purged from old segments by ``optimize`` in ``_scrub``).
+# Statements are indexed in their owner's scope (``retrieval.scoped``: every word prefixed
+# with the user's scope), so a term's postings are one user's rows: counting, ranking and
+# BM25's statistics cost what that user's history costs, not the file's. The owner column
+# holds the bare scope, a token every row of the user has (BM25 weight 0). A third column
+# holds the question a statement replied to ("What was your dog called?" -> "Max"), weighed
+# less than the user's own words. Contentless: the text lives once, in ``messages``; a
+# deleted row's terms are removed by the trigger, which scopes them with the same Python
+# function (registered on every connection, ``_connect``), and purged from old segments by
+# ``optimize`` in ``_scrub``.
 RETRIEVAL_SCHEMA = (
     "DROP TRIGGER IF EXISTS messages_ai",
     "DROP TRIGGER IF EXISTS messages_ad",
@@ -116,7 +121,7 @@ RETRIEVAL_SCHEMA = (
     # Every statement is indexed again below: an older index (another column set) goes.
     "DROP TRIGGER IF EXISTS statements_ad",
     "DROP TABLE IF EXISTS statements_fts",
-    "CREATE VIRTUAL TABLE IF NOT EXISTS statements_fts USING fts5(content, owner, replied,"
+    "CREATE VIRTUAL TABLE IF NOT EXISTS statements_fts USING fts5(content, replied, owner,"
     " content='', tokenize='porter unicode61 remove_diacritics 2')",
     # The newest statements of one user, without walking past other users' newer rows.
     "CREATE INDEX IF NOT EXISTS messages_eligible ON messages(user_uuid, id) WHERE eligible = 1",
@@ -132,9 +137,9 @@ RETRIEVAL_SCHEMA = (
     "INSERT INTO retrieval_epoch SELECT 0 WHERE NOT EXISTS (SELECT 1 FROM retrieval_epoch)",
     "CREATE TRIGGER IF NOT EXISTS statements_ad AFTER DELETE ON messages"
     " WHEN old.eligible = 1 BEGIN"
-    " INSERT INTO statements_fts(statements_fts, rowid, content, owner, replied) VALUES"
-    " ('delete', old.id, old.content, 'u' || lower(replace(old.user_uuid, '-', '')),"
-    " COALESCE(old.replied, ''));"
+    " INSERT INTO statements_fts(statements_fts, rowid, content, replied, owner) VALUES"
+    " ('delete', old.id, afterthought_scoped(old.user_uuid, old.content),"
+    " afterthought_scoped(old.user_uuid, old.replied), afterthought_scope(old.user_uuid));"
     " UPDATE retrieval_epoch SET deletions = deletions + 1; END",
 )
 #: Candidates per ranking (BM25, dense) and from the informative ranking.
@@ -215,7 +220,12 @@ class LocalBackend(MemoryBackend):
         # interrupt() stops the statement running when a read is given up on; this stops
         # the read's next ones too (an interrupt between two statements is forgotten).
         db.set_progress_handler(self._given_up, 10_000)
+        # The index's delete trigger scopes words as the writes did (see RETRIEVAL_SCHEMA);
+        # a build that distrusts schemas would refuse functions in triggers.
+        db.create_function("afterthought_scoped", 2, scoped, deterministic=True)
+        db.create_function("afterthought_scope", 1, scope, deterministic=True)
         try:
+            db.execute("PRAGMA trusted_schema=ON")
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA foreign_keys=ON")
             # Deleted rows are overwritten, not left in free pages: forgetting is for real.
@@ -416,7 +426,6 @@ class LocalBackend(MemoryBackend):
         when it is stored."""
         indexed: list[tuple[int, str]] = []
         texts: list[str] = []
-        owner = owner_token(user_uuid)
         before = db.execute(
             "SELECT role, content, clean FROM messages WHERE thread_uuid = ?"
             " ORDER BY id DESC LIMIT 1",
@@ -452,11 +461,7 @@ class LocalBackend(MemoryBackend):
                 ),
             )
             if inserted.rowcount and verdict.eligible and inserted.lastrowid is not None:
-                db.execute(
-                    "INSERT INTO statements_fts(rowid, content, owner, replied)"
-                    " VALUES (?, ?, ?, ?)",
-                    (inserted.lastrowid, m.content, owner, replied or ""),
-                )
+                _index(db, inserted.lastrowid, user_uuid, m.content, replied)
                 indexed.append((inserted.lastrowid, user_uuid))
                 texts.append(m.content)
         if self._embedder is not None and texts:
@@ -880,13 +885,13 @@ def _lexical(db: sqlite3.Connection, user_uuid: str, terms: Sequence[str]) -> li
     if selective:
         rows = db.execute(
             "SELECT rowid FROM statements_fts WHERE statements_fts MATCH ?"
-            f" ORDER BY bm25(statements_fts, 1.0, 0.0, {REPLIED_WEIGHT}) LIMIT ?",
+            f" ORDER BY bm25(statements_fts, 1.0, {REPLIED_WEIGHT}, 0.0) LIMIT ?",
             (match_expression(user_uuid, selective, boosts), RELEVANT),
         )
     elif found := [t for t in terms if frequency[t]]:
         rows = db.execute(
             "SELECT rowid FROM (SELECT rowid,"
-            f" bm25(statements_fts, 1.0, 0.0, {REPLIED_WEIGHT}) AS score"
+            f" bm25(statements_fts, 1.0, {REPLIED_WEIGHT}, 0.0) AS score"
             " FROM statements_fts WHERE statements_fts MATCH ? ORDER BY rowid DESC LIMIT ?)"
             " ORDER BY score LIMIT ?",
             (match_expression(user_uuid, found), RANKED_ROWS, RELEVANT),
@@ -942,15 +947,32 @@ def _drop_reply(db: sqlite3.Connection, reply: int) -> None:
     content, user_uuid, replied, eligible = found
     db.execute("UPDATE messages SET replied = NULL WHERE id = ?", (reply,))
     if eligible:
-        owner = owner_token(user_uuid)
+        _index(db, reply, user_uuid, content, replied, delete=True)
+        _index(db, reply, user_uuid, content, None)
+
+
+def _index(
+    db: sqlite3.Connection,
+    message_id: int,
+    user_uuid: str,
+    content: str,
+    replied: str | None,
+    *,
+    delete: bool = False,
+) -> None:
+    """Add a statement to the index in its owner's scope, or (``delete``) remove it: a
+    contentless index must be told the very terms it was given."""
+    values = (message_id, scoped(user_uuid, content), scoped(user_uuid, replied), scope(user_uuid))
+    if delete:
         db.execute(
-            "INSERT INTO statements_fts(statements_fts, rowid, content, owner, replied)"
+            "INSERT INTO statements_fts(statements_fts, rowid, content, replied, owner)"
             " VALUES ('delete', ?, ?, ?, ?)",
-            (reply, content, owner, replied),
+            values,
         )
+    else:
         db.execute(
-            "INSERT INTO statements_fts(rowid, content, owner, replied) VALUES (?, ?, ?, '')",
-            (reply, content, owner),
+            "INSERT INTO statements_fts(rowid, content, replied, owner) VALUES (?, ?, ?, ?)",
+            values,
         )
 
 
@@ -967,10 +989,12 @@ def _reply_context(previous: tuple[str, str, bool] | None) -> str | None:
 
 def _migrate(db: sqlite3.Connection, *, upgrade: bool) -> None:
     """Bring a file to the current schema, once, in one transaction (another process may
-    be doing the same: the write lock decides, the loser finds it done): the columns
-    decided at write time are computed for every stored message, and the eligible ones
-    indexed. A new file takes the same path, with nothing to compute."""
-    if db.execute("PRAGMA user_version").fetchone()[0] >= SCHEMA_VERSION:
+    be doing the same: the write lock decides, the loser finds it done): a file from
+    before version 2 has the columns decided at write time computed for every stored
+    message; every older file has its eligible statements indexed afresh. A new file
+    takes the same path, with nothing to do."""
+    version = db.execute("PRAGMA user_version").fetchone()[0]
+    if version >= SCHEMA_VERSION:
         return
     if not upgrade and db.execute("SELECT 1 FROM messages LIMIT 1").fetchone():
         raise BackendError("unavailable", code="schema_upgrade_pending")
@@ -978,54 +1002,53 @@ def _migrate(db: sqlite3.Connection, *, upgrade: bool) -> None:
     # taken, so other processes keep writing meanwhile (what they add is judged inside).
     verdicts = {
         message_id: _verdict(role, content, bool(ingested))
-        for message_id, role, content, ingested in db.execute(
-            "SELECT id, role, content, ingested FROM messages"
+        for message_id, role, content, ingested in (
+            db.execute("SELECT id, role, content, ingested FROM messages") if version < 2 else ()
         )
     }
     db.execute("BEGIN IMMEDIATE")
     try:
         if db.execute("PRAGMA user_version").fetchone()[0] < SCHEMA_VERSION:
-            columns = {r[1] for r in db.execute("PRAGMA table_info(messages)")}
-            for column in ADDED_COLUMNS:
-                if column.split()[0] not in columns:
-                    db.execute(f"ALTER TABLE messages ADD COLUMN {column}")
+            if version < 2:
+                _add_columns(db, verdicts)
             for statement in RETRIEVAL_SCHEMA:
                 db.execute(statement)
-            db.execute(
-                "UPDATE messages SET user_uuid ="
-                " (SELECT user_uuid FROM threads WHERE uuid = messages.thread_uuid)"
-            )
             rows = db.execute(
-                "SELECT id, role, content, ingested, user_uuid, thread_uuid FROM messages"
-                " ORDER BY thread_uuid, id"
+                "SELECT id, user_uuid, content, replied FROM messages WHERE eligible = 1"
             ).fetchall()
-            previous: tuple[str, str, bool] | None = None
-            thread = None
-            for message_id, role, content, ingested, user_uuid, thread_uuid in rows:
-                if thread_uuid != thread:
-                    previous, thread = None, thread_uuid
-                verdict = verdicts.get(message_id) or _verdict(role, content, bool(ingested))
-                replied = _reply_context(previous) if verdict.eligible else None
-                previous = (role, content, verdict.clean)
-                db.execute(
-                    "UPDATE messages SET clean = ?, eligible = ?, informative = ?, replied = ?"
-                    " WHERE id = ?",
-                    (
-                        int(verdict.clean),
-                        int(verdict.eligible),
-                        verdict.informative,
-                        replied,
-                        message_id,
-                    ),
-                )
-                if verdict.eligible:
-                    db.execute(
-                        "INSERT INTO statements_fts(rowid, content, owner, replied)"
-                        " VALUES (?, ?, ?, ?)",
-                        (message_id, content, owner_token(user_uuid), replied or ""),
-                    )
+            for message_id, user_uuid, content, replied in rows:
+                _index(db, message_id, user_uuid, content, replied)
             db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         db.commit()
     except BaseException:
         db.rollback()
         raise
+
+
+def _add_columns(db: sqlite3.Connection, verdicts: dict[int, _Verdict]) -> None:
+    """The columns of version 2, computed for every stored message (``verdicts``: those
+    judged before the lock was taken)."""
+    columns = {r[1] for r in db.execute("PRAGMA table_info(messages)")}
+    for column in ADDED_COLUMNS:
+        if column.split()[0] not in columns:
+            db.execute(f"ALTER TABLE messages ADD COLUMN {column}")
+    db.execute(
+        "UPDATE messages SET user_uuid ="
+        " (SELECT user_uuid FROM threads WHERE uuid = messages.thread_uuid)"
+    )
+    rows = db.execute(
+        "SELECT id, role, content, ingested, thread_uuid FROM messages ORDER BY thread_uuid, id"
+    ).fetchall()
+    previous: tuple[str, str, bool] | None = None
+    thread = None
+    for message_id, role, content, ingested, thread_uuid in rows:
+        if thread_uuid != thread:
+            previous, thread = None, thread_uuid
+        verdict = verdicts.get(message_id) or _verdict(role, content, bool(ingested))
+        replied = _reply_context(previous) if verdict.eligible else None
+        previous = (role, content, verdict.clean)
+        db.execute(
+            "UPDATE messages SET clean = ?, eligible = ?, informative = ?, replied = ?"
+            " WHERE id = ?",
+            (int(verdict.clean), int(verdict.eligible), verdict.informative, replied, message_id),
+        )

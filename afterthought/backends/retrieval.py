@@ -4,6 +4,7 @@ the context block within its character budget."""
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -35,7 +36,13 @@ _STOPWORD_TEXT = """
 """
 STOPWORDS = frozenset(_STOPWORD_TEXT.split())
 
-_WORD = re.compile(r"\w+")
+#: A word as the index sees it: letters and digits (FTS5's unicode61 splits on the rest,
+#: the underscore included).
+_WORD = re.compile(r"[^\W_]+")
+#: The letters of a user's scope: consonants only (no "y"), so that a scoped word has the
+#: vowel-consonant pattern of the bare word and the Porter stemmer treats it alike.
+_SCOPE_LETTERS = "bcdfghjklmnpqrstvwxz"
+SCOPE_LENGTH = 10
 _SPACE = re.compile(r"\s+")
 _SENTENCE = re.compile(r"(?<=[.!?])\s+")
 _FIRST_PERSON = re.compile(r"\b(?:i|i'm|i've|i'd|i'll|im|my|me|mine|myself|we|our|us)\b", re.I)
@@ -73,10 +80,26 @@ def query_terms(query: str) -> list[str]:
     return [t for t in terms if t in kept]
 
 
-def owner_token(user_uuid: str) -> str:
-    """The user as one FTS5 token (letters and digits only, so the tokenizer keeps it whole);
-    the SQL triggers compute the same."""
-    return "u" + user_uuid.replace("-", "").lower()
+def scope(user_uuid: str) -> str:
+    """The user's scope: ten consonants from a hash of their id (about 43 bits), the same
+    length for everyone, so a scoped word reads back one way only."""
+    number = int.from_bytes(hashlib.sha256(user_uuid.encode()).digest()[:8], "big")
+    letters = []
+    for _ in range(SCOPE_LENGTH):
+        number, digit = divmod(number, len(_SCOPE_LETTERS))
+        letters.append(_SCOPE_LETTERS[digit])
+    return "".join(letters)
+
+
+def scoped(user_uuid: str, text: str | None) -> str:
+    """``text`` as the index stores it: every word prefixed with its owner's scope
+    ("Leeds" -> "kqwz...leeds"). Each user's words are then their own index terms, so a
+    term's postings, its count and its BM25 weight are the user's alone, and a query reads
+    one user's rows only, however large the file. Stored rows are written and deleted
+    through this function (the SQL triggers call it too): changing it means indexing again
+    (``SCHEMA_VERSION``)."""
+    prefix = scope(user_uuid)
+    return " ".join(prefix + word for word in _WORD.findall(text or ""))
 
 
 def quoted(text: str) -> str:
@@ -86,15 +109,19 @@ def quoted(text: str) -> str:
 
 
 def match_expression(user_uuid: str, terms: Sequence[str], boosts: Sequence[str] = ()) -> str:
-    """The user's own rows (their token ANDed in) holding any of ``terms``: the index
-    answers for this user alone, so other users can neither appear nor crowd them out.
-    ``boosts`` select nothing but still count in BM25 where present: they sit in an OR with
-    the owner token, which every row of the user has (and which weighs 0 in the ranking)."""
-    owner = f"owner : {quoted(owner_token(user_uuid))}"
-    said = "{content replied}"
-    expression = f"{owner} AND {said} : ({' OR '.join(quoted(t) for t in terms)})"
+    """The user's rows holding any of ``terms`` (words from ``query_terms``), in their own
+    scope: no other user's row can appear or crowd them out. ``boosts`` select nothing but
+    still count in BM25 where present: they sit in an OR with the owner column, which every
+    row of the user has (and which weighs 0 in the ranking)."""
+
+    def any_of(words: Sequence[str]) -> str:
+        return (
+            "{content replied} : (" + " OR ".join(quoted(scoped(user_uuid, w)) for w in words) + ")"
+        )
+
+    expression = any_of(terms)
     if boosts:
-        expression += f" AND ({owner} OR {said} : ({' OR '.join(quoted(t) for t in boosts)}))"
+        expression += f" AND (owner : {quoted(scope(user_uuid))} OR {any_of(boosts)})"
     return expression
 
 
