@@ -549,8 +549,8 @@ async def test_a_file_of_the_old_schema_is_migrated_once(tmp_path: Path) -> None
 
 @pytest.mark.parametrize(
     ("version", "columns"),
-    [(1, "content, owner"), (2, "content, owner, replied")],
-    ids=["v1-no-replied-column", "v2-unscoped-words"],
+    [(1, "content, owner"), (2, "content, owner, replied"), (3, "content, replied, owner")],
+    ids=["v1-no-replied-column", "v2-unscoped-words", "v3-owner-column"],
 )
 async def test_a_file_of_an_earlier_retrieval_schema_is_indexed_again(
     tmp_path: Path, version: int, columns: str

@@ -37,7 +37,6 @@ from afterthought.backends.retrieval import (
     match_expression,
     query_terms,
     render_block,
-    scope,
     scoped,
     shorten,
     split_by_frequency,
@@ -89,9 +88,9 @@ CREATE TABLE IF NOT EXISTS templates (
 
 #: ``PRAGMA user_version`` once the retrieval schema below is in place. Files written
 #: before it are at 0; version 1 indexed no ``replied`` column; version 2 indexed words
-#: unscoped. An older file's messages gain the columns (before 2) and are indexed afresh,
-#: once.
-SCHEMA_VERSION = 3
+#: unscoped; version 3 indexed an owner column too. An older file's messages gain the
+#: columns (before 2) and are indexed afresh, once.
+SCHEMA_VERSION = 4
 #: Columns added to ``messages`` by the retrieval schema: ``user_uuid`` (the owner, so
 #: retrieval never joins threads), ``clean`` (``validation.detect`` found nothing,
 #: decided at write time), ``eligible`` (a clean, ingested user turn: the only rows
@@ -107,8 +106,7 @@ ADDED_COLUMNS = (
 )
 # Statements are indexed in their owner's scope (``retrieval.scoped``: every word prefixed
 # with the user's scope), so a term's postings are one user's rows: counting, ranking and
-# BM25's statistics cost what that user's history costs, not the file's. The owner column
-# holds the bare scope, a token every row of the user has (BM25 weight 0). A third column
+# BM25's statistics cost what that user's history costs, not the file's. A second column
 # holds the question a statement replied to ("What was your dog called?" -> "Max"), weighed
 # less than the user's own words. Contentless: the text lives once, in ``messages``; a
 # deleted row's terms are removed by the trigger, which scopes them with the same Python
@@ -121,7 +119,7 @@ RETRIEVAL_SCHEMA = (
     # Every statement is indexed again below: an older index (another column set) goes.
     "DROP TRIGGER IF EXISTS statements_ad",
     "DROP TABLE IF EXISTS statements_fts",
-    "CREATE VIRTUAL TABLE IF NOT EXISTS statements_fts USING fts5(content, replied, owner,"
+    "CREATE VIRTUAL TABLE IF NOT EXISTS statements_fts USING fts5(content, replied,"
     " content='', tokenize='porter unicode61 remove_diacritics 2')",
     # The newest statements of one user, without walking past other users' newer rows.
     "CREATE INDEX IF NOT EXISTS messages_eligible ON messages(user_uuid, id) WHERE eligible = 1",
@@ -137,9 +135,9 @@ RETRIEVAL_SCHEMA = (
     "INSERT INTO retrieval_epoch SELECT 0 WHERE NOT EXISTS (SELECT 1 FROM retrieval_epoch)",
     "CREATE TRIGGER IF NOT EXISTS statements_ad AFTER DELETE ON messages"
     " WHEN old.eligible = 1 BEGIN"
-    " INSERT INTO statements_fts(statements_fts, rowid, content, replied, owner) VALUES"
+    " INSERT INTO statements_fts(statements_fts, rowid, content, replied) VALUES"
     " ('delete', old.id, afterthought_scoped(old.user_uuid, old.content),"
-    " afterthought_scoped(old.user_uuid, old.replied), afterthought_scope(old.user_uuid));"
+    " afterthought_scoped(old.user_uuid, old.replied));"
     " UPDATE retrieval_epoch SET deletions = deletions + 1; END",
 )
 #: Candidates per ranking (BM25, dense) and from the informative ranking.
@@ -223,7 +221,6 @@ class LocalBackend(MemoryBackend):
         # The index's delete trigger scopes words as the writes did (see RETRIEVAL_SCHEMA);
         # a build that distrusts schemas would refuse functions in triggers.
         db.create_function("afterthought_scoped", 2, scoped, deterministic=True)
-        db.create_function("afterthought_scope", 1, scope, deterministic=True)
         try:
             db.execute("PRAGMA trusted_schema=ON")
             db.execute("PRAGMA journal_mode=WAL")
@@ -885,13 +882,13 @@ def _lexical(db: sqlite3.Connection, user_uuid: str, terms: Sequence[str]) -> li
     if selective:
         rows = db.execute(
             "SELECT rowid FROM statements_fts WHERE statements_fts MATCH ?"
-            f" ORDER BY bm25(statements_fts, 1.0, {REPLIED_WEIGHT}, 0.0) LIMIT ?",
+            f" ORDER BY bm25(statements_fts, 1.0, {REPLIED_WEIGHT}) LIMIT ?",
             (match_expression(user_uuid, selective, boosts), RELEVANT),
         )
     elif found := [t for t in terms if frequency[t]]:
         rows = db.execute(
             "SELECT rowid FROM (SELECT rowid,"
-            f" bm25(statements_fts, 1.0, {REPLIED_WEIGHT}, 0.0) AS score"
+            f" bm25(statements_fts, 1.0, {REPLIED_WEIGHT}) AS score"
             " FROM statements_fts WHERE statements_fts MATCH ? ORDER BY rowid DESC LIMIT ?)"
             " ORDER BY score LIMIT ?",
             (match_expression(user_uuid, found), RANKED_ROWS, RELEVANT),
@@ -962,18 +959,15 @@ def _index(
 ) -> None:
     """Add a statement to the index in its owner's scope, or (``delete``) remove it: a
     contentless index must be told the very terms it was given."""
-    values = (message_id, scoped(user_uuid, content), scoped(user_uuid, replied), scope(user_uuid))
+    values = (message_id, scoped(user_uuid, content), scoped(user_uuid, replied))
     if delete:
         db.execute(
-            "INSERT INTO statements_fts(statements_fts, rowid, content, replied, owner)"
-            " VALUES ('delete', ?, ?, ?, ?)",
+            "INSERT INTO statements_fts(statements_fts, rowid, content, replied)"
+            " VALUES ('delete', ?, ?, ?)",
             values,
         )
     else:
-        db.execute(
-            "INSERT INTO statements_fts(rowid, content, replied, owner) VALUES (?, ?, ?, ?)",
-            values,
-        )
+        db.execute("INSERT INTO statements_fts(rowid, content, replied) VALUES (?, ?, ?)", values)
 
 
 def _reply_context(previous: tuple[str, str, bool] | None) -> str | None:

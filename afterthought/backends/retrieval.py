@@ -111,17 +111,18 @@ def quoted(text: str) -> str:
 def match_expression(user_uuid: str, terms: Sequence[str], boosts: Sequence[str] = ()) -> str:
     """The user's rows holding any of ``terms`` (words from ``query_terms``), in their own
     scope: no other user's row can appear or crowd them out. ``boosts`` select nothing but
-    still count in BM25 where present: they sit in an OR with the owner column, which every
-    row of the user has (and which weighs 0 in the ranking)."""
+    still count in BM25 where present: they sit in an OR with the terms again. So BM25
+    weighs the selecting terms twice: the rare words decide, the common ones break ties.
+    (A token every row of the user holds would keep the weights equal, but BM25 counts
+    each phrase's rows, and that token's are the user's whole history.)"""
 
     def any_of(words: Sequence[str]) -> str:
-        return (
-            "{content replied} : (" + " OR ".join(quoted(scoped(user_uuid, w)) for w in words) + ")"
-        )
+        phrases = " OR ".join(quoted(scoped(user_uuid, word)) for word in words)
+        return "{content replied} : (" + phrases + ")"
 
     expression = any_of(terms)
     if boosts:
-        expression += f" AND (owner : {quoted(scope(user_uuid))} OR {any_of(boosts)})"
+        expression += f" AND ({expression} OR {any_of(boosts)})"
     return expression
 
 
