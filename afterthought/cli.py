@@ -96,7 +96,7 @@ def _redis_failure(exc: Exception) -> str:
 
 
 def _worker(args: argparse.Namespace) -> int:
-    from worker.jobs import create_worker
+    from afterthought.worker.jobs import create_worker
 
     overrides: dict[str, Any] = {}
     if args.concurrency:
@@ -255,8 +255,8 @@ def _operate(args: argparse.Namespace) -> int:
     """prune and forget: both dry runs unless ``--yes``."""
     from afterthought.backends import open_backend
     from afterthought.identity import IdentityRegistry
-    from worker.forget import Forgetter
-    from worker.prune import Pruner
+    from afterthought.worker.forget import Forgetter
+    from afterthought.worker.prune import Pruner
 
     async def work(settings: Settings, client: aioredis.Redis) -> int:
         backend = open_backend(settings, upgrade=True)
@@ -324,7 +324,7 @@ def _backfill(args: argparse.Namespace) -> int:
 
     from tqdm import tqdm
 
-    from agent_hooks.backfill import Backfill, database_source, jsonl_source
+    from afterthought.agent_hooks.backfill import Backfill, database_source, jsonl_source
 
     async def work(settings: Settings, client: aioredis.Redis) -> int:
         if args.jsonl:

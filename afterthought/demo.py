@@ -24,12 +24,12 @@ from google.adk.runners import Runner
 from google.adk.sessions import InMemorySessionService
 from google.genai import types
 
+from afterthought.agent_hooks import create_callbacks
 from afterthought.settings import Settings
 from afterthought.testing import RedisServer
 from afterthought.testing.processes import cleanup, spawn_worker, wait_settled
 from afterthought.testing.redis_server import listening
 from afterthought.testing.stand_in_model import StandInLlm
-from agent_hooks import create_callbacks
 
 APP = "offline_demo"
 USER = "ada"

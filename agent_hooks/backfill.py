@@ -18,12 +18,12 @@ import redis.asyncio as aioredis
 from google.adk.sessions import Session
 from pydantic import ValidationError
 
+from afterthought.agent_hooks.messages import messages_from_events
 from afterthought.contract import QueuedMessage
 from afterthought.enqueue import NOT_SENT, UNREACHABLE, Enqueuer
 from afterthought.keys import Keys, digest
 from afterthought.settings import Settings
 from afterthought.validation import detect
-from agent_hooks.messages import messages_from_events
 
 log = logging.getLogger("afterthought.backfill")
 
@@ -93,7 +93,7 @@ async def database_source(url: str, *, app: str, user_id: str | None = None) -> 
         from google.adk.sessions import DatabaseSessionService
     except ImportError as exc:
         raise BackfillError(
-            "reading an ADK session database needs SQLAlchemy: pip install 'afterthought[db]'"
+            "reading an ADK session database needs SQLAlchemy: pip install 'afterthought-adk[db]'"
         ) from exc
     service = DatabaseSessionService(db_url=url)
     listed = (await service.list_sessions(app_name=app, user_id=user_id)).sessions

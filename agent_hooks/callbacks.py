@@ -5,7 +5,7 @@
              after_model_callback=memory.after_model_callback)
 
 Keyword arguments are :class:`~afterthought.settings.Settings` fields (``key_prefix=``) or
-:class:`~agent_hooks.turn_memory.TurnMemory` options (``context_template=``,
+:class:`~afterthought.agent_hooks.turn_memory.TurnMemory` options (``context_template=``,
 ``context_builder=``, ``injection=``, ``identity=``, ``resolve_identity=``)."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from google.adk.agents.callback_context import CallbackContext
 from google.adk.models.llm_request import LlmRequest
 from google.adk.models.llm_response import LlmResponse
 
-from agent_hooks.turn_memory import TurnMemory
+from afterthought.agent_hooks.turn_memory import TurnMemory
 
 BeforeModelCallback = Callable[[CallbackContext, LlmRequest], Awaitable[LlmResponse | None]]
 AfterModelCallback = Callable[[CallbackContext, LlmResponse], Awaitable[LlmResponse | None]]

@@ -18,6 +18,7 @@ import redis.asyncio as aioredis
 from google.adk.agents.callback_context import CallbackContext
 from google.adk.models.llm_request import LlmRequest
 
+from afterthought.agent_hooks.identity import Who, ZepIdentity
 from afterthought.backends.base import MemoryBackend, UserRef
 from afterthought.breaker import CircuitBreaker
 from afterthought.context_cache import PENDING, CacheRead, ContextCache, now_version
@@ -32,7 +33,6 @@ from afterthought.telemetry import (
     memory_read_failures,
     retrieval_duration,
 )
-from agent_hooks.identity import Who, ZepIdentity
 
 log = logging.getLogger("afterthought.hooks")
 

@@ -13,7 +13,7 @@ from google.adk.tools.base_tool import BaseTool
 from google.adk.tools.tool_context import ToolContext
 from typing_extensions import override
 
-from agent_hooks.turn_memory import TurnMemory
+from afterthought.agent_hooks.turn_memory import TurnMemory
 
 
 class ZepContextTool(BaseTool):

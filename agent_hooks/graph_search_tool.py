@@ -18,8 +18,8 @@ from google.adk.tools.tool_context import ToolContext
 from google.genai import types
 from typing_extensions import override
 
+from afterthought.agent_hooks.turn_memory import TurnMemory, Who
 from afterthought.search import RERANKERS, SCOPES, SearchRequest, problems
-from agent_hooks.turn_memory import TurnMemory, Who
 
 log = logging.getLogger("afterthought.hooks")
 

@@ -15,11 +15,11 @@ from google.adk.sessions.session import Session
 from google.genai import types
 from typing_extensions import override
 
+from afterthought.agent_hooks.messages import messages_from_events, said_text
+from afterthought.agent_hooks.turn_memory import TurnMemory, Who
 from afterthought.contract import checksum
 from afterthought.search import SearchRequest
 from afterthought.settings import Settings
-from agent_hooks.messages import messages_from_events, said_text
-from agent_hooks.turn_memory import TurnMemory, Who
 
 log = logging.getLogger("afterthought.hooks")
 

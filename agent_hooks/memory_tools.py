@@ -10,9 +10,9 @@ from google.adk.tools.base_tool import BaseTool
 from google.adk.tools.function_tool import FunctionTool
 from google.adk.tools.tool_context import ToolContext
 
+from afterthought.agent_hooks.graph_search_tool import ZepGraphSearchTool
+from afterthought.agent_hooks.turn_memory import TurnMemory
 from afterthought.validation import refusal
-from agent_hooks.graph_search_tool import ZepGraphSearchTool
-from agent_hooks.turn_memory import TurnMemory
 
 log = logging.getLogger("afterthought.hooks")
 

@@ -10,7 +10,7 @@ from google.adk.models.llm_response import LlmResponse
 from google.adk.plugins.base_plugin import BasePlugin
 from typing_extensions import override
 
-from agent_hooks.turn_memory import TurnMemory
+from afterthought.agent_hooks.turn_memory import TurnMemory
 
 
 class MemoryPlugin(BasePlugin):

@@ -16,6 +16,18 @@ from google.adk.agents.callback_context import CallbackContext
 from google.adk.models.llm_request import LlmRequest
 from google.adk.models.llm_response import LlmResponse
 
+from afterthought.agent_hooks.context_reader import ContextBuilder, ContextInput, ContextReader
+from afterthought.agent_hooks.identity import (
+    IdentityResolver,
+    Who,
+    ZepIdentity,
+    display_name,
+    from_state,
+    resolve,
+)
+from afterthought.agent_hooks.injection import DEFAULT_CONTEXT_TEMPLATE, Injection, inject, render
+from afterthought.agent_hooks.messages import said_text
+from afterthought.agent_hooks.turn_recorder import TurnRecorder
 from afterthought.backends import open_backend
 from afterthought.backends.base import BackendError, MemoryBackend, UserRef
 from afterthought.contract import Kind, QueuedMessage, Role
@@ -24,18 +36,6 @@ from afterthought.enqueue import Enqueuer
 from afterthought.identity import Identity, IdentityRegistry
 from afterthought.settings import Settings
 from afterthought.telemetry import identity_pins_ignored
-from agent_hooks.context_reader import ContextBuilder, ContextInput, ContextReader
-from agent_hooks.identity import (
-    IdentityResolver,
-    Who,
-    ZepIdentity,
-    display_name,
-    from_state,
-    resolve,
-)
-from agent_hooks.injection import DEFAULT_CONTEXT_TEMPLATE, Injection, inject, render
-from agent_hooks.messages import said_text
-from agent_hooks.turn_recorder import TurnRecorder
 
 __all__ = ["ContextBuilder", "ContextInput", "TurnMemory", "Who"]
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import logging
 
+from afterthought.agent_hooks.identity import Who, ZepIdentity
 from afterthought.contract import MEMORY_SESSION, InvalidIds, Kind, QueuedMessage, Role
 from afterthought.direct_write import DirectWriter
 from afterthought.enqueue import Enqueuer
 from afterthought.settings import Settings
 from afterthought.telemetry import queue_failures
-from agent_hooks.identity import Who, ZepIdentity
 
 log = logging.getLogger("afterthought.hooks")
 

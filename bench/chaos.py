@@ -51,6 +51,9 @@ from google.adk.runners import Runner  # noqa: E402
 from google.adk.sessions import InMemorySessionService  # noqa: E402
 from google.genai import types  # noqa: E402
 
+from afterthought.agent_hooks import create_callbacks  # noqa: E402
+from afterthought.agent_hooks.messages import said_text  # noqa: E402
+from afterthought.agent_hooks.turn_memory import TurnMemory  # noqa: E402
 from afterthought.backends.base import MESSAGE_KEY_FIELD  # noqa: E402
 from afterthought.contract import QueuedMessage, thread_key  # noqa: E402
 from afterthought.direct_write import DirectWriter  # noqa: E402
@@ -62,9 +65,6 @@ from afterthought.queue import ThreadQueue  # noqa: E402
 from afterthought.settings import Settings  # noqa: E402
 from afterthought.testing.processes import cleanup, spawn_worker, wait_settled  # noqa: E402
 from afterthought.testing.redis_server import free_port, listening  # noqa: E402
-from agent_hooks import create_callbacks  # noqa: E402
-from agent_hooks.messages import said_text  # noqa: E402
-from agent_hooks.turn_memory import TurnMemory  # noqa: E402
 
 APP = "chaos"
 JSON = dict[str, Any]

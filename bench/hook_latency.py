@@ -34,6 +34,7 @@ from google.genai import types
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from afterthought.agent_hooks import create_callbacks  # noqa: E402
 from afterthought.backends import open_backend  # noqa: E402
 from afterthought.backends.base import OutgoingMessage  # noqa: E402
 from afterthought.identity import IdentityRegistry  # noqa: E402
@@ -41,7 +42,6 @@ from afterthought.settings import Settings  # noqa: E402
 from afterthought.testing import ZepFake  # noqa: E402
 from afterthought.testing.processes import cleanup, spawn_worker, wait_settled  # noqa: E402
 from afterthought.testing.stand_in_model import StandInLlm  # noqa: E402
-from agent_hooks import create_callbacks  # noqa: E402
 
 APP = "latency"
 

@@ -50,14 +50,14 @@ from google.adk.runners import Runner  # noqa: E402
 from google.adk.sessions import InMemorySessionService, Session  # noqa: E402
 from google.genai import types  # noqa: E402
 
+from afterthought.agent_hooks import TurnMemory, create_callbacks  # noqa: E402
+from afterthought.agent_hooks.backfill import Backfill, Report, Source  # noqa: E402
 from afterthought.backends.base import HistoryMessage  # noqa: E402
 from afterthought.settings import Settings  # noqa: E402
 from afterthought.testing.processes import cleanup, wait_settled  # noqa: E402
 from afterthought.testing.stand_in_model import StandInLlm, memory_lines  # noqa: E402
-from agent_hooks import TurnMemory, create_callbacks  # noqa: E402
-from agent_hooks.backfill import Backfill, Report, Source  # noqa: E402
-from worker.extract import RuleExtractor  # noqa: E402
-from worker.jobs import create_worker  # noqa: E402
+from afterthought.worker.extract import RuleExtractor  # noqa: E402
+from afterthought.worker.jobs import create_worker  # noqa: E402
 
 APP = "quality"
 FIXTURE = ROOT / "tests" / "fixtures" / "memory"

@@ -28,13 +28,13 @@ from google.genai import types
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from afterthought.agent_hooks.backfill import Backfill, jsonl_source  # noqa: E402
 from afterthought.contract import QueuedMessage  # noqa: E402
 from afterthought.enqueue import Enqueuer  # noqa: E402
 from afterthought.settings import Settings  # noqa: E402
 from afterthought.status import snapshot  # noqa: E402
 from afterthought.testing import ZepFake  # noqa: E402
 from afterthought.testing.processes import cleanup, spawn_worker, wait_settled  # noqa: E402
-from agent_hooks.backfill import Backfill, jsonl_source  # noqa: E402
 
 APP = "bench"
 

@@ -16,8 +16,8 @@ from google.adk.agents import LlmAgent
 from google.adk.runners import InMemoryRunner
 from google.genai import types
 
+from afterthought.agent_hooks import create_callbacks
 from afterthought.testing import StandInLlm
-from agent_hooks import create_callbacks
 
 memory = create_callbacks()  # settings from the environment: REDIS_URL, ZEP_API_KEY, ...
 agent = LlmAgent(

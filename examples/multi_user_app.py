@@ -17,9 +17,9 @@ from google.adk.runners import Runner
 from google.adk.sessions import InMemorySessionService
 from google.genai import types
 
+from afterthought.agent_hooks import MemoryPlugin, ZepMemoryService
 from afterthought.demo import choose_model, demo_deployment, settled, turn
 from afterthought.settings import Settings
-from agent_hooks import MemoryPlugin, ZepMemoryService
 
 APP = "travel_desk"
 FIRST_SESSIONS = {

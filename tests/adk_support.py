@@ -10,8 +10,8 @@ from google.adk.runners import Runner
 from google.adk.sessions import InMemorySessionService
 from google.genai import types
 
+from afterthought.agent_hooks import MemoryCallbacks
 from afterthought.testing.stand_in_model import StandInLlm
-from agent_hooks import MemoryCallbacks
 
 APP = "memtest"
 

@@ -24,7 +24,7 @@ from afterthought.queue import ThreadQueue
 from afterthought.settings import Settings
 from afterthought.testing import RedisServer, ZepFake
 from afterthought.testing.redis_server import listening
-from worker.jobs import create_worker
+from afterthought.worker.jobs import create_worker
 
 
 def _test_redis() -> str:

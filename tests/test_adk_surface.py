@@ -17,12 +17,7 @@ from google.adk.apps import App
 from google.adk.runners import Runner
 from google.adk.sessions import InMemorySessionService
 
-from afterthought.context_cache import ContextCache
-from afterthought.keys import Keys
-from afterthought.settings import Settings
-from afterthought.testing import ZepFake
-from afterthought.testing.stand_in_model import StandInLlm, memory_lines, system_text
-from agent_hooks import (
+from afterthought.agent_hooks import (
     ContextInput,
     MemoryPlugin,
     ZepContextTool,
@@ -30,8 +25,13 @@ from agent_hooks import (
     create_after_model_callback,
     create_callbacks,
 )
-from agent_hooks.injection import transient_content_supported
-from agent_hooks.provisioning import ensure_thread, ensure_user
+from afterthought.agent_hooks.injection import transient_content_supported
+from afterthought.agent_hooks.provisioning import ensure_thread, ensure_user
+from afterthought.context_cache import ContextCache
+from afterthought.keys import Keys
+from afterthought.settings import Settings
+from afterthought.testing import ZepFake
+from afterthought.testing.stand_in_model import StandInLlm, memory_lines, system_text
 from tests.adk_support import APP, make_runner, new_session, say
 from tests.conftest import drain
 
@@ -318,7 +318,7 @@ async def test_provisioning_calls_on_created_once(
 RACE = """
 import asyncio, json, sys
 from afterthought.settings import Settings
-from agent_hooks.provisioning import ensure_thread
+from afterthought.agent_hooks.provisioning import ensure_thread
 settings = Settings.model_validate_json(sys.argv[1])
 thread, created = asyncio.run(ensure_thread(app="memtest", user_id="eve", session_id="s1",
                                             settings=settings))
@@ -362,7 +362,7 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 reader = InMemoryMetricReader()
 metrics.set_meter_provider(MeterProvider(metric_readers=[reader]))
 from afterthought.settings import Settings
-from agent_hooks import create_callbacks
+from afterthought.agent_hooks import create_callbacks
 from tests.adk_support import make_runner, new_session, say
 settings = Settings.model_validate_json({local_settings.model_dump_json()!r})
 

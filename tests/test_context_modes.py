@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import redis.asyncio as aioredis
 
+from afterthought.agent_hooks import TurnMemory, create_callbacks
 from afterthought.backends import open_backend
 from afterthought.backends.base import BackendError, UserRef
 from afterthought.backends.local import LocalBackend
@@ -21,7 +22,6 @@ from afterthought.keys import Keys
 from afterthought.settings import Settings
 from afterthought.testing import ZepFake
 from afterthought.testing.stand_in_model import StandInLlm, memory_lines
-from agent_hooks import TurnMemory, create_callbacks
 from tests.adk_support import APP, make_runner, new_session, say
 from tests.conftest import drain
 

@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 import redis.asyncio as aioredis
 
+from afterthought.agent_hooks import create_callbacks
 from afterthought.backends import open_backend
 from afterthought.identity import IdentityRegistry
 from afterthought.settings import Settings
 from afterthought.testing import ZepFake
 from afterthought.testing.stand_in_model import memory_lines
-from agent_hooks import create_callbacks
 from tests.adk_support import APP, make_runner, new_session, say
 from tests.conftest import drain
 

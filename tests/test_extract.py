@@ -15,8 +15,13 @@ from afterthought.backends.base import HistoryMessage
 from afterthought.facts import SINGLE_VALUED, Fact, StoredFact
 from afterthought.testing.stand_in_model import StandInLlm
 from afterthought.validation import refusal
-from worker.extract import RESPONSE_SCHEMA, SINGLE_RELATIONS, ModelExtractor, RuleExtractor
-from worker.synthesize import consolidate
+from afterthought.worker.extract import (
+    RESPONSE_SCHEMA,
+    SINGLE_RELATIONS,
+    ModelExtractor,
+    RuleExtractor,
+)
+from afterthought.worker.synthesize import consolidate
 
 #: When every test message was said: a Wednesday.
 SAID = "2026-03-04T10:00:00+00:00"

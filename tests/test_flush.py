@@ -181,7 +181,7 @@ async def test_a_long_backlog_yields_the_thread_when_the_job_is_out_of_time(
     import time
 
     from afterthought.backends import open_backend
-    from worker.flush import Flusher
+    from afterthought.worker.flush import Flusher
 
     await enqueue(zep_settings, *[queued(f"m{i}", i) for i in range(90)])
     flusher = Flusher(zep_settings, redis, open_backend(zep_settings))

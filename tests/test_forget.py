@@ -7,16 +7,16 @@ from collections.abc import Callable
 import pytest
 import redis.asyncio as aioredis
 
+from afterthought.agent_hooks import create_callbacks
 from afterthought.backends import open_backend
 from afterthought.keys import Keys
 from afterthought.settings import Settings
 from afterthought.testing import ZepFake
 from afterthought.testing.stand_in_model import memory_lines
-from agent_hooks import create_callbacks
+from afterthought.worker.forget import Forgetter
+from afterthought.worker.synthesize import Synthesizer
 from tests.adk_support import APP, make_runner, new_session, say
 from tests.conftest import drain, enqueue, queued, run_cli
-from worker.forget import Forgetter
-from worker.synthesize import Synthesizer
 
 
 async def _session(settings: Settings, *lines: str, user: str = "alice") -> list[str]:

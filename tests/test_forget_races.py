@@ -11,6 +11,7 @@ import redis.asyncio as aioredis
 from google.adk.memory.memory_entry import MemoryEntry
 from google.genai import types
 
+from afterthought.agent_hooks import ContextInput, TurnMemory, ZepMemoryService, create_callbacks
 from afterthought.backends import open_backend
 from afterthought.backends.base import HistoryMessage, UserRef
 from afterthought.backends.local import LocalBackend
@@ -20,14 +21,13 @@ from afterthought.identity import IdentityRegistry
 from afterthought.keys import Keys, digest
 from afterthought.settings import Settings
 from afterthought.testing.stand_in_model import memory_lines, system_text
-from agent_hooks import ContextInput, TurnMemory, ZepMemoryService, create_callbacks
+from afterthought.worker.extract import RuleExtractor
+from afterthought.worker.flush import Flusher
+from afterthought.worker.forget import Forgetter
+from afterthought.worker.synthesize import Synthesizer
 from tests.adk_support import APP, make_runner, new_session, say
 from tests.conftest import drain, enqueue, queued
 from tests.sweep import Gate, file_hits, redis_hits
-from worker.extract import RuleExtractor
-from worker.flush import Flusher
-from worker.forget import Forgetter
-from worker.synthesize import Synthesizer
 
 
 class GatedExtractor:

@@ -14,6 +14,7 @@ from typing import Any, cast
 import pytest
 import redis.asyncio as aioredis
 
+from afterthought.agent_hooks import create_callbacks
 from afterthought.backends import open_backend
 from afterthought.backends.base import MemoryBackend
 from afterthought.contract import QueuedMessage
@@ -22,13 +23,12 @@ from afterthought.queue import ThreadQueue
 from afterthought.settings import Settings
 from afterthought.testing import ZepFake
 from afterthought.testing.stand_in_model import memory_lines
-from agent_hooks import create_callbacks
+from afterthought.worker.flush import Flusher
+from afterthought.worker.forget import Forgetter
+from afterthought.worker.synthesize import Synthesizer
 from tests.adk_support import APP, make_runner, new_session, say
 from tests.conftest import drain, enqueue, run_worker_once
 from tests.sweep import Gate, file_hits, redis_hits
-from worker.flush import Flusher
-from worker.forget import Forgetter
-from worker.synthesize import Synthesizer
 
 ALICE = {
     "lines": [

@@ -12,6 +12,7 @@ import redis.asyncio as aioredis
 from hypothesis import example, given
 from hypothesis import strategies as st
 
+from afterthought.agent_hooks import create_callbacks
 from afterthought.backends import open_backend
 from afterthought.backends.base import BackendError
 from afterthought.backends.local import LocalBackend
@@ -20,7 +21,6 @@ from afterthought.identity import IdentityRegistry
 from afterthought.keys import Keys, digest
 from afterthought.settings import Settings
 from afterthought.testing.stand_in_model import memory_lines
-from agent_hooks import create_callbacks
 from tests.adk_support import APP, make_runner, say
 from tests.conftest import drain, enqueue
 
@@ -191,7 +191,7 @@ async def test_the_local_store_never_hands_one_users_thread_to_another(
 async def test_a_context_builder_is_never_handed_a_foreign_pinned_thread(
     any_settings: Settings, redis: aioredis.Redis
 ) -> None:
-    from agent_hooks.turn_memory import ContextInput
+    from afterthought.agent_hooks.turn_memory import ContextInput
 
     seen: list[str | None] = []
 
@@ -223,8 +223,8 @@ async def test_the_search_tool_never_searches_a_graph_pinned_in_foreign_state(
     from google.adk.runners import Runner
     from google.adk.sessions import InMemorySessionService
 
+    from afterthought.agent_hooks.graph_search_tool import ZepGraphSearchTool
     from afterthought.testing.stand_in_model import StandInLlm
-    from agent_hooks.graph_search_tool import ZepGraphSearchTool
 
     runner, _ = make_runner(create_callbacks(settings=any_settings))
     await runner.session_service.create_session(app_name=APP, user_id="alice", session_id="s")
@@ -290,7 +290,7 @@ async def test_forgetting_a_user_shared_by_two_apps_forgets_them_in_both(
 ) -> None:
     """With the default template one user id is one person in every app: forgetting them
     in one app forgets them in all, and what they say afterwards is stored, not lost."""
-    from worker.forget import Forgetter
+    from afterthought.worker.forget import Forgetter
 
     await _app_turn(local_settings, "shop", "alice", "I live in Quuxville.")
     await _app_turn(local_settings, "bank", "alice", "Hello")

@@ -14,16 +14,16 @@ from google.adk.runners import Runner
 from google.adk.sessions import InMemorySessionService
 from google.genai import types
 
+from afterthought.agent_hooks import TurnMemory, ZepMemoryService, create_callbacks
+from afterthought.agent_hooks.graph_search_tool import NO_RESULTS, UNAVAILABLE, ZepGraphSearchTool
+from afterthought.agent_hooks.memory_tools import create_memory_tools
+from afterthought.agent_hooks.messages import messages_from_events
 from afterthought.backends import open_backend
 from afterthought.contract import to_role
 from afterthought.settings import Settings
 from afterthought.templates import TemplateError, create_template, get_template, problems
 from afterthought.testing import Fault, ZepFake
 from afterthought.testing.stand_in_model import StandInLlm, memory_lines
-from agent_hooks import TurnMemory, ZepMemoryService, create_callbacks
-from agent_hooks.graph_search_tool import NO_RESULTS, UNAVAILABLE, ZepGraphSearchTool
-from agent_hooks.memory_tools import create_memory_tools
-from agent_hooks.messages import messages_from_events
 from tests.adk_support import APP, make_runner, new_session, say
 from tests.conftest import drain
 

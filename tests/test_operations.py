@@ -21,6 +21,8 @@ from google.adk.sessions import Session
 from google.genai import types
 from prometheus_client.parser import text_string_to_metric_families
 
+from afterthought.agent_hooks import TurnMemory, create_callbacks
+from afterthought.agent_hooks.backfill import Backfill, jsonl_source
 from afterthought.backends.base import BackendError
 from afterthought.keys import Keys, digest
 from afterthought.settings import Settings
@@ -28,11 +30,9 @@ from afterthought.testing import ZepFake
 from afterthought.testing.processes import spawn_worker, wait_settled
 from afterthought.testing.redis_server import free_port
 from afterthought.testing.zep_fake import Fault
-from agent_hooks import TurnMemory, create_callbacks
-from agent_hooks.backfill import Backfill, jsonl_source
+from afterthought.worker.pacing import Pacing
 from tests.adk_support import APP, make_runner, new_session, say
 from tests.conftest import drain, enqueue, queued, run_cli, run_worker_once
-from worker.pacing import Pacing
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -408,7 +408,7 @@ def test_global_options_go_before_or_after_the_command(local_settings: Settings)
 async def test_workers_share_one_snapshot_per_period(
     local_settings: Settings, redis: aioredis.Redis
 ) -> None:
-    from worker.metrics import shared_snapshot
+    from afterthought.worker.metrics import shared_snapshot
 
     first = await shared_snapshot(redis, local_settings, "host:1")
     await enqueue(local_settings, queued("new", 1))
@@ -451,7 +451,7 @@ def test_backfill_refuses_oversized_sessions_and_takes_empty_or_binary_input(
 
 
 def test_healthz_fails_once_the_refresh_stops_reaching_redis() -> None:
-    from worker.metrics import REFRESH_SECONDS, Health, serve
+    from afterthought.worker.metrics import REFRESH_SECONDS, Health, serve
 
     health = Health("host:1")
     server = serve("127.0.0.1", 0, health)
@@ -556,7 +556,7 @@ def test_every_dashboard_panel_queries_metrics_the_worker_exports() -> None:
 
     from prometheus_client.metrics import MetricWrapperBase
 
-    from worker import metrics
+    from afterthought.worker import metrics
 
     suffixes = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count"), "gauge": ("",)}
     exported: dict[str, set[str]] = {}

@@ -7,6 +7,7 @@ import os
 import re
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -138,24 +139,92 @@ def test_compose_runs_durable_redis_two_workers_the_agent_and_prometheus(
                 assert (ROOT / volume.split(":")[0]).exists(), volume
 
 
+def _imported(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text())
+    names = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    return names | {n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+
+
 def test_each_side_imports_only_the_core() -> None:
     """DESIGN.md's layout: the core imports nothing of ours (but the CLI and its demo)."""
 
     def ours(path: Path) -> set[str]:
-        tree = ast.parse(path.read_text())
-        names = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
-        names |= {n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
-        return {n.split(".")[0] for n in names} & {"afterthought", "agent_hooks", "worker"}
+        sides = set()
+        for name in _imported(path):
+            parts = name.split(".")
+            if parts[0] == "afterthought":
+                sides.add(parts[1] if parts[1:2] in (["agent_hooks"], ["worker"]) else parts[0])
+        return sides
 
+    sides = {"agent_hooks", "worker"}
     for path in (ROOT / "afterthought").rglob("*.py"):
-        if path.name not in {"cli.py", "demo.py"}:  # the command line, and what it runs
-            assert ours(path) <= {"afterthought"}, path
-    for side, allowed in (
-        ("agent_hooks", {"afterthought", "agent_hooks"}),
-        ("worker", {"afterthought", "worker"}),
-    ):
+        inside = path.relative_to(ROOT / "afterthought").parts[0]
+        if inside not in sides and path.name not in {"cli.py", "demo.py"}:
+            assert ours(path) <= {"afterthought"}, path  # (cli.py, demo.py: what they run)
+    for side in sides:
         for path in (ROOT / side).rglob("*.py"):
-            assert ours(path) <= allowed, path
+            assert ours(path) <= {"afterthought", side}, path
+
+
+def test_nothing_imports_the_source_folders_by_their_own_names() -> None:
+    """``agent_hooks`` and ``worker`` are imported as ``afterthought.agent_hooks`` and
+    ``afterthought.worker`` everywhere (installed, only those names exist; in this tree,
+    importing both would load every module twice, with two copies of its state)."""
+    for path in ROOT.glob("*/**/*.py"):
+        if path.parts[len(ROOT.parts)] in {".venv", "afterthought"}:
+            continue
+        bare = {n for n in _imported(path) if n.split(".")[0] in {"agent_hooks", "worker"}}
+        assert not bare, (path, bare)
+
+
+def test_the_wheel_installs_one_package_beside_one_that_owns_worker(tmp_path: Path) -> None:
+    """Built and installed as a user would, into a fresh venv that already holds a package
+    owning the top-level ``worker`` (there are such distributions): ours installs only
+    ``afterthought`` (agent side and worker inside it), leaves theirs alone, and runs."""
+    wheels = tmp_path / "wheels"
+    build = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(wheels), str(ROOT)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert build.returncode == 0, build.stderr
+    (wheel,) = wheels.glob("afterthought_adk-*.whl")
+    with zipfile.ZipFile(wheel) as archive:
+        tops = {name.split("/")[0] for name in archive.namelist()}
+        assert {"afterthought/worker/jobs.py", "afterthought/agent_hooks/plugin.py"} <= set(
+            archive.namelist()
+        )
+    assert {t for t in tops if not t.endswith(".dist-info")} == {"afterthought"}
+
+    theirs = tmp_path / "theirs"
+    (theirs / "worker").mkdir(parents=True)
+    (theirs / "worker" / "__init__.py").write_text("OWNER = 'someone else'\n")
+    (theirs / "pyproject.toml").write_text(
+        '[build-system]\nrequires = ["hatchling"]\nbuild-backend = "hatchling.build"\n'
+        '[project]\nname = "their-worker"\nversion = "1.0"\n'
+        '[tool.hatch.build.targets.wheel]\npackages = ["worker"]\n'
+    )
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
+    python = str(venv / "bin" / "python")
+    pip = [python, "-m", "pip", "install", "-q", "--disable-pip-version-check"]
+    done = subprocess.run([*pip, str(theirs)], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    done = subprocess.run([*pip, str(wheel)], capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr
+    probe = (
+        "import worker, afterthought.worker.jobs, afterthought.agent_hooks.plugin;"
+        "from afterthought.agent_hooks import MemoryPlugin;"
+        "print(worker.OWNER, afterthought.worker.jobs.__name__)"
+    )
+    ran = subprocess.run([python, "-c", probe], cwd=tmp_path, capture_output=True, text=True)
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.split() == ["someone", "else", "afterthought.worker.jobs"]
+    cli = subprocess.run(
+        [str(venv / "bin" / "afterthought"), "--help"], capture_output=True, text=True
+    )
+    assert cli.returncode == 0 and "worker" in cli.stdout, cli.stderr
 
 
 def test_every_setting_is_in_the_readme_table() -> None:

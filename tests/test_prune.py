@@ -11,9 +11,9 @@ from afterthought.facts import StoredFact
 from afterthought.identity import IdentityRegistry
 from afterthought.keys import Keys
 from afterthought.settings import Settings
+from afterthought.worker.prune import Pruner, plan
 from tests.adk_support import APP
 from tests.test_synthesis import _session
-from worker.prune import Pruner, plan
 
 NOW = datetime(2026, 11, 29, tzinfo=UTC)
 

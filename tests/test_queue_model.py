@@ -68,8 +68,8 @@ from afterthought.enqueue import Enqueuer
 from afterthought.keys import Keys
 from afterthought.queue import ThreadQueue
 from afterthought.settings import Settings
-from worker import flush as flush_module
-from worker.flush import Flusher
+from afterthought.worker import flush as flush_module
+from afterthought.worker.flush import Flusher
 
 APP = "memtest"
 #: (user id, session id) of each thread: two users share a session id, and the last two

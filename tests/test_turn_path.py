@@ -11,10 +11,10 @@ import pytest
 from google.adk.agents.run_config import RunConfig, StreamingMode
 from google.genai import types
 
+from afterthought.agent_hooks import create_callbacks
 from afterthought.settings import Settings
 from afterthought.testing import Fault, RedisServer, ZepFake
 from afterthought.testing.stand_in_model import StandInLlm, memory_lines, system_text
-from agent_hooks import create_callbacks
 from tests.adk_support import APP, make_runner, new_session, say
 from tests.conftest import drain
 

@@ -12,6 +12,7 @@ from fakeredis.aioredis import FakeRedis
 from pydantic import ValidationError
 from zep_cloud.core.api_error import ApiError
 
+from afterthought.agent_hooks.injection import DEFAULT_CONTEXT_TEMPLATE, render
 from afterthought.backends.local import LocalBackend
 from afterthought.backends.zep import classify
 from afterthought.contract import (
@@ -23,8 +24,7 @@ from afterthought.contract import (
 from afterthought.enqueue import Enqueuer
 from afterthought.keys import Keys
 from afterthought.settings import Settings
-from agent_hooks.injection import DEFAULT_CONTEXT_TEMPLATE, render
-from worker.retry import decide
+from afterthought.worker.retry import decide
 
 
 def _msg(**overrides: Any) -> QueuedMessage:
@@ -213,7 +213,7 @@ def test_settings_survive_the_trip_through_another_process_environment(
 
 
 def test_prune_schedule_is_a_setting() -> None:
-    from worker.jobs import worker_settings
+    from afterthought.worker.jobs import worker_settings
 
     def prune_crons(**overrides: Any) -> list[Any]:
         crons = worker_settings(Settings(**overrides))["cron_jobs"]

@@ -15,6 +15,8 @@ import pytest
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
+from afterthought.agent_hooks import create_callbacks
+from afterthought.agent_hooks.turn_memory import OWNER_KEY
 from afterthought.backends.base import BackendError, OutgoingMessage
 from afterthought.backends.local import LocalBackend
 from afterthought.contract import DeadLetter, QueuedMessage
@@ -24,11 +26,9 @@ from afterthought.queue import ThreadQueue
 from afterthought.settings import Settings
 from afterthought.status import snapshot
 from afterthought.testing import Fault, RedisProxy, RedisServer, ZepFake
-from agent_hooks import create_callbacks
-from agent_hooks.turn_memory import OWNER_KEY
+from afterthought.worker.flush import Flusher, _Lease, _LeaseLost
 from tests.adk_support import APP, make_runner, say
 from tests.conftest import drain, enqueue, queued
-from worker.flush import Flusher, _Lease, _LeaseLost
 
 ADDS = "POST /threads/.*/messages"
 

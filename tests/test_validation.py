@@ -18,15 +18,15 @@ from google.genai import types
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from afterthought.agent_hooks import TurnMemory, ZepMemoryService, create_callbacks
+from afterthought.agent_hooks.injection import DEFAULT_CONTEXT_TEMPLATE, render
+from afterthought.agent_hooks.memory_tools import create_memory_tools
 from afterthought.backends import open_backend
 from afterthought.identity import IdentityRegistry
 from afterthought.keys import Keys
 from afterthought.settings import Settings
 from afterthought.testing import ZepFake
 from afterthought.testing.stand_in_model import memory_lines
-from agent_hooks import TurnMemory, ZepMemoryService, create_callbacks
-from agent_hooks.injection import DEFAULT_CONTEXT_TEMPLATE, render
-from agent_hooks.memory_tools import create_memory_tools
 from tests.adk_support import APP, make_runner, new_session, say
 from tests.conftest import drain, run_cli
 from tests.test_memory_tools import _call_tool

@@ -16,6 +16,7 @@ import redis.asyncio as aioredis
 from google.adk.agents import LlmAgent
 from google.adk.tools.agent_tool import AgentTool
 
+from afterthought.agent_hooks import ZepMemoryService, create_callbacks
 from afterthought.contract import DeadLetter, QueuedMessage
 from afterthought.dead_letters import DeadLetters
 from afterthought.enqueue import Enqueuer
@@ -23,11 +24,10 @@ from afterthought.keys import Keys
 from afterthought.settings import Settings
 from afterthought.testing import Fault, RedisServer, ZepFake
 from afterthought.testing.stand_in_model import StandInLlm
-from agent_hooks import ZepMemoryService, create_callbacks
+from afterthought.worker.flush import Flusher
+from afterthought.worker.jobs import check_redis, dispatch_once
 from tests.adk_support import make_runner, new_session, say
 from tests.conftest import drain, enqueue, queued, run_cli, run_worker_once
-from worker.flush import Flusher
-from worker.jobs import check_redis, dispatch_once
 
 ROOT = Path(__file__).resolve().parents[1]
 ADDS = "POST /threads/.*/messages"

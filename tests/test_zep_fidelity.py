@@ -31,8 +31,8 @@ from afterthought.facts import Fact
 from afterthought.keys import Keys
 from afterthought.settings import Settings
 from afterthought.testing import Fault, ZepFake
+from afterthought.worker.prune import Pruner
 from tests.conftest import drain, enqueue, queued
-from worker.prune import Pruner
 
 T = TypeVar("T")
 ADDS = "POST /threads/.*/messages"

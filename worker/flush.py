@@ -42,10 +42,10 @@ from afterthought.quarantine import Quarantine
 from afterthought.queue import ThreadQueue
 from afterthought.settings import Settings
 from afterthought.validation import refusal
-from worker import metrics
-from worker.forget import Forgetter
-from worker.pacing import MAX_IN_JOB_WAIT, Pacing
-from worker.retry import NARROW_AFTER, decide
+from afterthought.worker import metrics
+from afterthought.worker.forget import Forgetter
+from afterthought.worker.pacing import MAX_IN_JOB_WAIT, Pacing
+from afterthought.worker.retry import NARROW_AFTER, decide
 
 log = logging.getLogger("afterthought.worker")
 

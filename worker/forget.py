@@ -36,7 +36,7 @@ from afterthought.quarantine import Quarantine
 from afterthought.queue import ThreadQueue
 from afterthought.search import SearchRequest
 from afterthought.settings import Settings
-from worker.synthesize import default_extractor, synthesizes
+from afterthought.worker.synthesize import default_extractor, synthesizes
 
 log = logging.getLogger("afterthought.worker")
 

@@ -25,11 +25,11 @@ from afterthought.contract import QueuedMessage
 from afterthought.keys import Keys, digest
 from afterthought.settings import Settings
 from afterthought.status import HEALTH_INTERVAL_SECONDS, RedisStatus, redis_status
-from worker import metrics
-from worker.flush import Flusher
-from worker.forget import Forgetter
-from worker.prune import Pruner
-from worker.synthesize import Synthesizer, synthesizes
+from afterthought.worker import metrics
+from afterthought.worker.flush import Flusher
+from afterthought.worker.forget import Forgetter
+from afterthought.worker.prune import Pruner
+from afterthought.worker.synthesize import Synthesizer, synthesizes
 
 log = logging.getLogger("afterthought.worker")
 

@@ -26,7 +26,7 @@ from afterthought.quarantine import Quarantine
 from afterthought.search import SearchRequest
 from afterthought.settings import Settings
 from afterthought.validation import refusal
-from worker.extract import Extractor, ModelExtractor, RuleExtractor
+from afterthought.worker.extract import Extractor, ModelExtractor, RuleExtractor
 
 log = logging.getLogger("afterthought.worker")
 

