@@ -1,5 +1,6 @@
 """``afterthought demo``: ADK sessions of one user, with a real worker process persisting
-memory in between (``examples/offline_chat.py`` runs it too). Session 1 is said the way
+memory in between (``examples/offline_chat.py`` is the short version to copy from; it
+uses ``demo_deployment``). Session 1 is said the way
 people talk; session 2 starts from what was remembered (``cached`` mode); session 3 asks
 about a detail that only retrieval for the question brings back (``query`` mode, with a
 block kept small so the difference shows).
@@ -17,6 +18,7 @@ import uuid
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
+from typing import Any
 
 from google.adk.agents import LlmAgent
 from google.adk.models import BaseLlm
@@ -112,17 +114,18 @@ async def settled(settings: Settings) -> None:
 
 
 @contextmanager
-def demo_deployment() -> Iterator[Settings]:
+def demo_deployment(**overrides: Any) -> Iterator[Settings]:
     """A throwaway deployment: Redis (``REDIS_URL``, the machine's, or a private one), a
     fresh key prefix, a temporary SQLite file, and a worker process; all removed after.
-    Other settings (``ZEP_API_KEY`` among them) come from the environment."""
+    Other settings (``ZEP_API_KEY`` among them) come from the environment, or
+    ``overrides``."""
     with ExitStack() as stack, tempfile.TemporaryDirectory(prefix="afterthought-demo-") as tmp:
         settings = Settings(
             redis_url=choose_redis(stack),
             key_prefix=f"demo-{uuid.uuid4().hex[:8]}",
             local_db_path=Path(tmp) / "memory.sqlite3",
             synthesis_idle_seconds=0.5,  # facts right after the session, for the demo
-            context_max_chars=DEMO_BLOCK,
+            **overrides,
         )
         worker = spawn_worker(settings)  # `afterthought worker`, in its own process
         print(f"[demo] worker started (pid {worker.pid}), backend={settings.resolved_backend}")
@@ -134,11 +137,7 @@ def demo_deployment() -> Iterator[Settings]:
             asyncio.run(cleanup(settings))
 
 
-def main(*, external_worker: bool = False) -> int:
-    if external_worker:
-        # A worker runs elsewhere (docker compose): every setting comes from the environment.
-        asyncio.run(conversation(Settings()))
-        return 0
-    with demo_deployment() as settings:
+def main() -> int:
+    with demo_deployment(context_max_chars=DEMO_BLOCK) as settings:
         asyncio.run(conversation(settings))
     return 0
