@@ -107,8 +107,9 @@ class ZepMemoryService(BaseMemoryService):
     async def search_memory(
         self, *, app_name: str, user_id: str, query: str
     ) -> SearchMemoryResponse:
-        """Facts about the user for ``query``: each with its id (for ``delete_memory``),
-        author and time. Empty on any failure."""
+        """Facts about the user for ``query``, most relevant first: each with its id (for
+        ``delete_memory``), time, and in ``custom_metadata`` its kind, predicate (when the
+        backend names one) and relevance score. Empty on any failure."""
         try:
             user = await self.memory.user_of(Who(app_name, user_id, "", ""), self.memory.identity)
             if user is None:
@@ -128,7 +129,7 @@ class ZepMemoryService(BaseMemoryService):
                     author="memory",
                     timestamp=hit.created_at,
                     content=types.Content(role="user", parts=[types.Part(text=hit.text)]),
-                    custom_metadata={"kind": "fact", "score": hit.score},
+                    custom_metadata={"kind": "fact", "score": hit.score, **hit.extra},
                 )
                 for hit in hits
             ]

@@ -843,7 +843,8 @@ class LocalBackend(MemoryBackend):
         ):
             text = statement(subject, predicate, value)
             shared = len(words & set(query_terms(text.replace("_", " "))))
-            hits.append(SearchHit(u, text, at, round(shared / len(words), 3) if words else None))
+            score = round(shared / len(words), 3) if words else None
+            hits.append(SearchHit(u, text, at, score, {"predicate": predicate}))
         hits.sort(key=lambda hit: -(hit.score or 0.0))  # stable: the newest first among equals
         return hits[:limit]
 

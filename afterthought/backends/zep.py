@@ -161,11 +161,13 @@ def _hit(item: Any) -> SearchHit:
         text = f"{name}: {summary}" if name and summary else (name or summary or "")
     when = getattr(item, "valid_at", None) or getattr(item, "created_at", None)
     score = getattr(item, "score", None)
+    name = getattr(item, "name", None)  # an edge's is its relation ("LIVES_IN")
     return SearchHit(
         uuid=str(getattr(item, "uuid_", "") or ""),
         text=str(text),
         created_at=when,
         score=float(score) if isinstance(score, int | float) else None,
+        extra={"predicate": name} if getattr(item, "fact", None) and name else {},
     )
 
 
