@@ -19,6 +19,8 @@ from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
+from pydantic import AliasChoices, ValidationError
+
 if TYPE_CHECKING:
     import redis.asyncio as aioredis
 
@@ -279,11 +281,11 @@ def _operate(args: argparse.Namespace) -> int:
                 return OK
             forgetter = Forgetter(settings, client, backend)
             who = f"user {args.user!r} of app {args.app!r}"
-            if args.query:
+            if args.query is not None:
                 done = await forgetter.forget_matching(
                     app=args.app, user_id=args.user, query=args.query, confirm=apply
                 )
-            elif args.fact:
+            elif args.fact is not None:
                 done = await forgetter.forget_fact(
                     app=args.app, user_id=args.user, fact_uuid=args.fact, confirm=apply
                 )
@@ -347,15 +349,50 @@ def _demo(args: argparse.Namespace) -> int:
     return demo()
 
 
+#: The largest count a flag takes: beyond it Redis refuses the number (and no deployment
+#: needs more).
+MAX_COUNT = 1_000_000
+
+
 def _count(text: str) -> int:
     """A positive whole number (``--concurrency 0`` would silently mean "the default")."""
     try:
         value = int(text)
     except ValueError:
         value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a whole number of 1 or more, not {text!r}")
+    if not 1 <= value <= MAX_COUNT:
+        raise argparse.ArgumentTypeError(f"must be a whole number 1-{MAX_COUNT}, not {text!r}")
     return value
+
+
+def _name(text: str) -> str:
+    """An id or a query: never empty (``forget --query ""`` must not mean "everything")."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("must not be empty")
+    return text
+
+
+def _variable(field: str) -> str:
+    """The environment variable that sets a field."""
+    from afterthought.settings import Settings
+
+    known = Settings.model_fields.get(field)
+    alias = known.validation_alias if known else None
+    if isinstance(alias, AliasChoices):
+        return str(alias.choices[0])
+    return f"AFTERTHOUGHT_{field.upper()}"
+
+
+def _bad_setting(exc: ValidationError) -> str:
+    """A settings error on one line, naming each field and the variable that sets it (the
+    value only where it is not a secret or a URL, which may hold a password)."""
+    said = []
+    for error in exc.errors():
+        field = ".".join(str(part) for part in error["loc"]) or "settings"
+        shown = not any(secret in field for secret in ("key", "url", "password"))
+        value = f"={str(error.get('input'))[:40]!r}" if shown and "input" in error else ""
+        said.append(f"{field} ({_variable(field)}){value}: {error['msg']}")
+    return "bad setting: " + "; ".join(said)
 
 
 def _port(text: str) -> int:
@@ -469,8 +506,8 @@ def _parser() -> argparse.ArgumentParser:
     prune = commands.add_parser(
         "prune", parents=shared, help="prune facts (a dry run unless --yes)"
     )
-    prune.add_argument("--app", default="", help="with --user: the ADK app name")
-    prune.add_argument("--user", help="only this ADK user id (with --app)")
+    prune.add_argument("--app", type=_name, help="with --user: the ADK app name")
+    prune.add_argument("--user", type=_name, help="only this ADK user id (with --app)")
     prune.add_argument("--dry-run", action="store_true", help="report only, even with --yes")
     prune.add_argument("--yes", action="store_true", help="delete what the report lists")
     prune.set_defaults(run=_operate)
@@ -478,11 +515,11 @@ def _parser() -> argparse.ArgumentParser:
     forget = commands.add_parser(
         "forget", parents=shared, help="forget a user, one fact, or facts matching a query"
     )
-    forget.add_argument("--app", required=True, help="the ADK app name")
-    forget.add_argument("--user", required=True, help="the ADK user id")
+    forget.add_argument("--app", type=_name, required=True, help="the ADK app name")
+    forget.add_argument("--user", type=_name, required=True, help="the ADK user id")
     which = forget.add_mutually_exclusive_group()
-    which.add_argument("--fact", help="one fact id (from search results)")
-    which.add_argument("--query", help="facts holding every word (listed unless --yes)")
+    which.add_argument("--fact", type=_name, help="one fact id (from search results)")
+    which.add_argument("--query", type=_name, help="facts holding every word (listed unless --yes)")
     forget.add_argument("--yes", action="store_true", help="really forget")
     forget.set_defaults(run=_operate)
 
@@ -541,7 +578,8 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, RuntimeError) as exc:  # configuration problems, said plainly
         if args.debug:
             raise
-        print(f"afterthought: {exc}", file=sys.stderr)
+        said = _bad_setting(exc) if isinstance(exc, ValidationError) else str(exc)
+        print(f"afterthought: {said}", file=sys.stderr)
         return USAGE
     except Exception as exc:
         if args.debug:

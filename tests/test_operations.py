@@ -361,6 +361,13 @@ CLI_ERRORS = [
     (("worker", "--burst"), "down", 3, "cannot reach Redis at 127.0.0.1:{port}"),
     (("status",), "db99", 3, "answered with an error"),
     (("status",), "badprefix", 2, "key_prefix"),
+    (("status",), "badbudget", 2, "retrieval_budget (AFTERTHOUGHT_RETRIEVAL_BUDGET)='abc'"),
+    # An empty id or query never widens a forget to the whole user.
+    (("forget", "--app", APP, "--user", "alice", "--query", "", "--yes"), "ok", 2, "--query: must"),
+    (("forget", "--app", APP, "--user", "alice", "--fact", " ", "--yes"), "ok", 2, "--fact: must"),
+    (("forget", "--app", "", "--user", "alice", "--yes"), "ok", 2, "--app: must not be empty"),
+    (("prune", "--app", APP, "--user", ""), "ok", 2, "--user: must not be empty"),
+    (("dlq", "list", "--limit", "9" * 23), "ok", 2, "--limit: must be a whole number 1-"),
 ]
 
 
@@ -383,13 +390,14 @@ def test_every_documented_error_is_one_clear_line(
             update={"redis_url": local_settings.redis_url.rsplit("/", 1)[0] + "/99"}
         ),
         "badprefix": local_settings.model_copy(update={"key_prefix": "has space"}),
+        "badbudget": local_settings.model_copy(update={"retrieval_budget": "abc"}),
     }[variant]
     argv = [a.format(missing=tmp_path / "none.jsonl") for a in args]
     done = run_cli(settings, *argv)
     assert done.returncode == code, done.stderr
     assert says.format(port=port) in done.stderr, done.stderr
     assert "Traceback" not in done.stderr and "sekret" not in done.stderr
-    if code != 2:  # usage errors come with argparse's usage line; the rest are one line
+    if "usage:" not in done.stderr:  # argparse's errors come with the usage; the rest: one line
         assert len(done.stderr.strip().splitlines()) == 1, done.stderr
 
 
