@@ -338,6 +338,8 @@ def test_a_later_remark_that_only_shares_a_word_retires_nothing() -> None:
         "watching the Leeds Rhinos game tonight, new season!!",
         "anyway. Kontor Tower is the ugliest building in town lol",
         "\U0001f44d",
+        "tell me about Leeds trams?",
+        "any tips for Leeds? should we quit Kontor and leave Leeds?",
     ):
         assert retired(HELD, _later(said)) == set(), said
 
@@ -352,6 +354,7 @@ def test_a_later_remark_about_the_same_thing_retires_it() -> None:
         ("the trip got pushed back a week", {"trip"}),
         ("ok so i quit kontor 🎉", {"job"}),
         ("I've started a new job, first day monday", {"job"}),
+        ("guess what? i quit kontor", {"job"}),  # a question beside it does not hide it
     ):
         assert retired(HELD, _later(said)) == expected, said
     # What the fact was read from, or said before it, retires nothing.

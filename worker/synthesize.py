@@ -135,6 +135,8 @@ _TOPICS = {
 _FIXED = frozenset({"from", "born_in", "grew_up_in", "birthday", "birth_year", "nationality"})
 _WORD = re.compile(r"[^\W\d_]{3,}|\d+", re.UNICODE)
 _TOKEN = re.compile(r"[^\W\d_]+|\d+", re.UNICODE)
+#: A sentence with its closing punctuation.
+_SENTENCE = re.compile(r"[^.!?]+[.!?]*")
 _NAME_TAILS_TEXT = "united fc afc rovers athletic wanderers rhinos hotspur university uni college"
 #: Words that, after a name, make it another thing's name: "Leeds United" is a club.
 _NAME_TAILS = frozenset(_NAME_TAILS_TEXT.split())
@@ -210,21 +212,28 @@ def retired(
     said last is shown instead, dated. The rules miss most ways of saying a thing changed;
     this catches what they miss, at the price of retiring a fact now and then that a
     remark merely mentioned (its statement stays retrievable). A word of the value inside
-    another name ("Leeds United won again") is not a mention of it."""
-    later = [m for m in messages if m.role == "user"]
+    another name ("Leeds United won again") is not a mention of it, nor is a question
+    ("should we leave Leeds?")."""
+    later = [(m, _told(m.content)) for m in messages if m.role == "user"]
     gone: set[str] = set()
     for fact_id, predicate, value, valid_at, sources in facts:
         if predicate in _FIXED:
             continue
-        for message in later:
+        for message, told in later:
             if (
                 message.key not in sources
                 and _when(message.reference_time) > _when(valid_at)
-                and _speaks_of(predicate, value, message.content)
+                and _speaks_of(predicate, value, told)
             ):
                 gone.add(fact_id)
                 break
     return gone
+
+
+def _told(text: str) -> str:
+    """What a message tells, without its questions: "any tips for Lisbon trams?" asks
+    about the user's city and says nothing of it having changed."""
+    return " ".join(s for s in _SENTENCE.findall(text) if not s.rstrip().endswith("?"))
 
 
 class Synthesizer:
