@@ -238,3 +238,12 @@ def test_every_setting_is_in_the_readme_table() -> None:
     bare = {"redis_url", "zep_api_key", "zep_base_url"}  # documented by their env names
     for field in Settings.model_fields:
         assert f"`{field.upper() if field in bare else field}`" in table, field
+
+
+def test_the_docs_name_only_files_that_exist() -> None:
+    """The README and docs/ stand alone: every file they name is in the repository (paths
+    in the layout table are relative to the package they sit under)."""
+    named = re.compile(r"`([\w./-]+/[\w.-]+\.(?:md|py|json|ya?ml|toml|txt))`")
+    for doc in (ROOT / "README.md", *(ROOT / "docs").glob("*.md")):
+        for path in named.findall(doc.read_text()):
+            assert (ROOT / path).exists() or (ROOT / "afterthought" / path).exists(), (doc, path)
