@@ -4,6 +4,7 @@ persisted turn by turn adds nothing; searches never raise."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -20,6 +21,7 @@ from afterthought.agent_hooks.turn_memory import TurnMemory, Who
 from afterthought.contract import checksum
 from afterthought.search import SearchRequest
 from afterthought.settings import Settings
+from afterthought.validation import detect
 
 log = logging.getLogger("afterthought.hooks")
 
@@ -107,30 +109,44 @@ class ZepMemoryService(BaseMemoryService):
     async def search_memory(
         self, *, app_name: str, user_id: str, query: str
     ) -> SearchMemoryResponse:
-        """Facts about the user for ``query``, most relevant first: each with its id (for
-        ``delete_memory``), time, and in ``custom_metadata`` its kind, predicate (when the
-        backend names one) and relevance score. Empty on any failure."""
+        """What memory holds for ``query``: facts about the user that share its words, most
+        relevant first, then the user's own past statements for it, most relevant first.
+        Each entry has its id (for ``delete_memory``), the time it holds from (a fact's
+        validity, a statement's saying), and in ``custom_metadata`` its kind (``fact`` or
+        ``statement``), predicate (when the backend names one) and score (when it gives
+        one). Empty on any failure."""
         try:
             user = await self.memory.user_of(Who(app_name, user_id, "", ""), self.memory.identity)
             if user is None:
                 return SearchMemoryResponse()
-            hits = await self.memory.backend.search(
-                graph_uuid=user.graph_uuid,
-                request=SearchRequest(query=query[:400] or "the user", limit=self.limit),
-                timeout=self.settings.tool_timeout,
+            asked = query[:400] or "the user"
+            facts, statements = await asyncio.gather(
+                *(
+                    self.memory.backend.search(
+                        graph_uuid=user.graph_uuid,
+                        request=SearchRequest(query=asked, scope=scope, limit=self.limit),
+                        timeout=self.settings.tool_timeout,
+                    )
+                    for scope in ("edges", "episodes")
+                )
             )
         except Exception as exc:
             log.warning("memory search failed error=%s", type(exc).__name__)
             return SearchMemoryResponse()
+        # A fact that shares no word of the query is not an answer to it (a score of 0).
+        relevant = [(hit, "fact") for hit in facts if hit.score is None or hit.score > 0]
+        # Statements come as said; the instruction-like never reach a model (facts were
+        # validated when they were made).
+        said = [(hit, "statement") for hit in statements if detect(hit.text) is None]
         return SearchMemoryResponse(
             memories=[
                 MemoryEntry(
                     id=hit.uuid,
-                    author="memory",
+                    author="user" if kind == "statement" else "memory",
                     timestamp=hit.created_at,
                     content=types.Content(role="user", parts=[types.Part(text=hit.text)]),
-                    custom_metadata={"kind": "fact", "score": hit.score, **hit.extra},
+                    custom_metadata={"kind": kind, "score": hit.score, **hit.extra},
                 )
-                for hit in hits
+                for hit, kind in [*relevant, *said][: self.limit]
             ]
         )

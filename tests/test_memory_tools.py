@@ -154,12 +154,20 @@ async def test_memory_service_adds_searches_and_deletes(any_settings: Settings) 
     await drain(any_settings)
 
     found = await service.search_memory(app_name=APP, user_id="alice", query="cat")
-    cats = [m for m in found.memories if "cat" in (m.content.parts or [])[0].text]  # type: ignore[operator]
+    kinds = [m.custom_metadata["kind"] for m in found.memories]
+    assert kinds == sorted(kinds)  # facts ("fact"), then what the user said ("statement")
+    cats = [
+        m
+        for m in found.memories
+        if m.custom_metadata["kind"] == "fact" and "cat" in (m.content.parts or [])[0].text  # type: ignore[operator]
+    ]
     assert len(cats) == 1 and cats[0].id and cats[0].timestamp
-    assert cats[0].custom_metadata["kind"] == "fact" and cats[0].custom_metadata["predicate"]
-    scores = [m.custom_metadata["score"] for m in found.memories]
+    assert cats[0].custom_metadata["predicate"]
+    scores = [
+        m.custom_metadata["score"] for m in found.memories if m.custom_metadata["kind"] == "fact"
+    ]
     if None not in scores:
-        assert scores == sorted(scores, reverse=True)  # most relevant first
+        assert scores == sorted(scores, reverse=True) and 0 not in scores  # relevant first
 
     await service.delete_memory(app_name=APP, user_id="alice", memory_id=cats[0].id)
     await drain(any_settings)
