@@ -290,7 +290,17 @@ def _operate(args: argparse.Namespace) -> int:
                     app=args.app, user_id=args.user, fact_uuid=args.fact, confirm=apply
                 )
             elif not apply:
-                print(f"would forget everything of {who}; add --yes to do it", file=sys.stderr)
+                aliases, known = await forgetter.aliases(args.app, args.user)
+                if not known:
+                    print(f"afterthought: no {who} in the backend", file=sys.stderr)
+                    return ATTENTION
+                also = f" (and the {len(aliases) - 1} other app(s) sharing them)" * (
+                    len(aliases) > 1
+                )
+                print(
+                    f"would forget everything of {who}{also}; add --yes to do it",
+                    file=sys.stderr,
+                )
                 return USAGE
             else:
                 done = await forgetter.forget_user(app=args.app, user_id=args.user)

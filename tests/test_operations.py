@@ -344,7 +344,12 @@ CLI_ERRORS = [
     (("backfill",), "ok", 2, "one of the arguments --jsonl --db-url is required"),
     (("backfill", "--jsonl", "{missing}"), "ok", 2, "no such file"),
     (("forget", "--app", APP), "ok", 2, "the following arguments are required: --user"),
-    (("forget", "--app", APP, "--user", "alice"), "ok", 2, "add --yes"),
+    (
+        ("forget", "--app", APP, "--user", "nobody"),
+        "ok",
+        1,
+        "no user 'nobody' of app 'memtest' in the backend",
+    ),
     (("dlq", "purge", "--all"), "ok", 2, "add --yes"),
     (("dlq", "replay", "7"), "ok", 1, "no dead letter at index 7 (there are 0"),
     (("forget", "--app", APP, "--user", "nobody", "--yes"), "ok", 1, "nothing of user"),

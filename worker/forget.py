@@ -100,7 +100,7 @@ class Forgetter:
     async def forget_user(self, *, app: str, user_id: str) -> Forgotten:
         """Forget everything of the user, in every app that shares their backend user;
         ``pending`` if the backend is not done yet."""
-        aliases, known = await self._aliases(app, user_id)
+        aliases, known = await self.aliases(app, user_id)
         since = int(time.time() * 1000)
         async with self.redis.pipeline(transaction=True) as pipe:
             for a, u in aliases:
@@ -118,7 +118,7 @@ class Forgetter:
             done.pending = done.pending or step.pending
         return done
 
-    async def _aliases(self, app: str, user_id: str) -> tuple[list[tuple[str, str]], bool]:
+    async def aliases(self, app: str, user_id: str) -> tuple[list[tuple[str, str]], bool]:
         """The user and every (app, user id) the registry maps to the same backend user:
         with a ``zep_user_id_template`` without ``{app}`` (the default), one user id names
         one person in every app, and deleting them deletes them for all. And whether the
