@@ -549,8 +549,13 @@ async def test_a_file_of_the_old_schema_is_migrated_once(tmp_path: Path) -> None
 
 @pytest.mark.parametrize(
     ("version", "columns"),
-    [(1, "content, owner"), (2, "content, owner, replied"), (3, "content, replied, owner")],
-    ids=["v1-no-replied-column", "v2-unscoped-words", "v3-owner-column"],
+    [
+        (1, "content, owner"),
+        (2, "content, owner, replied"),
+        (3, "content, replied, owner"),
+        (4, "content, replied"),
+    ],
+    ids=["v1-no-replied-column", "v2-unscoped-words", "v3-owner-column", "v4-sqlite-folding"],
 )
 async def test_a_file_of_an_earlier_retrieval_schema_is_indexed_again(
     tmp_path: Path, version: int, columns: str
@@ -785,3 +790,55 @@ async def test_a_read_given_up_on_between_statements_stops_at_its_next(tmp_path:
     store.resume.set()  # it goes on to its endless statement, which must stop
     assert "Tofu" in await asyncio.wait_for(_context_within(store, alice, 30), 30)
     await store.aclose()
+
+
+async def _found(store: LocalBackend, user: UserRef, query: str) -> list[str]:
+    """What a search of the user's statements (no recent ones to fill) returns."""
+    hits = await store.search(
+        graph_uuid=user.graph_uuid,
+        request=SearchRequest(query=query, scope="episodes", limit=5),
+        timeout=10,
+    )
+    return [hit.text for hit in hits]
+
+
+@pytest.mark.parametrize(
+    ("said", "asked"),
+    [
+        ("İzmir is lovely in spring", "İzmir"),
+        ("İstanbul was so busy", "istanbul"),
+        ("the flat is on the Hauptstraße", "HAUPTSTRASSE"),
+        ("मैं दिल्ली में रहती हूँ", "दिल्ली"),
+        ("我喜欢北京烤鸭", "北京"),
+        ("서울에 살아요", "서울"),
+        ("a naïve plan really", "naive"),
+        ("cafe\u0301 au lait every morning", "café"),  # decomposed said, composed asked
+        ("ᏣᎳᎩ classes on thursdays", "ꮳꮃꭹ"),  # Cherokee: SQLite and Python fold it apart
+    ],
+)
+async def test_a_statement_is_found_by_its_own_words(
+    backend: LocalBackend, said: str, asked: str
+) -> None:
+    alice, thread = await _user(backend, "alice")
+    await _say(backend, thread, *(f"ok sounds good {i}" for i in range(60)))
+    await _say(backend, thread, said)
+    await _say(backend, thread, *(f"fine thanks {i}" for i in range(60)))
+    assert said in await _found(backend, alice, asked)
+
+
+async def test_another_users_text_never_lands_in_this_users_terms(backend: LocalBackend) -> None:
+    """A character Python counts as a letter but the SQLite build splits on (New Tai Lue
+    vowel signs) once let the rest of a word escape its writer's scope: a user who knew
+    another's scope could fill that user's terms with their own rows."""
+    alice, alice_thread = await _user(backend, "alice")
+    _, bob_thread = await _user(backend, "bob")
+    await _say(backend, alice_thread, "our dog rexquokka")
+    forged = f"x\u19b0{scoped(alice.user_uuid, 'rexquokka')}"
+    await _say(backend, bob_thread, *(f"{forged} {i}" for i in range(40)))
+    assert await _found(backend, alice, "rexquokka") == ["our dog rexquokka"]
+    db = backend._connect()
+    term = scoped(alice.user_uuid, "rexquokka")
+    (count,) = db.execute(
+        "SELECT count(*) FROM statements_fts WHERE statements_fts MATCH ?", (f'"{term}"',)
+    ).fetchone()
+    assert count == 1

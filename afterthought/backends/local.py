@@ -88,9 +88,10 @@ CREATE TABLE IF NOT EXISTS templates (
 
 #: ``PRAGMA user_version`` once the retrieval schema below is in place. Files written
 #: before it are at 0; version 1 indexed no ``replied`` column; version 2 indexed words
-#: unscoped; version 3 indexed an owner column too. An older file's messages gain the
+#: unscoped; version 3 indexed an owner column too; version 4 left case and what a letter
+#: is to the SQLite build. An older file's messages gain the
 #: columns (before 2) and are indexed afresh, once.
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 #: Columns added to ``messages`` by the retrieval schema: ``user_uuid`` (the owner, so
 #: retrieval never joins threads), ``clean`` (``validation.detect`` found nothing,
 #: decided at write time), ``eligible`` (a clean, ingested user turn: the only rows
@@ -144,6 +145,9 @@ RETRIEVAL_SCHEMA = (
 RELEVANT = 20
 #: At most about this many rows are scored by BM25 per query (see ``_lexical``).
 RANKED_ROWS = 1000
+#: When every word of a query is common, the newest rows holding the least common of them
+#: are ranked: BM25 counts every row of each word it is given.
+COMMON_TERMS = 4
 INFORMATIVE = 40
 #: The newest statements, whatever they hold, that fill what room is left.
 RECENT = 40
@@ -431,7 +435,8 @@ class LocalBackend(MemoryBackend):
         previous = (before[0], before[1], bool(before[2])) if before else None
         for m, verdict in zip(messages, verdicts, strict=True):
             replied = _reply_context(previous) if verdict.eligible else None
-            previous = (m.role or "", m.content, verdict.clean)
+            # A turn not ingested (an ignored role) is no question a statement answers.
+            previous = (m.role or "", m.content, verdict.clean and m.role not in ignore_roles)
             # The unique message key makes a replay under a new batch key a no-op too.
             key = _stored_key(db, m.metadata.get(MESSAGE_KEY_FIELD), m.content)
             inserted = db.execute(
@@ -886,7 +891,9 @@ def _lexical(db: sqlite3.Connection, user_uuid: str, terms: Sequence[str]) -> li
             f" ORDER BY bm25(statements_fts, 1.0, {REPLIED_WEIGHT}) LIMIT ?",
             (match_expression(user_uuid, selective, boosts), RELEVANT),
         )
-    elif found := [t for t in terms if frequency[t]]:
+    elif found := sorted((t for t in terms if frequency[t]), key=frequency.__getitem__)[
+        :COMMON_TERMS
+    ]:
         rows = db.execute(
             "SELECT rowid FROM (SELECT rowid,"
             f" bm25(statements_fts, 1.0, {REPLIED_WEIGHT}) AS score"

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import unicodedata
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -36,9 +37,28 @@ _STOPWORD_TEXT = """
 """
 STOPWORDS = frozenset(_STOPWORD_TEXT.split())
 
-#: A word as the index sees it: letters and digits (FTS5's unicode61 splits on the rest,
-#: the underscore included).
-_WORD = re.compile(r"[^\W_]+")
+
+def _marks() -> str:
+    r"""Every combining mark below U+20000 as a regex class body: a vowel sign or a virama
+    is inside a word ("दिल्ली"), though Python's ``\w`` stops at it."""
+    found = [cp for cp in range(0x300, 0x20000) if unicodedata.category(chr(cp))[0] == "M"]
+    ranges: list[tuple[int, int]] = []
+    for cp in found:
+        if ranges and ranges[-1][1] == cp - 1:
+            ranges[-1] = (ranges[-1][0], cp)
+        else:
+            ranges.append((cp, cp))
+    return "".join(f"\\U{a:08x}-\\U{b:08x}" for a, b in ranges)
+
+
+#: A word: letters, digits and the marks that go with them (not the underscore).
+_WORD = re.compile(f"(?:[^\\W_]|[{_marks()}])+")
+#: Scripts written without spaces between words: a run of them is read as overlapping
+#: pairs of characters ("北京烤鸭" -> 北京 京烤 烤鸭), so a two-character word is found inside it.
+_UNSPACED = re.compile("[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]")
+#: How a word that is not plain ASCII is written in the index: its UTF-8 bytes in 16
+#: consonants (no s, e or y), which FTS5's tokenizer keeps whole and Porter leaves alone.
+_HEX_LETTERS = "bcdfghjklmnpqrtv"
 #: The letters of a user's scope: consonants only (no "y"), so that a scoped word has the
 #: vowel-consonant pattern of the bare word and the Porter stemmer treats it alike.
 _SCOPE_LETTERS = "bcdfghjklmnpqrstvwxz"
@@ -62,20 +82,45 @@ _RELATION = re.compile(
 )
 
 
+def words(text: str) -> list[str]:
+    """The words of ``text`` as the index and every query read them: NFKC, case-folded,
+    each run of an unspaced script as overlapping pairs. Python decides all of it, so the
+    index never depends on what the SQLite build thinks a letter or its case is."""
+    out: list[str] = []
+    for word in _WORD.findall(unicodedata.normalize("NFKC", text).casefold()):
+        if _UNSPACED.search(word) and len(word) > 2:
+            out.extend(word[i : i + 2] for i in range(len(word) - 1))
+        else:
+            out.append(word)
+    return out
+
+
+def _term(word: str) -> str:
+    """A word as an index term: plain ASCII as it is (the stemmer's to work on), accents
+    dropped where that leaves ASCII ("café" -> "cafe"), else its bytes in consonants."""
+    if word.isascii():
+        return word
+    bare = "".join(c for c in unicodedata.normalize("NFKD", word) if not unicodedata.combining(c))
+    if bare.isascii() and bare.isalnum():
+        return bare
+    return "".join(_HEX_LETTERS[b >> 4] + _HEX_LETTERS[b & 15] for b in word.encode())
+
+
 def query_terms(query: str) -> list[str]:
-    """The query's content words, lower-cased, once each, in order: stopwords and words
-    under three characters dropped (two-digit numbers kept: ages, counts)."""
-    terms: list[str] = []
-    for word in _WORD.findall(query.lower()):
-        short = len(word) < 3 and not (word.isdigit() and len(word) == 2)
-        if short or word in STOPWORDS or word in terms:
-            continue
-        terms.append(word)
+    """The query's content words (``words``), once each, in order: stopwords and words
+    under three characters dropped (two-digit numbers and unspaced-script pairs kept)."""
+    terms: dict[str, None] = {}
+    for word in words(query):
+        short = len(word) < 3 and not (
+            (word.isdigit() and len(word) == 2) or _UNSPACED.search(word)
+        )
+        if not short and word not in STOPWORDS:
+            terms[word] = None
     if len(terms) <= MAX_TERMS:
-        return terms
+        return list(terms)
     # Names and numbers first ("Rex", "Oslo", "34": short but rare), then the longest
     # words: rarer, so they select better and cost less to count.
-    named = {w.lower() for w in _WORD.findall(query) if w[:1].isupper() or w.isdigit()}
+    named = {w.casefold() for w in _WORD.findall(query) if w[:1].isupper() or w.isdigit()}
     kept = set(sorted(terms, key=lambda t: (t in named, len(t)), reverse=True)[:MAX_TERMS])
     return [t for t in terms if t in kept]
 
@@ -92,14 +137,15 @@ def scope(user_uuid: str) -> str:
 
 
 def scoped(user_uuid: str, text: str | None) -> str:
-    """``text`` as the index stores it: every word prefixed with its owner's scope
-    ("Leeds" -> "kqwz...leeds"). Each user's words are then their own index terms, so a
-    term's postings, its count and its BM25 weight are the user's alone, and a query reads
-    one user's rows only, however large the file. Stored rows are written and deleted
-    through this function (the SQL triggers call it too): changing it means indexing again
-    (``SCHEMA_VERSION``)."""
+    """``text`` as the index stores it: every word (``words``, ``_term``) prefixed with
+    its owner's scope ("Leeds" -> "kqwz...leeds"), ASCII letters and digits only, so FTS5
+    keeps each whole. Each user's words are then their own index terms: a term's postings
+    and its count are the user's alone (BM25's row count and mean length are the file's),
+    and a query reads one user's rows only, however large the file. Stored rows are
+    written and deleted through this function (the SQL triggers call it too): changing it
+    means indexing again (``SCHEMA_VERSION``)."""
     prefix = scope(user_uuid)
-    return " ".join(prefix + word for word in _WORD.findall(text or ""))
+    return " ".join(prefix + _term(word) for word in words(text or ""))
 
 
 def quoted(text: str) -> str:
@@ -211,10 +257,11 @@ def with_follow_ups(ranked: Sequence[int], pool: dict[int, tuple[str, str]]) -> 
     said last about a thing goes wherever an earlier word on it goes, so a block never
     shows an old value without the statement that replaced it."""
     postings: dict[str, list[int]] = {}
-    words: dict[int, list[str]] = {}
+    terms_of: dict[int, list[str]] = {}
     for message_id, (text, _) in pool.items():
-        words[message_id] = query_terms(text)
-        for word in words[message_id]:
+        # What a block shows of a statement (a pasted page must not cost a page a query).
+        terms_of[message_id] = query_terms(text[:STATEMENT_CHARS])
+        for word in terms_of[message_id]:
             postings.setdefault(word, []).append(message_id)
     # A word in many of the statements ("work", "today") says nothing of sameness, and
     # would make this quadratic in the pool.
@@ -230,7 +277,7 @@ def with_follow_ups(ranked: Sequence[int], pool: dict[int, tuple[str, str]]) -> 
             continue  # past what a block shows: no follow-up is looked for
         said_at = pool[message_id][1]
         shared: dict[int, int] = {}
-        for word in words[message_id]:
+        for word in terms_of[message_id]:
             if len(postings[word]) > common:
                 continue
             for other in postings[word]:
