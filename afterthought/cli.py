@@ -106,8 +106,21 @@ def _worker(args: argparse.Namespace) -> int:
     if args.metrics_port is not None:
         overrides["metrics_port"] = args.metrics_port
     arq: dict[str, Any] = {"max_jobs": args.max_jobs} if args.max_jobs else {}
-    create_worker(_settings(args, **overrides), burst=args.burst, **arq).run()
+    settings = _settings(args, **overrides)
+    _reach(settings)  # arq would retry for seconds, logging each try, before giving up
+    create_worker(settings, burst=args.burst, **arq).run()
     return OK
+
+
+def _reach(settings: Settings) -> None:
+    """Raise the Redis error at once if Redis cannot be reached or refuses us."""
+    import redis
+
+    client = redis.Redis.from_url(settings.redis_url, socket_connect_timeout=5)
+    try:
+        client.ping()
+    finally:
+        client.close()
 
 
 def _status(args: argparse.Namespace) -> int:
@@ -354,8 +367,12 @@ def _backfill(args: argparse.Namespace) -> int:
 
 
 def _demo(args: argparse.Namespace) -> int:
+    import os
+
     from afterthought.demo import main as demo
 
+    if os.environ.get("REDIS_URL"):  # the one it was told to use must answer (else it starts one)
+        _reach(_settings(args))
     return demo()
 
 
@@ -585,6 +602,15 @@ def main(argv: list[str] | None = None) -> int:
     except (RedisError, ConnectionError) as exc:
         print(f"afterthought: {_redis_failure(exc)}", file=sys.stderr)
         return UNREACHABLE
+    except ModuleNotFoundError as exc:  # a setting that needs an extra not installed
+        if args.debug:
+            raise
+        print(
+            f"afterthought: {exc.name} is not installed: a setting needs an optional extra"
+            " (see the README's Install)",
+            file=sys.stderr,
+        )
+        return USAGE
     except (ValueError, RuntimeError) as exc:  # configuration problems, said plainly
         if args.debug:
             raise

@@ -364,6 +364,7 @@ CLI_ERRORS = [
     (("status",), "down", 3, "cannot reach Redis at 127.0.0.1:{port}"),
     (("dlq", "list"), "down", 3, "cannot reach Redis at 127.0.0.1:{port}"),
     (("worker", "--burst"), "down", 3, "cannot reach Redis at 127.0.0.1:{port}"),
+    (("demo",), "down", 3, "cannot reach Redis at 127.0.0.1:{port}"),
     (("status",), "db99", 3, "answered with an error"),
     (("status",), "badprefix", 2, "key_prefix"),
     (("status",), "badbudget", 2, "retrieval_budget (AFTERTHOUGHT_RETRIEVAL_BUDGET)='abc'"),
