@@ -246,6 +246,8 @@ def _quarantine(args: argparse.Namespace) -> int:
             ]
             if args.json:
                 print(json.dumps(rows))
+            if not rows and not args.json:
+                print("no quarantined entries")
             for row in [] if args.json else rows:
                 line = "{id}  {at}  {app}/{user_id}  trust={trust}  chars={chars}  {reason}"
                 print(line.format(**row) + (f"\n    {row['text']!r}" if args.show_text else ""))
@@ -585,6 +587,12 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("name a COMMAND (worker, status, dlq, quarantine, prune, forget, ...)")
     if args.command == "backfill" and args.db_url and not args.app:
         parser.error("backfill --db-url needs --app")
+    if args.command == "dlq" and args.action == "list" and args.index:
+        parser.error("dlq list takes no index (use --limit)")
+    if args.command == "dlq" and args.all and args.index:
+        parser.error("dlq: name indexes or --all, not both")
+    if args.command == "quarantine" and args.user is not None and "/" not in args.user:
+        parser.error("quarantine --user takes APP/USER")
     if args.command == "prune" and args.user and not args.app:
         parser.error("prune --user needs --app (user ids are per app)")
     handler = logging.StreamHandler()

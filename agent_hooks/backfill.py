@@ -67,8 +67,10 @@ class Source:
 
 def jsonl_source(path: Path) -> Source:
     path = path.resolve()
-    if not path.is_file():
+    if not path.exists():
         raise BackfillError(f"no such file: {path}")
+    if not path.is_file():
+        raise BackfillError(f"not a regular file: {path}")
     with path.open("rb") as lines:
         total = sum(1 for line in lines if line.strip())
 

@@ -352,6 +352,10 @@ CLI_ERRORS = [
     ),
     (("dlq", "purge", "--all"), "ok", 2, "add --yes"),
     (("dlq", "replay", "7"), "ok", 1, "no dead letter at index 7 (there are 0"),
+    (("dlq", "list", "5"), "ok", 2, "dlq list takes no index"),
+    (("dlq", "replay", "1", "--all"), "ok", 2, "name indexes or --all, not both"),
+    (("quarantine", "list", "--user", "bob"), "ok", 2, "--user takes APP/USER"),
+    (("backfill", "--jsonl", "/dev/null"), "ok", 2, "not a regular file"),
     (("forget", "--app", APP, "--user", "nobody", "--yes"), "ok", 1, "nothing of user"),
     (
         ("forget", "--app", APP, "--user", "nobody", "--fact", "f-1", "--yes"),
