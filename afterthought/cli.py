@@ -418,9 +418,11 @@ def _bad_setting(exc: ValidationError) -> str:
     said = []
     for error in exc.errors():
         field = ".".join(str(part) for part in error["loc"]) or "settings"
-        shown = not any(secret in field for secret in ("key", "url", "password"))
+        shown = not any(secret in field.lower() for secret in ("key", "url", "password"))
         value = f"={str(error.get('input'))[:40]!r}" if shown and "input" in error else ""
-        said.append(f"{field} ({_variable(field)}){value}: {error['msg']}")
+        # An error found under a variable's own name (REDIS_URL) is named by it alone.
+        named = field if field.isupper() else f"{field} ({_variable(field)})"
+        said.append(f"{named}{value}: {error['msg']}")
     return "bad setting: " + "; ".join(said)
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 from typing import Literal
+from urllib.parse import urlsplit
 
 from platformdirs import user_data_path
 from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
@@ -150,6 +151,24 @@ class Settings(BaseSettings):
     def _plain_prefix(cls, value: str) -> str:
         if not value or not all(c.isalnum() or c in "-_." for c in value):
             raise ValueError("key_prefix must be non-empty letters, digits, '-', '_' or '.'")
+        return value
+
+    @field_validator("redis_url")
+    @classmethod
+    def _redis_url(cls, value: str) -> str:
+        # redis-py reads a path that is not a number as database 0, silently; a URL it
+        # cannot parse would fail later, in a turn. Neither message holds the URL (it may
+        # hold a password).
+        parts = urlsplit(value)
+        if parts.scheme not in {"redis", "rediss", "unix"}:
+            raise ValueError("the Redis URL must start with redis://, rediss:// or unix://")
+        database = parts.path.strip("/")
+        if parts.scheme != "unix" and database and not database.isdigit():
+            raise ValueError("the Redis URL's database (its path) must be a number")
+        try:
+            parts.port  # noqa: B018 - raises on a port out of range
+        except ValueError:
+            raise ValueError("the Redis URL's port must be a number 0-65535") from None
         return value
 
     @field_validator("local_db_path")

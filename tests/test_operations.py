@@ -372,6 +372,7 @@ CLI_ERRORS = [
     (("status",), "db99", 3, "answered with an error"),
     (("status",), "badprefix", 2, "key_prefix"),
     (("status",), "badbudget", 2, "retrieval_budget (AFTERTHOUGHT_RETRIEVAL_BUDGET)='abc'"),
+    (("status",), "baddb", 2, "REDIS_URL: Value error, the Redis URL's database (its path)"),
     # An empty id or query never widens a forget to the whole user.
     (("forget", "--app", APP, "--user", "alice", "--query", "", "--yes"), "ok", 2, "--query: must"),
     (("forget", "--app", APP, "--user", "alice", "--fact", " ", "--yes"), "ok", 2, "--fact: must"),
@@ -401,6 +402,9 @@ def test_every_documented_error_is_one_clear_line(
         ),
         "badprefix": local_settings.model_copy(update={"key_prefix": "has space"}),
         "badbudget": local_settings.model_copy(update={"retrieval_budget": "abc"}),
+        "baddb": local_settings.model_copy(
+            update={"redis_url": f"redis://user:sekret@127.0.0.1:{port}/abc"}
+        ),
     }[variant]
     argv = [a.format(missing=tmp_path / "none.jsonl") for a in args]
     done = run_cli(settings, *argv)
