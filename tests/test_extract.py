@@ -234,6 +234,7 @@ HELDOUT: list[Case] = [
         {U("studies", "medicine"), U("studies_at", "Edinburgh")},
     ),
     ("I don't live in Paris anymore, haven't for a while", {U("not_lives_in", "Paris")}),
+    ("I live in Oslo and I love skiing", {U("lives_in", "Oslo"), U("likes", "skiing")}),
     ("I no longer work at Deloitte, thank god", {U("not_works_at", "Deloitte")}),
     (
         "my sister Ines lives in Oslo and keeps telling me to visit",

@@ -477,7 +477,9 @@ def _phrase(rest: str, max_words: int = 5, stop: frozenset[str] = _STOP_WORDS) -
 
 
 _PROPER = re.compile(
-    r"(?:[Tt]he\s+)?[A-Z][\w'&.-]*(?:\s+(?:(?:of|and|&|de|del|da|upon|la|le|the|on\s+the)\s+)?[A-Z0-9][\w'&.-]*)*"
+    # "Oslo and I love skiing": the speaker's "I" never continues a name.
+    r"(?:[Tt]he\s+)?[A-Z][\w'&.-]*(?:\s+(?:(?:of|and|&|de|del|da|upon|la|le|the|on\s+the)\s+)?"
+    r"(?!I\b|I')[A-Z0-9][\w'&.-]*)*"
 )
 _CALENDAR_WORDS = frozenset(d.capitalize() for d in _WEEKDAYS) | frozenset(_MONTH_NAMES)
 _NOT_PLACES = frozenset(
