@@ -110,7 +110,8 @@ class ZepMemoryService(BaseMemoryService):
         self, *, app_name: str, user_id: str, query: str
     ) -> SearchMemoryResponse:
         """What memory holds for ``query``: facts about the user that share its words, most
-        relevant first, then the user's own past statements for it, most relevant first.
+        relevant first, then past statements for it, most relevant first (the user's own
+        on the local store; on Zep, episodes, which hold either speaker's turns).
         Each entry has its id (for ``delete_memory``), the time it holds from (a fact's
         validity, a statement's saying), and in ``custom_metadata`` its kind (``fact`` or
         ``statement``), predicate (when the backend names one) and score (when it gives
@@ -142,7 +143,7 @@ class ZepMemoryService(BaseMemoryService):
             memories=[
                 MemoryEntry(
                     id=hit.uuid,
-                    author="user" if kind == "statement" else "memory",
+                    author="memory",
                     timestamp=hit.created_at,
                     content=types.Content(role="user", parts=[types.Part(text=hit.text)]),
                     custom_metadata={"kind": kind, "score": hit.score, **hit.extra},
