@@ -13,6 +13,7 @@ import argparse
 import asyncio
 import json
 import logging
+import os
 import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict
@@ -309,9 +310,8 @@ def _operate(args: argparse.Namespace) -> int:
                 if not known:
                     print(f"afterthought: no {who} in the backend", file=sys.stderr)
                     return ATTENTION
-                also = f" (and the {len(aliases) - 1} other app(s) sharing them)" * (
-                    len(aliases) > 1
-                )
+                others = len(aliases) - 1
+                also = f" (and the {others} other app(s) sharing them)" if others else ""
                 print(
                     f"would forget everything of {who}{also}; add --yes to do it",
                     file=sys.stderr,
@@ -369,8 +369,6 @@ def _backfill(args: argparse.Namespace) -> int:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    import os
-
     from afterthought.demo import main as demo
 
     if os.environ.get("REDIS_URL"):  # the one it was told to use must answer (else it starts one)

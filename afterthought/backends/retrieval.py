@@ -4,6 +4,7 @@ the context block within its character budget."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 import unicodedata
@@ -125,6 +126,7 @@ def query_terms(query: str) -> list[str]:
     return [t for t in terms if t in kept]
 
 
+@functools.lru_cache(maxsize=4096)  # asked once for every word written or queried
 def scope(user_uuid: str) -> str:
     """The user's scope: ten consonants from a hash of their id (about 43 bits), the same
     length for everyone, so a scoped word reads back one way only."""
