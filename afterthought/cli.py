@@ -193,9 +193,6 @@ def _dlq(args: argparse.Namespace) -> int:
                 )
             return OK
         indexes = None if args.all else args.index
-        if not args.all and not args.index:
-            print("afterthought: name letters by index, or pass --all", file=sys.stderr)
-            return USAGE
         total = await letters.count()
         unknown = sorted({i for i in args.index if not 0 <= i < total})
         if unknown and not args.all:
@@ -253,9 +250,6 @@ def _quarantine(args: argparse.Namespace) -> int:
                 line = "{id}  {at}  {app}/{user_id}  trust={trust}  chars={chars}  {reason}"
                 print(line.format(**row) + (f"\n    {row['text']!r}" if args.show_text else ""))
             return OK
-        if not args.id:
-            print(f"afterthought: name the entry to {args.action} (its id)", file=sys.stderr)
-            return USAGE
         if args.action == "release":
             done = await quarantine.release(args.id) is not None
         else:
@@ -492,7 +486,7 @@ def _parser() -> argparse.ArgumentParser:
     worker.add_argument(
         "--metrics-port", type=_port, help="serve /metrics and /healthz here (0: any free port)"
     )
-    worker.set_defaults(run=_worker)
+    worker.set_defaults(run=_worker, usage=worker)
 
     status = commands.add_parser(
         "status",
@@ -502,7 +496,7 @@ def _parser() -> argparse.ArgumentParser:
         "operator (no live worker, paused, stranded threads, dead letters).",
     )
     status.add_argument("--json", action="store_true", help="the stable JSON shape")
-    status.set_defaults(run=_status)
+    status.set_defaults(run=_status, usage=status)
 
     dlq = commands.add_parser("dlq", parents=shared, help="list, replay or purge dead letters")
     dlq.add_argument("action", choices=["list", "replay", "purge"])
@@ -511,7 +505,7 @@ def _parser() -> argparse.ArgumentParser:
     dlq.add_argument("--limit", type=_count, default=100, help="letters to list")
     dlq.add_argument("--json", action="store_true", help="list as JSON")
     dlq.add_argument("--yes", action="store_true", help="confirm a purge")
-    dlq.set_defaults(run=_dlq)
+    dlq.set_defaults(run=_dlq, usage=dlq)
 
     quarantine = commands.add_parser(
         "quarantine",
@@ -530,7 +524,7 @@ def _parser() -> argparse.ArgumentParser:
     quarantine.add_argument(
         "--show-text", action="store_true", help="include the refused text (it is logged)"
     )
-    quarantine.set_defaults(run=_quarantine)
+    quarantine.set_defaults(run=_quarantine, usage=quarantine)
 
     prune = commands.add_parser(
         "prune", parents=shared, help="prune facts (a dry run unless --yes)"
@@ -539,7 +533,7 @@ def _parser() -> argparse.ArgumentParser:
     prune.add_argument("--user", type=_name, help="only this ADK user id (with --app)")
     prune.add_argument("--dry-run", action="store_true", help="report only, even with --yes")
     prune.add_argument("--yes", action="store_true", help="delete what the report lists")
-    prune.set_defaults(run=_operate)
+    prune.set_defaults(run=_operate, usage=prune)
 
     forget = commands.add_parser(
         "forget", parents=shared, help="forget a user, one fact, or facts matching a query"
@@ -550,7 +544,7 @@ def _parser() -> argparse.ArgumentParser:
     which.add_argument("--fact", type=_name, help="one fact id (from search results)")
     which.add_argument("--query", type=_name, help="facts holding every word (listed unless --yes)")
     forget.add_argument("--yes", action="store_true", help="really forget")
-    forget.set_defaults(run=_operate)
+    forget.set_defaults(run=_operate, usage=forget)
 
     backfill = commands.add_parser(
         "backfill",
@@ -565,12 +559,12 @@ def _parser() -> argparse.ArgumentParser:
     backfill.add_argument("--app", help="with --db-url: the ADK app name")
     backfill.add_argument("--user", help="with --db-url: only this user's sessions")
     backfill.add_argument("--no-progress", action="store_true", help="no progress bar")
-    backfill.set_defaults(run=_backfill)
+    backfill.set_defaults(run=_backfill, usage=backfill)
 
     demo = commands.add_parser(
         "demo", parents=shared, help="an offline two-session conversation with memory"
     )
-    demo.set_defaults(run=_demo)
+    demo.set_defaults(run=_demo, usage=demo)
     return parser
 
 
@@ -581,20 +575,26 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = _parser()
     args, unknown = parser.parse_known_args(argv)
+    # A usage error is told with the usage of the command it concerns.
+    usage: argparse.ArgumentParser = getattr(args, "usage", parser)
     if unknown:
-        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+        usage.error(f"unrecognized arguments: {' '.join(unknown)}")
     if args.command is None:
         parser.error("name a COMMAND (worker, status, dlq, quarantine, prune, forget, ...)")
     if args.command == "backfill" and args.db_url and not args.app:
-        parser.error("backfill --db-url needs --app")
+        usage.error("--db-url needs --app")
     if args.command == "dlq" and args.action == "list" and args.index:
-        parser.error("dlq list takes no index (use --limit)")
+        usage.error("list takes no index (use --limit)")
     if args.command == "dlq" and args.all and args.index:
-        parser.error("dlq: name indexes or --all, not both")
+        usage.error("name indexes or --all, not both")
+    if args.command == "dlq" and args.action != "list" and not (args.all or args.index):
+        usage.error(f"{args.action}: name letters by index (see `dlq list`), or pass --all")
+    if args.command == "quarantine" and args.action != "list" and not args.id:
+        usage.error(f"{args.action}: name the entry (its id, from `quarantine list`)")
     if args.command == "quarantine" and args.user is not None and "/" not in args.user:
-        parser.error("quarantine --user takes APP/USER")
+        usage.error("--user takes APP/USER")
     if args.command == "prune" and args.user and not args.app:
-        parser.error("prune --user needs --app (user ids are per app)")
+        usage.error("--user needs --app (user ids are per app)")
     handler = logging.StreamHandler()
     handler.setFormatter(
         JsonLogFormatter() if args.log_format == "json" else logging.Formatter(TEXT_LOG_FORMAT)

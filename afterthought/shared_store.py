@@ -65,7 +65,8 @@ async def matches(redis: Redis, settings: Settings, backend: LocalBackend) -> bo
                 announced[store.decode()] = str(entry["path"])
         except (ValueError, KeyError, TypeError):
             continue  # not an announcement of ours: nothing to compare with
-    if not announced or await backend.store_id() in announced:
+    mine = await backend.store_id()  # first: a store awaiting an upgrade says so here
+    if not announced or mine in announced:
         return True
     log.warning(
         "agent and worker use different local stores: agent=%s worker=%s; give both the"

@@ -107,6 +107,11 @@ DEV: list[Case] = [
         {U("occupation", "software engineer"), U("works_at", "Spotify")},
     ),
     ("I just started a new job at the Guardian!", {U("works_at", "the Guardian")}),
+    (
+        "I work as a nurse at the Santa Maria hospital in Lisbon",
+        {U("occupation", "nurse"), U("works_at", "the Santa Maria hospital")},
+    ),
+    ("I moved to Paris bank holidays and all", {U("lives_in", "Paris")}),  # a place takes none
     ("im a teacher, year 4, so i'm knackered", {U("occupation", "teacher")}),
     ("I'm retired now, so I've got time", {U("occupation", "retired")}),
     (

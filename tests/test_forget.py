@@ -159,7 +159,10 @@ async def test_forgetting_a_fact_takes_what_says_it_again_and_nothing_else(
     await Synthesizer(local_settings, redis, forgetter.backend).run(app=APP, user_id="alice")
     found = await forgetter.forget_matching(app=APP, user_id="alice", query="running")
     assert len(found.facts) == 1, found
-    await forgetter.forget_fact(app=APP, user_id="alice", fact_uuid=found.facts[0])
+    # The dry run lists what --yes deletes: the fact and every statement that says it.
+    assert sorted(found.statements) == sorted([said[1], said[4]])
+    done = await forgetter.forget_fact(app=APP, user_id="alice", fact_uuid=found.facts[0])
+    assert sorted(done.statements) == sorted(found.statements)
     block = "\n".join(await _session(local_settings, "hi"))
     assert "love running" not in block
     for kept in said[0], said[2], said[3]:

@@ -7,6 +7,7 @@ import asyncio
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -328,6 +329,28 @@ def test_worker_burst_drains_and_logs_json_without_content(local_settings: Setti
     assert found["queue"]["messages"] == 0
 
 
+def test_a_worker_that_cannot_start_says_why_before_it_takes_work(
+    local_settings: Settings, tmp_path: Path
+) -> None:
+    """A metrics port in use, or an embedding model that cannot be loaded: one line and
+    the documented code, and the queued message is left for a worker that can run."""
+    asyncio.run(enqueue(local_settings, queued("words", 1)))
+    with socket.socket() as taken:
+        taken.bind((local_settings.metrics_host, 0))
+        taken.listen()
+        port = str(taken.getsockname()[1])
+        busy = run_cli(local_settings, "worker", "--burst", "--metrics-port", port)
+    no_model = local_settings.model_copy(update={"embedding_model": str(tmp_path / "no-model")})
+    unloadable = run_cli(no_model, "worker", "--burst")
+    for done, code, says in (
+        (busy, 2, f"cannot serve metrics on {local_settings.metrics_host}:{port}"),
+        (unloadable, 3, "code=embedding_model:"),
+    ):
+        assert done.returncode == code, done.stderr
+        assert says in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert status(local_settings)[1]["queue"]["messages"] == 1
+
+
 #: Every documented error case of the CLI: (arguments, settings variant, exit code, what
 #: stderr says). ``{missing}`` is a file that does not exist. Variants: ``ok`` the test's
 #: deployment, ``down`` a Redis nobody listens on (with a password in its URL), ``db99``
@@ -340,7 +363,7 @@ CLI_ERRORS = [
     (("worker", "--concurrency", "-3"), "ok", 2, "--concurrency: must be a whole number"),
     (("worker", "--metrics-port", "70000"), "ok", 2, "--metrics-port: must be a port"),
     (("dlq", "list", "--limit", "0"), "ok", 2, "--limit: must be a whole number"),
-    (("prune", "--user", "bob"), "ok", 2, "prune --user needs --app"),
+    (("prune", "--user", "bob"), "ok", 2, "--user needs --app"),
     (("backfill",), "ok", 2, "one of the arguments --jsonl --db-url is required"),
     (("backfill", "--jsonl", "{missing}"), "ok", 2, "no such file"),
     (("forget", "--app", APP), "ok", 2, "the following arguments are required: --user"),
@@ -352,7 +375,9 @@ CLI_ERRORS = [
     ),
     (("dlq", "purge", "--all"), "ok", 2, "add --yes"),
     (("dlq", "replay", "7"), "ok", 1, "no dead letter at index 7 (there are 0"),
-    (("dlq", "list", "5"), "ok", 2, "dlq list takes no index"),
+    (("dlq", "list", "5"), "ok", 2, "list takes no index"),
+    (("dlq", "replay"), "ok", 2, "replay: name letters by index"),
+    (("quarantine", "release"), "ok", 2, "release: name the entry"),
     (("dlq", "replay", "1", "--all"), "ok", 2, "name indexes or --all, not both"),
     (("quarantine", "list", "--user", "bob"), "ok", 2, "--user takes APP/USER"),
     (("backfill", "--jsonl", "/dev/null"), "ok", 2, "not a regular file"),
@@ -413,6 +438,8 @@ def test_every_documented_error_is_one_clear_line(
     assert "Traceback" not in done.stderr and "sekret" not in done.stderr
     if "usage:" not in done.stderr:  # argparse's errors come with the usage; the rest: one line
         assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+    elif argv and not argv[0].startswith("-"):  # the usage of the command that was misused
+        assert done.stderr.startswith(f"usage: afterthought {argv[0]} "), done.stderr
 
 
 def test_global_options_go_before_or_after_the_command(local_settings: Settings) -> None:
@@ -531,6 +558,32 @@ async def test_an_agent_reading_another_store_than_its_worker_is_warned(
         if warned:
             assert str(path) in caplog.text and str(worker_settings.local_db_path) in caplog.text
         await memory.aclose()
+
+
+async def test_an_agent_on_a_store_awaiting_an_upgrade_is_told_to_start_a_worker(
+    local_settings: Settings, caplog: pytest.LogCaptureFixture
+) -> None:
+    """No worker has announced a store: the agent's own store is still checked."""
+    import sqlite3
+
+    from afterthought.backends.base import OutgoingMessage
+    from afterthought.backends.local import LocalBackend
+
+    store = LocalBackend(local_settings.local_db_path)
+    user, _ = await store.ensure_user(zep_user_id="alice")
+    thread = await store.create_thread(user=user, idempotency_key="t")
+    said = [OutgoingMessage("user", "I keep bees", reference_time="2025-01-01T00:00:00+00:00")]
+    await store.add_messages(thread_uuid=thread, messages=said, idempotency_key="b")
+    await store.aclose()
+    with sqlite3.connect(local_settings.local_db_path) as db:
+        db.execute("PRAGMA user_version = 4")  # written by an older release
+    memory = TurnMemory(local_settings)
+    runner, _ = make_runner(create_callbacks(memory))
+    await say(runner, "alice", await new_session(runner, "alice"), "hello there")
+    assert memory._store_check is not None
+    await memory._store_check
+    assert "local store awaits a schema upgrade" in caplog.text
+    await memory.aclose()
 
 
 def test_a_relative_store_path_is_made_absolute_where_it_is_read(

@@ -482,6 +482,15 @@ _PROPER = re.compile(
     r"(?!I\b|I')[A-Z0-9][\w'&.-]*)*"
 )
 _CALENDAR_WORDS = frozenset(d.capitalize() for d in _WEEKDAYS) | frozenset(_MONTH_NAMES)
+#: What a name written before it names ("the Santa Maria hospital"): part of the name.
+_HEAD_NOUNS = frozenset(
+    _words(
+        """hospital clinic school college university academy library museum hotel restaurant
+        cafe café bakery bar pub gym church bank store shop market office studio lab
+        laboratory factory plant warehouse station airport centre center institute
+        foundation agency firm group company"""
+    )
+)
 _NOT_PLACES = frozenset(
     _words(
         """home work school bed hospital the a an my our your his her their this that it here
@@ -490,8 +499,9 @@ _NOT_PLACES = frozenset(
 )
 
 
-def _proper(rest: str, t: _Text) -> str | None:
-    """A name of a place or an organisation at the start of ``rest``."""
+def _proper(rest: str, t: _Text, *, organisation: bool = False) -> str | None:
+    """A name of a place or an organisation at the start of ``rest`` (an organisation's
+    takes the noun after it: "the Santa Maria hospital")."""
     rest = rest.lstrip()
     if t.lower_mode:
         value = _phrase(rest, max_words=3)
@@ -502,6 +512,14 @@ def _proper(rest: str, t: _Text) -> str | None:
     if m is None:
         return None
     words = m.group(0).split()
+    head = re.match(r"\s+(\w+)", rest[m.end() :])
+    if (
+        organisation
+        and head
+        and head.group(1) in _HEAD_NOUNS
+        and words[-1].lower() not in _FUNCTION_WORDS
+    ):
+        words.append(head.group(1))
     while words and words[-1] in _CALENDAR_WORDS:
         words.pop()  # "Klarna Monday": the day is not part of the name
     while words and words[-1].lower() in _FUNCTION_WORDS:
@@ -758,7 +776,7 @@ def _work_as(m: re.Match[str], t: _Text) -> Iterator[_Said]:
 def _employer(rest: str, t: _Text) -> Iterator[_Said]:
     at = re.search(r"\s(?:at|for|with)\s+", _clause(rest))
     if at:
-        yield from _user("works_at", _proper(rest[at.end() :], t), "work", 0.8)
+        yield from _user("works_at", _proper(rest[at.end() :], t, organisation=True), "work", 0.8)
 
 
 @rule(
@@ -794,14 +812,16 @@ _NOT_EMPLOYERS = frozenset(
     r"\bi\s+(?:now\s+|currently\s+|still\s+)?(?:work|am\s+working|'m\s+working)\s+(?:at|for)\s+|\b(?:i\s+)?(?:just\s+)?started\s+(?:a\s+|my\s+)?(?:new\s+)?(?:job|role|position|working)\s+(?:at|with|for)\s+|\bi(?:'ve|\s+have)?\s+(?:just\s+)?joined\s+(?=[A-Z])"
 )
 def _works_at(m: re.Match[str], t: _Text) -> Iterator[_Said]:
-    value = _proper(_rest(m, t), t)
+    value = _proper(_rest(m, t), t, organisation=True)
     if value and value.lower() not in _NOT_EMPLOYERS:
         yield from _user("works_at", value, "work", 0.85)
 
 
 @rule(r"\bi\s+(?:quit|left)\s+(?:my\s+job\s+at\s+|working\s+(?:at|for)\s+)")
 def _quit(m: re.Match[str], t: _Text) -> Iterator[_Said]:
-    yield from _user(RETRACTION + "works_at", _proper(_rest(m, t), t), "work", 0.8)
+    yield from _user(
+        RETRACTION + "works_at", _proper(_rest(m, t), t, organisation=True), "work", 0.8
+    )
 
 
 @rule(
@@ -818,7 +838,10 @@ def _studies(m: re.Match[str], t: _Text) -> Iterator[_Said]:
     rest = _rest(m, t)
     if re.match(r"(?:at|in)\s", rest, re.I):
         yield from _user(
-            "studies_at", _proper(rest.split(None, 1)[1] if " " in rest else "", t), "work", 0.8
+            "studies_at",
+            _proper(rest.split(None, 1)[1] if " " in rest else "", t, organisation=True),
+            "work",
+            0.8,
         )
         return
     if re.match(r"for\s", rest, re.I):
@@ -828,7 +851,7 @@ def _studies(m: re.Match[str], t: _Text) -> Iterator[_Said]:
     )
     at = re.search(r"\s(?:at|in)\s+(?=[A-Z])", _clause(rest))
     if at:
-        yield from _user("studies_at", _proper(rest[at.end() :], t), "work", 0.8)
+        yield from _user("studies_at", _proper(rest[at.end() :], t, organisation=True), "work", 0.8)
 
 
 # relationships, and facts about the people and pets they name

@@ -70,6 +70,9 @@ class Forgotten:
     """Ids of the facts (to be) deleted."""
     texts: list[str] = field(default_factory=list)
     """Each fact's text, shortened, in the order of ``facts``: what the operator confirms."""
+    statements: list[str] = field(default_factory=list)
+    """The user's past statements that say one of the facts again (deleted with it), each
+    shortened."""
     queued: int = 0
     dead_letters: int = 0
     quarantined: int = 0
@@ -236,7 +239,12 @@ class Forgetter:
             found = known.get(fact_uuid)
             if found is None:
                 return Forgotten(dry_run=True)
-            return Forgotten(dry_run=True, facts=[fact_uuid], texts=[_shown(found)])
+            return Forgotten(
+                dry_run=True,
+                facts=[fact_uuid],
+                texts=[_shown(found)],
+                statements=[_cut(m.content) for m in await self._restatements(user, found)],
+            )
         if fact_uuid in known:  # a tombstone, so synthesis never writes it back
             await self.redis.sadd(self.keys.tombstones(app, user_id), known[fact_uuid].signature)
         # Blocks read before the deletion must not be cached after the invalidation below:
@@ -244,9 +252,13 @@ class Forgetter:
         await self.redis.eval(
             COOL_LUA, 1, self.keys.forgetting(app, user_id), PENDING, COOLING, COOL_DOWN_MS
         )
+        # Found before the fact goes: the statement it came from is listed too (as the dry
+        # run listed it), though deleting the fact takes that one with it.
+        restated = await self._restatements(user, known[fact_uuid]) if fact_uuid in known else []
         deleted = await self.backend.delete_memory(user=user, memory_uuid=fact_uuid)
-        if deleted and fact_uuid in known:
-            await self._restatements(user, known[fact_uuid])
+        if deleted:
+            for message in restated:
+                await self.backend.delete_memory(user=user, memory_uuid=message.key)
         await self.cache.invalidate(
             self.redis, app=app, user_id=user_id, graph_uuid=user.graph_uuid
         )
@@ -256,26 +268,31 @@ class Forgetter:
             [Entry("forget", "delete_fact", digest(app, user_id), "deleted", key=fact_uuid)]
         )
         return Forgotten(
-            facts=[fact_uuid], texts=[_shown(known[fact_uuid])] if fact_uuid in known else []
+            facts=[fact_uuid],
+            texts=[_shown(known[fact_uuid])] if fact_uuid in known else [],
+            statements=[_cut(m.content) for m in restated],
         )
 
-    async def _restatements(self, user: UserRef, fact: StoredFact) -> None:
-        """Delete the user's other statements that say the fact (said again later, a
-        duplicate synthesis never linked to it): the block would still quote them. Said,
-        as the extractor reads it — not merely sharing a word with it ("I run a bakery"
-        does not say "likes: running")."""
+    async def _restatements(self, user: UserRef, fact: StoredFact) -> list[HistoryMessage]:
+        """The user's other statements that say the fact (said again later, a duplicate
+        synthesis never linked to it): the block would still quote them, so they go with
+        it. Said, as the extractor reads it — not merely sharing a word with it ("I run a
+        bakery" does not say "likes: running")."""
         if not synthesizes(self.settings, self.backend):
-            return  # Zep extracted the fact; it deleted the episodes it came from
+            return []  # Zep extracted the fact; it deleted the episodes it came from
         hits = await self.backend.search(
             graph_uuid=user.graph_uuid,
             request=SearchRequest(query=fact.value, scope="episodes", limit=RESTATEMENTS),
             timeout=self.settings.backend_timeout,
         )
-        said = [HistoryMessage(h.uuid, "user", h.text, h.created_at or "") for h in hits]
-        for proposed in await self.extractor.extract(said):
-            if proposed.signature == fact.signature:
-                for key in proposed.source_keys:
-                    await self.backend.delete_memory(user=user, memory_uuid=key)
+        said = {h.uuid: HistoryMessage(h.uuid, "user", h.text, h.created_at or "") for h in hits}
+        keys = {
+            key
+            for proposed in await self.extractor.extract(list(said.values()))
+            if proposed.signature == fact.signature
+            for key in proposed.source_keys
+        }
+        return [message for key, message in said.items() if key in keys]
 
     async def forget_matching(
         self, *, app: str, user_id: str, query: str, confirm: bool = False
@@ -294,12 +311,16 @@ class Forgetter:
             # Whole words: "cat" must not forget "lives in: Catalonia".
             and words <= set(_WORD.findall(f"{f.predicate.replace('_', ' ')} {f.value}".casefold()))
         ]
-        if confirm:
-            for fact in matches:
-                await self.forget_fact(app=app, user_id=user_id, fact_uuid=fact.uuid)
-        return Forgotten(
+        done = Forgotten(
             dry_run=not confirm, facts=[f.uuid for f in matches], texts=list(map(_shown, matches))
         )
+        for fact in matches:
+            if confirm:
+                step = await self.forget_fact(app=app, user_id=user_id, fact_uuid=fact.uuid)
+                done.statements += step.statements
+            else:
+                done.statements += [_cut(m.content) for m in await self._restatements(user, fact)]
+        return done
 
     async def _facts(self, user: UserRef) -> list[StoredFact]:
         try:
@@ -310,5 +331,8 @@ class Forgetter:
 
 def _shown(fact: StoredFact) -> str:
     """A fact as an operator confirms it: its statement, shortened (a terminal, not a log)."""
-    text = statement(fact.subject, fact.predicate, fact.value)
+    return _cut(statement(fact.subject, fact.predicate, fact.value))
+
+
+def _cut(text: str) -> str:
     return text if len(text) <= SHOWN_CHARS else text[: SHOWN_CHARS - 1] + "…"

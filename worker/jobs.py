@@ -192,7 +192,11 @@ def worker_settings(
         redis: ArqRedis = ctx["redis"]
         await check_redis(redis)
         allow_oom = await supports_script_flags(redis)
+        if s.metrics_port is not None:  # first: a port in use stops the worker before it works
+            health = metrics.Health(worker_id)
+            ctx["metrics_server"] = metrics.serve(s.metrics_host, s.metrics_port, health)
         opened = open_backend(s, upgrade=True)
+        await opened.prepare()
         tasks = ctx["tasks"] = []
         if s.resolved_backend == "local":
             from afterthought.shared_store import announce, announce_forever  # local adapter
@@ -226,8 +230,6 @@ def worker_settings(
         if not burst:
             tasks.append(asyncio.create_task(_dispatch_forever(redis, keys, flusher)))
         if s.metrics_port is not None:
-            health = metrics.Health(worker_id)
-            ctx["metrics_server"] = metrics.serve(s.metrics_host, s.metrics_port, health)
             tasks.append(asyncio.create_task(metrics.refresh_forever(redis, s, health)))
         log.info("worker ready id=%s backend=%s prefix=%s", worker_id, backend.name, s.key_prefix)
         if s.audit_key is None:

@@ -221,7 +221,10 @@ def serve(host: str, port: int, health: Health) -> WSGIServer:
             return [json.dumps(body).encode()]
         return cast(Iterable[bytes], metrics_app(environ, start_response))
 
-    server = make_server(host, port, app, handler_class=_Quiet)
+    try:
+        server = make_server(host, port, app, handler_class=_Quiet)
+    except OSError as exc:  # in use, or not an address of this host: the operator's to fix
+        raise RuntimeError(f"cannot serve metrics on {host}:{port}: {exc.strerror}") from None
     threading.Thread(target=server.serve_forever, name="afterthought-metrics", daemon=True).start()
     log.info("metrics serving host=%s port=%d", host, server.server_port)
     return server

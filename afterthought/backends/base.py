@@ -216,6 +216,11 @@ class MemoryBackend(abc.ABC):
     ) -> list[SearchHit]:
         """One page of results (``request.limit``), best first; ``context`` gives one hit."""
 
+    async def prepare(self) -> None:
+        """Ready what every call needs, for a long-lived process (a worker, at start): what
+        cannot be readied raises here, once, rather than failing each call after."""
+        return None
+
     async def aclose(self) -> None:
         """Release the running loop's connections."""
         return None

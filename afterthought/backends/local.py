@@ -861,6 +861,17 @@ class LocalBackend(MemoryBackend):
             )
         )
 
+    async def prepare(self) -> None:
+        """Load the embedding model (it may be fetched) and open, or upgrade, the store."""
+        if self._embedder is not None:
+            try:
+                await asyncio.to_thread(self._embedder.embed, ["ready"])
+            except Exception as exc:  # not found, not downloadable, not a model
+                raise BackendError(
+                    "unavailable", code=f"embedding_model:{type(exc).__name__}"
+                ) from None
+        await self._run(lambda db: None)
+
     async def aclose(self) -> None:
         with self._lock:
             if self._db is not None:
