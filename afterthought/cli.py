@@ -18,7 +18,6 @@ import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
 
 from pydantic import AliasChoices, ValidationError
 
@@ -65,12 +64,12 @@ def _with_redis(
     args: argparse.Namespace, work: Callable[[Settings, aioredis.Redis], Awaitable[int]]
 ) -> int:
     """Run ``work`` with the settings and a Redis client, closed after."""
-    import redis.asyncio as aioredis
+    from afterthought.connections import connect
 
     settings = _settings(args)
 
     async def run() -> int:
-        client = aioredis.Redis.from_url(settings.redis_url)
+        client = connect(settings.redis_url)
         try:
             return await work(settings, client)
         finally:
@@ -84,11 +83,11 @@ def _redis_failure(exc: Exception) -> str:
     may hold; Redis's own error text (a bad DB index, a refused password) is kept."""
     from redis.exceptions import AuthenticationError, ConnectionError, ResponseError
 
+    from afterthought.connections import describe
     from afterthought.settings import Settings
 
     try:
-        where = urlsplit(Settings().redis_url)
-        server = f"Redis at {where.hostname}:{where.port or 6379}"
+        server = describe(Settings().redis_url)
     except ValueError:
         server = "Redis"
     if isinstance(exc, AuthenticationError):
@@ -114,21 +113,29 @@ def _worker(args: argparse.Namespace) -> int:
 
 
 def _reach(settings: Settings) -> None:
-    """Raise the Redis error at once if Redis cannot be reached or refuses us."""
-    import redis
+    """Raise the Redis error at once if Redis (or arq's) cannot be reached or refuses us."""
+    from afterthought.connections import connect_sync
 
-    client = redis.Redis.from_url(settings.redis_url, socket_connect_timeout=5)
-    try:
-        client.ping()
-    finally:
-        client.close()
+    for url in dict.fromkeys((settings.redis_url, settings.jobs_redis_url)):
+        client = connect_sync(url, timeout=5)
+        try:
+            client.ping()
+        finally:
+            client.close()
 
 
 def _status(args: argparse.Namespace) -> int:
     from afterthought.status import snapshot
 
     async def work(settings: Settings, client: aioredis.Redis) -> int:
-        status = await snapshot(client, settings)
+        from afterthought.connections import connect
+
+        jobs = connect(settings.arq_redis_url) if settings.arq_redis_url else None
+        try:
+            status = await snapshot(client, settings, jobs=jobs)
+        finally:
+            if jobs is not None:
+                await jobs.aclose()
         print(status.model_dump_json(indent=2) if args.json else _describe(status))
         return OK if not status.problems else ATTENTION
 

@@ -21,12 +21,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import redis.asyncio as aioredis
-from redis.exceptions import RedisError, ResponseError
+from redis.exceptions import ResponseError
+from redis.sentinel import MasterNotFoundError
 
 from afterthought.breaker import CircuitBreaker
+from afterthought.connections import FAILURES, connect
 from afterthought.contract import QueuedMessage
 from afterthought.direct_write import DirectWriter
-from afterthought.loops import PerLoop, redis_client
+from afterthought.loops import PerLoop
 from afterthought.queue import REFUSED, ThreadQueue
 from afterthought.settings import Settings
 from afterthought.telemetry import queue_failures, watch_buffer
@@ -69,7 +71,10 @@ def _may_have_run(exc: BaseException) -> bool:
     connect is certain not to have sent it (redis-py raises those from ``connect``)."""
     text = str(exc)
     refused = isinstance(exc.__context__, ConnectionRefusedError)
-    return not (refused or " connecting to " in text or text.startswith("Timeout connecting"))
+    no_master = isinstance(exc, MasterNotFoundError)  # no sentinel named one to send to
+    return not (
+        refused or no_master or " connecting to " in text or text.startswith("Timeout connecting")
+    )
 
 
 class Enqueuer:
@@ -103,7 +108,7 @@ class Enqueuer:
         _ENQUEUERS.add(self)
 
     def _connect(self) -> tuple[aioredis.Redis, ThreadQueue]:
-        client = self._given or redis_client(
+        client = self._given or connect(
             self._settings.redis_url, timeout=self._settings.enqueue_timeout
         )
         return client, ThreadQueue(client, self._settings)
@@ -148,7 +153,12 @@ class Enqueuer:
     async def send(self, messages: Sequence[QueuedMessage]) -> str | None:
         """One attempt on the running loop's client, no buffering: None once queued, else
         why not (a full queue, Redis refusing, or Redis unreachable: then it may have run)."""
-        return await self._send(self._client.get()[1], messages, self._settings.enqueue_timeout)
+        try:
+            queue = self._client.get()[1]
+        except Exception as exc:  # building a client must not fail the turn (nothing ran)
+            self._failed(exc)
+            return NOT_SENT
+        return await self._send(queue, messages, self._settings.enqueue_timeout)
 
     async def _send(
         self, queue: ThreadQueue, messages: Sequence[QueuedMessage], timeout: float
@@ -160,7 +170,7 @@ class Enqueuer:
         except ResponseError as exc:  # Redis answered: the script did not run
             self._failed(exc)
             return REDIS_REFUSED
-        except (RedisError, OSError, TimeoutError) as exc:
+        except FAILURES as exc:  # a cluster's or a failing-over Sentinel's errors too
             self._failed(exc)
             return UNREACHABLE if _may_have_run(exc) else NOT_SENT
         self.breaker.succeeded()
@@ -359,9 +369,10 @@ class _Drainer:
 
     def _main(self) -> None:
         loop = asyncio.new_event_loop()
-        client = redis_client(self._settings.redis_url, timeout=DRAIN_TIMEOUT_SECONDS)
-        queue = ThreadQueue(client, self._settings)  # connects on first use, on this loop
+        client = None
         try:
+            client = connect(self._settings.redis_url, timeout=DRAIN_TIMEOUT_SECONDS)
+            queue = ThreadQueue(client, self._settings)  # connects on first use, on this loop
             while True:
                 if not self._wake.wait(IDLE_EXIT_SECONDS):
                     with self._start:  # wake() sees this thread gone, or it sees the event
@@ -384,7 +395,8 @@ class _Drainer:
         except Exception as exc:  # never silent: the buffer would stop draining
             log.error("drain thread failed error=%s", type(exc).__name__)
         finally:
-            loop.run_until_complete(client.aclose())
+            if client is not None:
+                loop.run_until_complete(client.aclose())
             loop.close()
 
     def stop(self) -> None:

@@ -8,8 +8,6 @@ import weakref
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
-import redis.asyncio as aioredis
-
 T = TypeVar("T")
 
 
@@ -32,10 +30,3 @@ class PerLoop(Generic[T]):
     def pop_current(self) -> T | None:
         """Forget (and return, for closing) the value of the running loop."""
         return self._values.pop(asyncio.get_running_loop(), None)
-
-
-def redis_client(url: str, *, timeout: float) -> aioredis.Redis:
-    """A client whose every command gives up after ``timeout`` seconds."""
-    return aioredis.Redis.from_url(
-        url, socket_timeout=timeout, socket_connect_timeout=timeout, retry_on_timeout=False
-    )

@@ -6,25 +6,39 @@ from __future__ import annotations
 import json
 from pathlib import Path
 from typing import Literal
-from urllib.parse import urlsplit
 
 from platformdirs import user_data_path
 from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from afterthought.connections import parse as parse_redis_url
 
 
 class Settings(BaseSettings):
     """Everything both processes need; keyword overrides win over the environment."""
 
     model_config = SettingsConfigDict(
-        env_prefix="AFTERTHOUGHT_", populate_by_name=True, extra="forbid", frozen=True
+        env_prefix="AFTERTHOUGHT_",
+        populate_by_name=True,
+        extra="forbid",
+        frozen=True,
+        # A bad URL or key must not be echoed into a log by whoever prints the error.
+        hide_input_in_errors=True,
     )
 
     redis_url: str = Field(
         "redis://127.0.0.1:6379/0",
         validation_alias=AliasChoices("REDIS_URL", "AFTERTHOUGHT_REDIS_URL", "redis_url"),
     )
-    """Redis for the queue, the identity registry and the context cache (TLS/ACL URLs work)."""
+    """Redis for the queue, the identity registry and the context cache: ``redis://``,
+    ``rediss://`` (TLS), ``unix://`` or a Sentinel set, ``redis+sentinel://h:p,h:p/SERVICE``."""
+    arq_redis_url: str | None = Field(
+        None,
+        validation_alias=AliasChoices(
+            "ARQ_REDIS_URL", "AFTERTHOUGHT_ARQ_REDIS_URL", "arq_redis_url"
+        ),
+    )
+    """Redis for arq's jobs, when not ``redis_url``: one Redis or a Sentinel set."""
     zep_api_key: SecretStr | None = Field(
         None, validation_alias=AliasChoices("ZEP_API_KEY", "zep_api_key")
     )
@@ -146,6 +160,11 @@ class Settings(BaseSettings):
     session state, so by default a pinned user or graph must be the registry's for the ADK
     user, and the worker writes to a pinned thread only if it belongs to that user."""
 
+    @property
+    def jobs_redis_url(self) -> str:
+        """Where arq's jobs live: ``arq_redis_url``, else ``redis_url``."""
+        return self.arq_redis_url or self.redis_url
+
     @field_validator("key_prefix")
     @classmethod
     def _plain_prefix(cls, value: str) -> str:
@@ -153,22 +172,14 @@ class Settings(BaseSettings):
             raise ValueError("key_prefix must be non-empty letters, digits, '-', '_' or '.'")
         return value
 
-    @field_validator("redis_url")
+    @field_validator("redis_url", "arq_redis_url")
     @classmethod
-    def _redis_url(cls, value: str) -> str:
+    def _redis_url(cls, value: str | None) -> str | None:
         # redis-py reads a path that is not a number as database 0, silently; a URL it
-        # cannot parse would fail later, in a turn. Neither message holds the URL (it may
-        # hold a password).
-        parts = urlsplit(value)
-        if parts.scheme not in {"redis", "rediss", "unix"}:
-            raise ValueError("the Redis URL must start with redis://, rediss:// or unix://")
-        database = parts.path.strip("/")
-        if parts.scheme != "unix" and database and not database.isdigit():
-            raise ValueError("the Redis URL's database (its path) must be a number")
-        try:
-            parts.port  # noqa: B018 - raises on a port out of range
-        except ValueError:
-            raise ValueError("the Redis URL's port must be a number 0-65535") from None
+        # cannot parse would fail later, in a turn. Refused here, in words that never
+        # quote the URL (it may hold a password).
+        if value is not None:
+            parse_redis_url(value)
         return value
 
     @field_validator("local_db_path")

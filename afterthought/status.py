@@ -149,9 +149,13 @@ def _health_fields(line: bytes | None) -> dict[str, int]:
     return fields
 
 
-async def snapshot(redis: aioredis.Redis, settings: Settings) -> Status:
-    """The deployment now: a handful of round trips, plus one per thousand queued threads."""
+async def snapshot(
+    redis: aioredis.Redis, settings: Settings, *, jobs: aioredis.Redis | None = None
+) -> Status:
+    """The deployment now: a handful of round trips, plus one per thousand queued threads.
+    ``jobs``: arq's Redis, when it is another one (``arq_redis_url``)."""
     keys = Keys(settings.key_prefix)
+    jobs = jobs or redis
     now = time.time()
     now_ms = int(now * 1000)
     lease_ms = int(settings.lease_seconds * 1000)
@@ -163,20 +167,10 @@ async def snapshot(redis: aioredis.Redis, settings: Settings) -> Status:
         pipe.get(keys.paused)
         pipe.pttl(keys.paused)
         pipe.get(keys.rate_limit)
-        pipe.zrangebyscore(keys.queue, "-inf", "+inf", withscores=True)
         pipe.get(keys.lost)
         pipe.hvals(keys.forgets)
-        (
-            depth,
-            ready,
-            dead,
-            paused,
-            paused_ttl,
-            rate,
-            arq_queue,
-            lost,
-            forgets,
-        ) = await pipe.execute()
+        depth, ready, dead, paused, paused_ttl, rate, lost, forgets = await pipe.execute()
+    arq_queue = await jobs.zrangebyscore(keys.queue, "-inf", "+inf", withscores=True)
 
     due = leased = deferred = stranded = missing = 0
     oldest: int | None = None
@@ -224,7 +218,7 @@ async def snapshot(redis: aioredis.Redis, settings: Settings) -> Status:
         dead_letters=int(dead),
         lost_messages=int(lost or 0) + missing,
         pause=pause,
-        workers=await _workers(redis, keys),
+        workers=await _workers(jobs, keys),
         synthesis=SynthesisStatus(
             pending_users=len(synth_due),
             lag_seconds=(max(overdue) / 1000 if overdue else 0.0) if synth_due else None,

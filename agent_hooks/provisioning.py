@@ -8,10 +8,9 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-import redis.asyncio as aioredis
-
 from afterthought.backends import open_backend
 from afterthought.backends.base import MemoryBackend, UserRef
+from afterthought.connections import connect
 from afterthought.identity import IdentityRegistry
 from afterthought.settings import Settings
 
@@ -73,7 +72,7 @@ class _registry:
     """An identity registry on its own connection, closed afterwards."""
 
     def __init__(self, settings: Settings) -> None:
-        self._client = aioredis.Redis.from_url(settings.redis_url)
+        self._client = connect(settings.redis_url)
         self._settings = settings
 
     async def __aenter__(self) -> IdentityRegistry:

@@ -57,7 +57,7 @@ async def test_unauthorized_pauses_every_worker_and_dead_letters_nothing(
     assert zep_fake.messages() == [] and not await redis.llen(keys.dead)
     assert await redis.llen(keys.pending(queued("x", 1).thread_key)) == 1
     await redis.zadd(keys.ready, {queued("x", 1).thread_key: 0})  # due, yet paused:
-    assert not await dispatch_once(redis, keys)  # type: ignore[arg-type]
+    assert not await dispatch_once(redis, redis, keys)  # type: ignore[arg-type]
 
     await redis.delete(keys.paused)  # the pause expires (or the operator fixed the key)
     await drain(settings)
@@ -299,7 +299,7 @@ async def test_worker_warns_unless_redis_never_evicts_and_persists(
         client = aioredis.Redis.from_url(url)
         await client.config_set("appendonly", "yes")
         with caplog.at_level(logging.WARNING):
-            found = await check_redis(client)  # type: ignore[arg-type]
+            found = await check_redis(client)
         assert (found.maxmemory_policy, found.persistence) == ("noeviction", "aof")
         # The worker's own warnings only: another test's drain thread may still be logging.
         assert not [r for r in caplog.records if r.name == "afterthought.worker"]
@@ -307,7 +307,7 @@ async def test_worker_warns_unless_redis_never_evicts_and_persists(
         await client.config_set("appendonly", "no")
         await client.config_set("save", "")
         with caplog.at_level(logging.WARNING):
-            found = await check_redis(client)  # type: ignore[arg-type]
+            found = await check_redis(client)
         assert (found.maxmemory_policy, found.persistence) == ("allkeys-lru", "none")
         assert "may evict queued messages" in caplog.text
         assert "persists nothing" in caplog.text

@@ -18,9 +18,12 @@ from arq import ArqRedis, cron
 from arq.connections import RedisSettings
 from arq.cron import CronJob
 from arq.worker import Worker, func
+from redis.asyncio import Redis
 from redis.exceptions import OutOfMemoryError, RedisError
 
 from afterthought.backends import open_backend
+from afterthought.connections import FAILURES, connect
+from afterthought.connections import parse as parse_redis_url
 from afterthought.contract import QueuedMessage
 from afterthought.keys import Keys, digest
 from afterthought.settings import Settings
@@ -92,8 +95,9 @@ async def resume_forgets(ctx: dict[str, Any]) -> dict[str, int]:
     return {"resumed": len(done), "pending": sum(d.pending for d in done)}
 
 
-async def dispatch_once(redis: ArqRedis, keys: Keys) -> bool:
-    """Queue a flush job when unclaimed threads are due and no job waits to start.
+async def dispatch_once(redis: Redis, jobs: ArqRedis, keys: Keys) -> bool:
+    """Queue a flush job (on arq's Redis, ``jobs``) when unclaimed threads are due and no
+    job waits to start.
 
     A job waiting is marked by a short-lived key that the job deletes when it starts, so
     neither a running job nor one stuck on a killed worker holds dispatching back."""
@@ -102,17 +106,17 @@ async def dispatch_once(redis: ArqRedis, keys: Keys) -> bool:
         return False
     if not await redis.set(keys.dispatch, "1", nx=True, px=DISPATCH_MARK_MS):
         return False
-    job = await redis.enqueue_job(
+    job = await jobs.enqueue_job(
         "flush", _job_id=keys.job_id("flush", uuid.uuid4().hex), _queue_name=keys.queue
     )
     return job is not None
 
 
-async def dispatch_or_drain(redis: ArqRedis, keys: Keys, flusher: Flusher) -> None:
+async def dispatch_or_drain(jobs: ArqRedis, keys: Keys, flusher: Flusher) -> None:
     """Dispatch a flush job; when Redis is at ``maxmemory`` arq cannot queue one, so drain
     in this process instead (draining is what frees memory, and its scripts may run)."""
     try:
-        await dispatch_once(redis, keys)
+        await dispatch_once(flusher.redis, jobs, keys)
     except RedisError as exc:
         if not isinstance(exc, OutOfMemoryError):
             raise
@@ -120,16 +124,16 @@ async def dispatch_or_drain(redis: ArqRedis, keys: Keys, flusher: Flusher) -> No
         await flusher.drain(budget=FLUSH_BUDGET_SECONDS)
 
 
-async def _dispatch_forever(redis: ArqRedis, keys: Keys, flusher: Flusher) -> None:
+async def _dispatch_forever(jobs: ArqRedis, keys: Keys, flusher: Flusher) -> None:
     while True:
         try:
-            await dispatch_or_drain(redis, keys, flusher)
-        except (RedisError, OSError) as exc:
+            await dispatch_or_drain(jobs, keys, flusher)
+        except FAILURES as exc:
             log.warning("dispatch failed error=%s", type(exc).__name__)
         await asyncio.sleep(DISPATCH_INTERVAL_SECONDS)
 
 
-async def check_redis(redis: ArqRedis) -> RedisStatus:
+async def check_redis(redis: Redis) -> RedisStatus:
     """W9: queued messages must never be evicted, and should survive a restart; warn
     when either is not so. Draining goes on at ``maxmemory``."""
     found = await redis_status(redis)
@@ -145,7 +149,7 @@ async def check_redis(redis: ArqRedis) -> RedisStatus:
     return found
 
 
-async def supports_script_flags(redis: ArqRedis) -> bool:
+async def supports_script_flags(redis: Redis) -> bool:
     """Redis 7 reads ``#!lua flags=...``: the drain scripts then run at ``maxmemory``."""
     version = str((await redis.info("server")).get("redis_version", "0"))
     supported = int(version.split(".")[0] or 0) >= 7
@@ -180,6 +184,29 @@ def _prune_cron(keys: Keys, at: str) -> CronJob:
     )
 
 
+def arq_settings(url: str) -> RedisSettings:
+    """arq's connection settings for the same target (arq parses no Sentinel URL)."""
+    target = parse_redis_url(url)
+    if target.topology == "standalone":
+        return RedisSettings.from_dsn(url)
+    # arq 0.28 passes one password, to the data nodes only, and TLS as a flag that
+    # Sentinel-managed connections refuse.
+    if target.sentinel_auth or target.tls:
+        raise ValueError(
+            "arq cannot use a Sentinel set over TLS or with sentinel passwords: give it "
+            "another Redis (ARQ_REDIS_URL)"
+        )
+    assert target.service is not None
+    return RedisSettings(
+        host=list(target.nodes),
+        sentinel=True,
+        sentinel_master=target.service,
+        database=target.db,
+        username=target.username,
+        password=target.password,
+    )
+
+
 def worker_settings(
     settings: Settings | None = None, *, burst: bool = False, **arq_overrides: Any
 ) -> dict[str, Any]:
@@ -189,7 +216,8 @@ def worker_settings(
     worker_id = f"{socket.gethostname()}:{os.getpid()}"
 
     async def on_startup(ctx: dict[str, Any]) -> None:
-        redis: ArqRedis = ctx["redis"]
+        jobs: ArqRedis = ctx["redis"]  # arq's, for jobs only
+        redis = ctx["data"] = connect(s.redis_url)  # the queue, registry and cache
         await check_redis(redis)
         allow_oom = await supports_script_flags(redis)
         if s.metrics_port is not None:  # first: a port in use stops the worker before it works
@@ -214,7 +242,7 @@ def worker_settings(
 
             async def after_flush(message: QueuedMessage) -> None:
                 # Debounced: while one waits for the user, another is not queued (same id).
-                await redis.enqueue_job(
+                await jobs.enqueue_job(
                     "synthesize",
                     message.app,
                     message.user_id,
@@ -226,11 +254,11 @@ def worker_settings(
         flusher = ctx["flusher"] = Flusher(
             s, redis, backend, after_flush=after_flush, allow_oom=allow_oom
         )
-        await dispatch_or_drain(redis, keys, flusher)
+        await dispatch_or_drain(jobs, keys, flusher)
         if not burst:
-            tasks.append(asyncio.create_task(_dispatch_forever(redis, keys, flusher)))
+            tasks.append(asyncio.create_task(_dispatch_forever(jobs, keys, flusher)))
         if s.metrics_port is not None:
-            tasks.append(asyncio.create_task(metrics.refresh_forever(redis, s, health)))
+            tasks.append(asyncio.create_task(metrics.refresh_forever(redis, jobs, s, health)))
         log.info("worker ready id=%s backend=%s prefix=%s", worker_id, backend.name, s.key_prefix)
         if s.audit_key is None:
             log.warning("audit log off: set AFTERTHOUGHT_AUDIT_KEY to keep one")
@@ -244,6 +272,8 @@ def worker_settings(
             ctx["metrics_server"].shutdown()
         if "backend" in ctx:
             await ctx["backend"].aclose()
+        if "data" in ctx:
+            await ctx["data"].aclose()
 
     return {
         "functions": [
@@ -267,7 +297,7 @@ def worker_settings(
             *([] if s.prune_at == "off" else [_prune_cron(keys, s.prune_at)]),
         ],
         "queue_name": keys.queue,
-        "redis_settings": RedisSettings.from_dsn(s.redis_url),
+        "redis_settings": arq_settings(s.jobs_redis_url),
         "job_serializer": json_dumps,
         "job_deserializer": json_loads,
         "on_startup": on_startup,

@@ -19,9 +19,9 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 import redis.asyncio as aioredis
 from prometheus_client import Counter, Gauge, Histogram, make_wsgi_app
-from redis.exceptions import RedisError
 
 from afterthought.backends.base import BackendError, MemoryBackend
+from afterthought.connections import FAILURES
 from afterthought.keys import Keys
 from afterthought.settings import Settings
 from afterthought.status import Status, snapshot
@@ -178,26 +178,35 @@ class Health:
         return ok, {"ok": ok, "worker": self.worker_id, "last_refresh_seconds": age}
 
 
-async def shared_snapshot(redis: aioredis.Redis, settings: Settings, worker_id: str) -> Status:
+async def shared_snapshot(
+    redis: aioredis.Redis,
+    settings: Settings,
+    worker_id: str,
+    *,
+    jobs: aioredis.Redis | None = None,
+) -> Status:
     """One worker takes the snapshot each period and shares it; the others read it (one
-    GET), so a deployment pays for one snapshot however many workers it runs."""
+    GET), so a deployment pays for one snapshot however many workers it runs. ``jobs``:
+    arq's Redis, when another one."""
     keys = Keys(settings.key_prefix)
     period_ms = int(REFRESH_SECONDS * 1000)
     if not await redis.set(keys.lock("status"), worker_id, nx=True, px=period_ms - 100):
         shared = await redis.get(keys.status)
         if shared is not None:
             return Status.model_validate_json(shared)
-    status = await snapshot(redis, settings)
+    status = await snapshot(redis, settings, jobs=jobs)
     await redis.set(keys.status, status.model_dump_json(), px=3 * period_ms)
     return status
 
 
-async def refresh_forever(redis: aioredis.Redis, settings: Settings, health: Health) -> None:
+async def refresh_forever(
+    redis: aioredis.Redis, jobs: aioredis.Redis, settings: Settings, health: Health
+) -> None:
     while True:
         try:
-            record(await shared_snapshot(redis, settings, health.worker_id))
+            record(await shared_snapshot(redis, settings, health.worker_id, jobs=jobs))
             health.last_ok = time.monotonic()
-        except (RedisError, OSError) as exc:
+        except FAILURES as exc:
             log.warning("metrics refresh failed error=%s", type(exc).__name__)
         await asyncio.sleep(REFRESH_SECONDS)
 

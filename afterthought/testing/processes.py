@@ -9,8 +9,7 @@ import subprocess
 import sys
 import time
 
-import redis.asyncio as aioredis
-
+from afterthought.connections import connect
 from afterthought.keys import Keys
 from afterthought.settings import Settings
 
@@ -31,13 +30,13 @@ async def wait_settled(settings: Settings, timeout: float) -> bool:
     arq's timeout; the threads it held are recovered without it, so it is not waited on.)"""
     keys = Keys(settings.key_prefix)
     synth = keys.job_id("synth", "").encode()
-    client = aioredis.Redis.from_url(settings.redis_url)
+    client, jobs = connect(settings.redis_url), connect(settings.jobs_redis_url)
     deadline = time.monotonic() + timeout
 
     async def busy() -> bool:
         if await client.zcard(keys.ready):
             return True
-        return any(job.startswith(synth) for job in await client.zrange(keys.queue, 0, -1))
+        return any(job.startswith(synth) for job in await jobs.zrange(keys.queue, 0, -1))
 
     try:
         while await busy():
@@ -47,12 +46,17 @@ async def wait_settled(settings: Settings, timeout: float) -> bool:
         return True
     finally:
         await client.aclose()
+        await jobs.aclose()
 
 
 async def cleanup(settings: Settings) -> None:
     """Remove every key of the run (ours and arq's)."""
-    client = aioredis.Redis.from_url(settings.redis_url)
-    for pattern in (f"{settings.key_prefix}:*", f"arq:*{settings.key_prefix}:*"):
+    for url, pattern in (
+        (settings.redis_url, f"{settings.key_prefix}:*"),
+        (settings.jobs_redis_url, f"arq:*{settings.key_prefix}:*"),
+        (settings.jobs_redis_url, f"{settings.key_prefix}:*"),  # arq's queue and health
+    ):
+        client = connect(url)
         async for key in client.scan_iter(match=pattern, count=1000):
             await client.delete(key)
-    await client.aclose()
+        await client.aclose()

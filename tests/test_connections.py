@@ -1,0 +1,111 @@
+"""One client factory: what each URL names, errors that never quote credentials, and a
+turn that a client which cannot be built (or a cluster's error) never breaks."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+from redis.exceptions import RedisClusterException
+
+from afterthought.connections import connect, describe, parse
+from afterthought.enqueue import Enqueuer
+from afterthought.settings import Settings
+from tests.conftest import queued
+
+SENTINEL_URLS = [
+    (
+        "redis+sentinel://10.0.0.1:26379,10.0.0.2:26380/mymaster/2",
+        [("10.0.0.1", 26379), ("10.0.0.2", 26380)],
+        "mymaster",
+        2,
+        False,
+    ),
+    ("redis+sentinel://s1/m", [("s1", 26379)], "m", 0, False),
+    (
+        "rediss+sentinel://:pw@[::1]:5000,[fe80::1]/svc",
+        [("::1", 5000), ("fe80::1", 26379)],
+        "svc",
+        0,
+        True,
+    ),
+]
+
+
+@pytest.mark.parametrize(("url", "nodes", "service", "db", "tls"), SENTINEL_URLS)
+def test_a_sentinel_url_names_its_sentinels_and_service(
+    url: str, nodes: list[tuple[str, int]], service: str, db: int, tls: bool
+) -> None:
+    target = parse(url)
+    assert target.topology == "sentinel"
+    assert (list(target.nodes), target.service, target.db, target.tls) == (nodes, service, db, tls)
+
+
+def test_credentials_go_where_they_belong_and_never_into_a_repr_or_message() -> None:
+    target = parse("redis+sentinel://app:s3cret@h:1/svc?sentinel_password=s3ntinel")
+    assert (target.username, target.password) == ("app", "s3cret")
+    assert target.sentinel_auth == {"password": "s3ntinel"}
+    assert "s3cret" not in repr(target) and "s3ntinel" not in repr(target)
+    assert "s3cret" not in describe("redis://u:s3cret@h:7000/0")
+    assert describe("redis+sentinel://u:s3cret@h:1,g:2/svc") == (
+        "Redis (Sentinel service 'svc' via h:1,g:2)"
+    )
+
+
+BAD_URLS = [
+    ("redis+cluster://h:7000", "Redis Cluster is not supported yet"),
+    ("http://h:6379", "must start with redis://"),
+    ("redis://h:6379/zero", "database (its path) must be a number"),
+    ("redis://h:99999/0", "port must be a number"),
+    ("redis+sentinel://h:1", "names the service"),
+    ("redis+sentinel://h:1/svc/x", "database (after the service)"),
+    ("redis+sentinel://h:port/svc", "host:port,host:port"),
+    ("redis+sentinel://h:1,/svc", "host:port,host:port"),
+    ("redis+sentinel://h:1/svc?ssl_certfile=/x", "takes no option ssl_certfile"),
+]
+
+
+@pytest.mark.parametrize(("url", "says"), BAD_URLS)
+def test_a_url_that_names_no_redis_is_refused_in_words_without_the_url(url: str, says: str) -> None:
+    secret = url.replace("//", "//user:pa55word@", 1)
+    with pytest.raises(ValidationError) as refused:
+        Settings(redis_url=secret)
+    assert says in str(refused.value) and "pa55word" not in str(refused.value)
+    with pytest.raises(ValidationError, match="arq_redis_url"):
+        Settings(arq_redis_url=url)
+
+
+async def test_building_a_client_connects_nothing() -> None:
+    """Building is what a turn does first: it must not reach the network (or fail)."""
+    for url in ("redis://203.0.113.1:6379/0", "redis+sentinel://203.0.113.1:1,203.0.113.2:2/m"):
+        client = connect(url, timeout=0.05)
+        await client.aclose()
+
+
+async def test_a_client_that_cannot_be_built_or_a_cluster_error_never_reaches_the_turn(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Both are counted as failed sends and the messages wait in the buffer."""
+    import afterthought.enqueue as enqueue_module
+
+    def unbuildable(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("no client")
+
+    monkeypatch.setattr(enqueue_module, "connect", unbuildable)
+    enqueuer = Enqueuer(Settings(key_prefix="unit-build", breaker_failures=100))
+    assert not await enqueuer.enqueue([queued("first", 1)])
+    assert enqueuer.buffered == 1 and enqueuer.breaker.failures == 1
+    enqueuer._drainer.stop()
+
+    class Cluster:
+        def register_script(self, script: str) -> Any:
+            async def run(**kwargs: Any) -> Any:
+                raise RedisClusterException("CROSSSLOT, as a cluster client raises it")
+
+            return run
+
+    clustered = Enqueuer(Settings(key_prefix="unit-cluster"), redis=Cluster())  # type: ignore[arg-type]
+    assert not await clustered.enqueue([queued("second", 2)])
+    assert clustered.buffered == 1 and clustered.breaker.failures == 1
+    clustered._drainer.stop()
