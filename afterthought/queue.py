@@ -22,8 +22,10 @@ agent's enqueue does not: a full Redis pushes back on writers."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import redis.asyncio as aioredis
 from redis.commands.core import AsyncScript
@@ -31,6 +33,8 @@ from redis.commands.core import AsyncScript
 from afterthought.contract import QueuedMessage
 from afterthought.keys import Keys
 from afterthought.settings import Settings
+
+log = logging.getLogger("afterthought.queue")
 
 #: The message keys each thread remembers for de-duplication. 128 keeps the ZSET in
 #: Redis' compact encoding (about 5 KB a thread); a re-push comes within seconds of the
@@ -284,6 +288,9 @@ end
 return out
 """
 
+#: How long a worker waits for replicas to hold a batch's record before sending it.
+BEGIN_WAIT_MS = 1000
+
 #: What the enqueue and replay scripts return when a cap refuses the messages.
 REFUSED = {-1: "thread queue full", -2: "queue full"}
 GONE = -3
@@ -325,6 +332,26 @@ class ThreadQueue:
         self._purge = redis.register_script(flag + PURGE_LUA)
         self._threads: AsyncScript = redis.register_script(THREADS_LUA)
 
+    async def _replicated(
+        self, script: AsyncScript, *, keys: list[str], args: list[Any], wait_ms: int
+    ) -> Any:
+        """Run a script that writes what a failover must not lose; with
+        ``redis_wait_replicas``, return once that many replicas hold it (``WAIT``, on the
+        connection that wrote: it waits for that connection's writes) or after ``wait_ms``.
+        A shortfall is logged, not refused: a replica down degrades durability only."""
+        wanted = self.settings.redis_wait_replicas
+        if not wanted:
+            return await script(keys=keys, args=args)
+        connection = self.redis.client()
+        try:
+            result = await script(keys=keys, args=args, client=connection)
+            held = int(await connection.wait(wanted, wait_ms))
+        finally:
+            await connection.aclose()
+        if held < wanted:
+            log.warning("write not replicated replicas=%d wanted=%d", held, wanted)
+        return result
+
     def _seen_args(self) -> list[int]:
         return [SEEN_KEYS, SEEN_TTL_MS]
 
@@ -347,7 +374,11 @@ class ThreadQueue:
         or recently held are skipped), or a negative :data:`REFUSED` code."""
         head = messages[0]
         return int(
-            await self._enqueue(
+            await self._replicated(
+                self._enqueue,
+                # Half the budget: a replica that lags must not turn every turn's write
+                # into a timeout (the message is queued; it is the copy that is late).
+                wait_ms=max(1, int(self.settings.enqueue_timeout * 500)),
                 keys=self._append_keys(head),
                 args=[
                     *self._seen_args(),
@@ -406,9 +437,14 @@ class ThreadQueue:
         )
 
     async def begin(self, tk: str, token: str, *, first: int, last: int) -> bool:
+        """Record the batch about to be sent: after a failover, a next attempt reads back
+        what it may have stored instead of sending it twice."""
         return bool(
-            await self._begin(
-                keys=[self.keys.lease(tk), self.keys.thread(tk)], args=[token, f"{first}:{last}"]
+            await self._replicated(
+                self._begin,
+                wait_ms=BEGIN_WAIT_MS,
+                keys=[self.keys.lease(tk), self.keys.thread(tk)],
+                args=[token, f"{first}:{last}"],
             )
         )
 

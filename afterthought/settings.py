@@ -14,6 +14,12 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from afterthought.connections import parse as parse_redis_url
 
 
+def _default_store(key_prefix: str) -> Path:
+    """One file per deployment on a machine: two deployments never share a memory."""
+    name = "memory" if key_prefix == "afterthought" else f"memory-{key_prefix}"
+    return user_data_path("afterthought") / f"{name}.sqlite3"
+
+
 class Settings(BaseSettings):
     """Everything both processes need; keyword overrides win over the environment."""
 
@@ -29,6 +35,7 @@ class Settings(BaseSettings):
     redis_url: str = Field(
         "redis://127.0.0.1:6379/0",
         validation_alias=AliasChoices("REDIS_URL", "AFTERTHOUGHT_REDIS_URL", "redis_url"),
+        repr=False,  # it may hold a password
     )
     """Redis for the queue, the identity registry and the context cache: ``redis://``,
     ``rediss://`` (TLS), ``unix://`` or a Sentinel set, ``redis+sentinel://h:p,h:p/SERVICE``."""
@@ -37,6 +44,7 @@ class Settings(BaseSettings):
         validation_alias=AliasChoices(
             "ARQ_REDIS_URL", "AFTERTHOUGHT_ARQ_REDIS_URL", "arq_redis_url"
         ),
+        repr=False,
     )
     """Redis for arq's jobs, when not ``redis_url``: one Redis or a Sentinel set."""
     zep_api_key: SecretStr | None = Field(
@@ -51,14 +59,15 @@ class Settings(BaseSettings):
     """Memory backend; ``zep`` when a key is set, else ``local``."""
     memory_mode: Literal["zep", "managed"] = "zep"
     """On Zep: ``zep`` lets Zep extract facts; ``managed`` stores history only."""
-    local_db_path: Path = Field(
-        default_factory=lambda: user_data_path("afterthought") / "memory.sqlite3"
-    )
-    """SQLite file of the local backend; agent and worker must name the same file."""
-    embedding_model: str | None = None
-    """Local backend: a model2vec model (path or name; extra ``embeddings``) for hybrid recall."""
     key_prefix: str = "afterthought"
     """Deployment prefix of every Redis key, arq's queue and job ids included."""
+    local_db_path: Path = Field(
+        default_factory=lambda fields: _default_store(fields.get("key_prefix", "afterthought"))
+    )
+    """SQLite file of the local backend; agent and worker must name the same file (the
+    default is one per deployment, in the user data directory)."""
+    embedding_model: str | None = None
+    """Local backend: a model2vec model (path or name; extra ``embeddings``) for hybrid recall."""
     retrieval_budget: float = Field(0.25, gt=0, le=30)
     """Hard deadline, in seconds, for reading memory on the turn path."""
     context_mode: Literal["cached", "query"] = "cached"
@@ -66,6 +75,9 @@ class Settings(BaseSettings):
     retrieved for the user's message within the budget, else the cached one."""
     enqueue_timeout: float = Field(0.1, gt=0, le=5)
     """Deadline, in seconds, for the one Redis round trip that queues a write."""
+    redis_wait_replicas: int = Field(0, ge=0, le=16)
+    """Replicas that must hold a queued write before it counts as queued (Redis ``WAIT``;
+    one more round trip): with Sentinel, 1 keeps a failover from losing it."""
     zep_user_id_template: str = "{user_id}"
     """Backend ``user_id`` from ADK's ``app`` and ``user_id``. The default makes one user id
     one person in every app of the deployment (one memory; forgetting them forgets them in
@@ -171,6 +183,23 @@ class Settings(BaseSettings):
         if not value or not all(c.isalnum() or c in "-_." for c in value):
             raise ValueError("key_prefix must be non-empty letters, digits, '-', '_' or '.'")
         return value
+
+    @field_validator(
+        "arq_redis_url",
+        "zep_api_key",
+        "zep_base_url",
+        "backend",
+        "embedding_model",
+        "context_template_uuid",
+        "synthesis_model",
+        "audit_key",
+        "metrics_port",
+        mode="before",
+    )
+    @classmethod
+    def _empty_is_unset(cls, value: object) -> object:
+        # Compose and CI set a variable to "" for "not set": it must mean the default.
+        return None if isinstance(value, str) and not value.strip() else value
 
     @field_validator("redis_url", "arq_redis_url")
     @classmethod

@@ -97,8 +97,22 @@ async def database_source(url: str, *, app: str, user_id: str | None = None) -> 
         raise BackfillError(
             "reading an ADK session database needs SQLAlchemy: pip install 'afterthought-adk[db]'"
         ) from exc
-    service = DatabaseSessionService(db_url=url)
-    listed = (await service.list_sessions(app_name=app, user_id=user_id)).sessions
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import SQLAlchemyError
+
+    try:
+        where = make_url(url)
+    except (SQLAlchemyError, ValueError):
+        raise BackfillError("--db-url is not a database URL") from None
+    # SQLite would create a file that is not there (a typo) and find no session in it.
+    file = where.database if where.get_backend_name() == "sqlite" else None
+    if file not in (None, "", ":memory:") and not Path(str(file)).is_file():
+        raise BackfillError(f"no such database file: {file}")
+    try:
+        service = DatabaseSessionService(db_url=url)
+        listed = (await service.list_sessions(app_name=app, user_id=user_id)).sessions
+    except SQLAlchemyError as exc:  # its text may quote the URL, with its password
+        raise BackfillError(f"cannot read the session database ({type(exc).__name__})") from None
 
     async def sessions(report: Report) -> AsyncIterator[Session]:
         for stub in listed:

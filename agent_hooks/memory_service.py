@@ -19,7 +19,7 @@ from typing_extensions import override
 from afterthought.agent_hooks.messages import messages_from_events, said_text
 from afterthought.agent_hooks.turn_memory import TurnMemory, Who
 from afterthought.contract import checksum
-from afterthought.search import SearchRequest
+from afterthought.search import SearchHit, SearchRequest
 from afterthought.settings import Settings
 from afterthought.validation import detect
 
@@ -111,16 +111,33 @@ class ZepMemoryService(BaseMemoryService):
     ) -> SearchMemoryResponse:
         """What memory holds for ``query``: facts about the user that share its words, most
         relevant first, then past statements for it, most relevant first (the user's own
-        on the local store; on Zep, episodes, which hold either speaker's turns).
+        on the local store; on Zep, episodes, which hold either speaker's turns). Nothing
+        for an empty query, never "everything".
         Each entry has its id (for ``delete_memory``), the time it holds from (a fact's
         validity, a statement's saying), and in ``custom_metadata`` its kind (``fact`` or
-        ``statement``), predicate (when the backend names one) and score (when it gives
-        one). Empty on any failure."""
+        ``statement``), predicate (facts, when the backend names one) and score: higher is
+        more relevant, entries of a kind are in its order. The local store's are 0..1 (a
+        fact: the share of the query's words it holds; a statement: BM25 as ``b/(1+b)``,
+        or its cosine similarity with an embedder); Zep's are its rankers' (scale
+        undocumented; with Zep's default ranker, reciprocal rank fusion, small positive
+        numbers). A backend that gives no score leaves it None and its own order stands.
+        Empty on any failure."""
+
+        def by_score(hits: Sequence[SearchHit]) -> list[SearchHit]:
+            """Without hits scored 0 or less; highest score first when every hit has one
+            (stable: the backend's order among equals), else in the backend's order."""
+            kept = [hit for hit in hits if hit.score is None or hit.score > 0]
+            if any(hit.score is None for hit in kept):
+                return kept
+            return sorted(kept, key=lambda hit: -(hit.score or 0.0))
+
+        asked = " ".join(query.split())[:400]
+        if not asked:
+            return SearchMemoryResponse()
         try:
             user = await self.memory.user_of(Who(app_name, user_id, "", ""), self.memory.identity)
             if user is None:
                 return SearchMemoryResponse()
-            asked = query[:400] or "the user"
             facts, statements = await asyncio.gather(
                 *(
                     self.memory.backend.search(
@@ -134,11 +151,10 @@ class ZepMemoryService(BaseMemoryService):
         except Exception as exc:
             log.warning("memory search failed error=%s", type(exc).__name__)
             return SearchMemoryResponse()
-        # A fact that shares no word of the query is not an answer to it (a score of 0).
-        relevant = [(hit, "fact") for hit in facts if hit.score is None or hit.score > 0]
-        # Statements come as said; the instruction-like never reach a model (facts were
-        # validated when they were made).
-        said = [(hit, "statement") for hit in statements if detect(hit.text) is None]
+        # A hit scored 0 is no answer to the query; facts were validated when they were
+        # made, statements come as said and the instruction-like never reach a model.
+        relevant = [(hit, "fact") for hit in by_score(facts)]
+        said = [(hit, "statement") for hit in by_score(statements) if detect(hit.text) is None]
         return SearchMemoryResponse(
             memories=[
                 MemoryEntry(

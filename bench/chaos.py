@@ -36,7 +36,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import redis
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
@@ -55,6 +54,7 @@ from afterthought.agent_hooks import create_callbacks  # noqa: E402
 from afterthought.agent_hooks.messages import said_text  # noqa: E402
 from afterthought.agent_hooks.turn_memory import TurnMemory  # noqa: E402
 from afterthought.backends.base import MESSAGE_KEY_FIELD  # noqa: E402
+from afterthought.connections import connect, connect_sync  # noqa: E402
 from afterthought.contract import QueuedMessage, thread_key  # noqa: E402
 from afterthought.direct_write import DirectWriter  # noqa: E402
 from afterthought.enqueue import UNREACHABLE, Enqueuer  # noqa: E402
@@ -229,7 +229,7 @@ class ObservedEnqueuer(Enqueuer):
         number up to this, that attempt queued it after all."""
         self.keys: dict[tuple[str, str, str], str] = {}
         """(session, role, content) -> message key, to say where a lost message stopped."""
-        self._probe = PerLoop(lambda: aioredis.Redis.from_url(settings.redis_url))
+        self._probe = PerLoop(lambda: connect(settings.redis_url))
         self._thread_keys = Keys(settings.key_prefix)
 
     async def _send(
@@ -319,7 +319,7 @@ class Workers:
         agent takes traffic, as in a deployment); False if ``timeout`` passes first."""
         keys = Keys(self._settings.key_prefix)
         names = [keys.health(f"{socket.gethostname()}:{proc.pid}") for proc in self.pool]
-        client = redis.Redis.from_url(self._settings.redis_url)
+        client = connect_sync(self._settings.jobs_redis_url)  # arq's health lines
         deadline = time.monotonic() + timeout
         try:
             while client.exists(*names) < len(names):
@@ -342,23 +342,30 @@ class Workers:
     ) -> threading.Thread:
         """A thread killing a worker as the agent's turn count passes each of ``at_turns``
         (progress, not wall time: the same run on a slower machine is killed alike)."""
-
-        def kill() -> None:
-            for turn in at_turns:
-                while progress.turns < turn:
-                    if stop.wait(0.05):
-                        return
-                self.kill_one(rng)
-
-        thread = threading.Thread(target=kill, name="chaos-killer", daemon=True)
-        thread.start()
-        return thread
+        return _at_turns(at_turns, progress, stop, lambda: self.kill_one(rng))
 
     def stop(self) -> None:
         for proc in self.pool:
             proc.terminate()
         for proc in self.pool:
             proc.wait(timeout=30)
+
+
+def _at_turns(
+    at_turns: list[int], progress: Progress, stop: threading.Event, action: Callable[[], object]
+) -> threading.Thread:
+    """A thread doing ``action`` as the agent's turn count passes each of ``at_turns``."""
+
+    def act() -> None:
+        for turn in at_turns:
+            while progress.turns < turn:
+                if stop.wait(0.05):
+                    return
+            action()
+
+    thread = threading.Thread(target=act, name="chaos-action", daemon=True)
+    thread.start()
+    return thread
 
 
 async def _stall(rng: random.Random, progress: Progress) -> None:
@@ -467,7 +474,7 @@ def _key_of(payload: bytes) -> str:
 async def _verify(
     settings: Settings, fake: FakeProcess, chats: list[Conversation], observed: ObservedEnqueuer
 ) -> Findings:
-    client = aioredis.Redis.from_url(settings.redis_url)
+    client = connect(settings.redis_url)
     registry = IdentityRegistry(client, settings)
     where = await _whereabouts(client, settings, chats, observed)
     found = Findings()
@@ -527,7 +534,7 @@ def _committed_anyway(fake: FakeProcess, observed: ObservedEnqueuer) -> int:
     return sum(1 for key, seq in lowest.items() if seq <= observed.failed_at[key])
 
 
-def _settings(redis_url: str | None, fake: FakeProcess) -> Settings:
+def _settings(redis_url: str | None, fake: FakeProcess, **overrides: Any) -> Settings:
     values: dict[str, Any] = {
         "redis_url": redis_url or os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0"),
         "key_prefix": f"chaos-{uuid.uuid4().hex[:8]}",
@@ -535,6 +542,7 @@ def _settings(redis_url: str | None, fake: FakeProcess) -> Settings:
         "zep_base_url": fake.base_url,
         **WORKER_SETTINGS,
         "backend_settle_seconds": SETTLE_SECONDS,
+        **overrides,
     }
     return Settings(**values)
 
@@ -554,10 +562,14 @@ def run(
     redis_url: str | None = None,
     timeout: float = 60.0,
     threads: int | None = None,
+    failover: Callable[[], object] | None = None,
+    **overrides: Any,
 ) -> JSON:
     """One run; ``timeout`` bounds the wait for the deployment to settle. ``think``: the
     mean pause, in seconds, between a reply and the user's next line. ``threads`` is the
-    old name of ``sessions``.
+    old name of ``sessions``. ``failover``: called once, on a thread of its own, when a
+    third of the turns are done (a Redis master killed and replaced, say); ``overrides``:
+    settings of the agent and the workers.
 
     Reports ``lost``, ``duplicated`` (extra copies), ``out_of_order`` (messages stored
     before one said earlier), ``stray`` (stored where no session's messages belong),
@@ -578,7 +590,7 @@ def run(
         fake = stack.enter_context(
             FakeProcess(fault_rate=fault_rate, honor_idempotency=honor_idempotency, seed=seed)
         )
-        settings = _settings(redis_url, fake)
+        settings = _settings(redis_url, fake, **overrides)
         stack.callback(lambda: asyncio.run(cleanup(settings)))
         tally = stack.enter_context(_tallying(logging.getLogger("afterthought")))
         pool = Workers(settings, workers)
@@ -590,6 +602,10 @@ def run(
         stop = threading.Event()
         killer = pool.killer(kill_at, progress, stop, random.Random(rng.random()))
         stack.callback(killer.join)
+        failed_over = []
+        if failover is not None:
+            act = _at_turns([turns // 3], progress, stop, lambda: failed_over.append(failover()))
+            stack.callback(act.join)
         stack.callback(stop.set)
         memory = TurnMemory.create(settings=settings)
         observed = memory.enqueuer = ObservedEnqueuer(settings, direct=memory.direct)
@@ -640,6 +656,7 @@ def run(
         "concurrent_sessions": len(slots),
         "workers": workers,
         "kills": pool.kills,
+        "failovers": len(failed_over),
         "stalls": {"count": progress.stalls, "seconds": round(progress.stalled, 1)},
         "fault_rate": fault_rate,
         "honor_idempotency": honor_idempotency,

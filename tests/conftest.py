@@ -18,6 +18,7 @@ import pytest
 import redis as syncredis
 import redis.asyncio as aioredis
 
+from afterthought.connections import connect
 from afterthought.contract import QueuedMessage, Role
 from afterthought.keys import Keys
 from afterthought.queue import ThreadQueue
@@ -125,7 +126,7 @@ def queued(text: str, n: int, *, session: str = "s1", role: Role = "user") -> Qu
 async def enqueue(settings: Settings, *messages: QueuedMessage) -> None:
     """Queue straight into Redis with the hooks' script, without their deadline (a loaded
     machine must not fail a test's set-up)."""
-    client = aioredis.Redis.from_url(settings.redis_url)
+    client = connect(settings.redis_url)
     try:
         assert await ThreadQueue(client, settings).enqueue(list(messages), now_ms=_now_ms()) >= 0
     finally:
@@ -148,7 +149,7 @@ async def run_worker_once(settings: Settings) -> None:
 async def drain(settings: Settings, *, timeout: float = 30.0) -> None:
     """Run a real arq worker in burst mode until no thread is ready or deferred."""
     keys = Keys(settings.key_prefix)
-    client = aioredis.Redis.from_url(settings.redis_url)
+    client = connect(settings.redis_url)
     deadline = time.monotonic() + timeout
     try:
         while True:

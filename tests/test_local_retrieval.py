@@ -842,3 +842,32 @@ async def test_another_users_text_never_lands_in_this_users_terms(backend: Local
         "SELECT count(*) FROM statements_fts WHERE statements_fts MATCH ?", (f'"{term}"',)
     ).fetchone()
     assert count == 1
+
+
+async def test_a_second_backend_on_one_file_keeps_the_first_ones_locks(tmp_path: Path) -> None:
+    """An agent and an in-process worker (or a store check) each open the file. Opening it
+    must not close a descriptor of it: that drops every POSIX lock of the process, and
+    another process then takes the store for unused, checkpoints and deletes the WAL under
+    the first connection (the store was found corrupt: "database disk image is malformed")."""
+    import subprocess
+    import sys
+
+    path = tmp_path / "memory.sqlite3"
+    first = LocalBackend(path)
+    alice, thread = await _user(first, "alice")
+    await _say(first, thread, "I keep bees")
+    second = LocalBackend(path)
+    await second.store_id()  # opens the file again, in this process
+    closing = (  # another process writes, checkpoints and closes: the last one, it thinks?
+        "import sqlite3, sys; db = sqlite3.connect(sys.argv[1]);"
+        "db.execute('PRAGMA wal_checkpoint(TRUNCATE)'); db.close()"
+    )
+    subprocess.run([sys.executable, "-c", closing, str(path)], check=True)
+    assert (tmp_path / "memory.sqlite3-shm").exists()  # ours is still open: shm kept
+    await _say(first, thread, "and two cats")
+    assert "cats" in await _context(first, alice, "cats")
+    await first.aclose()
+    await second.aclose()
+    check = sqlite3.connect(path)
+    assert check.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+    check.close()

@@ -255,3 +255,103 @@ async def test_an_unknown_role_is_sent_without_one(
     posts = [r for r in zep_fake.requests if r.method == "POST" and r.path.endswith("/messages")]
     sent = [m for r in posts for m in r.body["messages"]]
     assert "role" not in sent[1] and sent[0]["role"] == "user"
+
+
+# --- search_memory: relevance (issue 13, deliverable 4) ------------------------------------
+_DOG_REPLY = "Max, he was a beagle"
+_DOGS = "Our two Dogs love running on the beach at Cascais"
+_UNRELATED = (
+    "big news, we finally moved to Lisbon last week, so I'm drowning in boxes",
+    "My sister Ana lives in Oslo and she visits every summer",
+    "I work night shifts at the hospital, it's exhausting",
+)
+
+
+async def _talked(settings: Settings) -> ZepMemoryService:
+    """Alice said several unrelated things (one answering "What was your dog called?"),
+    and was told to remember her seats; Bob has a dog of his own."""
+    model = StandInLlm(script=["What was your dog called?", "Cute!", "Ok.", "Ok.", "Ok.", "Ok."])
+    runner, _ = make_runner(create_callbacks(settings=settings), model)
+    session = await new_session(runner, "alice")
+    for text in (_UNRELATED[0], _DOG_REPLY, _UNRELATED[1], _DOGS, _UNRELATED[2]):
+        await say(runner, "alice", session, text)
+    bob, _ = make_runner(create_callbacks(settings=settings))
+    await say(bob, "bob", await new_session(bob, "bob"), "I walk my dog Rex every morning")
+    service = ZepMemoryService(settings=settings)
+    seats = types.Content(role="user", parts=[types.Part(text="Prefers window seats.")])
+    await service.add_memory(app_name=APP, user_id="alice", memories=[MemoryEntry(content=seats)])
+    await drain(settings)
+    return service
+
+
+def _entries(found: Any) -> list[tuple[str, str, float]]:
+    """(kind, text, score) of each entry, checking what every entry must carry."""
+    out = []
+    for m in found.memories:
+        meta = m.custom_metadata
+        assert meta["kind"] in ("fact", "statement") and m.id and m.timestamp
+        assert isinstance(meta["score"], float) and 0 < meta["score"] <= 1, meta
+        if meta["kind"] == "fact":
+            assert meta["predicate"]
+        out.append((meta["kind"], (m.content.parts or [])[0].text or "", meta["score"]))
+    return out
+
+
+def _in_order(entries: list[tuple[str, str, float]]) -> None:
+    kinds = [kind for kind, _, _ in entries]
+    assert kinds == sorted(kinds)  # facts, then statements
+    for kind in ("fact", "statement"):
+        scores = [score for k, _, score in entries if k == kind]
+        assert scores == sorted(scores, reverse=True)  # most relevant first
+
+
+async def test_search_memory_finds_only_what_the_query_is_about(
+    any_settings: Settings, request: pytest.FixtureRequest
+) -> None:
+    if any_settings.backend == "zep":  # as Zep may answer: only what matches the query
+        request.getfixturevalue("zep_fake").configure({"search_unmatched": "exclude"})
+    service = await _talked(any_settings)
+
+    def search(query: str) -> Any:
+        return service.search_memory(app_name=APP, user_id="alice", query=query)
+
+    dog = _entries(await search("dog"))
+    _in_order(dog)
+    said = [text for kind, text, _ in dog if kind == "statement"]
+    assert said[:2] == [_DOGS, _DOG_REPLY] or said[:1] == [_DOGS], dog  # "Dogs" beats a reply
+    assert _DOG_REPLY in said or any_settings.backend == "zep"  # Zep saw no question
+    assert not [t for _, t, _ in dog if any(w in t for w in ("Lisbon", "Oslo", "hospital", "Rex"))]
+
+    for query in ("seat", "Seat", "SEATS", "window seat"):
+        facts = [t for kind, t, _ in _entries(await search(query)) if kind == "fact"]
+        assert facts and "window seats" in facts[0].lower(), (query, facts)
+    for query in ("北京", "", "   ", "the"):
+        assert _entries(await search(query)) == [], query
+
+
+async def test_zep_search_ranks_by_relevance_and_scores_every_result(
+    zep_settings: Settings, zep_fake: ZepFake
+) -> None:
+    """As Zep may: what shares no word with the query still comes back, ranked last."""
+    service = await _talked(zep_settings)
+    found = _entries(await service.search_memory(app_name=APP, user_id="alice", query="dog"))
+    _in_order(found)
+    first_fact = next(t for k, t, _ in found if k == "fact")
+    first_said = next(t for k, t, _ in found if k == "statement")
+    assert "Dogs" in first_fact and first_said == _DOGS, found
+    lisbon = _entries(await service.search_memory(app_name=APP, user_id="alice", query="Lisbon"))
+    assert [t for _, t, _ in lisbon] != [t for _, t, _ in found]
+    assert "Lisbon" in lisbon[0][1]
+    (edges,) = [r for r in zep_fake.requests if r.path.endswith("/search/edges")][-1:]
+    assert edges.body["query"] == "Lisbon"
+
+
+async def test_zep_search_without_scores_keeps_zeps_order(
+    zep_settings: Settings, zep_fake: ZepFake
+) -> None:
+    zep_fake.configure({"search_score": "omit"})
+    service = await _talked(zep_settings)
+    found = await service.search_memory(app_name=APP, user_id="alice", query="dogs")
+    texts = [(m.custom_metadata["kind"], (m.content.parts or [])[0].text) for m in found.memories]
+    assert "Dogs" in next(t for k, t in texts if k == "fact")  # type: ignore[operator]
+    assert next(t for k, t in texts if k == "statement") == _DOGS

@@ -363,7 +363,7 @@ CLI_ERRORS = [
     (("worker", "--concurrency", "-3"), "ok", 2, "--concurrency: must be a whole number"),
     (("worker", "--metrics-port", "70000"), "ok", 2, "--metrics-port: must be a port"),
     (("dlq", "list", "--limit", "0"), "ok", 2, "--limit: must be a whole number"),
-    (("prune", "--user", "bob"), "ok", 2, "--user needs --app"),
+    (("prune", "--user", "bob"), "ok", 2, "--app and --user go together"),
     (("backfill",), "ok", 2, "one of the arguments --jsonl --db-url is required"),
     (("backfill", "--jsonl", "{missing}"), "ok", 2, "no such file"),
     (("forget", "--app", APP), "ok", 2, "the following arguments are required: --user"),
@@ -404,6 +404,21 @@ CLI_ERRORS = [
     (("forget", "--app", "", "--user", "alice", "--yes"), "ok", 2, "--app: must not be empty"),
     (("prune", "--app", APP, "--user", ""), "ok", 2, "--user: must not be empty"),
     (("dlq", "list", "--limit", "9" * 23), "ok", 2, "--limit: must be a whole number 1-"),
+    (("prune", "--app", APP), "ok", 2, "--app and --user go together"),
+    (("--prefix", "", "status"), "ok", 2, "--prefix: must be letters"),
+    (("status", "--prefix", "a b"), "ok", 2, "--prefix: must be letters"),
+    (("forget", "--app", APP, "--user", "\udcff\udcfe"), "ok", 2, "--user: must be valid UTF-8"),
+    (("quarantine", "list", "q-1"), "ok", 2, "list takes no id"),
+    (("backfill", "--jsonl", "{missing}", "--user", "u"), "ok", 2, "filter a --db-url source"),
+    (
+        ("backfill", "--db-url", "sqlite+aiosqlite:///{missing}", "--app", APP),
+        "ok",
+        2,
+        "no such database file",
+    ),
+    # A backend that cannot answer is not a user or fact that names nothing.
+    (("forget", "--app", APP, "--user", "alice", "--query", "tea"), "nostore", 3, "backend failed"),
+    (("forget", "--app", APP, "--user", "alice"), "nostore", 3, "backend failed"),
 ]
 
 
@@ -430,7 +445,12 @@ def test_every_documented_error_is_one_clear_line(
         "baddb": local_settings.model_copy(
             update={"redis_url": f"redis://user:sekret@127.0.0.1:{port}/abc"}
         ),
+        # A store path under a regular file: it can never be opened.
+        "nostore": local_settings.model_copy(
+            update={"local_db_path": tmp_path / "a-file" / "memory.sqlite3"}
+        ),
     }[variant]
+    (tmp_path / "a-file").write_text("not a directory")
     argv = [a.format(missing=tmp_path / "none.jsonl") for a in args]
     done = run_cli(settings, *argv)
     assert done.returncode == code, done.stderr

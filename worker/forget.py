@@ -103,7 +103,10 @@ class Forgetter:
     async def forget_user(self, *, app: str, user_id: str) -> Forgotten:
         """Forget everything of the user, in every app that shares their backend user;
         ``pending`` if the backend is not done yet."""
-        aliases, known = await self.aliases(app, user_id)
+        try:
+            aliases, known = await self.aliases(app, user_id)
+        except BackendError:  # the backend is asked again when the forget completes
+            aliases, known = [(app, user_id)], False
         since = int(time.time() * 1000)
         async with self.redis.pipeline(transaction=True) as pipe:
             for a, u in aliases:
@@ -125,12 +128,10 @@ class Forgetter:
         """The user and every (app, user id) the registry maps to the same backend user:
         with a ``zep_user_id_template`` without ``{app}`` (the default), one user id names
         one person in every app, and deleting them deletes them for all. And whether the
-        registry knew the user (one not known may still have turns queued)."""
+        registry knew the user (one not known may still have turns queued). Raises the
+        backend's error when it cannot say."""
         found = [(app, user_id)]
-        try:
-            user = await self._user(app, user_id)
-        except BackendError:  # the backend is asked again when the forget completes
-            user = None
+        user = await self._user(app, user_id)
         if user is None:
             return found, False
         async for key in self.redis.scan_iter(match=f"{self.keys.prefix}:id:user:*", count=1000):
@@ -234,7 +235,7 @@ class Forgetter:
         user = await self._user(app, user_id)
         if user is None:
             return Forgotten(dry_run=not confirm)
-        known = {f.uuid: f for f in await self._facts(user)}
+        known = {f.uuid: f for f in await self.backend.list_facts(user=user)}
         if not confirm:
             found = known.get(fact_uuid)
             if found is None:
@@ -305,7 +306,7 @@ class Forgetter:
         words = set(_WORD.findall(query.casefold()))
         matches = [
             f
-            for f in await self._facts(user)
+            for f in await self.backend.list_facts(user=user)
             if f.invalid_at is None
             and words
             # Whole words: "cat" must not forget "lives in: Catalonia".
@@ -321,12 +322,6 @@ class Forgetter:
             else:
                 done.statements += [_cut(m.content) for m in await self._restatements(user, fact)]
         return done
-
-    async def _facts(self, user: UserRef) -> list[StoredFact]:
-        try:
-            return await self.backend.list_facts(user=user)
-        except BackendError:  # Zep (zep mode): its own facts, no tombstones of ours
-            return []
 
 
 def _shown(fact: StoredFact) -> str:

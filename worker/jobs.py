@@ -8,6 +8,7 @@ import contextlib
 import json
 import logging
 import os
+import signal
 import socket
 import time
 import uuid
@@ -43,6 +44,8 @@ FLUSH_TIMEOUT_SECONDS = 60
 # no function gets a long one: the crons do their sweeps within ten flush timeouts.
 #: How often each worker looks for due threads with no job queued to drain them.
 DISPATCH_INTERVAL_SECONDS = 0.05
+#: How long a worker waits after a poll that failed (Redis away) before the next one.
+POLL_RETRY_SECONDS = 0.5
 #: A queued job that no worker starts within this long no longer blocks a new one.
 DISPATCH_MARK_MS = 2000
 
@@ -125,11 +128,18 @@ async def dispatch_or_drain(jobs: ArqRedis, keys: Keys, flusher: Flusher) -> Non
 
 
 async def _dispatch_forever(jobs: ArqRedis, keys: Keys, flusher: Flusher) -> None:
+    failing = False  # an outage is logged as it begins and ends, not at every try
     while True:
         try:
             await dispatch_or_drain(jobs, keys, flusher)
+            if failing:
+                log.info("dispatch resumed")
+            failing = False
         except FAILURES as exc:
-            log.warning("dispatch failed error=%s", type(exc).__name__)
+            if not failing:
+                log.warning("dispatch failed error=%s", type(exc).__name__)
+            failing = True
+            await asyncio.sleep(POLL_RETRY_SECONDS)
         await asyncio.sleep(DISPATCH_INTERVAL_SECONDS)
 
 
@@ -158,17 +168,38 @@ async def supports_script_flags(redis: Redis) -> bool:
     return supported
 
 
-class _Worker(Worker):
-    """arq's worker, but one that stays up at ``maxmemory``: its health line and cron
-    enqueues are writes Redis refuses then, and a worker that exits cannot drain."""
+class MemoryWorker(Worker):
+    """arq's worker, but one that stays up while Redis is away (restarting, failing over
+    to a replica, or at ``maxmemory``, where its health line and cron enqueues are refused):
+    arq would exit on the first error, and a worker that exits cannot drain. It polls
+    again; the threads it held fall due by themselves (W4)."""
 
-    async def heart_beat(self) -> None:
+    interrupted = False
+    """Stopped by SIGINT (Ctrl-C), which the command reports as such (exit 130)."""
+
+    async def _poll_iteration(self) -> None:
         try:
-            await super().heart_beat()
-        except RedisError as exc:
-            if not isinstance(exc, OutOfMemoryError):
-                raise
-            log.warning("health report skipped: redis is at maxmemory")
+            await super()._poll_iteration()
+        except FAILURES as exc:
+            log.warning("poll failed, polling again error=%s", type(exc).__name__)
+            await asyncio.sleep(POLL_RETRY_SECONDS)
+
+    def handle_sig(self, signum: signal.Signals) -> None:
+        self.interrupted = self.interrupted or signum == signal.SIGINT
+        super().handle_sig(signum)
+
+
+class _WithoutJobArguments(logging.Filter):
+    """arq logs a job's arguments as it starts it; ours hold ADK user ids (often e-mail
+    addresses), which no log line may keep, so they are left out."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.msg == "%6.2fs → %s(%s)%s" and isinstance(record.args, tuple):
+            record.args = (*record.args[:2], "…", *record.args[3:])
+        return True
+
+
+logging.getLogger("arq.worker").addFilter(_WithoutJobArguments())
 
 
 def _prune_cron(keys: Keys, at: str) -> CronJob:
@@ -312,5 +343,5 @@ def worker_settings(
     }
 
 
-def create_worker(settings: Settings | None = None, **kwargs: Any) -> Worker:
-    return _Worker(**worker_settings(settings, **kwargs))
+def create_worker(settings: Settings | None = None, **kwargs: Any) -> MemoryWorker:
+    return MemoryWorker(**worker_settings(settings, **kwargs))

@@ -35,6 +35,7 @@ from afterthought.backends.retrieval import (
     fuse,
     informativeness,
     match_expression,
+    query_stems,
     query_terms,
     render_block,
     scoped,
@@ -214,8 +215,14 @@ class LocalBackend(MemoryBackend):
         if str(self.path) != ":memory:":
             try:
                 self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-                # Memory is personal data: the file is created private to its owner.
-                os.close(os.open(self.path, os.O_CREAT | os.O_RDWR, 0o600))
+                # Memory is personal data: the file is created private to its owner. Only
+                # when it is not there: closing a descriptor of a file drops every POSIX
+                # lock this process holds on it, so another connection of ours to an
+                # existing store would lose its locks (and other processes would then
+                # checkpoint or delete its WAL under it: a corrupt store).
+                os.close(os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600))
+            except FileExistsError:
+                pass
             except OSError as exc:
                 raise BackendError("unavailable", code=type(exc).__name__) from None
         db = sqlite3.connect(self.path, check_same_thread=False, timeout=10)
@@ -823,23 +830,82 @@ class LocalBackend(MemoryBackend):
             if request.scope == "edges":
                 return self._facts(db, user[0], request.query, request.limit)
             if request.scope == "episodes":
-                found = self._statements(db, user[0], request.query, request.limit, fill=False)
-                uuids = dict(
-                    db.execute(
-                        f"SELECT id, uuid FROM messages WHERE id IN ({','.join('?' * len(found))})",
-                        [s.message_id for s in found],
-                    ).fetchall()
-                )
-                return [SearchHit(uuids[s.message_id], s.text, s.said_at) for s in found]
+                return self._said(db, user[0], request.query, request.limit)
             return []
 
         return await self._read(work, timeout)
 
+    def _said(
+        self, db: sqlite3.Connection, user_uuid: str, query: str, limit: int
+    ) -> list[SearchHit]:
+        """The user's statements about ``query``, most relevant first, each once (by text):
+        those holding any of its words (as the index reads them: case, accents, plurals and
+        other endings folded), and with an embedder those nearest it in meaning. Nothing for
+        a query without content words (no embedder) or an empty one.
+
+        ``score`` is 0..1, higher more relevant: the larger of ``b / (1 + b)``, where ``b``
+        is the statement's BM25 for all the query's words (FTS5's ``bm25`` negated; the
+        question it answered weighs ``REPLIED_WEIGHT``), and its cosine similarity to the
+        query (with an embedder, when positive). BM25 weighs a word by how rare it is in the
+        store, so scores compare within one search, not across stores."""
+        terms = query_terms(query)
+        ranked = _lexical(db, user_uuid, terms)
+        vector = None
+        if self._embedder is not None and self._dense is not None and query.strip():
+            from afterthought.backends.embeddings import unit_rows
+
+            vector = unit_rows(self._embedder.embed([query]))[0]
+            ranked = fuse([ranked, self._dense.search(db, user_uuid, vector, RELEVANT)])
+        if not ranked:
+            return []
+        marks = ",".join("?" * len(ranked))
+        scores: dict[int, float] = {}
+        if terms:
+            for rowid, bm25 in db.execute(
+                f"SELECT rowid, bm25(statements_fts, 1.0, {REPLIED_WEIGHT}) FROM statements_fts"
+                f" WHERE statements_fts MATCH ? AND rowid IN ({marks})",
+                (match_expression(user_uuid, terms), *ranked),
+            ):
+                if -bm25 > 0:
+                    scores[int(rowid)] = -bm25 / (1.0 - bm25)
+        if vector is not None and self._embedder is not None:
+            import numpy as np
+
+            for message_id, blob in db.execute(
+                "SELECT message_id, vector FROM vectors"
+                f" WHERE model = ? AND message_id IN ({marks})",
+                (self._embedder.name, *ranked),
+            ):
+                cosine = min(1.0, float(np.frombuffer(blob, dtype=np.float32) @ vector))
+                if cosine > scores.get(message_id, 0.0):
+                    scores[int(message_id)] = cosine
+        rows = db.execute(
+            "SELECT id, uuid, content, COALESCE(reference_time, created_at) FROM messages"
+            f" WHERE id IN ({marks}) AND user_uuid = ? AND eligible = 1",
+            (*ranked, user_uuid),
+        ).fetchall()
+        place = {message_id: rank for rank, message_id in enumerate(ranked)}
+        rows.sort(key=lambda row: (-scores.get(row[0], 0.0), place[row[0]]))
+        seen: set[str] = set()
+        hits: list[SearchHit] = []
+        for message_id, message_uuid, content, said_at in rows:
+            text_key = " ".join(content.split()).casefold()
+            if scores.get(message_id, 0.0) <= 0 or text_key in seen:
+                continue
+            seen.add(text_key)
+            score = round(scores[message_id], 4)
+            hits.append(SearchHit(message_uuid, content, said_at, score))
+        return hits[:limit]
+
     @staticmethod
     def _facts(db: sqlite3.Connection, user_uuid: str, query: str, limit: int) -> list[SearchHit]:
-        """Current facts as statements, by the share of the query's words each holds (its
-        predicate counts: "seat" finds "prefers seat: aisle"), then the newest."""
-        words = set(query_terms(query))
+        """Current facts as statements, by the share of the query's words each holds
+        (``score``, 0..1: 1 holds them all, 0 none, as for a query without content words),
+        then the newest. Words are compared as statement search reads them
+        (``query_stems``: case, accents, plurals and other endings folded, so "Seat" finds
+        "prefers: window seats"); the predicate counts ("seat" finds "prefers seat:
+        aisle")."""
+        words = query_stems(query)
         hits = []
         for u, subject, predicate, value, at in db.execute(
             "SELECT uuid, subject, predicate, value, valid_at FROM facts WHERE user_uuid = ?"
@@ -847,8 +913,8 @@ class LocalBackend(MemoryBackend):
             (user_uuid,),
         ):
             text = statement(subject, predicate, value)
-            shared = len(words & set(query_terms(text.replace("_", " "))))
-            score = round(shared / len(words), 3) if words else None
+            shared = len(words & query_stems(text.replace("_", " ")))
+            score = round(shared / len(words), 3) if words else 0.0
             hits.append(SearchHit(u, text, at, score, {"predicate": predicate}))
         hits.sort(key=lambda hit: -(hit.score or 0.0))  # stable: the newest first among equals
         return hits[:limit]

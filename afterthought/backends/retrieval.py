@@ -7,6 +7,8 @@ from __future__ import annotations
 import functools
 import hashlib
 import re
+import sqlite3
+import threading
 import unicodedata
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -124,6 +126,37 @@ def query_terms(query: str) -> list[str]:
     named = {w.casefold() for w in _WORD.findall(query) if w[:1].isupper() or w.isdigit()}
     kept = set(sorted(terms, key=lambda t: (t in named, len(t)), reverse=True)[:MAX_TERMS])
     return [t for t in terms if t in kept]
+
+
+#: The index's tokenizer: Porter stemming over unicode61 with diacritics removed.
+TOKENIZER = "porter unicode61 remove_diacritics 2"
+_stemmer_lock = threading.Lock()
+_stemmer: sqlite3.Connection | None = None
+
+
+@functools.lru_cache(maxsize=65536)
+def stem(word: str) -> str:
+    """A word (from ``words``) as the statement index reads it: its index term
+    (``_term``: accents dropped, non-ASCII as consonants) through SQLite's own Porter
+    tokenizer, so "Seats", "seat" and "séat" are one stem, exactly as in statement search."""
+    global _stemmer
+    term = _term(word)
+    with _stemmer_lock:
+        if _stemmer is None:
+            _stemmer = sqlite3.connect(":memory:", check_same_thread=False)
+            _stemmer.execute(f"CREATE VIRTUAL TABLE words USING fts5(w, tokenize='{TOKENIZER}')")
+            _stemmer.execute("CREATE VIRTUAL TABLE stems USING fts5vocab(words, 'row')")
+        try:
+            _stemmer.execute("INSERT INTO words (w) VALUES (?)", (term,))
+            found = [row[0] for row in _stemmer.execute("SELECT term FROM stems")]
+        finally:
+            _stemmer.rollback()
+    return found[0] if len(found) == 1 else term
+
+
+def query_stems(text: str) -> set[str]:
+    """The stems (``stem``) of ``text``'s content words (``query_terms``)."""
+    return {stem(word) for word in query_terms(text)}
 
 
 @functools.lru_cache(maxsize=4096)  # asked once for every word written or queried

@@ -34,6 +34,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
+from afterthought.backends.retrieval import query_stems
+
 API_PREFIX = "/api/v4"
 JSON = dict[str, Any]
 
@@ -171,6 +173,8 @@ class ZepFake:
         seed: int | None = None,
         client_timeout: float = 30.0,
         hang_overshoot: float = 0.5,
+        search_unmatched: str = "include",
+        search_score: str = "score",
     ) -> None:
         self.latency = latency
         self.honor_idempotency = honor_idempotency
@@ -211,6 +215,14 @@ class ZepFake:
         The default is the worker's default ``backend_timeout``."""
         self.hang_overshoot = hang_overshoot
         """How long past ``client_timeout`` a hung request commits."""
+        self.search_unmatched = search_unmatched
+        """Graph search results that share no word with the query: ``include`` them after
+        those that do, scored lower (Zep's semantic and graph-neighbour retrieval may return
+        them; whether it does for an unrelated query is not documented), or ``exclude``."""
+        self.search_score = search_score
+        """``score`` on every search result, higher first (the SDK documents "the ranking
+        score returned with every search result"; this fake's is reciprocal rank fusion,
+        k = 60, about 0.016..0.033; Zep's scale is not documented), or ``omit`` it."""
         self.requests: list[Recorded] = []
         self.faults: list[Fault] = []
         self.injected: Counter[str] = Counter()
@@ -355,7 +367,8 @@ class ZepFake:
         (2,500 characters), ``too_long_status`` 400, ``delete_pending_polls`` 2,
         ``delete_pending_seconds`` 1, ``delete_outcome`` ``succeeded``,
         ``ingestion_lag_calls`` 1 (as Zep: a write shows from the next call on),
-        ``ingestion_lag_seconds`` 0, ``max_page_size`` 50."""
+        ``ingestion_lag_seconds`` 0, ``max_page_size`` 50, ``search_unmatched``
+        ``include``, ``search_score`` ``score``."""
         unknown = set(body) - set(_SWITCHES) - {"faults"}
         if unknown:
             raise ValueError(f"unknown switches: {sorted(unknown)}")
@@ -818,17 +831,32 @@ class ZepFake:
             raise _error(400, "invalid_request", "page_size must be 1..50")
         if scope == "observations" and body.get("filters"):
             raise _error(400, "unsupported_filter", "observation search supports no filters")
-        words = set(str(body.get("query", "")).lower().split())
+        wanted = query_stems(str(body.get("query", "")))
 
         def best(found: list[JSON], text: str) -> list[JSON]:
-            return sorted(found, key=lambda m: -len(words & set(m[text].lower().split())))[:size]
+            """Ranked as Zep's default reranker does: reciprocal rank fusion (k = 60) of a
+            keyword ranking (the items sharing a word with the query, by how many, as
+            :func:`query_stems` reads words) and a second ranking standing in for semantic
+            and graph-neighbour retrieval (the same order, then, with ``search_unmatched``
+            ``include``, every other item, newest first)."""
+            shared = [len(wanted & query_stems(str(m.get(text) or ""))) for m in found]
+            order = sorted(
+                range(len(found)), key=lambda i: (-shared[i], _desc(found[i]["created_at"]))
+            )
+            keyword = [i for i in order if shared[i]]
+            rankings = [keyword, order if self.search_unmatched == "include" else keyword]
+            scores: dict[int, float] = {}
+            for ranking in rankings:
+                for rank, i in enumerate(ranking, start=1):
+                    scores[i] = scores.get(i, 0.0) + 1.0 / (60 + rank)
+            top = sorted(scores, key=lambda i: -scores[i])[:size]
+            if self.search_score == "omit":
+                return [found[i] for i in top]
+            return [{**found[i], "score": scores[i]} for i in top]
 
         items: list[JSON] = []
         if scope == "edges":
-            items = [
-                {k: v for k, v in e.items() if k != "extracted"}
-                for e in best(self._live_edges(owner["uuid"]), "fact")
-            ]
+            items = [_edge(e) for e in best(self._live_edges(owner["uuid"]), "fact")]
         elif scope == "episodes":
             items = [_public(e) for e in best(self._live_episodes(owner["uuid"]), "content")]
         return 200, {"items": items, "next_cursor": ""}
@@ -974,6 +1002,11 @@ class ZepFake:
         return "\n".join([*lines, "</FACTS>"])
 
 
+def _desc(text: str) -> list[int]:
+    """A sort key putting ``text`` (an ISO time) newest first."""
+    return [-ord(c) for c in text]
+
+
 def _public(item: JSON) -> JSON:
     """What the API shows of a stored item: not the fake's bookkeeping (``_`` fields)."""
     return {k: v for k, v in item.items() if not k.startswith("_")}
@@ -1005,6 +1038,8 @@ _SWITCHES: dict[str, tuple[Any, ...]] = {
     "fault_rate": (),
     "client_timeout": (),
     "hang_overshoot": (),
+    "search_unmatched": ("include", "exclude"),
+    "search_score": ("score", "omit"),
 }
 
 _Handler_t = Callable[..., tuple[int, JSON]]
