@@ -10,14 +10,18 @@ import asyncio
 import json
 import logging
 import time
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from afterthought.backends.base import MemoryBackend
-from afterthought.backends.local import LocalBackend
 from afterthought.keys import Keys
 from afterthought.settings import Settings
+
+if TYPE_CHECKING:
+    from afterthought.backends.local import LocalBackend
 
 log = logging.getLogger("afterthought.store")
 
@@ -28,14 +32,32 @@ ANNOUNCE_EVERY_SECONDS = 300.0
 ANNOUNCED_SECONDS = 3 * ANNOUNCE_EVERY_SECONDS
 
 
+def announced_stores(entries: Mapping[bytes, bytes], *, now: float) -> dict[str, str]:
+    """Store id -> path, of the stores workers announced lately."""
+    found = {}
+    for store, raw in entries.items():
+        try:
+            entry = json.loads(raw)
+            if now - float(entry["at"]) <= ANNOUNCED_SECONDS:
+                found[store.decode()] = str(entry["path"])
+        except (ValueError, KeyError, TypeError):
+            continue  # not an announcement of ours: nothing to compare with
+    return found
+
+
 async def announce(redis: Redis, settings: Settings, backend: MemoryBackend) -> None:
-    """The worker's side: its store joins the deployment's list, with the time."""
+    """The worker's side: its store joins the deployment's list, with the time; an error
+    in the log while another worker of the deployment announced another store (its users'
+    turns land in two files, and each agent reads one)."""
+    from afterthought.backends.local import LocalBackend  # the local adapter, when used
+
     if not isinstance(backend, LocalBackend):
         return
     key = Keys(settings.key_prefix).stores
     store = await backend.store_id()
     entry = json.dumps({"path": str(backend.path), "at": time.time()})
     try:
+        others = announced_stores(await redis.hgetall(key), now=time.time())
         async with redis.pipeline(transaction=True) as pipe:
             pipe.hset(key, store, entry)
             pipe.expire(key, int(ANNOUNCED_SECONDS))
@@ -43,6 +65,14 @@ async def announce(redis: Redis, settings: Settings, backend: MemoryBackend) -> 
     except RedisError as exc:  # a full Redis must not keep a worker from draining it
         log.warning("local store not announced path=%s error=%s", backend.path, type(exc).__name__)
         return
+    others.pop(store, None)
+    if others:
+        log.error(
+            "workers of this deployment use different local stores: this=%s others=%s; give"
+            " every worker and agent the same absolute AFTERTHOUGHT_LOCAL_DB_PATH",
+            backend.path,
+            ",".join(sorted(others.values())),
+        )
     log.debug("local store id=%s path=%s", store, backend.path)
 
 
@@ -56,15 +86,8 @@ async def announce_forever(redis: Redis, settings: Settings, backend: MemoryBack
 async def matches(redis: Redis, settings: Settings, backend: LocalBackend) -> bool:
     """The agent's side: False (and a warning) when workers announced stores lately and
     this process's is not one of them; True when it is, or when none was announced."""
-    now = time.time()
-    announced = {}
-    for store, raw in (await redis.hgetall(Keys(settings.key_prefix).stores)).items():
-        try:
-            entry = json.loads(raw)
-            if now - float(entry["at"]) <= ANNOUNCED_SECONDS:
-                announced[store.decode()] = str(entry["path"])
-        except (ValueError, KeyError, TypeError):
-            continue  # not an announcement of ours: nothing to compare with
+    stored = await redis.hgetall(Keys(settings.key_prefix).stores)
+    announced = announced_stores(stored, now=time.time())
     mine = await backend.store_id()  # first: a store awaiting an upgrade says so here
     if not announced or mine in announced:
         return True

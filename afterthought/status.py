@@ -15,6 +15,7 @@ from redis.exceptions import RedisError
 from afterthought.keys import Keys
 from afterthought.queue import ThreadQueue
 from afterthought.settings import Settings
+from afterthought.shared_store import announced_stores
 
 #: Bumped only if a field changes meaning or goes away.
 STATUS_VERSION = 1
@@ -117,6 +118,9 @@ class Status(BaseModel):
     redis: RedisStatus | None = None
     """The server's memory and persistence settings, as far as it tells."""
     forgets: ForgetStatus = ForgetStatus(pending=0, oldest_age_seconds=None)
+    local_stores: int = 0
+    """Local stores (SQLite files) the workers announced lately: more than one splits the
+    deployment's memory between files."""
 
     @computed_field  # type: ignore[prop-decorator]
     @property
@@ -124,7 +128,8 @@ class Status(BaseModel):
         """What needs an operator, by stable name: ``no_workers``, ``paused``,
         ``stranded_threads``, ``dead_letters``, ``lost_messages``, ``eviction_policy``
         (Redis may evict queued messages), ``redis_full``, ``forget_stuck`` (a forget
-        pending for over an hour). Empty: ``status`` exits 0."""
+        pending for over an hour), ``split_store`` (workers write different local stores).
+        Empty: ``status`` exits 0."""
         policy = self.redis.maxmemory_policy if self.redis else None
         found = {
             "no_workers": not self.workers,
@@ -135,6 +140,7 @@ class Status(BaseModel):
             "eviction_policy": policy is not None and policy != "noeviction",
             "redis_full": self.redis is not None and self.redis.full,
             "forget_stuck": (self.forgets.oldest_age_seconds or 0) > FORGET_STUCK_SECONDS,
+            "split_store": self.local_stores > 1,
         }
         return [name for name, present in found.items() if present]
 
@@ -169,7 +175,8 @@ async def snapshot(
         pipe.get(keys.rate_limit)
         pipe.get(keys.lost)
         pipe.hvals(keys.forgets)
-        depth, ready, dead, paused, paused_ttl, rate, lost, forgets = await pipe.execute()
+        pipe.hgetall(keys.stores)
+        depth, ready, dead, paused, paused_ttl, rate, lost, forgets, stores = await pipe.execute()
     arq_queue = await jobs.zrangebyscore(keys.queue, "-inf", "+inf", withscores=True)
 
     due = leased = deferred = stranded = missing = 0
@@ -225,6 +232,7 @@ async def snapshot(
         ),
         redis=await redis_status(redis),
         forgets=_forgets(forgets, now_ms),
+        local_stores=len(announced_stores(stores, now=now)),
     )
 
 

@@ -134,6 +134,7 @@ class ZepMemoryService(BaseMemoryService):
         asked = " ".join(query.split())[:400]
         if not asked:
             return SearchMemoryResponse()
+        await self.memory.check_store_once()  # a search may be all a process does
         try:
             user = await self.memory.user_of(Who(app_name, user_id, "", ""), self.memory.identity)
             if user is None:

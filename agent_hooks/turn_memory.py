@@ -5,6 +5,7 @@ never a memory failure reaching ADK (R1)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections import OrderedDict
 from collections.abc import Awaitable
@@ -145,7 +146,7 @@ class TurnMemory:
                 # First model call of the invocation: queue the user's message while the
                 # block is read, so the turn waits for the slower of the two, not both.
                 turn, write = await self._start_turn(callback_context, llm_request)
-                block, _ = await asyncio.gather(turn.block, write)
+                block, _, _ = await asyncio.gather(turn.block, write, self.check_store_once())
             else:  # later calls (after a tool step) reuse the block: tool steps keep memory
                 block = await turn.block
             if block:
@@ -162,8 +163,6 @@ class TurnMemory:
         self, ctx: CallbackContext, llm_request: LlmRequest
     ) -> tuple[_Turn, Awaitable[bool]]:
         who = Who.of(ctx)
-        if self._store_check is None and self.settings.resolved_backend == "local":
-            self._store_check = asyncio.ensure_future(self._check_store())
         identity, reads = await self.identities(ctx)
         text = said_text(ctx.user_content)
         block = asyncio.ensure_future(self.reader.read(who, ctx, llm_request, reads, text))
@@ -307,8 +306,19 @@ class TurnMemory:
         while len(self._turns) > MAX_TRACKED_INVOCATIONS:
             self._turns.popitem(last=False)
 
+    async def check_store_once(self) -> None:
+        """The first time (a turn, a search): warn if the workers write another local
+        store. Awaited within the read budget, beside the read, so that a process that
+        lives for one turn still warns; past the budget it goes on unawaited."""
+        if self._store_check is not None or self.settings.resolved_backend != "local":
+            return
+        self._store_check = asyncio.ensure_future(self._check_store())
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(
+                asyncio.shield(self._store_check), self.settings.retrieval_budget
+            )
+
     async def _check_store(self) -> None:
-        """Once, beside the first turn: warn if the worker writes another local store."""
         from afterthought.backends.local import LocalBackend
         from afterthought.shared_store import matches
 

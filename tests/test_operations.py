@@ -72,6 +72,7 @@ STATUS_SHAPE = {
         "maxmemory": (int, type(None)),
     },
     "forgets": {"pending": int, "oldest_age_seconds": (float, type(None))},
+    "local_stores": int,
     "problems": list,
 }
 WORKER_SHAPE = {"id", "last_seen_seconds", "jobs_complete", "jobs_failed", "jobs_retried"}
@@ -325,6 +326,7 @@ def test_worker_burst_drains_and_logs_json_without_content(local_settings: Setti
     flushed = [line for line in lines if line["msg"].startswith("flushed ")]
     assert flushed and flushed[0]["thread"] and flushed[0]["level"] == "info"
     assert "private" not in done.stderr
+    assert "alice" not in done.stderr  # arq's job lines hold no user id either
     _, found = status(local_settings)
     assert found["queue"]["messages"] == 0
 
@@ -604,6 +606,94 @@ async def test_an_agent_on_a_store_awaiting_an_upgrade_is_told_to_start_a_worker
     await memory._store_check
     assert "local store awaits a schema upgrade" in caplog.text
     await memory.aclose()
+
+
+ONE_TURN = """
+import asyncio, sys
+from afterthought.agent_hooks import create_callbacks
+from tests.adk_support import make_runner, new_session, say
+
+async def main() -> None:
+    runner, _ = make_runner(create_callbacks())  # settings from the environment
+    await say(runner, "alice", await new_session(runner, "alice"), "hello there")
+
+asyncio.run(main())
+"""
+
+
+async def test_a_process_of_one_turn_or_one_search_is_warned_of_another_store(
+    make_settings: Callable[..., Settings], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The check is awaited on the first turn (within the read budget), so a script that
+    lives for one turn warns before it exits; a search alone checks too."""
+    from afterthought.agent_hooks import ZepMemoryService
+
+    worker_settings = make_settings(local_db_path=tmp_path / "worker" / "memory.sqlite3")
+    await run_worker_once(worker_settings)
+    elsewhere = worker_settings.model_copy(update={"local_db_path": tmp_path / "agent.sqlite3"})
+    done = subprocess.run(
+        [sys.executable, "-c", ONE_TURN],
+        env={**os.environ, **elsewhere.as_env()},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "different local stores" in done.stderr, done.stderr
+    searching = ZepMemoryService(memory=TurnMemory(elsewhere))
+    await searching.search_memory(app_name="memtest", user_id="alice", query="hello")
+    assert "different local stores" in caplog.text
+    await searching.memory.aclose()
+
+
+async def test_two_workers_of_a_deployment_on_two_stores_are_an_error_and_a_problem(
+    make_settings: Callable[..., Settings], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    first = make_settings(local_db_path=tmp_path / "one.sqlite3")
+    await run_worker_once(first)
+    assert "use different local stores" not in caplog.text
+    assert status(first)[1]["local_stores"] == 1
+    await run_worker_once(first.model_copy(update={"local_db_path": tmp_path / "two.sqlite3"}))
+    assert "workers of this deployment use different local stores" in caplog.text
+    code, found = status(first)
+    assert code == 1 and found["local_stores"] == 2 and "split_store" in found["problems"]
+
+
+def test_a_worker_rides_out_a_redis_restart_and_stops_with_130_on_ctrl_c(
+    make_settings: Callable[..., Settings], tmp_path: Path
+) -> None:
+    """arq exits on the first failed poll; ours polls again, then drains what came after."""
+    from afterthought.testing import RedisServer
+
+    server = RedisServer()
+    settings = make_settings(redis_url=server.start())
+    log_file = tmp_path / "worker.log"
+    with log_file.open("w") as log_out:
+        worker = subprocess.Popen(
+            [sys.executable, "-m", "afterthought.cli", "--log-level", "WARNING", "worker"],
+            env={**os.environ, **settings.as_env()},
+            stderr=log_out,
+        )
+    try:
+        asyncio.run(enqueue(settings, queued("before", 1)))
+        assert asyncio.run(wait_settled(settings, 60))
+        server.stop()
+        deadline = time.monotonic() + 60
+        while "poll failed, polling again" not in log_file.read_text():
+            assert worker.poll() is None, log_file.read_text()
+            assert time.monotonic() < deadline, log_file.read_text()
+            time.sleep(0.05)
+        server.start()  # the same port, empty (nothing persisted): as after a restart
+        asyncio.run(enqueue(settings, queued("after", 2, session="s2")))
+        assert asyncio.run(wait_settled(settings, 60)), log_file.read_text()
+        assert worker.poll() is None
+        worker.send_signal(signal.SIGINT)
+        assert worker.wait(timeout=30) == 130, log_file.read_text()
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+        worker.wait()
+        server.close()
 
 
 def test_a_relative_store_path_is_made_absolute_where_it_is_read(

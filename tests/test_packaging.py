@@ -54,7 +54,11 @@ async def test_the_first_agent_remembers_with_a_worker_in_another_process(
     local_settings: Settings,
 ) -> None:
     """The README's first agent, run as it says: a worker in one process, two runs of the
-    script (two sessions) in another; the second is given what the first said."""
+    script (two sessions) in another; the second is given what the first said. The
+    README's code is the example's, to the byte."""
+    readme = (ROOT / "README.md").read_text()
+    pasted = re.search(r"```python\n(.*?)```", readme[readme.index("## Your first agent") :], re.S)
+    assert pasted and pasted.group(1) == (ROOT / "examples" / "first_agent.py").read_text()
     settings = local_settings.model_copy(update={"synthesis_idle_seconds": 0})
     env = {k: v for k, v in os.environ.items() if k not in {"GOOGLE_API_KEY", "ZEP_API_KEY"}}
     env.update(settings.as_env())

@@ -211,7 +211,7 @@ class Forgetter:
             pipe.set(self.keys.forgetting(app, user_id), COOLING, px=COOL_DOWN_MS)
             pipe.hdel(self.keys.forgets, who)
             await pipe.execute()
-        log.warning("forgot user=%s queued=%d dead=%d", who, done.queued, done.dead_letters)
+        log.info("forgot user=%s queued=%d dead=%d", who, done.queued, done.dead_letters)
         await self.audit.record([Entry("forget", "forget_user", who, "deleted")])
         return done
 

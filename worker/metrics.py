@@ -90,6 +90,9 @@ SYNTHESIS_LAG = Gauge(
     "afterthought_synthesis_lag_seconds", "How long the most overdue synthesis job has been due."
 )
 WORKERS = Gauge("afterthought_workers", "Worker processes whose health reports are live.")
+LOCAL_STORES = Gauge(
+    "afterthought_local_stores", "Local stores the workers announced lately (over 1: split)."
+)
 
 
 def metered(
@@ -163,6 +166,7 @@ def record(status: Status) -> None:
     FORGETS_PENDING.set(status.forgets.pending)
     SYNTHESIS_LAG.set(status.synthesis.lag_seconds or 0.0)
     WORKERS.set(len(status.workers))
+    LOCAL_STORES.set(status.local_stores)
 
 
 class Health:
