@@ -6,44 +6,79 @@
     persisted msg/s and backend calls per message.
 (b) steady chat: a turn (user + assistant message, queued separately as the hooks do) at
     a fixed offered rate: enqueue -> stored lag p50/p99.
-Prints one JSON object. Uses REDIS_URL or 127.0.0.1:6379 under a fresh key prefix."""
+Prints one JSON object. Uses REDIS_URL or 127.0.0.1:6379 under a fresh key prefix; with
+``--topology standalone`` or ``sentinel`` a private Redis (or Sentinel set) started for the
+run instead, whose counters also give Redis commands per message: ``client`` (what the
+processes sent) and ``executed`` (including the commands scripts ran), and what one Redis
+core could carry at the measured cost (``ceiling_msg_per_s``, from ``--core-ops``)."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import statistics
 import sys
+import threading
 import time
 import uuid
+from collections import Counter
 from datetime import datetime
 from pathlib import Path
-
-import redis.asyncio as aioredis
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from afterthought.backends import open_backend  # noqa: E402
+from afterthought.connections import connect, connect_sync  # noqa: E402
 from afterthought.contract import QueuedMessage  # noqa: E402
 from afterthought.enqueue import Enqueuer  # noqa: E402
 from afterthought.identity import IdentityRegistry  # noqa: E402
 from afterthought.settings import Settings  # noqa: E402
-from afterthought.testing import ZepFake  # noqa: E402
+from afterthought.testing import RedisServer, ZepFake  # noqa: E402
 from afterthought.testing.processes import cleanup, spawn_worker, wait_settled  # noqa: E402
+from afterthought.testing.topologies import SentinelSet  # noqa: E402
 
 APP = "bench"
 
 
-def _settings(fake: ZepFake) -> Settings:
+def _settings(fake: ZepFake, redis_url: str) -> Settings:
     return Settings(
-        redis_url=os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0"),
+        redis_url=redis_url,
         key_prefix=f"bench-{uuid.uuid4().hex[:8]}",
         zep_api_key="bench",
         zep_base_url=fake.base_url,
     )
+
+
+class _Commands:
+    """Counts what Redis runs while it is open (``MONITOR``, on the server the URL names):
+    ``client`` commands the processes sent, ``executed`` including those scripts ran, and
+    the client commands by name."""
+
+    def __init__(self, url: str) -> None:
+        self._client = connect_sync(url)
+        self.client = self.executed = 0
+        self.by_name: Counter[str] = Counter()
+        self._monitor = self._client.monitor()
+        self._conn = self._monitor.__enter__()
+        self._thread = threading.Thread(target=self._count, daemon=True)
+        self._thread.start()
+
+    def _count(self) -> None:
+        with contextlib.suppress(Exception):  # ends when the connection is closed
+            while True:
+                command = self._conn.next_command()
+                self.executed += 1
+                if command.get("client_type") != "lua":
+                    self.client += 1
+                    self.by_name[str(command["command"]).split(" ", 1)[0].upper()] += 1
+
+    def close(self) -> None:
+        self._client.connection_pool.disconnect()
+        self._thread.join(5)
 
 
 def _message(thread: int, n: int, role: str = "user") -> QueuedMessage:
@@ -60,7 +95,7 @@ def _message(thread: int, n: int, role: str = "user") -> QueuedMessage:
 
 async def _provision(settings: Settings, threads: int) -> None:
     """Identities exist before the clock starts, as they do for returning users."""
-    client = aioredis.Redis.from_url(settings.redis_url)
+    client = connect(settings.redis_url)
     backend = open_backend(settings)
     registry = IdentityRegistry(client, settings)
     gate = asyncio.Semaphore(20)
@@ -84,9 +119,9 @@ def _adds(fake: ZepFake) -> list[float]:
     ]
 
 
-def backlog(threads: int, per_thread: int, latency: float) -> dict[str, object]:
+def backlog(redis_url: str, threads: int, per_thread: int, latency: float) -> dict[str, object]:
     with ZepFake(latency=latency) as fake:
-        settings = _settings(fake)
+        settings = _settings(fake, redis_url)
         asyncio.run(_provision(settings, threads))
         fake.requests.clear()
 
@@ -124,9 +159,11 @@ def backlog(threads: int, per_thread: int, latency: float) -> dict[str, object]:
         }
 
 
-def steady(rate: float, seconds: float, threads: int, latency: float) -> dict[str, object]:
+def steady(
+    redis_url: str, rate: float, seconds: float, threads: int, latency: float
+) -> dict[str, object]:
     with ZepFake(latency=latency) as fake:
-        settings = _settings(fake)
+        settings = _settings(fake, redis_url)
         asyncio.run(_provision(settings, threads))
         worker = spawn_worker(settings)
         try:
@@ -148,8 +185,10 @@ def steady(rate: float, seconds: float, threads: int, latency: float) -> dict[st
                 await enqueuer.aclose()
                 return time.monotonic() - begin
 
+            counted = _Commands(settings.redis_url)
             offered_for = asyncio.run(offer())
             assert asyncio.run(wait_settled(settings, 600)), "not drained"
+            counted.close()
         finally:
             worker.terminate()
             worker.wait(timeout=30)
@@ -171,6 +210,10 @@ def steady(rate: float, seconds: float, threads: int, latency: float) -> dict[st
             "lag_p99_s": round(lags[int(len(lags) * 0.99) - 1], 3),
             "lag_max_s": round(lags[-1], 3),
             "calls_per_msg": round(len(adds) / len(lags), 4),
+            # Idle polling while the queue settles is in these too: an upper bound.
+            "redis_client_commands_per_msg": round(counted.client / len(lags), 2),
+            "redis_executed_commands_per_msg": round(counted.executed / len(lags), 2),
+            "redis_client_commands_by_name": dict(counted.by_name.most_common()),
         }
 
 
@@ -182,11 +225,33 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=10)
     parser.add_argument("--chat-threads", type=int, default=100)
     parser.add_argument("--latency", type=float, default=0.1)
+    parser.add_argument(
+        "--topology",
+        choices=["env", "standalone", "sentinel"],
+        default="env",
+        help="env: REDIS_URL; else a private Redis or Sentinel set, for clean counters",
+    )
+    parser.add_argument(
+        "--core-ops",
+        type=float,
+        default=100_000,
+        help="commands one Redis core executes a second (for the projected ceiling)",
+    )
     args = parser.parse_args()
-    result = {
-        "backlog": backlog(args.threads, args.per_thread, args.latency),
-        "steady": steady(args.rate, args.seconds, args.chat_threads, args.latency),
-    }
+    with contextlib.ExitStack() as stack:
+        url = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
+        if args.topology == "standalone":
+            url = stack.enter_context(RedisServer())
+        elif args.topology == "sentinel":
+            url = stack.enter_context(SentinelSet()).url
+        steady_chat = steady(url, args.rate, args.seconds, args.chat_threads, args.latency)
+        result = {
+            "topology": args.topology,
+            "backlog": backlog(url, args.threads, args.per_thread, args.latency),
+            "steady": steady_chat,
+        }
+    executed = float(steady_chat["redis_executed_commands_per_msg"])  # type: ignore[arg-type]
+    result["ceiling_msg_per_s_per_core"] = round(args.core_ops / executed) if executed else None
     print(json.dumps(result))
 
 
