@@ -137,6 +137,18 @@ def test_compose_runs_durable_redis_two_workers_the_agent_and_prometheus(
     assert Settings().metrics_port == int(port)  # the environment is valid settings
     assert services["agent"]["depends_on"]["worker"]["condition"] == "service_healthy"
 
+    # The sentinel profile: a replica of `redis`, three sentinels watching it, and the
+    # REDIS_URL its header gives is one the settings take.
+    sentinels = [n for n, svc in services.items() if n.startswith("sentinel-")]
+    assert len(sentinels) == 3 and services["redis-replica"]["profiles"] == ["sentinel"]
+    assert "--replicaof redis 6379" in " ".join(services["redis-replica"]["command"])
+    for name in sentinels:
+        assert services[name]["profiles"] == ["sentinel"]
+        assert "sentinel monitor afterthought redis 6379 2" in services[name]["command"][-1]
+    header = (ROOT / "docker-compose.yml").read_text()
+    url = re.search(r"REDIS_URL=(redis\+sentinel://\S+)", header)
+    assert url and Settings(redis_url=url.group(1)).redis_url.endswith("/afterthought/0")
+
     mount = services["prometheus"]["volumes"][0].split(":")
     scrape = yaml.safe_load((ROOT / mount[0]).read_text())
     (job,) = scrape["scrape_configs"]
