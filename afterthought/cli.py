@@ -78,6 +78,15 @@ def _with_redis(
     return asyncio.run(run())
 
 
+class _ServerFailed(Exception):
+    """A Redis failure on the server ``url`` names, when that is not ``REDIS_URL``'s (arq's,
+    ``ARQ_REDIS_URL``): the message must send the operator to the right one."""
+
+    def __init__(self, url: str, error: Exception) -> None:
+        super().__init__(type(error).__name__)
+        self.url, self.error = url, error
+
+
 def _redis_failure(exc: Exception) -> str:
     """One line on a Redis failure, naming the server without the credentials its URL
     may hold; Redis's own error text (a bad DB index, a refused password) is kept."""
@@ -87,7 +96,11 @@ def _redis_failure(exc: Exception) -> str:
     from afterthought.settings import Settings
 
     try:
-        server = describe(Settings().redis_url)
+        if isinstance(exc, _ServerFailed):
+            server = f"arq's {describe(exc.url)} (ARQ_REDIS_URL)"
+            exc = exc.error
+        else:
+            server = describe(Settings().redis_url)
     except ValueError:
         server = "Redis"
     if isinstance(exc, AuthenticationError):
@@ -115,12 +128,16 @@ def _worker(args: argparse.Namespace) -> int:
 
 def _reach(settings: Settings) -> None:
     """Raise the Redis error at once if Redis (or arq's) cannot be reached or refuses us."""
-    from afterthought.connections import connect_sync
+    from afterthought.connections import FAILURES, connect_sync
 
     for url in dict.fromkeys((settings.redis_url, settings.jobs_redis_url)):
         client = connect_sync(url, timeout=5)
         try:
             client.ping()
+        except FAILURES as exc:
+            if url == settings.redis_url:
+                raise
+            raise _ServerFailed(url, exc) from exc
         finally:
             client.close()
 
@@ -129,10 +146,15 @@ def _status(args: argparse.Namespace) -> int:
     from afterthought.status import snapshot
 
     async def work(settings: Settings, client: aioredis.Redis) -> int:
-        from afterthought.connections import connect
+        from afterthought.connections import FAILURES, connect
 
         jobs = connect(settings.arq_redis_url) if settings.arq_redis_url else None
         try:
+            if jobs is not None and settings.arq_redis_url:
+                try:
+                    await jobs.ping()
+                except FAILURES as exc:
+                    raise _ServerFailed(settings.arq_redis_url, exc) from exc
             status = await snapshot(client, settings, jobs=jobs)
         finally:
             if jobs is not None:
@@ -274,7 +296,9 @@ def _quarantine(args: argparse.Namespace) -> int:
 def _operate(args: argparse.Namespace) -> int:
     """prune and forget: both dry runs unless ``--yes``."""
     from afterthought.backends import open_backend
+    from afterthought.backends.local import LocalBackend
     from afterthought.identity import IdentityRegistry
+    from afterthought.shared_store import elsewhere
     from afterthought.worker.forget import Forgetter
     from afterthought.worker.prune import Pruner
 
@@ -282,6 +306,15 @@ def _operate(args: argparse.Namespace) -> int:
         backend = open_backend(settings, upgrade=True)
         apply = bool(args.yes) and not getattr(args, "dry_run", False)
         try:
+            if isinstance(backend, LocalBackend):  # a forget of another file forgets nothing
+                theirs = await elsewhere(client, settings, backend)
+                if theirs:
+                    print(
+                        f"afterthought: the local store {backend.path} is not the workers'"
+                        f" ({', '.join(theirs)}); set AFTERTHOUGHT_LOCAL_DB_PATH to theirs",
+                        file=sys.stderr,
+                    )
+                    return USAGE
             if args.command == "prune":
                 pruner = Pruner(settings, client, backend)
                 if args.user:
@@ -309,9 +342,11 @@ def _operate(args: argparse.Namespace) -> int:
                 )
             elif not apply:
                 aliases, known = await forgetter.aliases(args.app, args.user)
-                if not known:
-                    print(f"afterthought: no {who} in the backend", file=sys.stderr)
+                held = await forgetter.held(args.app, args.user)
+                if not (known or held.queued or held.dead_letters or held.quarantined):
+                    print(f"afterthought: no {who} in the backend or queued", file=sys.stderr)
                     return ATTENTION
+                print(json.dumps(asdict(held) | {"users": len(aliases) if known else 0}))
                 others = len(aliases) - 1
                 also = f" (and the {others} other app(s) sharing them)" if others else ""
                 print(
@@ -365,6 +400,10 @@ def _backfill(args: argparse.Namespace) -> int:
         ) as bar:
             report = await Backfill(settings, client, source).run(advance=bar.update)
         print(json.dumps(asdict(report)))
+        if args.db_url and not source.total:  # filters that name nothing
+            whose = f" of user {args.user!r}" if args.user else ""
+            print(f"afterthought: no session of app {args.app!r}{whose}", file=sys.stderr)
+            return ATTENTION
         return ATTENTION if report.malformed or report.refused else OK
 
     return _with_redis(args, work)
@@ -444,6 +483,8 @@ def _bad_setting(exc: ValidationError) -> str:
     value only where it is not a secret or a URL, which may hold a password)."""
     said = []
     for error in exc.errors():
+        if error["type"] == "default_factory_not_called":
+            continue  # a default that waits for the field in error: not a second error
         field = ".".join(str(part) for part in error["loc"]) or "settings"
         shown = not any(secret in field.lower() for secret in ("key", "url", "password"))
         value = f"={str(error.get('input'))[:40]!r}" if shown and "input" in error else ""
@@ -472,7 +513,10 @@ def _global_options(*, in_command: bool) -> argparse.ArgumentParser:
 
     options = argparse.ArgumentParser(add_help=False)
     options.add_argument(
-        "--log-level", default=default("INFO"), choices=["DEBUG", "INFO", "WARNING", "ERROR"]
+        "--log-level",
+        default=default(None),
+        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+        help="default: INFO for worker and demo, WARNING for the rest",
     )
     options.add_argument(
         "--log-format",
@@ -554,7 +598,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     quarantine.add_argument("action", choices=["list", "release", "drop"])
     quarantine.add_argument("id", nargs="?", help="the entry to release or drop")
-    quarantine.add_argument("--user", metavar="APP/USER", help="list one user's entries")
+    quarantine.add_argument(
+        "--user", type=_name, metavar="APP/USER", help="list one user's entries"
+    )
     quarantine.add_argument("--limit", type=_count, default=100, help="newest entries to list")
     quarantine.add_argument("--json", action="store_true", help="list as JSON")
     quarantine.add_argument(
@@ -592,8 +638,8 @@ def _parser() -> argparse.ArgumentParser:
     source = backfill.add_mutually_exclusive_group(required=True)
     source.add_argument("--jsonl", metavar="FILE", help="one ADK Session JSON a line")
     source.add_argument("--db-url", help="an ADK DatabaseSessionService URL")
-    backfill.add_argument("--app", help="with --db-url: the ADK app name")
-    backfill.add_argument("--user", help="with --db-url: only this user's sessions")
+    backfill.add_argument("--app", type=_name, help="with --db-url: the ADK app name")
+    backfill.add_argument("--user", type=_name, help="with --db-url: only this user's sessions")
     backfill.add_argument("--no-progress", action="store_true", help="no progress bar")
     backfill.set_defaults(run=_backfill, usage=backfill)
 
@@ -639,7 +685,9 @@ def main(argv: list[str] | None = None) -> int:
     handler.setFormatter(
         JsonLogFormatter() if args.log_format == "json" else logging.Formatter(TEXT_LOG_FORMAT)
     )
-    logging.basicConfig(level=args.log_level, handlers=[handler])
+    # A command that does one thing says it on stdout; its INFO lines would be noise.
+    level = args.log_level or ("INFO" if args.command in ("worker", "demo") else "WARNING")
+    logging.basicConfig(level=level, handlers=[handler])
     # One line per request to the backend, its URL holding user and thread ids: not news.
     logging.getLogger("httpx").setLevel(max(logging.WARNING, logging.root.level))
     try:
@@ -649,7 +697,7 @@ def main(argv: list[str] | None = None) -> int:
     except BackendError as exc:
         print(f"afterthought: the memory backend failed: {exc}", file=sys.stderr)
         return UNREACHABLE
-    except (RedisError, ConnectionError) as exc:
+    except (RedisError, ConnectionError, _ServerFailed) as exc:
         print(f"afterthought: {_redis_failure(exc)}", file=sys.stderr)
         return UNREACHABLE
     except ModuleNotFoundError as exc:  # a setting that needs an extra not installed

@@ -30,6 +30,10 @@ from redis.sentinel import Sentinel, SentinelManagedSSLConnection
 FAILURES: tuple[type[Exception], ...] = (RedisError, RedisClusterException, OSError, TimeoutError)
 
 SENTINEL_PORT = 26379
+#: What a process waits for one Redis command when it has no tighter budget (workers, the
+#: CLI): long enough for any script of ours, short enough that a client stuck on a
+#: partitioned master gives up and finds the one the sentinels promoted.
+COMMAND_SECONDS = 10.0
 _STANDALONE = {"redis", "rediss", "unix"}
 _SENTINEL = {"redis+sentinel": False, "rediss+sentinel": True}
 _CLUSTER = {"redis+cluster", "rediss+cluster"}
@@ -81,9 +85,11 @@ def parse(url: str) -> RedisTarget:
     if database and not database.isdigit():
         raise ValueError("the Sentinel URL's database (after the service) must be a number")
     query = {name: values[-1] for name, values in parse_qs(parts.query).items()}
-    unknown = set(query) - {"sentinel_password", "sentinel_username"}
-    if unknown:
-        raise ValueError(f"the Sentinel URL takes no option {', '.join(sorted(unknown))}")
+    if set(query) - {"sentinel_password", "sentinel_username"}:
+        # Not named: a password with an unescaped '?' in it would be read as one.
+        raise ValueError(
+            "the Sentinel URL takes only the options sentinel_password and sentinel_username"
+        )
     return RedisTarget(
         "sentinel",
         url,
@@ -110,18 +116,16 @@ def _hosts(netloc: str) -> list[tuple[str, int]]:
     return hosts
 
 
-def _timeouts(timeout: float | None) -> dict[str, Any]:
-    if timeout is None:
-        return {}
+def _timeouts(timeout: float) -> dict[str, Any]:
     # No retry after a timeout: the command may have run (the caller decides what to redo).
     return {"socket_timeout": timeout, "socket_connect_timeout": timeout, "retry_on_timeout": False}
 
 
-def _sentinel_kwargs(target: RedisTarget, timeout: float | None) -> dict[str, Any]:
+def _sentinel_kwargs(target: RedisTarget, timeout: float) -> dict[str, Any]:
     return {**target.sentinel_auth, **_timeouts(timeout), **({"ssl": True} if target.tls else {})}
 
 
-def _master_kwargs(target: RedisTarget, timeout: float | None, tls_class: type) -> dict[str, Any]:
+def _master_kwargs(target: RedisTarget, timeout: float, tls_class: type) -> dict[str, Any]:
     return {
         "db": target.db,
         "username": target.username,
@@ -132,20 +136,28 @@ def _master_kwargs(target: RedisTarget, timeout: float | None, tls_class: type) 
     }
 
 
-def connect(url: str, *, timeout: float | None = None) -> aioredis.Redis:
-    """An asyncio client (connecting on its first command). ``timeout``: seconds before
-    any command or connection attempt gives up (None: redis-py's defaults)."""
+def connect(
+    url: str,
+    *,
+    timeout: float = COMMAND_SECONDS,
+    client_class: type[aioredis.Redis] = aioredis.Redis,
+) -> aioredis.Redis:
+    """An asyncio client (connecting on its first command) of ``client_class`` (arq's
+    ``ArqRedis`` for its pool). ``timeout``: seconds before any command or connection
+    attempt gives up."""
     target = parse(url)
     if target.topology == "standalone":
-        return aioredis.Redis.from_url(url, **_timeouts(timeout))
+        return client_class.from_url(url, **_timeouts(timeout))
     sentinel = AsyncSentinel(list(target.nodes), sentinel_kwargs=_sentinel_kwargs(target, timeout))
     assert target.service is not None
     return sentinel.master_for(
-        target.service, **_master_kwargs(target, timeout, AsyncSentinelSSLConnection)
+        target.service,
+        redis_class=client_class,
+        **_master_kwargs(target, timeout, AsyncSentinelSSLConnection),
     )
 
 
-def connect_sync(url: str, *, timeout: float | None = None) -> redis.Redis:
+def connect_sync(url: str, *, timeout: float = COMMAND_SECONDS) -> redis.Redis:
     """The same, blocking (the CLI's checks)."""
     target = parse(url)
     if target.topology == "standalone":

@@ -29,12 +29,19 @@ from typing import Any
 
 import redis.asyncio as aioredis
 from redis.commands.core import AsyncScript
+from redis.exceptions import RedisError
 
 from afterthought.contract import QueuedMessage
 from afterthought.keys import Keys
 from afterthought.settings import Settings
 
 log = logging.getLogger("afterthought.queue")
+
+
+class NotReplicated(RedisError):  # type: ignore[misc]
+    """A write ran on the master, but fewer replicas than ``redis_wait_replicas`` hold it
+    in time: a failover may drop it, so it must not count as done."""
+
 
 #: The message keys each thread remembers for de-duplication. 128 keeps the ZSET in
 #: Redis' compact encoding (about 5 KB a thread); a re-push comes within seconds of the
@@ -337,8 +344,10 @@ class ThreadQueue:
     ) -> Any:
         """Run a script that writes what a failover must not lose; with
         ``redis_wait_replicas``, return once that many replicas hold it (``WAIT``, on the
-        connection that wrote: it waits for that connection's writes) or after ``wait_ms``.
-        A shortfall is logged, not refused: a replica down degrades durability only."""
+        connection that wrote: it waits for that connection's writes), else raise
+        :class:`NotReplicated` after ``wait_ms``: the write ran, but on a master that a
+        failover may drop (one cut off from its replicas, or being demoted), so it counts
+        as an outcome unknown — sent again, and never relied on — not as done."""
         wanted = self.settings.redis_wait_replicas
         if not wanted:
             return await script(keys=keys, args=args)
@@ -350,6 +359,7 @@ class ThreadQueue:
             await connection.aclose()
         if held < wanted:
             log.warning("write not replicated replicas=%d wanted=%d", held, wanted)
+            raise NotReplicated(f"{held} of {wanted} replicas hold the write")
         return result
 
     def _seen_args(self) -> list[int]:

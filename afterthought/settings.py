@@ -77,7 +77,8 @@ class Settings(BaseSettings):
     """Deadline, in seconds, for the one Redis round trip that queues a write."""
     redis_wait_replicas: int = Field(0, ge=0, le=16)
     """Replicas that must hold a queued write before it counts as queued (Redis ``WAIT``;
-    one more round trip): with Sentinel, 1 keeps a failover from losing it."""
+    one more round trip; unconfirmed, it is sent again): with Sentinel, 1 keeps a failover
+    from losing or doubling it."""
     zep_user_id_template: str = "{user_id}"
     """Backend ``user_id`` from ADK's ``app`` and ``user_id``. The default makes one user id
     one person in every app of the deployment (one memory; forgetting them forgets them in

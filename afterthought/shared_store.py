@@ -7,6 +7,7 @@ among them."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import time
@@ -26,26 +27,28 @@ if TYPE_CHECKING:
 log = logging.getLogger("afterthought.store")
 
 #: A running worker announces its store this often...
-ANNOUNCE_EVERY_SECONDS = 300.0
+ANNOUNCE_EVERY_SECONDS = 60.0
 #: ...and an announcement counts this long: a store no worker has used lately is not one
 #: an agent should be reading (an old file left behind by last week's deployment).
 ANNOUNCED_SECONDS = 3 * ANNOUNCE_EVERY_SECONDS
 
 
 def announced_stores(entries: Mapping[bytes, bytes], *, now: float) -> dict[str, str]:
-    """Store id -> path, of the stores workers announced lately."""
+    """Store id -> path, of the stores workers announced lately (an entry a worker)."""
     found = {}
-    for store, raw in entries.items():
+    for raw in entries.values():
         try:
             entry = json.loads(raw)
             if now - float(entry["at"]) <= ANNOUNCED_SECONDS:
-                found[store.decode()] = str(entry["path"])
+                found[str(entry["store"])] = str(entry["path"])
         except (ValueError, KeyError, TypeError):
             continue  # not an announcement of ours: nothing to compare with
     return found
 
 
-async def announce(redis: Redis, settings: Settings, backend: MemoryBackend) -> None:
+async def announce(
+    redis: Redis, settings: Settings, backend: MemoryBackend, *, worker: str
+) -> None:
     """The worker's side: its store joins the deployment's list, with the time; an error
     in the log while another worker of the deployment announced another store (its users'
     turns land in two files, and each agent reads one)."""
@@ -55,11 +58,11 @@ async def announce(redis: Redis, settings: Settings, backend: MemoryBackend) -> 
         return
     key = Keys(settings.key_prefix).stores
     store = await backend.store_id()
-    entry = json.dumps({"path": str(backend.path), "at": time.time()})
+    entry = json.dumps({"store": store, "path": str(backend.path), "at": time.time()})
     try:
         others = announced_stores(await redis.hgetall(key), now=time.time())
         async with redis.pipeline(transaction=True) as pipe:
-            pipe.hset(key, store, entry)
+            pipe.hset(key, worker, entry)
             pipe.expire(key, int(ANNOUNCED_SECONDS))
             await pipe.execute()
     except RedisError as exc:  # a full Redis must not keep a worker from draining it
@@ -76,25 +79,44 @@ async def announce(redis: Redis, settings: Settings, backend: MemoryBackend) -> 
     log.debug("local store id=%s path=%s", store, backend.path)
 
 
-async def announce_forever(redis: Redis, settings: Settings, backend: MemoryBackend) -> None:
+async def announce_forever(
+    redis: Redis, settings: Settings, backend: MemoryBackend, *, worker: str
+) -> None:
     """A running worker's store stays announced as long as it runs."""
     while True:
         await asyncio.sleep(ANNOUNCE_EVERY_SECONDS)
-        await announce(redis, settings, backend)
+        await announce(redis, settings, backend, worker=worker)
+
+
+async def withdraw(redis: Redis, settings: Settings, *, worker: str) -> None:
+    """A worker that stops takes its announcement back (one that is killed leaves it to
+    expire), so a store nobody writes any more stops counting at once."""
+    with contextlib.suppress(RedisError):
+        await redis.hdel(Keys(settings.key_prefix).stores, worker)
+
+
+async def elsewhere(redis: Redis, settings: Settings, backend: LocalBackend) -> list[str]:
+    """The paths of the stores workers announced lately when this process's store is not
+    one of them (an empty list when it is, or when none was announced). A file that is
+    not there is not created to find out."""
+    # First: a store awaiting an upgrade says so here.
+    mine = await backend.store_id() if backend.path.exists() else None
+    stored = await redis.hgetall(Keys(settings.key_prefix).stores)
+    announced = announced_stores(stored, now=time.time())
+    if not announced or mine in announced:
+        return []
+    return sorted(announced.values())
 
 
 async def matches(redis: Redis, settings: Settings, backend: LocalBackend) -> bool:
     """The agent's side: False (and a warning) when workers announced stores lately and
     this process's is not one of them; True when it is, or when none was announced."""
-    stored = await redis.hgetall(Keys(settings.key_prefix).stores)
-    announced = announced_stores(stored, now=time.time())
-    mine = await backend.store_id()  # first: a store awaiting an upgrade says so here
-    if not announced or mine in announced:
-        return True
-    log.warning(
-        "agent and worker use different local stores: agent=%s worker=%s; give both the"
-        " same absolute AFTERTHOUGHT_LOCAL_DB_PATH",
-        backend.path,
-        ",".join(sorted(announced.values())),
-    )
-    return False
+    others = await elsewhere(redis, settings, backend)
+    if others:
+        log.warning(
+            "agent and worker use different local stores: agent=%s worker=%s; give both the"
+            " same absolute AFTERTHOUGHT_LOCAL_DB_PATH",
+            backend.path,
+            ",".join(others),
+        )
+    return not others

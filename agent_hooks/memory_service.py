@@ -109,27 +109,27 @@ class ZepMemoryService(BaseMemoryService):
     async def search_memory(
         self, *, app_name: str, user_id: str, query: str
     ) -> SearchMemoryResponse:
-        """What memory holds for ``query``: facts about the user that share its words, most
-        relevant first, then past statements for it, most relevant first (the user's own
-        on the local store; on Zep, episodes, which hold either speaker's turns). Nothing
-        for an empty query, never "everything".
+        """What memory holds for ``query``, most relevant first: facts about the user that
+        share its words, and past statements about it (the user's own on the local store;
+        on Zep, episodes, which hold either speaker's turns). Nothing for an empty query,
+        never "everything".
         Each entry has its id (for ``delete_memory``), the time it holds from (a fact's
         validity, a statement's saying), and in ``custom_metadata`` its kind (``fact`` or
         ``statement``), predicate (facts, when the backend names one) and score: higher is
-        more relevant, entries of a kind are in its order. The local store's are 0..1 (a
-        fact: the share of the query's words it holds; a statement: BM25 as ``b/(1+b)``,
-        or its cosine similarity with an embedder); Zep's are its rankers' (scale
-        undocumented; with Zep's default ranker, reciprocal rank fusion, small positive
-        numbers). A backend that gives no score leaves it None and its own order stands.
-        Empty on any failure."""
+        more relevant. The local store's are 0..1 (a fact: the share of the query's words
+        it holds; a statement: BM25 as ``b/(1+b)``, or its cosine similarity with an
+        embedder), and facts and statements are ordered together by them; Zep's are its
+        rankers' (scale undocumented; with its default ranker, reciprocal rank fusion,
+        small positive numbers). A backend that gives no score leaves it None: then facts
+        come first, each kind in the backend's order. Empty on any failure."""
 
-        def by_score(hits: Sequence[SearchHit]) -> list[SearchHit]:
+        def scored(hits: Sequence[tuple[SearchHit, str]]) -> list[tuple[SearchHit, str]]:
             """Without hits scored 0 or less; highest score first when every hit has one
-            (stable: the backend's order among equals), else in the backend's order."""
-            kept = [hit for hit in hits if hit.score is None or hit.score > 0]
-            if any(hit.score is None for hit in kept):
+            (stable: facts first among equals), else as given."""
+            kept = [(hit, kind) for hit, kind in hits if hit.score is None or hit.score > 0]
+            if any(hit.score is None for hit, _ in kept):
                 return kept
-            return sorted(kept, key=lambda hit: -(hit.score or 0.0))
+            return sorted(kept, key=lambda entry: -(entry[0].score or 0.0))
 
         asked = " ".join(query.split())[:400]
         if not asked:
@@ -154,8 +154,8 @@ class ZepMemoryService(BaseMemoryService):
             return SearchMemoryResponse()
         # A hit scored 0 is no answer to the query; facts were validated when they were
         # made, statements come as said and the instruction-like never reach a model.
-        relevant = [(hit, "fact") for hit in by_score(facts)]
-        said = [(hit, "statement") for hit in by_score(statements) if detect(hit.text) is None]
+        said = [hit for hit in statements if detect(hit.text) is None]
+        found = scored([*((hit, "fact") for hit in facts), *((hit, "statement") for hit in said)])
         return SearchMemoryResponse(
             memories=[
                 MemoryEntry(
@@ -165,6 +165,6 @@ class ZepMemoryService(BaseMemoryService):
                     content=types.Content(role="user", parts=[types.Part(text=hit.text)]),
                     custom_metadata={"kind": kind, "score": hit.score, **hit.extra},
                 )
-                for hit, kind in [*relevant, *said][: self.limit]
+                for hit, kind in found[: self.limit]
             ]
         )

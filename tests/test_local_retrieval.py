@@ -871,3 +871,35 @@ async def test_a_second_backend_on_one_file_keeps_the_first_ones_locks(tmp_path:
     check = sqlite3.connect(path)
     assert check.execute("PRAGMA integrity_check").fetchone() == ("ok",)
     check.close()
+
+
+@pytest.mark.parametrize(
+    ("said", "query", "found"),
+    [
+        (["My grandmother Rosa taught me to bake bread.", "Our cat is called Pixel."], "bread", 0),
+        (
+            [
+                "Lisbon is hot in summer.",
+                "The trams in Lisbon are old and yellow.",
+                "I bought a new bicycle yesterday.",
+                "I cook pasta most evenings.",
+            ],
+            "Lisbon",
+            1,
+        ),
+    ],
+    ids=["one-of-two", "half-of-the-store"],
+)
+async def test_a_word_in_half_the_store_still_finds_its_statements(
+    backend: LocalBackend, said: list[str], query: str, found: int
+) -> None:
+    """BM25 gives a word that half the store's statements hold no weight: they still match."""
+    user, thread = await _user(backend, "erin")
+    await _say(backend, thread, *said)
+    hits = await backend.search(
+        graph_uuid=user.graph_uuid,
+        request=SearchRequest(query=query, scope="episodes", limit=10),
+        timeout=10,
+    )
+    assert said[found] in [h.text for h in hits]
+    assert all(h.score is not None and h.score > 0 for h in hits)

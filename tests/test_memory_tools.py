@@ -154,8 +154,8 @@ async def test_memory_service_adds_searches_and_deletes(any_settings: Settings) 
     await drain(any_settings)
 
     found = await service.search_memory(app_name=APP, user_id="alice", query="cat")
-    kinds = [m.custom_metadata["kind"] for m in found.memories]
-    assert kinds == sorted(kinds)  # facts ("fact"), then what the user said ("statement")
+    scores = [m.custom_metadata["score"] for m in found.memories]
+    assert scores == sorted(scores, reverse=True)  # facts and statements, by relevance
     cats = [
         m
         for m in found.memories
@@ -298,11 +298,8 @@ def _entries(found: Any) -> list[tuple[str, str, float]]:
 
 
 def _in_order(entries: list[tuple[str, str, float]]) -> None:
-    kinds = [kind for kind, _, _ in entries]
-    assert kinds == sorted(kinds)  # facts, then statements
-    for kind in ("fact", "statement"):
-        scores = [score for k, _, score in entries if k == kind]
-        assert scores == sorted(scores, reverse=True)  # most relevant first
+    scores = [score for _, _, score in entries]
+    assert scores == sorted(scores, reverse=True)  # most relevant first, of either kind
 
 
 async def test_search_memory_finds_only_what_the_query_is_about(

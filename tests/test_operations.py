@@ -556,13 +556,25 @@ async def test_a_session_that_grew_is_backfilled_again(
     assert len(zep_fake.messages()) == 4  # the first turn once, the new one added
 
 
+async def _worker_running_on(settings: Settings) -> None:
+    """The announcement a running worker makes of its store (a stopped one withdraws it)."""
+    from afterthought.backends.local import LocalBackend
+    from afterthought.connections import connect
+    from afterthought.shared_store import announce
+
+    client, store = connect(settings.redis_url), LocalBackend(settings.local_db_path)
+    await announce(client, settings, store, worker="elsewhere:1")
+    await store.aclose()
+    await client.aclose()
+
+
 async def test_an_agent_reading_another_store_than_its_worker_is_warned(
     make_settings: Callable[..., Settings], tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """The trap of two processes started in different directories: the agent would read
     an empty store of its own. The worker announces its store; the agent compares."""
     worker_settings = make_settings(local_db_path=tmp_path / "worker" / "memory.sqlite3")
-    await run_worker_once(worker_settings)
+    await _worker_running_on(worker_settings)
     (tmp_path / "link").symlink_to(tmp_path / "worker")
     cases = {
         tmp_path / "agent" / "memory.sqlite3": True,
@@ -629,7 +641,7 @@ async def test_a_process_of_one_turn_or_one_search_is_warned_of_another_store(
     from afterthought.agent_hooks import ZepMemoryService
 
     worker_settings = make_settings(local_db_path=tmp_path / "worker" / "memory.sqlite3")
-    await run_worker_once(worker_settings)
+    await _worker_running_on(worker_settings)
     elsewhere = worker_settings.model_copy(update={"local_db_path": tmp_path / "agent.sqlite3"})
     done = subprocess.run(
         [sys.executable, "-c", ONE_TURN],
@@ -649,14 +661,39 @@ async def test_a_process_of_one_turn_or_one_search_is_warned_of_another_store(
 async def test_two_workers_of_a_deployment_on_two_stores_are_an_error_and_a_problem(
     make_settings: Callable[..., Settings], tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
+    """While both run: an error in the second's log, and ``split_store``; once the first
+    stops, its announcement goes with it."""
     first = make_settings(local_db_path=tmp_path / "one.sqlite3")
-    await run_worker_once(first)
-    assert "use different local stores" not in caplog.text
-    assert status(first)[1]["local_stores"] == 1
-    await run_worker_once(first.model_copy(update={"local_db_path": tmp_path / "two.sqlite3"}))
-    assert "workers of this deployment use different local stores" in caplog.text
-    code, found = status(first)
-    assert code == 1 and found["local_stores"] == 2 and "split_store" in found["problems"]
+    running = spawn_worker(first)
+    try:
+        deadline = time.monotonic() + 60
+        while status(first)[1]["local_stores"] != 1:
+            assert time.monotonic() < deadline and running.poll() is None
+            await asyncio.sleep(0.05)
+        await run_worker_once(first.model_copy(update={"local_db_path": tmp_path / "two.sqlite3"}))
+        assert "workers of this deployment use different local stores" in caplog.text
+        assert str(tmp_path / "one.sqlite3") in caplog.text
+        assert status(first)[1]["local_stores"] == 1  # the second stopped: it withdrew its own
+        await run_worker_once(first)  # the same store as the running one: no error
+    finally:
+        running.terminate()
+        running.wait(timeout=30)
+    assert status(first)[1]["local_stores"] == 0  # the first withdrew at SIGTERM
+
+
+def test_split_store_is_a_problem_of_the_status(local_settings: Settings) -> None:
+    from afterthought.status import PauseStatus, QueueStatus, Status, SynthesisStatus
+
+    queue = QueueStatus(
+        messages=0, threads=0, due=0, leased=0, deferred=0, stranded=0,
+        oldest_age_seconds=None, jobs_waiting=0,
+    )  # fmt: skip
+    base = Status(
+        prefix="p", at=0.0, queue=queue, dead_letters=0, pause=PauseStatus(paused=False),
+        synthesis=SynthesisStatus(pending_users=0, lag_seconds=None), workers=[],
+    )  # fmt: skip
+    assert "split_store" not in base.model_copy(update={"local_stores": 1}).problems
+    assert "split_store" in base.model_copy(update={"local_stores": 2}).problems
 
 
 def test_a_worker_rides_out_a_redis_restart_and_stops_with_130_on_ctrl_c(
@@ -679,7 +716,7 @@ def test_a_worker_rides_out_a_redis_restart_and_stops_with_130_on_ctrl_c(
         assert asyncio.run(wait_settled(settings, 60))
         server.stop()
         deadline = time.monotonic() + 60
-        while "poll failed, polling again" not in log_file.read_text():
+        while "poll failed, retrying" not in log_file.read_text():
             assert worker.poll() is None, log_file.read_text()
             assert time.monotonic() < deadline, log_file.read_text()
             time.sleep(0.05)
@@ -722,7 +759,8 @@ async def test_only_stores_announced_lately_count(
     async def announced(**entries: float) -> bool:
         await redis.delete(key)
         for store, at in entries.items():
-            await redis.hset(key, store, json.dumps({"path": f"/srv/{store}", "at": at}))
+            entry = {"store": store, "path": f"/srv/{store}", "at": at}
+            await redis.hset(key, f"host:{store}", json.dumps(entry))
         return await matches(redis, local_settings, agent)
 
     assert await announced(**{mine: now})

@@ -84,16 +84,39 @@ async def test_the_write_and_read_paths_dead_letters_and_forget_run_on_sentinel(
     await runner.close()
 
 
+def _killed(topology: SentinelSet) -> tuple[str, int]:
+    """Killed, and restarted by its supervisor: it comes back as the new master's replica
+    (until then, with ``redis_wait_replicas``, writes wait: none is confirmed)."""
+    killed = topology.kill_master()
+    promoted = topology.wait_failover(killed)
+    topology.restart(killed)
+    return promoted
+
+
+def _partitioned(topology: SentinelSet) -> tuple[str, int]:
+    """Cut off for longer than the sentinels wait: they promote the replica; the old
+    master, thawed, still takes writes from the connections it had until it is demoted."""
+    frozen = topology.freeze_master()
+    try:
+        return topology.wait_failover(frozen)
+    finally:
+        topology.thaw(frozen)
+
+
 @pytest.mark.timeout(300)
-def test_a_master_killed_in_the_middle_of_traffic_loses_nothing() -> None:
+@pytest.mark.parametrize(
+    ("failover", "seed"),
+    [(_killed, 11), (_partitioned, 5), (_partitioned, 11)],
+    ids=["killed", "partitioned", "partitioned-2"],
+)
+def test_a_failover_in_the_middle_of_traffic_loses_and_doubles_nothing(
+    failover: Callable[[SentinelSet], tuple[str, int]], seed: int
+) -> None:
     """The chaos run (ADK sessions in a stalling loop, workers in their own processes,
-    ambiguous backend faults), with the master SIGKILLed a third of the way in: the
-    sentinels promote the replica, and every client finds it."""
+    ambiguous backend faults), with the master killed or cut off a third of the way in;
+    every client finds the promoted replica. (A planned ``SENTINEL FAILOVER`` can still
+    send some messages twice: see the README.)"""
     with SentinelSet() as topology:
-
-        def failover() -> tuple[str, int]:
-            return topology.wait_failover(topology.kill_master())
-
         result = chaos.run(
             messages=240,
             sessions=8,
@@ -103,10 +126,10 @@ def test_a_master_killed_in_the_middle_of_traffic_loses_nothing() -> None:
             fault_rate=0.1,
             stall=True,
             think=0.1,
-            seed=11,
+            seed=seed,
             redis_url=topology.url,
             timeout=120,
-            failover=failover,
+            failover=lambda: failover(topology),
             redis_wait_replicas=1,
         )
     report = json.dumps(result)

@@ -145,6 +145,22 @@ class Forgetter:
                 found.append((a.decode(), u.decode()))
         return found, True
 
+    async def held(self, app: str, user_id: str) -> Forgotten:
+        """What Redis holds of the user that a forget of them would drop (a dry run): their
+        queued messages, dead letters and quarantined entries."""
+        threads = [
+            t.decode() for t in await self.redis.smembers(self.keys.user_threads(app, user_id))
+        ]
+        queued = [await self.redis.llen(self.keys.pending(tk)) for tk in threads]
+        dead = [DeadLetter.parse(raw) for raw in await self.redis.lrange(self.keys.dead, 0, -1)]
+        quarantine = Quarantine(self.redis, self.settings)
+        return Forgotten(
+            dry_run=True,
+            queued=sum(queued),
+            dead_letters=sum(d.thread in threads for d in dead),
+            quarantined=len(await quarantine.entries(app=app, user_id=user_id)),
+        )
+
     async def _user(self, app: str, user_id: str) -> UserRef | None:
         """The user in the backend: as the registry records them, else as the backend
         itself finds them by their id (Redis may have lost the registry's record)."""

@@ -13,10 +13,9 @@ import socket
 import time
 import uuid
 from collections import Counter
-from typing import Any
+from typing import Any, cast
 
 from arq import ArqRedis, cron
-from arq.connections import RedisSettings
 from arq.cron import CronJob
 from arq.worker import Worker, func
 from redis.asyncio import Redis
@@ -24,7 +23,6 @@ from redis.exceptions import OutOfMemoryError, RedisError
 
 from afterthought.backends import open_backend
 from afterthought.connections import FAILURES, connect
-from afterthought.connections import parse as parse_redis_url
 from afterthought.contract import QueuedMessage
 from afterthought.keys import Keys, digest
 from afterthought.settings import Settings
@@ -46,6 +44,8 @@ FLUSH_TIMEOUT_SECONDS = 60
 DISPATCH_INTERVAL_SECONDS = 0.05
 #: How long a worker waits after a poll that failed (Redis away) before the next one.
 POLL_RETRY_SECONDS = 0.5
+#: While Redis stays away, the failure is logged again this often.
+OUTAGE_LOG_SECONDS = 60.0
 #: A queued job that no worker starts within this long no longer blocks a new one.
 DISPATCH_MARK_MS = 2000
 
@@ -127,18 +127,36 @@ async def dispatch_or_drain(jobs: ArqRedis, keys: Keys, flusher: Flusher) -> Non
         await flusher.drain(budget=FLUSH_BUDGET_SECONDS)
 
 
+class _Outage:
+    """Redis failing a loop that retries every fraction of a second: logged as it begins,
+    once a minute while it lasts, and as it ends, not at every try."""
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+        self._since: float | None = None
+        self._told = -OUTAGE_LOG_SECONDS
+
+    def failed(self, exc: BaseException) -> None:
+        now = time.monotonic()
+        self._since = now if self._since is None else self._since
+        if now - self._told >= OUTAGE_LOG_SECONDS:
+            log.warning("%s failed, retrying error=%s", self.what, type(exc).__name__)
+            self._told = now
+
+    def ended(self) -> None:
+        if self._since is not None:
+            log.info("%s resumed after=%.1fs", self.what, time.monotonic() - self._since)
+            self._since, self._told = None, -OUTAGE_LOG_SECONDS
+
+
 async def _dispatch_forever(jobs: ArqRedis, keys: Keys, flusher: Flusher) -> None:
-    failing = False  # an outage is logged as it begins and ends, not at every try
+    outage = _Outage("dispatch")
     while True:
         try:
             await dispatch_or_drain(jobs, keys, flusher)
-            if failing:
-                log.info("dispatch resumed")
-            failing = False
+            outage.ended()
         except FAILURES as exc:
-            if not failing:
-                log.warning("dispatch failed error=%s", type(exc).__name__)
-            failing = True
+            outage.failed(exc)
             await asyncio.sleep(POLL_RETRY_SECONDS)
         await asyncio.sleep(DISPATCH_INTERVAL_SECONDS)
 
@@ -174,14 +192,18 @@ class MemoryWorker(Worker):
     arq would exit on the first error, and a worker that exits cannot drain. It polls
     again; the threads it held fall due by themselves (W4)."""
 
-    interrupted = False
-    """Stopped by SIGINT (Ctrl-C), which the command reports as such (exit 130)."""
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.interrupted = False
+        """Stopped by SIGINT (Ctrl-C), which the command reports as such (exit 130)."""
+        self._outage = _Outage("poll")
 
     async def _poll_iteration(self) -> None:
         try:
             await super()._poll_iteration()
+            self._outage.ended()
         except FAILURES as exc:
-            log.warning("poll failed, polling again error=%s", type(exc).__name__)
+            self._outage.failed(exc)
             await asyncio.sleep(POLL_RETRY_SECONDS)
 
     def handle_sig(self, signum: signal.Signals) -> None:
@@ -215,27 +237,14 @@ def _prune_cron(keys: Keys, at: str) -> CronJob:
     )
 
 
-def arq_settings(url: str) -> RedisSettings:
-    """arq's connection settings for the same target (arq parses no Sentinel URL)."""
-    target = parse_redis_url(url)
-    if target.topology == "standalone":
-        return RedisSettings.from_dsn(url)
-    # arq 0.28 passes one password, to the data nodes only, and TLS as a flag that
-    # Sentinel-managed connections refuse.
-    if target.sentinel_auth or target.tls:
-        raise ValueError(
-            "arq cannot use a Sentinel set over TLS or with sentinel passwords: give it "
-            "another Redis (ARQ_REDIS_URL)"
-        )
-    assert target.service is not None
-    return RedisSettings(
-        host=list(target.nodes),
-        sentinel=True,
-        sentinel_master=target.service,
-        database=target.db,
-        username=target.username,
-        password=target.password,
-    )
+def _jobs_pool(settings: Settings, keys: Keys) -> ArqRedis:
+    """arq's Redis client, from our factory: arq's own gives its commands no timeout (a
+    worker would hang on a partitioned master) and reads no Sentinel URL."""
+    pool = cast(ArqRedis, connect(settings.jobs_redis_url, client_class=ArqRedis))
+    pool.job_serializer = json_dumps
+    pool.job_deserializer = json_loads
+    pool.default_queue_name = keys.queue
+    return pool
 
 
 def worker_settings(
@@ -260,9 +269,11 @@ def worker_settings(
         if s.resolved_backend == "local":
             from afterthought.shared_store import announce, announce_forever  # local adapter
 
-            await announce(redis, s, opened)
+            await announce(redis, s, opened, worker=worker_id)
             if not burst:
-                tasks.append(asyncio.create_task(announce_forever(redis, s, opened)))
+                tasks.append(
+                    asyncio.create_task(announce_forever(redis, s, opened, worker=worker_id))
+                )
         backend = metrics.metered_backend(opened)
         ctx["backend"] = backend
         after_flush = None
@@ -304,6 +315,10 @@ def worker_settings(
         if "backend" in ctx:
             await ctx["backend"].aclose()
         if "data" in ctx:
+            if s.resolved_backend == "local":
+                from afterthought.shared_store import withdraw
+
+                await withdraw(ctx["data"], s, worker=worker_id)
             await ctx["data"].aclose()
 
     return {
@@ -328,7 +343,7 @@ def worker_settings(
             *([] if s.prune_at == "off" else [_prune_cron(keys, s.prune_at)]),
         ],
         "queue_name": keys.queue,
-        "redis_settings": arq_settings(s.jobs_redis_url),
+        "redis_pool": _jobs_pool(s, keys),
         "job_serializer": json_dumps,
         "job_deserializer": json_loads,
         "on_startup": on_startup,

@@ -179,6 +179,10 @@ def _now() -> str:
     return datetime.now(UTC).isoformat()
 
 
+#: The least score of a statement that holds a word of the query.
+MATCHED = 0.001
+
+
 class LocalBackend(MemoryBackend):
     name = "local"
     capabilities = Capabilities(
@@ -845,8 +849,9 @@ class LocalBackend(MemoryBackend):
 
         ``score`` is 0..1, higher more relevant: the larger of ``b / (1 + b)``, where ``b``
         is the statement's BM25 for all the query's words (FTS5's ``bm25`` negated; the
-        question it answered weighs ``REPLIED_WEIGHT``), and its cosine similarity to the
-        query (with an embedder, when positive). BM25 weighs a word by how rare it is in the
+        question it answered weighs ``REPLIED_WEIGHT``; at least ``MATCHED`` for a
+        statement holding a word of the query), and its cosine similarity to the query
+        (with an embedder, when positive). BM25 weighs a word by how rare it is in the
         store, so scores compare within one search, not across stores."""
         terms = query_terms(query)
         ranked = _lexical(db, user_uuid, terms)
@@ -866,8 +871,9 @@ class LocalBackend(MemoryBackend):
                 f" WHERE statements_fts MATCH ? AND rowid IN ({marks})",
                 (match_expression(user_uuid, terms), *ranked),
             ):
-                if -bm25 > 0:
-                    scores[int(rowid)] = -bm25 / (1.0 - bm25)
+                # Held a word of the query: a match, however common the word (BM25 gives a
+                # word in half the store's statements no weight at all).
+                scores[int(rowid)] = max(MATCHED, -bm25 / (1.0 - bm25) if bm25 < 0 else 0.0)
         if vector is not None and self._embedder is not None:
             import numpy as np
 

@@ -9,7 +9,7 @@ import subprocess
 import sys
 import time
 
-from afterthought.connections import connect
+from afterthought.connections import FAILURES, connect
 from afterthought.keys import Keys
 from afterthought.settings import Settings
 
@@ -38,8 +38,14 @@ async def wait_settled(settings: Settings, timeout: float) -> bool:
             return True
         return any(job.startswith(synth) for job in await jobs.zrange(keys.queue, 0, -1))
 
+    async def settled() -> bool:
+        try:
+            return not await busy()
+        except FAILURES:  # Redis away (failing over): not settled yet
+            return False
+
     try:
-        while await busy():
+        while not await settled():
             if time.monotonic() > deadline:
                 return False
             await asyncio.sleep(0.02)

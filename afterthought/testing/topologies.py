@@ -11,6 +11,7 @@ harness does not depend on the product code it tests.
 from __future__ import annotations
 
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -361,6 +362,24 @@ class SentinelSet(_Topology):
         """SIGKILL the node the sentinels consider the master; return its port."""
         _, port = self.master_address()
         self._kill(port)
+        return port
+
+    def freeze_master(self) -> int:
+        """SIGSTOP the master (a partition: it keeps its connections and, thawed, serves
+        them as master until the sentinels demote it); return its port."""
+        _, port = self.master_address()
+        self._procs[port].send_signal(signal.SIGSTOP)
+        return port
+
+    def thaw(self, port: int) -> None:
+        self._procs[port].send_signal(signal.SIGCONT)
+
+    def hand_over(self) -> int:
+        """``SENTINEL FAILOVER``: a planned failover, nothing killed; return the old
+        master's port."""
+        _, port = self.master_address()
+        with self._client(self._sentinel_ports[0]) as sentinel:
+            sentinel.execute_command("SENTINEL", "FAILOVER", self._service)
         return port
 
     def wait_failover(self, old_port: int, timeout: float = 20) -> tuple[str, int]:
