@@ -449,7 +449,17 @@ class Flusher:
         # part is acknowledged the rest, which an earlier attempt may have stored under
         # another idempotency key, is still reconciled before it is sent (W2).
         recorded = inflight is not None and _covers(inflight, first, last)
-        if not recorded and not await self.queue.begin(tk, lease.token, first=first, last=last):
+        if not recorded:
+            began = await self.queue.begin(tk, lease.token, first=first, last=last)
+        elif self.settings.redis_wait_replicas:
+            # The record may be one a master wrote and never replicated before it was
+            # replaced (a failed attempt's): written again, the same, and confirmed before
+            # it is relied on, or the new master's workers would send the batch again.
+            low, high = (int(x) for x in (inflight or b"").decode().split(":"))
+            began = await self.queue.begin(tk, lease.token, first=low, last=high)
+        else:
+            began = True
+        if not began:
             raise _LeaseLost
         try:
             return await self._flush_checked(lease, batch, stats, history, epoch, inflight)
