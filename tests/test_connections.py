@@ -62,7 +62,7 @@ BAD_URLS = [
     ("redis+sentinel://h:1/svc/x", "database (after the service)"),
     ("redis+sentinel://h:port/svc", "host:port,host:port"),
     ("redis+sentinel://h:1,/svc", "host:port,host:port"),
-    ("redis+sentinel://h:1/svc?ssl_certfile=/x", "takes no option ssl_certfile"),
+    ("redis+sentinel://h:1/svc?ssl_certfile=/x", "takes only the options sentinel_password"),
 ]
 
 
