@@ -75,6 +75,8 @@ BACKEND_TIMEOUT = 1.0
 #: After this long a timed-out backend call is taken as settled on the server (the write
 #: path's ``backend_settle_seconds``).
 SETTLE_SECONDS = 1.0
+#: How long a worker may take to stop after SIGTERM (a container's default grace period).
+STOP_GRACE_SECONDS = 30.0
 #: How long past the client's timeout a hung request commits: within the settle time, so a
 #: write path that waits it out sees every commit before it reconciles.
 HANG_OVERSHOOT = 0.5
@@ -309,6 +311,8 @@ class Workers:
         self._env = {"PYTHONPATH": os.pathsep.join(path)}
         self.pool = [self._spawn() for _ in range(count)]
         self.kills = 0
+        self.slow_stops = 0
+        """Workers still running ``STOP_GRACE_SECONDS`` after SIGTERM (then killed)."""
 
     def _spawn(self) -> subprocess.Popen[bytes]:
         # The workers import this tree, whatever the interpreter has installed.
@@ -345,10 +349,17 @@ class Workers:
         return _at_turns(at_turns, progress, stop, lambda: self.kill_one(rng))
 
     def stop(self) -> None:
+        """SIGTERM, as an orchestrator stops them; SIGKILL after its grace period (what a
+        killed worker held falls due by itself), counted in ``slow_stops``."""
         for proc in self.pool:
             proc.terminate()
         for proc in self.pool:
-            proc.wait(timeout=30)
+            try:
+                proc.wait(timeout=STOP_GRACE_SECONDS)
+            except subprocess.TimeoutExpired:
+                self.slow_stops += 1
+                proc.kill()
+                proc.wait()
 
 
 def _at_turns(
@@ -656,6 +667,7 @@ def run(
         "concurrent_sessions": len(slots),
         "workers": workers,
         "kills": pool.kills,
+        "slow_stops": pool.slow_stops,
         "failovers": len(failed_over),
         "stalls": {"count": progress.stalls, "seconds": round(progress.stalled, 1)},
         "fault_rate": fault_rate,
