@@ -809,3 +809,28 @@ def test_every_dashboard_panel_queries_metrics_the_worker_exports() -> None:
             assert used <= allowed, (panel["title"], used - allowed)
     compose = (ROOT / "docker-compose.yml").read_text()
     assert "./deploy/grafana/dashboards:/var/lib/grafana/dashboards" in compose
+
+
+async def test_a_stop_is_not_lost_to_a_poll_that_failed(
+    local_settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker polls again after Redis failed it; but once a signal asked it to stop, a
+    poll's failure (the stop's cancellation can surface as the client's timeout) ends it,
+    or the worker would stay up for good (seen under load, after a Sentinel failover)."""
+    from arq.worker import Worker
+    from redis.exceptions import TimeoutError as RedisTimeout
+
+    import afterthought.worker.jobs as jobs
+
+    async def failing(self: Worker) -> None:
+        raise RedisTimeout("Timeout reading from socket")
+
+    monkeypatch.setattr(Worker, "_poll_iteration", failing)
+    monkeypatch.setattr(jobs, "POLL_RETRY_SECONDS", 0.0)
+    worker = jobs.create_worker(local_settings, handle_signals=False)
+    await worker._poll_iteration()  # Redis away: it goes on
+    worker.handle_sig(signal.SIGTERM)
+    with pytest.raises(asyncio.CancelledError):
+        await worker._poll_iteration()
+    assert not worker.interrupted
+    await worker.close()

@@ -4,7 +4,6 @@ dispatcher that turns ready threads into flush jobs (scheduling is ours; arq run
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import os
@@ -46,6 +45,8 @@ DISPATCH_INTERVAL_SECONDS = 0.05
 POLL_RETRY_SECONDS = 0.5
 #: While Redis stays away, the failure is logged again this often.
 OUTAGE_LOG_SECONDS = 60.0
+#: How long a stopping worker waits for its own background loops to end.
+SHUTDOWN_WAIT_SECONDS = 5.0
 #: A queued job that no worker starts within this long no longer blocks a new one.
 DISPATCH_MARK_MS = 2000
 
@@ -196,18 +197,27 @@ class MemoryWorker(Worker):
         super().__init__(*args, **kwargs)
         self.interrupted = False
         """Stopped by SIGINT (Ctrl-C), which the command reports as such (exit 130)."""
+        self.stopping = False
+        """A signal asked it to stop."""
         self._outage = _Outage("poll")
 
     async def _poll_iteration(self) -> None:
+        if self.stopping:
+            raise asyncio.CancelledError  # a stop the poll below may have swallowed
         try:
             await super()._poll_iteration()
             self._outage.ended()
         except FAILURES as exc:
+            if self.stopping:
+                # The stop's cancellation can surface as the client's timeout (it raced
+                # the command's own): retrying would keep the worker up for good.
+                raise asyncio.CancelledError from exc
             self._outage.failed(exc)
             await asyncio.sleep(POLL_RETRY_SECONDS)
 
     def handle_sig(self, signum: signal.Signals) -> None:
         self.interrupted = self.interrupted or signum == signal.SIGINT
+        self.stopping = True
         super().handle_sig(signum)
 
 
@@ -306,10 +316,11 @@ def worker_settings(
             log.warning("audit log off: set AFTERTHOUGHT_AUDIT_KEY to keep one")
 
     async def on_shutdown(ctx: dict[str, Any]) -> None:
-        for task in ctx.get("tasks", []):
+        tasks = ctx.get("tasks", [])
+        for task in tasks:
             task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        if tasks:  # bounded: a cancellation a Redis call turned into its own error is lost
+            await asyncio.wait(tasks, timeout=SHUTDOWN_WAIT_SECONDS)
         if "metrics_server" in ctx:
             ctx["metrics_server"].shutdown()
         if "backend" in ctx:
