@@ -44,7 +44,6 @@ class RedisTarget:
     """What a Redis URL names. Its repr holds no credentials."""
 
     topology: Literal["standalone", "sentinel"]
-    url: str = field(repr=False)
     nodes: tuple[tuple[str, int], ...] = ()
     """The sentinels (Sentinel only)."""
     service: str | None = None
@@ -78,7 +77,7 @@ def parse(url: str) -> RedisTarget:
             parts.port  # noqa: B018 - raises on a port out of range
         except ValueError:
             raise ValueError("the Redis URL's port must be a number 0-65535") from None
-        return RedisTarget("standalone", url)
+        return RedisTarget("standalone")
     service, _, database = parts.path.strip("/").partition("/")
     if not service:
         raise ValueError("a Sentinel URL names the service after the hosts: .../SERVICE[/DB]")
@@ -92,7 +91,6 @@ def parse(url: str) -> RedisTarget:
         )
     return RedisTarget(
         "sentinel",
-        url,
         nodes=tuple(_hosts(parts.netloc.rpartition("@")[2])),
         service=unquote(service),
         db=int(database or 0),

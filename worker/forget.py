@@ -260,7 +260,7 @@ class Forgetter:
                 dry_run=True,
                 facts=[fact_uuid],
                 texts=[_shown(found)],
-                statements=[_cut(m.content) for m in await self._restatements(user, found)],
+                statements=_said(await self._restatements(user, found)),
             )
         if fact_uuid in known:  # a tombstone, so synthesis never writes it back
             await self.redis.sadd(self.keys.tombstones(app, user_id), known[fact_uuid].signature)
@@ -287,7 +287,7 @@ class Forgetter:
         return Forgotten(
             facts=[fact_uuid],
             texts=[_shown(known[fact_uuid])] if fact_uuid in known else [],
-            statements=[_cut(m.content) for m in restated],
+            statements=_said(restated),
         )
 
     async def _restatements(self, user: UserRef, fact: StoredFact) -> list[HistoryMessage]:
@@ -336,13 +336,18 @@ class Forgetter:
                 step = await self.forget_fact(app=app, user_id=user_id, fact_uuid=fact.uuid)
                 done.statements += step.statements
             else:
-                done.statements += [_cut(m.content) for m in await self._restatements(user, fact)]
+                done.statements += _said(await self._restatements(user, fact))
         return done
 
 
 def _shown(fact: StoredFact) -> str:
     """A fact as an operator confirms it: its statement, shortened (a terminal, not a log)."""
     return _cut(statement(fact.subject, fact.predicate, fact.value))
+
+
+def _said(messages: list[HistoryMessage]) -> list[str]:
+    """Statements as an operator confirms them: shortened."""
+    return [_cut(m.content) for m in messages]
 
 
 def _cut(text: str) -> str:
