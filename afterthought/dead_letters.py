@@ -37,11 +37,11 @@ class DeadLetters:
         self._queue = ThreadQueue(redis, settings)
 
     async def listing(self, *, start: int = 0, count: int = 100) -> list[tuple[int, DeadLetter]]:
-        raw = await self._redis.lrange(self._keys.dead, start, start + count - 1)
+        raw = await self._redis.lrange(self._keys.dead(), start, start + count - 1)
         return [(start + i, DeadLetter.parse(r)) for i, r in enumerate(raw)]
 
     async def count(self) -> int:
-        return int(await self._redis.llen(self._keys.dead))
+        return int(await self._redis.llen(self._keys.dead()))
 
     async def replay(self, indexes: list[int] | None = None) -> Replayed:
         """Re-queue the letters at ``indexes`` (all when None), each at its thread's end."""
@@ -65,17 +65,17 @@ class DeadLetters:
         """Delete the letters at ``indexes`` (all when None); returns how many went."""
         if indexes is None:
             async with self._redis.pipeline(transaction=True) as pipe:
-                pipe.llen(self._keys.dead)
-                pipe.delete(self._keys.dead)
+                pipe.llen(self._keys.dead())
+                pipe.delete(self._keys.dead())
                 total, _ = await pipe.execute()
             return int(total)
         removed = 0
         for raw in await self._select(indexes):
-            removed += int(await self._redis.lrem(self._keys.dead, 1, raw))
+            removed += int(await self._redis.lrem(self._keys.dead(), 1, raw))
         return removed
 
     async def _select(self, indexes: list[int] | None) -> list[bytes]:
-        everything: list[bytes] = await self._redis.lrange(self._keys.dead, 0, -1)
+        everything: list[bytes] = await self._redis.lrange(self._keys.dead(), 0, -1)
         if indexes is None:
             return everything
         return [everything[i] for i in sorted(set(indexes)) if 0 <= i < len(everything)]

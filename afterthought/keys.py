@@ -1,10 +1,29 @@
-"""Every Redis key name, in one place. All carry the deployment prefix."""
+"""Every Redis key name, in one place. All carry the deployment prefix.
+
+Two layouts. With ``redis_shards = 0`` (the default, one Redis or a Sentinel set) names
+are ``prefix:kind:id``, as they always were. With ``redis_shards = N`` (required on Redis
+Cluster) each user belongs to one of N virtual shards, and every key a multi-key script
+touches carries its shard's hash tag, so a script never crosses slots:
+
+- per thread (``pending``, ``thread``, ``seen``, ``lease``) and per user (``epoch``,
+  ``forgetting``, the context entries, ...): the user's shard's tag;
+- per shard (``ready``, ``depth``, ``dead``, ``lost``): that shard's tag;
+- deployment-wide (``paused``, ``forgets``, ``ctx:graph:*``, ...): untagged, so only ever
+  used one key per command.
+
+A thread is named by a *reference*: its key alone (``tk``) in the flat layout, ``s/tk``
+when sharded, so everything that passes references around (the ready set, a user's
+thread set, dead-letter headers) knows the shard without recomputing it."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from dataclasses import dataclass
+from typing import Protocol
+
+from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
 
 #: Registry entries and pending lists are durable state; these are not and expire.
 LOCK_TTL_MS = 10_000
@@ -17,48 +36,125 @@ def digest(*ids: str, size: int = 32) -> str:
     return hashlib.sha256(json.dumps(ids, ensure_ascii=True).encode()).hexdigest()[:size]
 
 
+#: The most virtual shards a deployment may have (each is polled by every dispatcher).
+MAX_SHARDS = 1024
+
+
+@functools.cache
+def shard_tags(prefix: str, shards: int) -> tuple[str, ...]:
+    """Each shard's hash tag, ``{prefix:s:x}``, where ``x`` is the first number that puts
+    shard ``s`` in the ``s``-th of N equal ranges of hash slots: tags spread by CRC16 alone
+    would give one master of three twice another's share at N = 16; spread evenly, any
+    even division of the slots among masters gives each its share of shards."""
+    tags: list[str] = []
+    for s in range(shards):
+        low = s * REDIS_CLUSTER_HASH_SLOTS // shards
+        high = (s + 1) * REDIS_CLUSTER_HASH_SLOTS // shards
+        x = 0
+        while not low <= key_slot(f"{prefix}:{s}:{x}".encode()) < high:
+            x += 1
+        tags.append(f"{{{prefix}:{s}:{x}}}")
+    return tuple(tags)
+
+
+class _HasLayout(Protocol):
+    key_prefix: str
+    redis_shards: int
+
+
 @dataclass(frozen=True, slots=True)
 class Keys:
     prefix: str
+    shards: int = 0
+    """Virtual shards (``redis_shards``); 0 is the flat layout."""
+
+    @classmethod
+    def of(cls, settings: _HasLayout) -> Keys:
+        return cls(settings.key_prefix, settings.redis_shards)
+
+    # --- shards and thread references ------------------------------------------------
+    @property
+    def shard_ids(self) -> tuple[int | None, ...]:
+        """Every shard, for what loops over them (claim, dispatch, status): ``(None,)`` in
+        the flat layout."""
+        return (None,) if not self.shards else tuple(range(self.shards))
+
+    def shard_of(self, app: str, user_id: str) -> int | None:
+        """The user's shard (None in the flat layout)."""
+        if not self.shards:
+            return None
+        return int(digest(app, user_id, size=8), 16) % self.shards
+
+    def thread_ref(self, app: str, user_id: str, session_id: str) -> str:
+        """How every key, set and message names the session's thread."""
+        from afterthought.contract import thread_key  # contract imports keys
+
+        tk = thread_key(app=app, user_id=user_id, session_id=session_id)
+        shard = self.shard_of(app, user_id)
+        return tk if shard is None else f"{shard}/{tk}"
+
+    def shard_of_ref(self, ref: str) -> int | None:
+        """The shard a thread reference names; a flat reference in a sharded layout (or
+        the reverse) is a mix-up of deployments, refused rather than misrouted."""
+        shard, sep, _ = ref.rpartition("/")
+        if not self.shards:
+            if sep:
+                raise ValueError(f"sharded thread reference in a flat layout: {ref!r}")
+            return None
+        if not shard.isdigit() or int(shard) >= self.shards:
+            raise ValueError(f"not a thread reference of {self.shards} shards: {ref!r}")
+        return int(shard)
+
+    def _in(self, shard: int | None) -> str:
+        """The name's head: the prefix, or the shard's hash tag."""
+        return self.prefix if shard is None else shard_tags(self.prefix, self.shards)[shard]
+
+    def _of_thread(self, kind: str, ref: str) -> str:
+        return f"{self._in(self.shard_of_ref(ref))}:{kind}:{ref.rpartition('/')[2]}"
+
+    def _user_base(self, app: str, user_id: str) -> str:
+        return self._in(self.shard_of(app, user_id))
 
     # --- the write queue -------------------------------------------------------------
-    def pending(self, thread_key: str) -> str:
+    def pending(self, ref: str) -> str:
         """LIST of queued message payloads of one thread, oldest first."""
-        return f"{self.prefix}:pending:{thread_key}"
+        return self._of_thread("pending", ref)
 
-    def thread(self, thread_key: str) -> str:
+    def thread(self, ref: str) -> str:
         """HASH: ``seq`` (last assigned), ``persisted`` (high-water mark), identity fields."""
-        return f"{self.prefix}:thread:{thread_key}"
+        return self._of_thread("thread", ref)
 
-    @property
-    def ready(self) -> str:
-        """ZSET thread_key -> ms when it may next be claimed (claiming pushes it a lease out)."""
-        return f"{self.prefix}:ready"
+    def ready(self, shard: int | None = None) -> str:
+        """ZSET thread ref -> ms when it may next be claimed (claiming pushes it a lease out)."""
+        return f"{self._in(shard)}:ready"
 
-    def seen(self, thread_key: str) -> str:
+    def seen(self, ref: str) -> str:
         """ZSET message key -> seq: the thread's latest keys, so a re-push adds nothing;
         bounded (``queue.SEEN_KEYS``) and expiring."""
-        return f"{self.prefix}:seen:{thread_key}"
+        return self._of_thread("seen", ref)
 
-    @property
-    def lost(self) -> str:
+    def lost(self, shard: int | None = None) -> str:
         """Counter of messages Redis lost (a sequence gap: evicted, or a failover without
         persistence); durable, so ``status`` keeps reporting it until reset."""
-        return f"{self.prefix}:lost"
+        return f"{self._in(shard)}:lost"
 
-    def lease(self, thread_key: str) -> str:
+    def lease(self, ref: str) -> str:
         """STRING token of the worker that holds the thread; expires with the lease."""
-        return f"{self.prefix}:lease:{thread_key}"
+        return self._of_thread("lease", ref)
 
-    @property
-    def depth(self) -> str:
-        """Counter of queued messages across all threads (the global cap reads it)."""
-        return f"{self.prefix}:depth"
+    def depth(self, shard: int | None = None) -> str:
+        """Counter of queued messages across the shard's threads (its cap reads it)."""
+        return f"{self._in(shard)}:depth"
 
-    @property
-    def dead(self) -> str:
+    def dead(self, shard: int | None = None) -> str:
         """LIST of dead letters (a JSON header line, then the item), newest last."""
-        return f"{self.prefix}:dead"
+        return f"{self._in(shard)}:dead"
+
+    @property
+    def layout(self) -> str:
+        """STRING: the number of shards the deployment's keys are laid out in (durable):
+        a process configured with another number refuses to start."""
+        return f"{self.prefix}:layout"
 
     # --- pacing: shared by every worker ----------------------------------------------
     @property
@@ -104,20 +200,26 @@ class Keys:
     # --- identity registry -----------------------------------------------------------
     def user(self, app: str, user_id: str) -> str:
         """HASH ``user_uuid``, ``graph_uuid`` of an ADK (app, user)."""
-        return f"{self.prefix}:id:user:{digest(app, user_id)}"
+        return f"{self._user_base(app, user_id)}:id:user:{digest(app, user_id)}"
 
     def session(self, app: str, user_id: str, session_id: str) -> str:
         """STRING thread uuid of an ADK session (under its user, so forget finds it)."""
-        return f"{self.prefix}:id:thread:{digest(app, user_id)}:{digest(app, user_id, session_id)}"
+        return (
+            f"{self._user_base(app, user_id)}:id:thread:"
+            f"{digest(app, user_id)}:{digest(app, user_id, session_id)}"
+        )
 
     # --- the context cache (R2) -------------------------------------------------------
     def context_user(self, app: str, user_id: str) -> str:
         """STRING ``version\\nwritten_ms\\nblock``: the user's block; expires."""
-        return f"{self.prefix}:ctx:user:{digest(app, user_id)}"
+        return f"{self._user_base(app, user_id)}:ctx:user:{digest(app, user_id)}"
 
     def context_thread(self, app: str, user_id: str, session_id: str) -> str:
         """STRING, same form: the block for one session's latest turns (overlay); expires."""
-        return f"{self.prefix}:ctx:thread:{digest(app, user_id)}:{digest(app, user_id, session_id)}"
+        return (
+            f"{self._user_base(app, user_id)}:ctx:thread:"
+            f"{digest(app, user_id)}:{digest(app, user_id, session_id)}"
+        )
 
     def context_graph(self, graph_uuid: str) -> str:
         """SET of every cache entry built from one backend graph (a shared graph's blocks
@@ -127,26 +229,26 @@ class Keys:
     def context_index(self, app: str, user_id: str) -> str:
         """SET of the user's overlay keys, so invalidating a user needs no SCAN; expires
         with the newest of them."""
-        return f"{self.prefix}:ctx:index:{digest(app, user_id)}"
+        return f"{self._user_base(app, user_id)}:ctx:index:{digest(app, user_id)}"
 
     # --- out-of-band memory ---------------------------------------------------------------
     def synthesized(self, app: str, user_id: str) -> str:
         """STRING: the backend cursor up to which the user's messages were synthesized."""
-        return f"{self.prefix}:synth:{digest(app, user_id)}"
+        return f"{self._user_base(app, user_id)}:synth:{digest(app, user_id)}"
 
     def synthesizing(self, app: str, user_id: str) -> str:
         """STRING token of the worker synthesizing the user's facts; expires unless renewed
         (a forget waits for it, so no synthesis writes after the forget cleaned up)."""
-        return f"{self.prefix}:synthesizing:{digest(app, user_id)}"
+        return f"{self._user_base(app, user_id)}:synthesizing:{digest(app, user_id)}"
 
     def epoch(self, app: str, user_id: str) -> str:
         """Counter bumped when a user is forgotten: older queued messages are dropped."""
-        return f"{self.prefix}:epoch:{digest(app, user_id)}"
+        return f"{self._user_base(app, user_id)}:epoch:{digest(app, user_id)}"
 
     def forgetting(self, app: str, user_id: str) -> str:
         """STRING set while the user is being forgotten, and for a short cool-down after:
         their new messages wait, and no cache entry is written or served meanwhile."""
-        return f"{self.prefix}:forgetting:{digest(app, user_id)}"
+        return f"{self._user_base(app, user_id)}:forgetting:{digest(app, user_id)}"
 
     @property
     def forgets(self) -> str:
@@ -156,11 +258,11 @@ class Keys:
 
     def user_threads(self, app: str, user_id: str) -> str:
         """SET of the user's thread keys (so forgetting a user finds its queues)."""
-        return f"{self.prefix}:threads:{digest(app, user_id)}"
+        return f"{self._user_base(app, user_id)}:threads:{digest(app, user_id)}"
 
     def tombstones(self, app: str, user_id: str) -> str:
         """SET of forgotten fact signatures: synthesis never writes them again."""
-        return f"{self.prefix}:tomb:{digest(app, user_id)}"
+        return f"{self._user_base(app, user_id)}:tomb:{digest(app, user_id)}"
 
     @property
     def audit(self) -> str:

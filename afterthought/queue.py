@@ -371,8 +371,8 @@ class ThreadQueue:
         return [
             k.pending(tk),
             k.thread(tk),
-            k.ready,
-            k.depth,
+            k.ready(),
+            k.depth(),
             k.epoch(head.app, head.user_id),
             k.user_threads(head.app, head.user_id),
             k.seen(tk),
@@ -409,7 +409,7 @@ class ThreadQueue:
         again = message.model_copy(update={"unsure": True})
         return int(
             await self._replay(
-                keys=[*self._append_keys(message), self.keys.dead],
+                keys=[*self._append_keys(message), self.keys.dead()],
                 args=[
                     *self._seen_args(),
                     message.thread_key,
@@ -430,7 +430,7 @@ class ThreadQueue:
         async with self.redis.pipeline(transaction=False) as pipe:
             for tk, token in zip(tks, tokens, strict=True):
                 await self._claim(
-                    keys=[self.keys.lease(tk), self.keys.ready],
+                    keys=[self.keys.lease(tk), self.keys.ready()],
                     args=[token, lease_ms, now_ms + lease_ms, tk],
                     client=pipe,
                 )
@@ -441,7 +441,7 @@ class ThreadQueue:
         lease_ms = int(self.settings.lease_seconds * 1000)
         return bool(
             await self._renew(
-                keys=[self.keys.lease(tk), self.keys.ready],
+                keys=[self.keys.lease(tk), self.keys.ready()],
                 args=[token, lease_ms, now_ms + lease_ms, tk],
             )
         )
@@ -463,7 +463,7 @@ class ThreadQueue:
         k = self.keys
         return int(
             await self._ack(
-                keys=[k.lease(tk), k.pending(tk), k.thread(tk), k.depth, k.lost],
+                keys=[k.lease(tk), k.pending(tk), k.thread(tk), k.depth(), k.lost()],
                 args=[token, last],
             )
         )
@@ -484,7 +484,7 @@ class ThreadQueue:
         k = self.keys
         return int(
             await self._dead(
-                keys=[k.lease(tk), k.pending(tk), k.dead, k.thread(tk), k.depth, k.lost],
+                keys=[k.lease(tk), k.pending(tk), k.dead(), k.thread(tk), k.depth(), k.lost()],
                 args=[token, count, tk, reason, attempts, now_ms, "" if last is None else last],
             )
         )
@@ -493,7 +493,7 @@ class ThreadQueue:
         k = self.keys
         return bool(
             await self._release(
-                keys=[k.lease(tk), k.pending(tk), k.ready, k.thread(tk), k.lost, k.depth],
+                keys=[k.lease(tk), k.pending(tk), k.ready(), k.thread(tk), k.lost(), k.depth()],
                 args=[token, tk, next_ms],
             )
         )
@@ -504,7 +504,7 @@ class ThreadQueue:
         k = self.keys
         return int(
             await self._purge(
-                keys=[k.pending(tk), k.thread(tk), k.ready, k.depth], args=[tk, before_epoch]
+                keys=[k.pending(tk), k.thread(tk), k.ready(), k.depth()], args=[tk, before_epoch]
             )
         )
 

@@ -12,6 +12,7 @@ from pydantic import AliasChoices, Field, SecretStr, field_validator, model_vali
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from afterthought.connections import parse as parse_redis_url
+from afterthought.keys import MAX_SHARDS
 
 
 def _default_store(key_prefix: str) -> Path:
@@ -61,6 +62,11 @@ class Settings(BaseSettings):
     """On Zep: ``zep`` lets Zep extract facts; ``managed`` stores history only."""
     key_prefix: str = "afterthought"
     """Deployment prefix of every Redis key, arq's queue and job ids included."""
+    redis_shards: int = Field(0, ge=0, le=MAX_SHARDS)
+    """Virtual shards the queue is laid out in; 0 keeps the flat layout of one Redis. On
+    Redis Cluster, required (say 3 to 8 a master): every user's keys share one shard's
+    hash slot. Fixed for a deployment: recorded in Redis, and a process configured with
+    another number refuses to start."""
     local_db_path: Path = Field(
         default_factory=lambda fields: _default_store(fields.get("key_prefix", "afterthought"))
     )

@@ -167,13 +167,13 @@ async def snapshot(
     lease_ms = int(settings.lease_seconds * 1000)
 
     async with redis.pipeline(transaction=False) as pipe:
-        pipe.get(keys.depth)
-        pipe.zrange(keys.ready, 0, -1, withscores=True)
-        pipe.llen(keys.dead)
+        pipe.get(keys.depth())
+        pipe.zrange(keys.ready(), 0, -1, withscores=True)
+        pipe.llen(keys.dead())
         pipe.get(keys.paused)
         pipe.pttl(keys.paused)
         pipe.get(keys.rate_limit)
-        pipe.get(keys.lost)
+        pipe.get(keys.lost())
         pipe.hvals(keys.forgets)
         pipe.hgetall(keys.stores)
         depth, ready, dead, paused, paused_ttl, rate, lost, forgets, stores = await pipe.execute()

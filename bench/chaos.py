@@ -471,7 +471,7 @@ async def _whereabouts(
         tk = thread_key(app=APP, user_id=chat.user_id, session_id=chat.session_id)
         pending |= {_key_of(raw) for raw in await client.lrange(keys.pending(tk), 0, -1)}
     # A dead letter is a JSON header line, then the queued payload.
-    dead = {_key_of(raw.partition(b"\n")[2]) for raw in await client.lrange(keys.dead, 0, -1)}
+    dead = {_key_of(raw.partition(b"\n")[2]) for raw in await client.lrange(keys.dead(), 0, -1)}
     return _Whereabouts(observed, pending, dead)
 
 

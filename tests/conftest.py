@@ -154,7 +154,7 @@ async def drain(settings: Settings, *, timeout: float = 30.0) -> None:
     try:
         while True:
             await run_worker_once(settings)
-            if not await client.zcard(keys.ready):
+            if not await client.zcard(keys.ready()):
                 return
             if time.monotonic() > deadline:
                 raise TimeoutError("queue not drained")

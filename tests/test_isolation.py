@@ -45,7 +45,7 @@ async def _stored(settings: Settings, redis: aioredis.Redis, user: str, session:
 
 
 async def _dead_reasons(settings: Settings, redis: aioredis.Redis) -> list[str]:
-    raw = await redis.lrange(Keys(settings.key_prefix).dead, 0, -1)
+    raw = await redis.lrange(Keys(settings.key_prefix).dead(), 0, -1)
     return [json.loads(r.split(b"\n", 1)[0])["reason"] for r in raw]
 
 

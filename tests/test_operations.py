@@ -111,8 +111,8 @@ async def test_status_reports_queue_dead_letters_pause_and_stranded_threads(
 
     keys = Keys(zep_settings.key_prefix)
     long_ago = int((time.time() - 3600) * 1000)
-    thread = (await redis.zrange(keys.ready, 0, 0))[0]
-    await redis.zadd(keys.ready, {thread: long_ago})  # due an hour ago, nobody took it
+    thread = (await redis.zrange(keys.ready(), 0, 0))[0]
+    await redis.zadd(keys.ready(), {thread: long_ago})  # due an hour ago, nobody took it
     _, found = status(zep_settings)
     assert found["queue"]["stranded"] == 1 and "stranded_threads" in found["problems"]
 

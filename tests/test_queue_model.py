@@ -682,9 +682,9 @@ class QueueModel(RuleBasedStateMachine):
             for tk in tks:
                 pipe.lrange(self.keys.pending(tk), 0, -1)
                 pipe.hmget(self.keys.thread(tk), "seq", "done")
-            pipe.lrange(self.keys.dead, 0, -1)
+            pipe.lrange(self.keys.dead(), 0, -1)
             if self.path.counts_done:  # the same scripts count what Redis lost
-                pipe.get(self.keys.lost)
+                pipe.get(self.keys.lost())
             replies = await pipe.execute()
         lost = int(replies.pop() or 0) if self.path.counts_done else 0
         pending = [[QueuedMessage.decode(r) for r in replies[2 * i]] for i in range(len(tks))]
@@ -789,7 +789,7 @@ class QueueModel(RuleBasedStateMachine):
         """An operator replays a dead letter: it re-enters its thread's queue at the end,
         marked unsure (it may have been stored after all). The fault strikes the script."""
         self._step()
-        letters = self.run(self.raw.lrange(self.keys.dead, 0, -1))
+        letters = self.run(self.raw.lrange(self.keys.dead(), 0, -1))
         if not letters:
             return
         index = pick % len(letters)
@@ -800,7 +800,7 @@ class QueueModel(RuleBasedStateMachine):
             pass
         finally:
             self.operator_plan.disarm()
-        if letters[index] not in self.run(self.raw.lrange(self.keys.dead, 0, -1)):
+        if letters[index] not in self.run(self.raw.lrange(self.keys.dead(), 0, -1)):
             self.replayed.add(QueuedMessage.decode(DeadLetter.parse(letters[index]).item).key)
 
     # --- the workers -------------------------------------------------------------------
@@ -1057,7 +1057,7 @@ class QueueModel(RuleBasedStateMachine):
             for lease in await self.path.claim(self.flushers[0], len(THREADS)):
                 await self._flush_quietly(0, lease)
             snap = await self._snapshot()
-            idle = not any(snap.pending) and not await self.raw.zcard(self.keys.ready)
+            idle = not any(snap.pending) and not await self.raw.zcard(self.keys.ready())
             if idle and (not snap.buffered or not self.path.drains):
                 return
 
@@ -1070,7 +1070,7 @@ class QueueModel(RuleBasedStateMachine):
             self.flushing = None
 
     async def _until_all_due(self) -> float:
-        scores = await self.raw.zrange(self.keys.ready, 0, -1, withscores=True)
+        scores = await self.raw.zrange(self.keys.ready(), 0, -1, withscores=True)
         now_ms = self.time.time() * 1000
         due = max((s - now_ms for _, s in scores), default=0.0) / 1000
         leases = max((e - self.clock.now for _, e in self.world.leases.values()), default=0.0)

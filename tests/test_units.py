@@ -170,7 +170,7 @@ async def test_enqueue_assigns_sequence_and_marks_ready() -> None:
     keys = Keys("unit")
     raw = await fake.lrange(keys.pending(first.thread_key), 0, -1)
     assert [QueuedMessage.decode(r).seq for r in raw] == [1, 2]
-    assert await fake.zscore(keys.ready, first.thread_key) is not None
+    assert await fake.zscore(keys.ready(), first.thread_key) is not None
     with pytest.raises(ValueError, match="one thread"):
         await enqueuer.enqueue([first, _msg(session_id="other")])
 

@@ -203,7 +203,7 @@ async def test_a_conflict_is_reconciled_not_dead_lettered(
     await enqueue(zep_settings, queued("I live in Lisbon.", 1))
     await drain(zep_settings)
     assert [m["content"] for m in zep_fake.messages()] == ["I live in Lisbon."]
-    assert not await redis.llen(Keys(zep_settings.key_prefix).dead)
+    assert not await redis.llen(Keys(zep_settings.key_prefix).dead())
 
 
 class _Picky(LocalBackend):
@@ -230,7 +230,7 @@ async def test_one_refused_message_is_dead_lettered_alone(
     await flusher.drain(budget=30)
 
     keys = Keys(local_settings.key_prefix)
-    (letter,) = [DeadLetter.parse(r) for r in await redis.lrange(keys.dead, 0, -1)]
+    (letter,) = [DeadLetter.parse(r) for r in await redis.lrange(keys.dead(), 0, -1)]
     assert QueuedMessage.decode(letter.item).content == "line 17 REJECT"
     assert "bad_request" in letter.reason
     user = await _memtest_user(local_settings, backend)
@@ -253,9 +253,9 @@ async def test_a_message_that_never_succeeds_is_dead_lettered_and_its_thread_goe
         other = _said("bob", f"bob {n}", f"b{n}")
         await enqueue(settings, other)
         await flusher.drain(budget=30)
-        await redis.zadd(keys.ready, {mine[0].thread_key: 0}, xx=True)  # due again now
+        await redis.zadd(keys.ready(), {mine[0].thread_key: 0}, xx=True)  # due again now
         flusher._ok_marked = 0.0  # each round is "a second later"
-    (letter,) = [DeadLetter.parse(r) for r in await redis.lrange(keys.dead, 0, -1)]
+    (letter,) = [DeadLetter.parse(r) for r in await redis.lrange(keys.dead(), 0, -1)]
     assert QueuedMessage.decode(letter.item).content == "POISON pill"
     user = await _memtest_user(settings, backend)
     stored, _ = await backend.user_messages(user=user, after=None, limit=100)
@@ -272,8 +272,8 @@ async def test_an_outage_dead_letters_nothing(
     flusher = Flusher(settings, redis, _Picky(settings.local_db_path))
     for _ in range(5):
         await flusher.drain(budget=30)
-        await redis.zadd(keys.ready, {queued("x", 1).thread_key: 0}, xx=True)
-    assert not await redis.llen(keys.dead)
+        await redis.zadd(keys.ready(), {queued("x", 1).thread_key: 0}, xx=True)
+    assert not await redis.llen(keys.dead())
     assert await redis.llen(keys.pending(queued("x", 1).thread_key)) == 1
 
 
@@ -345,7 +345,7 @@ async def test_a_worker_never_claims_a_thread_it_is_flushing(
     flusher = Flusher(local_settings, redis, LocalBackend(local_settings.local_db_path))
     (lease,) = await flusher.claim(limit=5)
     await redis.delete(Keys(local_settings.key_prefix).lease(lease.tk))  # as if it expired
-    await redis.zadd(Keys(local_settings.key_prefix).ready, {lease.tk: 0})
+    await redis.zadd(Keys(local_settings.key_prefix).ready(), {lease.tk: 0})
     assert await flusher.claim(limit=5) == []
 
 
@@ -386,7 +386,7 @@ async def test_a_worker_starts_and_drains_redis_at_maxmemory(
         assert "redis_full" in status.problems
 
         await drain(settings, timeout=60)  # a real worker: starts, drains at maxmemory
-        assert not await client.zcard(Keys(settings.key_prefix).ready)
+        assert not await client.zcard(Keys(settings.key_prefix).ready())
         await client.config_set("maxmemory", 0)
         assert await enqueuer.drain_buffer(timeout=20)  # the held one goes once room is back
         await drain(settings)
@@ -418,7 +418,7 @@ async def test_one_refused_fact_is_dead_lettered_alone(
     backend = _PickyFacts(local_settings.local_db_path)
     await Flusher(local_settings, redis, backend).drain(budget=30)
     keys = Keys(local_settings.key_prefix)
-    (letter,) = [DeadLetter.parse(r) for r in await redis.lrange(keys.dead, 0, -1)]
+    (letter,) = [DeadLetter.parse(r) for r in await redis.lrange(keys.dead(), 0, -1)]
     assert QueuedMessage.decode(letter.item).content == "REJECT me"
     assert not await redis.llen(keys.pending(facts[0].thread_key))
 
@@ -507,7 +507,7 @@ async def test_a_message_given_up_after_an_unknown_outcome_is_read_back_first(
     await drain(settings)
     assert not [f for f in zep_fake.faults if f.times > 0]  # the give-up path was reached
     assert [m["content"] for m in zep_fake.messages()] == ["I live in Lisbon."]
-    assert not await redis.llen(Keys(settings.key_prefix).dead)
+    assert not await redis.llen(Keys(settings.key_prefix).dead())
 
 
 @pytest.mark.parametrize("honor", [True, False], ids=["keys-honoured", "keys-ignored"])
@@ -531,6 +531,6 @@ async def test_a_batch_narrowed_after_an_unknown_outcome_is_not_sent_again(
     flusher = Flusher(settings, redis, open_backend(settings))
     for _ in range(8):  # each round: a job; the deferred thread is made due again by hand
         await flusher.drain(budget=30)
-        await redis.zadd(keys.ready, {said[0].thread_key: 0}, xx=True)
+        await redis.zadd(keys.ready(), {said[0].thread_key: 0}, xx=True)
     assert [m["content"] for m in zep_fake.messages()] == [m.content for m in said]
     assert not [f for f in zep_fake.faults if f.times > 0]  # narrowing was reached

@@ -54,9 +54,9 @@ async def test_unauthorized_pauses_every_worker_and_dead_letters_nothing(
     await run_worker_once(settings)
 
     assert await redis.exists(keys.paused)
-    assert zep_fake.messages() == [] and not await redis.llen(keys.dead)
+    assert zep_fake.messages() == [] and not await redis.llen(keys.dead())
     assert await redis.llen(keys.pending(queued("x", 1).thread_key)) == 1
-    await redis.zadd(keys.ready, {queued("x", 1).thread_key: 0})  # due, yet paused:
+    await redis.zadd(keys.ready(), {queued("x", 1).thread_key: 0})  # due, yet paused:
     assert not await dispatch_once(redis, redis, keys)  # type: ignore[arg-type]
 
     await redis.delete(keys.paused)  # the pause expires (or the operator fixed the key)
@@ -270,7 +270,7 @@ async def test_queue_caps_push_back(
     assert await enqueuer.enqueue([queued("a", 1), queued("b", 2)])
     assert not await enqueuer.enqueue([queued("c", 3)])  # refused by the cap: held back
     assert enqueuer.buffered == 1
-    assert await redis.get(Keys(settings.key_prefix).depth) == b"2"
+    assert await redis.get(Keys(settings.key_prefix).depth()) == b"2"
     await enqueuer.aclose()
 
 
@@ -284,11 +284,11 @@ async def test_previous_payload_version_is_accepted_and_unknown_dead_lettered(
         body = message.encode().replace('"v":1', f'"v":{version}')
         await redis.rpush(keys.pending(tk), f'{{"seq":{seq},' + body[1:])
     await redis.hset(keys.thread(tk), "seq", 2)
-    await redis.zadd(keys.ready, {tk: 0})
+    await redis.zadd(keys.ready(), {tk: 0})
     await drain(zep_settings)
 
     assert [m["content"] for m in zep_fake.messages()] == ["old format"]
-    (raw,) = await redis.lrange(keys.dead, 0, -1)
+    (raw,) = await redis.lrange(keys.dead(), 0, -1)
     assert "version 99" in DeadLetter.parse(raw).reason
 
 

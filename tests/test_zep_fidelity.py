@@ -68,7 +68,7 @@ def _message(text: str, key: str) -> OutgoingMessage:
 
 
 async def _dead(settings: Settings, redis: aioredis.Redis) -> list[DeadLetter]:
-    raw = await redis.lrange(Keys(settings.key_prefix).dead, 0, -1)
+    raw = await redis.lrange(Keys(settings.key_prefix).dead(), 0, -1)
     return [DeadLetter.parse(r) for r in raw]
 
 

@@ -294,7 +294,7 @@ class Flusher:
         """Take up to ``limit`` due threads, each under a token of its own."""
         now = _now_ms()
         due = await self.redis.zrangebyscore(
-            self.keys.ready, "-inf", now, start=0, num=limit + len(self._active)
+            self.keys.ready(), "-inf", now, start=0, num=limit + len(self._active)
         )
         tks = [raw.decode() for raw in due if raw.decode() not in self._active][:limit]
         if not tks:

@@ -152,7 +152,7 @@ class Forgetter:
             t.decode() for t in await self.redis.smembers(self.keys.user_threads(app, user_id))
         ]
         queued = [await self.redis.llen(self.keys.pending(tk)) for tk in threads]
-        dead = [DeadLetter.parse(raw) for raw in await self.redis.lrange(self.keys.dead, 0, -1)]
+        dead = [DeadLetter.parse(raw) for raw in await self.redis.lrange(self.keys.dead(), 0, -1)]
         quarantine = Quarantine(self.redis, self.settings)
         return Forgotten(
             dry_run=True,
@@ -195,9 +195,9 @@ class Forgetter:
         epoch = await self.cache.epoch(self.redis, app=app, user_id=user_id)
         for tk in threads:  # what they say from now on waits, and stays
             done.queued += await self.queue.purge(tk, before_epoch=epoch)
-        for raw in await self.redis.lrange(self.keys.dead, 0, -1):
+        for raw in await self.redis.lrange(self.keys.dead(), 0, -1):
             if DeadLetter.parse(raw).thread in threads:
-                done.dead_letters += await self.redis.lrem(self.keys.dead, 1, raw)
+                done.dead_letters += await self.redis.lrem(self.keys.dead(), 1, raw)
         done.quarantined = await Quarantine(self.redis, self.settings).drop_user(
             app=app, user_id=user_id
         )

@@ -105,7 +105,7 @@ async def dispatch_once(redis: Redis, jobs: ArqRedis, keys: Keys) -> bool:
 
     A job waiting is marked by a short-lived key that the job deletes when it starts, so
     neither a running job nor one stuck on a killed worker holds dispatching back."""
-    due = await redis.zcount(keys.ready, "-inf", int(time.time() * 1000))
+    due = await redis.zcount(keys.ready(), "-inf", int(time.time() * 1000))
     if not due or await redis.exists(keys.paused):
         return False
     if not await redis.set(keys.dispatch, "1", nx=True, px=DISPATCH_MARK_MS):

@@ -34,7 +34,7 @@ async def wait_settled(settings: Settings, timeout: float) -> bool:
     deadline = time.monotonic() + timeout
 
     async def busy() -> bool:
-        if await client.zcard(keys.ready):
+        if await client.zcard(keys.ready()):
             return True
         return any(job.startswith(synth) for job in await jobs.zrange(keys.queue, 0, -1))
 
