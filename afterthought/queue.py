@@ -438,9 +438,15 @@ class ThreadQueue:
         return [bool(w) for w in won]
 
     async def renew(self, tk: str, token: str, *, now_ms: int) -> bool:
+        """Extend the lease. With ``redis_wait_replicas`` a renewal counts only once a
+        replica holds it: one that only a cut-off master took would let this worker go on
+        sending after the promoted replica's copy of its lease expired and another worker
+        took the thread there (both would send the same batch)."""
         lease_ms = int(self.settings.lease_seconds * 1000)
         return bool(
-            await self._renew(
+            await self._replicated(
+                self._renew,
+                wait_ms=max(1, min(BEGIN_WAIT_MS, lease_ms // 6)),
                 keys=[self.keys.lease(tk), self.keys.ready()],
                 args=[token, lease_ms, now_ms + lease_ms, tk],
             )

@@ -338,6 +338,29 @@ async def test_a_failed_heartbeat_is_retried_and_a_lost_lease_stops_sending() ->
         taken.call_timeout(0.1)
 
 
+async def test_a_renewal_no_replica_holds_does_not_extend_the_lease(
+    make_settings: Callable[..., Settings], redis: aioredis.Redis
+) -> None:
+    """With ``redis_wait_replicas``, a renewal only a master holds (one cut off from its
+    replicas, soon replaced) is a failed renewal: the lease runs out on this worker's clock
+    no later than the promoted replica's copy, so two workers never send the same batch.
+    The test's Redis has no replica: every renewal goes unconfirmed."""
+    settings = make_settings(redis_wait_replicas=1)
+    queue = ThreadQueue(redis, settings)
+    keys = Keys.of(settings)
+    await enqueue(make_settings(), queued("hello", 1))
+    tk = keys.thread_ref("memtest", "alice", "s1")
+    assert await queue.claim([tk], ["token"], now_ms=0) == [True]
+    now = [0.0]
+    lease = _Lease(
+        queue, tk, "token", seconds=3.0, settle=0.5, clock=lambda: now[0], claimed_at=0.0
+    )
+    now[0] = 1.0
+    assert await lease.renew() < 1.0  # unconfirmed: retried soon
+    assert lease.remaining() == 2.0  # not three seconds from the renewal
+    assert await redis.get(keys.lease(tk)) == b"token"  # the master took it all the same
+
+
 async def test_a_worker_never_claims_a_thread_it_is_flushing(
     local_settings: Settings, redis: aioredis.Redis
 ) -> None:
