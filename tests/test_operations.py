@@ -13,10 +13,12 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 import redis.asyncio as aioredis
+from arq import func
 from google.adk.events import Event
 from google.adk.sessions import Session
 from google.genai import types
@@ -833,4 +835,44 @@ async def test_a_stop_is_not_lost_to_a_poll_that_failed(
     with pytest.raises(asyncio.CancelledError):
         await worker._poll_iteration()
     assert not worker.interrupted
+    await worker.close()
+
+
+async def test_a_failover_while_a_job_starts_does_not_take_a_job_slot_for_good(
+    local_settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """arq takes a job slot before it marks the job in progress and kept it when Redis
+    failed right then (a failover): a worker of one slot polled on and never started a job
+    again (seen in a Sentinel handover run: jobs queued, none ongoing, for good)."""
+    from arq.connections import ArqRedis
+    from redis.exceptions import ConnectionError as RedisConnectionError
+
+    import afterthought.worker.jobs as jobs
+
+    ran: list[str] = []
+
+    async def probe(ctx: dict[str, Any]) -> None:
+        ran.append("probe")
+
+    worker = jobs.create_worker(
+        local_settings, handle_signals=False, max_jobs=1, functions=[func(probe, name="probe")]
+    )
+    job_id = f"{local_settings.key_prefix}:probe"  # the prefix: cleaned up with the test's keys
+    await worker.pool.enqueue_job("probe", _job_id=job_id, _queue_name=worker.queue_name)
+    real = ArqRedis.pipeline
+    cuts = [1]
+
+    def pipeline(self: ArqRedis, *args: Any, **kwargs: Any) -> Any:
+        if cuts and kwargs.get("transaction", True):
+            cuts.pop()
+            raise RedisConnectionError("Connection closed by server.")
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(ArqRedis, "pipeline", pipeline)
+    monkeypatch.setattr(jobs, "POLL_RETRY_SECONDS", 0.0)
+    await worker._poll_iteration()  # the cut: nothing starts
+    assert not ran
+    await worker._poll_iteration()
+    await asyncio.gather(*worker.tasks.values())
+    assert ran == ["probe"]
     await worker.close()

@@ -215,6 +215,19 @@ class MemoryWorker(Worker):
             self._outage.failed(exc)
             await asyncio.sleep(POLL_RETRY_SECONDS)
 
+    async def start_jobs(self, job_ids: list[bytes]) -> None:
+        # arq takes a job slot (its semaphore and counter) before it marks the job in
+        # progress, and gives it back only on a Redis *reply* it expects: a connection
+        # error there (a failover) kept the slot for good, and after ``max_jobs`` of them
+        # the worker polled on but never started a job again. The failing job is always
+        # the one whose slot was taken: it is given back, and the job is polled again.
+        try:
+            await super().start_jobs(job_ids)
+        except FAILURES:
+            self.job_counter -= 1
+            self.sem.release()
+            raise
+
     def handle_sig(self, signum: signal.Signals) -> None:
         self.interrupted = self.interrupted or signum == signal.SIGINT
         self.stopping = True
