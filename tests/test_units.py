@@ -284,3 +284,27 @@ def test_the_testing_kit_exports_what_the_readme_names() -> None:
         assert name in kit.__all__ and getattr(kit, name).__name__ == name
     with pytest.raises(AttributeError):
         kit.NotThere  # noqa: B018
+
+
+def test_a_failed_jobs_result_is_stored_by_its_class_name_alone() -> None:
+    from arq.jobs import serialize_result
+
+    from afterthought.worker.jobs import json_dumps, json_loads
+
+    raw = serialize_result(
+        "flush",
+        (),
+        {},
+        1,
+        0,
+        False,
+        ValueError("said: my card is 4111"),
+        0,
+        1,
+        "ref",
+        "q",
+        "job-id",
+        serializer=json_dumps,
+    )
+    assert raw is not None and b"4111" not in raw
+    assert json_loads(raw)["r"] == "ValueError"

@@ -52,7 +52,15 @@ DISPATCH_MARK_MS = 2000
 
 
 def json_dumps(value: Any) -> bytes:
-    return json.dumps(value, separators=(",", ":")).encode()
+    return json.dumps(value, separators=(",", ":"), default=_failure_name).encode()
+
+
+def _failure_name(value: Any) -> str:
+    """A failed job's result is its exception: kept by class name only (its text may quote
+    content), where arq would log that it cannot be serialized on every failed job."""
+    if isinstance(value, BaseException):
+        return type(value).__name__
+    raise TypeError(f"not JSON: {type(value).__name__}")
 
 
 def json_loads(raw: bytes) -> Any:
