@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 import pytest
 import redis.asyncio as aioredis
@@ -338,6 +339,41 @@ async def test_a_failed_heartbeat_is_retried_and_a_lost_lease_stops_sending() ->
         taken.call_timeout(0.1)
 
 
+class _RenewalsThatSwallowACancel:
+    """A renewal whose cancellation leaves it as another error, as a client dropping a
+    broken connection in a ``finally`` can make it."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    async def renew(self, tk: str, token: str, *, now_ms: int) -> bool:
+        self.calls += 1
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            raise RedisError("Connection closed by server.") from None
+        return True
+
+
+async def test_an_ended_heartbeat_stops_even_when_its_cancellation_is_lost() -> None:
+    renewals = _RenewalsThatSwallowACancel()
+    lease = _Lease(
+        renewals,  # type: ignore[arg-type]
+        "tk",
+        "token",
+        seconds=0.03,  # renews at once, and retries a failed renewal at once
+        settle=0.0,
+        clock=lambda: 0.0,  # the lease never runs out: only end() stops the heartbeat
+        claimed_at=0.0,
+    )
+    heartbeat = asyncio.create_task(lease.keep())
+    while not renewals.calls:
+        await asyncio.sleep(0)
+    lease.end(heartbeat)
+    await asyncio.wait({heartbeat}, timeout=30)  # a guard only: it ends at the next step
+    assert heartbeat.done() and renewals.calls == 1
+
+
 async def test_a_renewal_no_replica_holds_does_not_extend_the_lease(
     make_settings: Callable[..., Settings], redis: aioredis.Redis
 ) -> None:
@@ -557,3 +593,38 @@ async def test_a_batch_narrowed_after_an_unknown_outcome_is_not_sent_again(
         await redis.zadd(keys.ready(), {said[0].thread_key: 0}, xx=True)
     assert [m["content"] for m in zep_fake.messages()] == [m.content for m in said]
     assert not [f for f in zep_fake.faults if f.times > 0]  # narrowing was reached
+
+
+class _Hanging(LocalBackend):
+    """A backend whose writes never answer."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.called = asyncio.Event()
+
+    async def add_messages(self, **kwargs: object) -> str | None:  # type: ignore[override]
+        self.called.set()
+        await asyncio.Event().wait()
+        return None
+
+
+async def test_a_drain_cut_short_gives_its_threads_back(
+    local_settings: Settings, redis: aioredis.Redis
+) -> None:
+    """The job's timeout (or a stop) cancels the drain: its threads' tasks end with it and
+    give their leases back, instead of running on, unseen, past the job."""
+    await enqueue(local_settings, queued("one", 1))
+    backend = _Hanging(local_settings.local_db_path)
+    flusher = Flusher(local_settings, redis, backend)
+    drain = asyncio.create_task(flusher.drain(budget=30))
+    await asyncio.wait({asyncio.create_task(backend.called.wait())}, timeout=30)
+    tk = queued("one", 1).thread_key
+    lease = Keys(local_settings.key_prefix).lease(tk)
+    assert await redis.exists(lease)
+    drain.cancel()
+    for _ in range(300):  # a guard only: the lease goes as the task unwinds
+        if not await redis.exists(lease):
+            break
+        await asyncio.sleep(0.1)
+    assert not await redis.exists(lease)
+    assert await redis.zscore(Keys(local_settings.key_prefix).ready(), tk) is not None

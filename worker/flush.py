@@ -149,6 +149,7 @@ class _Lease:
         self._clock = clock
         self._deadline = claimed_at + seconds
         self._lost = False
+        self._ended = False
         self.batch: list[QueuedMessage] = []
         """The batch being sent: what a failure is about (never what was queued since)."""
         self.thread_uuid: str | None = None
@@ -166,11 +167,20 @@ class _Lease:
         return wanted
 
     async def keep(self) -> None:
-        """The heartbeat, until the lease is lost (or the task is cancelled)."""
+        """The heartbeat, until the lease is lost or :meth:`end` is called."""
         wait = self._seconds / 3
-        while not self._lost:
+        while not (self._lost or self._ended):
             await asyncio.sleep(wait)
             wait = await self.renew()
+
+    def end(self, heartbeat: asyncio.Task[None]) -> None:
+        """Stop the heartbeat for good. Cancelling it alone is not enough: a cancellation
+        that lands while Redis fails can leave the client as another error (raised in a
+        ``finally`` as the connection is dropped), which a renewal takes for a failed one,
+        and the heartbeat went on renewing a lease nobody used, until the job's timeout
+        (seen after a Sentinel failover; the thread sat for a minute)."""
+        self._ended = True
+        heartbeat.cancel()
 
     async def renew(self) -> float:
         """One renewal; returns how long to wait before the next. A failed one is retried
@@ -268,26 +278,33 @@ class Flusher:
         stats: Counter[str] = Counter()
         end = self._clock() + budget
         running: set[asyncio.Task[Counter[str]]] = set()
-        while True:
-            free = self.settings.worker_concurrency - len(running)
-            if free > 0 and self._clock() < end and not await self.pacing.paused():
-                claimed = await self.claim(limit=free)
-                running |= {
-                    asyncio.create_task(self.flush_thread(lease, until=end)) for lease in claimed
-                }
-                if not claimed and not running:
+        try:
+            while True:
+                free = self.settings.worker_concurrency - len(running)
+                if free > 0 and self._clock() < end and not await self.pacing.paused():
+                    claimed = await self.claim(limit=free)
+                    running |= {
+                        asyncio.create_task(self.flush_thread(lease, until=end))
+                        for lease in claimed
+                    }
+                    if not claimed and not running:
+                        break
+                elif not running:
                     break
-            elif not running:
-                break
-            done, running = await asyncio.wait(
-                running, timeout=CLAIM_INTERVAL, return_when=asyncio.FIRST_COMPLETED
-            )
-            for task in done:
-                if task.exception() is None:
-                    stats.update(task.result())
-                else:  # e.g. Redis failed at release: the lease expires, the thread recovers
-                    stats["errors"] += 1
-                    log.error("flush task failed error=%s", type(task.exception()).__name__)
+                done, running = await asyncio.wait(
+                    running, timeout=CLAIM_INTERVAL, return_when=asyncio.FIRST_COMPLETED
+                )
+                for task in done:
+                    if task.exception() is None:
+                        stats.update(task.result())
+                    else:  # e.g. Redis failed at release: the lease expires, it recovers
+                        stats["errors"] += 1
+                        log.error("flush task failed error=%s", type(task.exception()).__name__)
+        finally:
+            # Ended early (the job's timeout, Redis failing a claim, a stop): the threads'
+            # tasks would outlive the job; each gives its lease back as it is cancelled.
+            for task in running:
+                task.cancel()
         return stats
 
     async def claim(self, *, limit: int) -> list[_Lease]:
@@ -346,7 +363,7 @@ class Flusher:
             log.error("flush failed thread=%s error=%s", tk, type(exc).__name__)
             log.debug("flush failure trace thread=%s", tk, exc_info=True)
         finally:
-            heartbeat.cancel()
+            lease.end(heartbeat)
             with contextlib.suppress(asyncio.CancelledError):
                 await heartbeat
             try:
