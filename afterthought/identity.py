@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import asyncio
 import secrets
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 import redis.asyncio as aioredis
 
 from afterthought.backends.base import MemoryBackend, UserRef
-from afterthought.keys import LOCK_TTL_MS, Keys, digest
+from afterthought.keys import LOCK_TTL_MS, Keys, digest, shard_tags
 from afterthought.settings import Settings
 
 # Compare-and-delete: only the holder's token releases the lock.
@@ -24,6 +25,15 @@ return 0
 # One command on one key, flagged allow-oom (Redis 7): at maxmemory the worker must still
 # provision new threads, or their queues could never drain and free memory.
 WRITE_LUA = "#!lua flags=allow-oom\nreturn redis.call(ARGV[1], KEYS[1], unpack(ARGV, 2))"
+
+
+@dataclass(frozen=True, slots=True)
+class Registered:
+    """A user the registry knows: the ADK ids and the backend's."""
+
+    app: str
+    user_id: str
+    user: UserRef
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,8 +51,9 @@ class IdentityRegistry:
         """``allow_oom``: provision at ``maxmemory`` too (the worker, on Redis 7)."""
         self._redis = redis
         self._settings = settings
-        self._keys = Keys(settings.key_prefix)
+        self._keys = Keys.of(settings)
         self._write = redis.register_script(WRITE_LUA) if allow_oom else None
+        self._release = redis.register_script(RELEASE_LUA)
 
     async def _command(self, command: str, key: str, *args: str | int) -> object:
         if self._write is None:
@@ -150,6 +161,33 @@ class IdentityRegistry:
         )
         return user, thread_uuid
 
+    async def users(self) -> AsyncIterator[Registered]:
+        """Every user the registry knows, for what walks them all (pruning, synthesis,
+        forgetting a person in every app). One SCAN pattern covers every shard (a cluster
+        client scans each master); a key under another deployment's prefix that the
+        pattern also matches is skipped."""
+        k = self._keys
+        if k.shards:
+            heads = tuple(f"{tag}:id:user:" for tag in shard_tags(k.prefix, k.shards))
+            pattern = f"{{{k.prefix}:*}}:id:user:*"
+        else:
+            heads, pattern = (f"{k.prefix}:id:user:",), f"{k.prefix}:id:user:*"
+        async for key in self._redis.scan_iter(match=pattern, count=1000):
+            if not key.decode().startswith(heads):
+                continue
+            app, user_id, user_uuid, graph_uuid = await self._redis.hmget(
+                key, ["app", "user_id", "user_uuid", "graph_uuid"]
+            )
+            user = _user_ref(user_uuid, graph_uuid)
+            if app and user_id and user is not None:
+                yield Registered(app.decode(), user_id.decode(), user)
+
+    async def sessions(self, *, app: str, user_id: str) -> list[bytes]:
+        """The keys of every session the registry recorded for the user (in the user's
+        slot, so a forget deletes them with one command)."""
+        head = self._keys.session(app, user_id, "").rpartition(":")[0]
+        return [k async for k in self._redis.scan_iter(match=f"{head}:*", count=1000)]
+
     def _lock(self, name: str) -> _Lock:
         return _Lock(self, self._keys.lock(name))
 
@@ -174,4 +212,4 @@ class _Lock:
                 await asyncio.sleep(0.02)
 
     async def __aexit__(self, *exc: object) -> None:
-        await self._registry._redis.eval(RELEASE_LUA, 1, self._key, self._token)
+        await self._registry._release(keys=[self._key], args=[self._token])
