@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import redis.asyncio as aioredis
 
 from afterthought.backends.base import MemoryBackend, UserRef
-from afterthought.keys import LOCK_TTL_MS, Keys, digest, shard_tags
+from afterthought.keys import LOCK_TTL_MS, Keys, digest
 from afterthought.settings import Settings
 
 # Compare-and-delete: only the holder's token releases the lock.
@@ -163,18 +163,12 @@ class IdentityRegistry:
 
     async def users(self) -> AsyncIterator[Registered]:
         """Every user the registry knows, for what walks them all (pruning, synthesis,
-        forgetting a person in every app). One SCAN pattern covers every shard (a cluster
-        client scans each master); a key under another deployment's prefix that the
-        pattern also matches is skipped."""
+        forgetting a person in every app). One SCAN pattern covers every shard's tag
+        (``{prefix:s:x}``; a prefix holds no ``:``, so no other deployment's keys match),
+        and a cluster client scans each master."""
         k = self._keys
-        if k.shards:
-            heads = tuple(f"{tag}:id:user:" for tag in shard_tags(k.prefix, k.shards))
-            pattern = f"{{{k.prefix}:*}}:id:user:*"
-        else:
-            heads, pattern = (f"{k.prefix}:id:user:",), f"{k.prefix}:id:user:*"
+        pattern = f"{{{k.prefix}:*}}:id:user:*" if k.shards else f"{k.prefix}:id:user:*"
         async for key in self._redis.scan_iter(match=pattern, count=1000):
-            if not key.decode().startswith(heads):
-                continue
             app, user_id, user_uuid, graph_uuid = await self._redis.hmget(
                 key, ["app", "user_id", "user_uuid", "graph_uuid"]
             )
