@@ -149,11 +149,9 @@ class Forgetter:
         if user is None:
             return found, False
         async for other in self.registry.users():
-            if other.user.user_uuid == user.user_uuid and (other.app, other.user_id) != (
-                app,
-                user_id,
-            ):
-                found.append((other.app, other.user_id))
+            alias = (other.app, other.user_id)
+            if other.user.user_uuid == user.user_uuid and alias != (app, user_id):
+                found.append(alias)
         return found, True
 
     async def held(self, app: str, user_id: str) -> Forgotten:
