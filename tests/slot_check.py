@@ -217,7 +217,10 @@ class Checker:
     def offences(self, phase: str, commands: list[Command]) -> list[Offence]:
         found = []
         for unit, transaction in self._units(commands):
-            keys = [k for c in unit for args in (c.args, *c.inner) for k in self.keys_of(args)]
+            calls = [args for c in unit for args in (c.args, *c.inner)]
+            if not any(self._prefix in arg for args in calls for arg in args):
+                continue  # another test's, or another engineer's: not asked for its keys
+            keys = [k for args in calls for k in self.keys_of(args)]
             if not any(self._prefix in k for k in keys):
                 continue
             slots = {key_slot(k) for k in keys}

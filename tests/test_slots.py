@@ -70,6 +70,10 @@ OUR_PHASES = [
     "forget --yes",
     "resume forgets",
 ]
+#: Our operations that call the queue core: releasing and backfilling queue messages, a
+#: forget purges the user's queues (none yet in the sharded layout: until C1's work, the
+#: queue keeps its thread sets in the flat one).
+CALL_THE_QUEUE = ["quarantine add, list, release", "backfill", "forget --yes", "resume forgets"]
 #: The queue core's cases that fail until C1's work lands (strict: one that passes must
 #: leave this list).
 C1_TODO = {
@@ -344,7 +348,7 @@ def _queue_case(phase: str) -> Any:
     return phase
 
 
-@pytest.mark.parametrize("phase", [_queue_case(p) for p in QUEUE_PHASES + OUR_PHASES])
+@pytest.mark.parametrize("phase", [_queue_case(p) for p in QUEUE_PHASES + CALL_THE_QUEUE])
 def test_the_queue_core_stays_in_one_slot(offences: dict[str, list[Offence]], phase: str) -> None:
     """The queue core's commands: all of its own operations', and its scripts that ours
     call (releasing a quarantined fact, a backfill, a forget's purge)."""
