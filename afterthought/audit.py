@@ -42,7 +42,7 @@ class Entry:
 class AuditLog:
     def __init__(self, redis: aioredis.Redis, settings: Settings) -> None:
         self._redis = redis
-        self._keys = Keys(settings.key_prefix)
+        self._keys = Keys.of(settings)
         self._maxlen = settings.audit_max_entries
         self._secret = (
             settings.audit_key.get_secret_value().encode() if settings.audit_key else None

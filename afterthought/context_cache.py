@@ -12,10 +12,12 @@ may still hold what is being deleted)."""
 from __future__ import annotations
 
 import time
+from collections import defaultdict
 from dataclasses import dataclass
 from typing import Literal
 
 import redis.asyncio as aioredis
+from redis.crc import key_slot
 
 from afterthought.backends.base import MemoryBackend, UserRef
 from afterthought.keys import Keys
@@ -31,20 +33,20 @@ COOLING = "cooling"
 #: or ``keep`` it (the block is about one session: only its overlay is written).
 UserBlock = Literal["write", "drop", "keep"]
 
-# KEYS epoch, forgetting, user index, graph index, the user's block, then overlays; ARGV
-# epoch, version, written_ms, block, ttl_ms, and what to do with the user's block: "write"
-# it, "drop" it, or "keep" it as it is (overlays only). Refused (0) if the user was
-# forgotten since the writer read the epoch, or is being forgotten. Keeps the newest
-# version of each entry; overlays join the user's index, every entry the graph's.
+# KEYS epoch, forgetting, user index, the user's block, then overlays (all in the user's
+# slot); ARGV epoch, version, written_ms, block, ttl_ms, and what to do with the user's
+# block: "write" it, "drop" it, or "keep" it as it is (overlays only). Refused (0) if the
+# user was forgotten since the writer read the epoch, or is being forgotten. Keeps the
+# newest version of each entry; overlays join the user's index.
 WRITE_LUA = """
 if tonumber(redis.call('GET', KEYS[1]) or '0') ~= tonumber(ARGV[1])
    or redis.call('EXISTS', KEYS[2]) == 1 then
   return 0
 end
-local first = 5
+local first = 4
 if ARGV[6] ~= 'write' then
-  if ARGV[6] == 'drop' then redis.call('DEL', KEYS[5]) end
-  first = 6
+  if ARGV[6] == 'drop' then redis.call('DEL', KEYS[4]) end
+  first = 5
 end
 for i = first, #KEYS do
   local current = redis.call('GET', KEYS[i])
@@ -52,16 +54,14 @@ for i = first, #KEYS do
   if not version or version < tonumber(ARGV[2]) then
     redis.call('SET', KEYS[i], ARGV[2] .. '\\n' .. ARGV[3] .. '\\n' .. ARGV[4], 'PX', ARGV[5])
   end
-  if i > 5 then redis.call('SADD', KEYS[3], KEYS[i]) end
-  redis.call('SADD', KEYS[4], KEYS[i])
+  if i > 4 then redis.call('SADD', KEYS[3], KEYS[i]) end
 end
 redis.call('PEXPIRE', KEYS[3], ARGV[5])
-redis.call('PEXPIRE', KEYS[4], ARGV[5])
 return 1
 """
 
-# KEYS an index, then entries to drop with it; every entry the index names goes too.
-# Returns how many entries went.
+# KEYS the user's index, then the user's block; the index's members (the user's overlays,
+# in the same slot) go too. Returns how many entries went.
 INVALIDATE_LUA = """
 local gone = 0
 for _, key in ipairs(redis.call('SMEMBERS', KEYS[1])) do gone = gone + redis.call('DEL', key) end
@@ -69,6 +69,8 @@ for i = 2, #KEYS do gone = gone + redis.call('DEL', KEYS[i]) end
 redis.call('DEL', KEYS[1])
 return gone
 """
+#: Entries of a graph's index taken per round trip when it is invalidated.
+GRAPH_BATCH = 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,7 +109,7 @@ def now_version() -> int:
 class ContextCache:
     def __init__(self, settings: Settings) -> None:
         self._settings = settings
-        self._keys = Keys(settings.key_prefix)
+        self._keys = Keys.of(settings)
         self._ttl_ms = int(settings.context_ttl_seconds * 1000)
 
     async def read(
@@ -154,27 +156,34 @@ class ContextCache:
         conversation anyway) and the user's block is dropped, for the next session to read
         through; a block retrieved for one session's latest batch keeps the user's."""
         k = self._keys
-        keys = [
-            k.epoch(app, user_id),
-            k.forgetting(app, user_id),
-            k.context_index(app, user_id),
-            k.context_graph(graph_uuid),
-            k.context_user(app, user_id),
-        ]
+        entries = [k.context_user(app, user_id)]
         if session_id is not None:
-            keys.append(k.context_thread(app, user_id, session_id))
-        written = await redis.eval(
-            WRITE_LUA,
-            len(keys),
-            *keys,
-            epoch,
-            version,
-            int(time.time() * 1000),
-            block,
-            self._ttl_ms,
-            user_block,
+            entries.append(k.context_thread(app, user_id, session_id))
+        written_entries = entries if user_block == "write" else entries[1:]
+        # The graph's index is shared by its readers, in another slot than the user's keys:
+        # the entries join it before they are written, so an invalidation of the graph
+        # never misses one (at worst it drops an entry not written yet, or never written).
+        await self._index(redis, graph_uuid, written_entries)
+        keys = [k.epoch(app, user_id), k.forgetting(app, user_id), k.context_index(app, user_id)]
+        written = await redis.register_script(WRITE_LUA)(
+            keys=[*keys, *entries],
+            args=[epoch, version, int(time.time() * 1000), block, self._ttl_ms, user_block],
         )
+        if written:
+            # Again after: an invalidation of the graph between the two steps took the
+            # entries out of its index before this write put them back.
+            await self._index(redis, graph_uuid, written_entries)
         return bool(written)
+
+    async def _index(self, redis: aioredis.Redis, graph_uuid: str, entries: list[str]) -> None:
+        """The entries join the graph's index, which lives as long as its newest entry."""
+        if not entries:
+            return
+        graph = self._keys.context_graph(graph_uuid)
+        async with redis.pipeline(transaction=False) as pipe:
+            pipe.sadd(graph, *entries)
+            pipe.pexpire(graph, self._ttl_ms)
+            await pipe.execute()
 
     async def refresh_user(
         self,
@@ -213,13 +222,24 @@ class ContextCache:
         overlay): after a fact is written or forgotten, a prune, or forgetting the user."""
         k = self._keys
         keys = [k.context_index(app, user_id), k.context_user(app, user_id)]
-        return int(await redis.eval(INVALIDATE_LUA, len(keys), *keys))
+        return int(await redis.register_script(INVALIDATE_LUA)(keys=keys))
 
     async def invalidate_graph(self, redis: aioredis.Redis, *, graph_uuid: str) -> int:
         """Drop every entry built from the graph, whoever it was cached for: after a fact
         in it is written, forgotten or pruned (a shared graph is read by many users)."""
-        key = self._keys.context_graph(graph_uuid)
-        return int(await redis.eval(INVALIDATE_LUA, 1, key))
+        graph, gone = self._keys.context_graph(graph_uuid), 0
+        # The entries are many users', in as many slots: taken off the index a batch at a
+        # time (SPOP: an entry a writer adds meanwhile stays indexed for the next
+        # invalidation), then deleted one slot at a time.
+        while taken := await redis.spop(graph, GRAPH_BATCH):
+            by_slot: dict[int, list[bytes]] = defaultdict(list)
+            for entry in taken:
+                by_slot[key_slot(entry)].append(entry)
+            async with redis.pipeline(transaction=False) as pipe:
+                for entries in by_slot.values():
+                    pipe.delete(*entries)
+                gone += sum(await pipe.execute())
+        return gone
 
     async def invalidate(
         self, redis: aioredis.Redis, *, app: str, user_id: str, graph_uuid: str

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import secrets
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 import redis.asyncio as aioredis
@@ -27,6 +28,15 @@ WRITE_LUA = "#!lua flags=allow-oom\nreturn redis.call(ARGV[1], KEYS[1], unpack(A
 
 
 @dataclass(frozen=True, slots=True)
+class Registered:
+    """A user the registry knows: the ADK ids and the backend's."""
+
+    app: str
+    user_id: str
+    user: UserRef
+
+
+@dataclass(frozen=True, slots=True)
 class Identity:
     """What the registry knows of one ADK session; ``None`` parts are not provisioned yet."""
 
@@ -41,8 +51,9 @@ class IdentityRegistry:
         """``allow_oom``: provision at ``maxmemory`` too (the worker, on Redis 7)."""
         self._redis = redis
         self._settings = settings
-        self._keys = Keys(settings.key_prefix)
+        self._keys = Keys.of(settings)
         self._write = redis.register_script(WRITE_LUA) if allow_oom else None
+        self._release = redis.register_script(RELEASE_LUA)
 
     async def _command(self, command: str, key: str, *args: str | int) -> object:
         if self._write is None:
@@ -150,6 +161,27 @@ class IdentityRegistry:
         )
         return user, thread_uuid
 
+    async def users(self) -> AsyncIterator[Registered]:
+        """Every user the registry knows, for what walks them all (pruning, synthesis,
+        forgetting a person in every app). One SCAN pattern covers every shard's tag
+        (``{prefix:s:x}``; a prefix holds no ``:``, so no other deployment's keys match),
+        and a cluster client scans each master."""
+        k = self._keys
+        pattern = f"{{{k.prefix}:*}}:id:user:*" if k.shards else f"{k.prefix}:id:user:*"
+        async for key in self._redis.scan_iter(match=pattern, count=1000):
+            app, user_id, user_uuid, graph_uuid = await self._redis.hmget(
+                key, ["app", "user_id", "user_uuid", "graph_uuid"]
+            )
+            user = _user_ref(user_uuid, graph_uuid)
+            if app and user_id and user is not None:
+                yield Registered(app.decode(), user_id.decode(), user)
+
+    async def sessions(self, *, app: str, user_id: str) -> list[bytes]:
+        """The keys of every session the registry recorded for the user (in the user's
+        slot, so a forget deletes them with one command)."""
+        head = self._keys.session(app, user_id, "").rpartition(":")[0]
+        return [k async for k in self._redis.scan_iter(match=f"{head}:*", count=1000)]
+
     def _lock(self, name: str) -> _Lock:
         return _Lock(self, self._keys.lock(name))
 
@@ -174,4 +206,4 @@ class _Lock:
                 await asyncio.sleep(0.02)
 
     async def __aexit__(self, *exc: object) -> None:
-        await self._registry._redis.eval(RELEASE_LUA, 1, self._key, self._token)
+        await self._registry._release(keys=[self._key], args=[self._token])

@@ -80,13 +80,15 @@ class Quarantine:
     def __init__(self, redis: aioredis.Redis, settings: Settings) -> None:
         self._redis = redis
         self._settings = settings
-        self._key = Keys(settings.key_prefix).quarantine
+        self._key = Keys.of(settings).quarantine
 
     async def add(self, entries: Sequence[Entry]) -> None:
         """Record refused proposals (and trim the oldest past the bound)."""
         if not entries:
             return
-        async with self._redis.pipeline(transaction=True) as pipe:
+        # Not a transaction (a cluster client refuses one): a stop between the two leaves
+        # the list past its bound until the next add trims it.
+        async with self._redis.pipeline(transaction=False) as pipe:
             pipe.rpush(self._key, *(e.to_json() for e in entries))
             pipe.ltrim(self._key, -QUARANTINE_MAX, -1)
             await pipe.execute()

@@ -56,12 +56,15 @@ async def announce(
 
     if not isinstance(backend, LocalBackend):
         return
-    key = Keys(settings.key_prefix).stores
+    key = Keys.of(settings).stores
     store = await backend.store_id()
     entry = json.dumps({"store": store, "path": str(backend.path), "at": time.time()})
     try:
         others = announced_stores(await redis.hgetall(key), now=time.time())
-        async with redis.pipeline(transaction=True) as pipe:
+        # Not a transaction (a cluster client refuses one): a stop between the two leaves
+        # the list without its expiry until the next announcement, and a stale entry in it
+        # counts for nothing (``announced_stores`` reads its time).
+        async with redis.pipeline(transaction=False) as pipe:
             pipe.hset(key, worker, entry)
             pipe.expire(key, int(ANNOUNCED_SECONDS))
             await pipe.execute()
@@ -92,7 +95,7 @@ async def withdraw(redis: Redis, settings: Settings, *, worker: str) -> None:
     """A worker that stops takes its announcement back (one that is killed leaves it to
     expire), so a store nobody writes any more stops counting at once."""
     with contextlib.suppress(RedisError):
-        await redis.hdel(Keys(settings.key_prefix).stores, worker)
+        await redis.hdel(Keys.of(settings).stores, worker)
 
 
 async def elsewhere(redis: Redis, settings: Settings, backend: LocalBackend) -> list[str]:
@@ -101,7 +104,7 @@ async def elsewhere(redis: Redis, settings: Settings, backend: LocalBackend) -> 
     not there is not created to find out."""
     # First: a store awaiting an upgrade says so here.
     mine = await backend.store_id() if backend.path.exists() else None
-    stored = await redis.hgetall(Keys(settings.key_prefix).stores)
+    stored = await redis.hgetall(Keys.of(settings).stores)
     announced = announced_stores(stored, now=time.time())
     if not announced or mine in announced:
         return []

@@ -136,7 +136,7 @@ class Backfill:
         )
         self._redis = redis
         self._source = source
-        self._progress = Keys(settings.key_prefix).backfill(digest(source.name))
+        self._progress = Keys.of(settings).backfill(digest(source.name))
         self._enqueuer = Enqueuer(self._settings, redis=redis)
 
     async def run(self, *, advance: Callable[[], None] = lambda: None) -> Report:
@@ -157,7 +157,9 @@ class Backfill:
             else:
                 report.messages += len(queued)
                 flagged += sum(m.role == "user" and detect(m.content) is not None for m in queued)
-                async with self._redis.pipeline(transaction=True) as pipe:
+                # Not a transaction (a cluster client refuses one): a stop between the two
+                # leaves the progress without its expiry until the run, resumed, sets it.
+                async with self._redis.pipeline(transaction=False) as pipe:
                     pipe.hset(self._progress, field_name, repr(session.last_update_time))
                     pipe.expire(self._progress, PROGRESS_TTL_SECONDS)
                     await pipe.execute()

@@ -80,7 +80,7 @@ class ContextReader:
         self._redis = redis
         self._backend = backend
         self._direct = direct
-        self._keys = Keys(settings.key_prefix)
+        self._keys = Keys.of(settings)
         self._refreshing: set[asyncio.Task[None]] = set()
 
     async def read(

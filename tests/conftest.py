@@ -57,7 +57,8 @@ def prefix() -> Iterator[str]:
     value = f"t{uuid.uuid4().hex[:12]}"
     yield value
     client = syncredis.Redis.from_url(REDIS_URL)
-    for pattern in (f"{value}:*", f"arq:*{value}:*"):
+    # The flat layout's keys, arq's, and the sharded layout's (``{prefix:s:x}:...``).
+    for pattern in (f"{value}:*", f"arq:*{value}:*", f"{{{value}:*"):
         keys = list(client.scan_iter(match=pattern, count=1000))
         if keys:
             client.delete(*keys)

@@ -2,9 +2,10 @@
 unless confirmed). A forgotten fact leaves a tombstone so synthesis cannot write it again.
 
 Forgetting a user is complete and confirmed, in this order:
-1. mark the user as being forgotten and bump their deletion epoch (one transaction):
-   queued and in-flight messages from before are dropped, what they say from now on
-   waits, and no cached block is served or written;
+1. record the forget as pending (durable, deployment-wide), then mark the user as being
+   forgotten and raise their deletion epoch (one script in the user's slot): queued and
+   in-flight messages from before are dropped, what they say from now on waits, and no
+   cached block is served or written;
 2. wait until no worker holds one of their threads or synthesizes their facts (a holder
    checks the epoch before every write, so once it lets go nothing more is written);
 3. purge their queues, dead letters and quarantined proposals;
@@ -22,6 +23,7 @@ import logging
 import re
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 import redis.asyncio as aioredis
 
@@ -45,6 +47,15 @@ log = logging.getLogger("afterthought.worker")
 COOL_LUA = """
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+end
+"""
+#: KEYS the user's forgetting mark, epoch; ARGV pending, ms, epoch. The forget's marks: the
+#: user is being forgotten, and their epoch is at least the one the forget recorded (raised
+#: once however often a resume repeats it, so what they said since stays).
+MARK_LUA = """
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+if tonumber(redis.call('GET', KEYS[2]) or '0') < tonumber(ARGV[3]) then
+  redis.call('SET', KEYS[2], ARGV[3])
 end
 """
 _WORD = re.compile(r"\w+")
@@ -92,8 +103,10 @@ class Forgetter:
         self.settings = settings
         self.redis = redis
         self.backend = backend
-        self.keys = Keys(settings.key_prefix)
+        self.keys = Keys.of(settings)
         self.registry = IdentityRegistry(redis, settings)
+        self._cool = redis.register_script(COOL_LUA)
+        self._mark = redis.register_script(MARK_LUA)
         self.cache = ContextCache(settings)
         self.queue = ThreadQueue(redis, settings)
         self.audit = AuditLog(redis, settings)
@@ -108,13 +121,14 @@ class Forgetter:
         except BackendError:  # the backend is asked again when the forget completes
             aliases, known = [(app, user_id)], False
         since = int(time.time() * 1000)
-        async with self.redis.pipeline(transaction=True) as pipe:
-            for a, u in aliases:
-                record = json.dumps({"app": a, "user_id": u, "since": since})
-                pipe.set(self.keys.forgetting(a, u), PENDING, px=PENDING_MARK_MS)
-                pipe.incr(self.keys.epoch(a, u))
-                pipe.hset(self.keys.forgets, digest(a, u), record)
-            await pipe.execute()
+        for a, u in aliases:
+            # Messages queued up to now carry at most this epoch; the forget raises it past.
+            epoch = await self.cache.epoch(self.redis, app=a, user_id=u) + 1
+            record = {"app": a, "user_id": u, "since": since, "epoch": epoch}
+            # The durable entry first: a stop before the marks leaves a forget a worker
+            # resumes (and marks), never marks that no worker knows to finish.
+            await self.redis.hset(self.keys.forgets, digest(a, u), json.dumps(record))
+            await self._marks(record)
         done = Forgotten(users=len(aliases) if known else 0)
         for a, u in aliases:
             step = await self._complete(a, u)
@@ -134,25 +148,21 @@ class Forgetter:
         user = await self._user(app, user_id)
         if user is None:
             return found, False
-        async for key in self.redis.scan_iter(match=f"{self.keys.prefix}:id:user:*", count=1000):
-            uuid_, a, u = await self.redis.hmget(key, ["user_uuid", "app", "user_id"])
-            if (
-                uuid_ == user.user_uuid.encode()
-                and a
-                and u
-                and (a.decode(), u.decode()) != (app, user_id)
-            ):
-                found.append((a.decode(), u.decode()))
+        async for other in self.registry.users():
+            alias = (other.app, other.user_id)
+            if other.user.user_uuid == user.user_uuid and alias != (app, user_id):
+                found.append(alias)
         return found, True
 
     async def held(self, app: str, user_id: str) -> Forgotten:
         """What Redis holds of the user that a forget of them would drop (a dry run): their
         queued messages, dead letters and quarantined entries."""
-        threads = [
+        threads = [  # thread references: their keys are in the user's slot
             t.decode() for t in await self.redis.smembers(self.keys.user_threads(app, user_id))
         ]
-        queued = [await self.redis.llen(self.keys.pending(tk)) for tk in threads]
-        dead = [DeadLetter.parse(raw) for raw in await self.redis.lrange(self.keys.dead(), 0, -1)]
+        queued = [await self.redis.llen(self.keys.pending(ref)) for ref in threads]
+        dead_key = self.keys.dead(self.keys.shard_of(app, user_id))
+        dead = [DeadLetter.parse(raw) for raw in await self.redis.lrange(dead_key, 0, -1)]
         quarantine = Quarantine(self.redis, self.settings)
         return Forgotten(
             dry_run=True,
@@ -176,10 +186,18 @@ class Forgetter:
         done = []
         for raw in (await self.redis.hgetall(self.keys.forgets)).values():
             record = json.loads(raw)
-            app, user_id = record["app"], record["user_id"]
-            await self.redis.set(self.keys.forgetting(app, user_id), PENDING, px=PENDING_MARK_MS)
-            done.append(await self._complete(app, user_id))
+            await self._marks(record)
+            done.append(await self._complete(record["app"], record["user_id"]))
         return done
+
+    async def _marks(self, record: dict[str, Any]) -> None:
+        """Mark the user of a recorded forget as being forgotten, with its epoch (a record
+        of an earlier version has none: its forget raised the epoch itself)."""
+        app, user_id = record["app"], record["user_id"]
+        await self._mark(
+            keys=[self.keys.forgetting(app, user_id), self.keys.epoch(app, user_id)],
+            args=[PENDING, PENDING_MARK_MS, int(record.get("epoch", 0))],
+        )
 
     async def _complete(self, app: str, user_id: str) -> Forgotten:
         done = Forgotten(users=1)
@@ -187,17 +205,18 @@ class Forgetter:
         threads = {
             t.decode() for t in await self.redis.smembers(self.keys.user_threads(app, user_id))
         }
-        holders = [self.keys.lease(tk) for tk in threads]
+        holders = [self.keys.lease(ref) for ref in threads]
         if not await self._gone([*holders, self.keys.synthesizing(app, user_id)]):
             done.pending = True
             log.warning("forget pending user=%s: a worker still works on them", who)
             return done
         epoch = await self.cache.epoch(self.redis, app=app, user_id=user_id)
-        for tk in threads:  # what they say from now on waits, and stays
-            done.queued += await self.queue.purge(tk, before_epoch=epoch)
-        for raw in await self.redis.lrange(self.keys.dead(), 0, -1):
+        for ref in threads:  # what they say from now on waits, and stays
+            done.queued += await self.queue.purge(ref, before_epoch=epoch)
+        dead = self.keys.dead(self.keys.shard_of(app, user_id))
+        for raw in await self.redis.lrange(dead, 0, -1):
             if DeadLetter.parse(raw).thread in threads:
-                done.dead_letters += await self.redis.lrem(self.keys.dead(), 1, raw)
+                done.dead_letters += await self.redis.lrem(dead, 1, raw)
         done.quarantined = await Quarantine(self.redis, self.settings).drop_user(
             app=app, user_id=user_id
         )
@@ -212,21 +231,19 @@ class Forgetter:
         await self.cache.invalidate_user(self.redis, app=app, user_id=user_id)
         if user is not None:
             await self.cache.invalidate_graph(self.redis, graph_uuid=user.graph_uuid)
-        stale = [
+        stale = [  # all in the user's slot
             self.keys.user(app, user_id),
             self.keys.user_threads(app, user_id),
             self.keys.synthesized(app, user_id),
             self.keys.tombstones(app, user_id),
-            *(self.keys.seen(tk) for tk in threads),
+            *(self.keys.seen(ref) for ref in threads),
+            *await self.registry.sessions(app=app, user_id=user_id),
         ]
-        stale += [
-            k async for k in self.redis.scan_iter(match=f"{self.keys.prefix}:id:thread:{who}:*")
-        ]
-        async with self.redis.pipeline(transaction=True) as pipe:
-            pipe.delete(*stale)
-            pipe.set(self.keys.forgetting(app, user_id), COOLING, px=COOL_DOWN_MS)
-            pipe.hdel(self.keys.forgets, who)
-            await pipe.execute()
+        # The durable entry goes last: every step before it may run again, so a stop on
+        # the way leaves the forget to be resumed, never a forget said done with keys left.
+        await self.redis.delete(*stale)
+        await self.redis.set(self.keys.forgetting(app, user_id), COOLING, px=COOL_DOWN_MS)
+        await self.redis.hdel(self.keys.forgets, who)
         log.info("forgot user=%s queued=%d dead=%d", who, done.queued, done.dead_letters)
         await self.audit.record([Entry("forget", "forget_user", who, "deleted")])
         return done
@@ -266,8 +283,8 @@ class Forgetter:
             await self.redis.sadd(self.keys.tombstones(app, user_id), known[fact_uuid].signature)
         # Blocks read before the deletion must not be cached after the invalidation below:
         # the cool-down mark refuses cache writes (a forget of the user keeps its own mark).
-        await self.redis.eval(
-            COOL_LUA, 1, self.keys.forgetting(app, user_id), PENDING, COOLING, COOL_DOWN_MS
+        await self._cool(
+            keys=[self.keys.forgetting(app, user_id)], args=[PENDING, COOLING, COOL_DOWN_MS]
         )
         # Found before the fact goes: the statement it came from is listed too (as the dry
         # run listed it), though deleting the fact takes that one with it.

@@ -16,7 +16,8 @@ from afterthought.audit import AuditLog, Entry
 from afterthought.backends.base import MemoryBackend, UserRef
 from afterthought.context_cache import ContextCache
 from afterthought.facts import StoredFact
-from afterthought.keys import Keys, digest
+from afterthought.identity import IdentityRegistry
+from afterthought.keys import digest
 from afterthought.settings import Settings
 
 _ARTICLE = re.compile(r"\b(?:a|an|the|my)\b|[^\w\s]")
@@ -88,9 +89,9 @@ class Pruner:
         self.settings = settings
         self.redis = redis
         self.backend = backend
-        self.keys = Keys(settings.key_prefix)
         self.audit = AuditLog(redis, settings)
         self.cache = ContextCache(settings)
+        self.registry = IdentityRegistry(redis, settings)
 
     async def prune_user(
         self, *, app: str, user_id: str, user: UserRef, dry_run: bool = True
@@ -116,16 +117,9 @@ class Pruner:
     async def prune_all(self, *, dry_run: bool = True) -> PruneReport:
         """Every user the registry knows."""
         total = PruneReport(dry_run=dry_run)
-        async for key in self.redis.scan_iter(match=f"{self.keys.prefix}:id:user:*", count=1000):
-            entry = await self.redis.hgetall(key)
-            if not {b"app", b"user_id", b"user_uuid", b"graph_uuid"} <= set(entry):
-                continue
-            user = UserRef(entry[b"user_uuid"].decode(), entry[b"graph_uuid"].decode())
+        async for known in self.registry.users():
             report = await self.prune_user(
-                app=entry[b"app"].decode(),
-                user_id=entry[b"user_id"].decode(),
-                user=user,
-                dry_run=dry_run,
+                app=known.app, user_id=known.user_id, user=known.user, dry_run=dry_run
             )
             total.pruned += report.pruned
             total.kept += report.kept

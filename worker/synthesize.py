@@ -248,8 +248,9 @@ class Synthesizer:
         self.redis = redis
         self.backend = backend
         self.extractor = extractor or default_extractor(settings)
-        self.keys = Keys(settings.key_prefix)
+        self.keys = Keys.of(settings)
         self.registry = IdentityRegistry(redis, settings)
+        self._release = redis.register_script(RELEASE_LUA)
         self.cache = ContextCache(settings)
         self.audit = AuditLog(redis, settings)
         self.quarantine = Quarantine(redis, settings)
@@ -262,7 +263,7 @@ class Synthesizer:
         try:
             return await self._run(app, user_id, mark, token)
         finally:
-            await self.redis.eval(RELEASE_LUA, 1, mark, token)
+            await self._release(keys=[mark], args=[token])
 
     async def _run(self, app: str, user_id: str, mark: str, token: str) -> Counter[str]:
         stats: Counter[str] = Counter()
@@ -305,10 +306,8 @@ class Synthesizer:
     async def run_all(self) -> Counter[str]:
         """Every user the registry knows (the cron's sweep behind the debounced runs)."""
         stats: Counter[str] = Counter()
-        async for key in self.redis.scan_iter(match=f"{self.keys.prefix}:id:user:*", count=1000):
-            app, user_id = await self.redis.hmget(key, ["app", "user_id"])
-            if app and user_id:
-                stats.update(await self.run(app=app.decode(), user_id=user_id.decode()))
+        async for known in self.registry.users():
+            stats.update(await self.run(app=known.app, user_id=known.user_id))
         return stats
 
     async def _pass(
