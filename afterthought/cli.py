@@ -63,14 +63,17 @@ def _settings(args: argparse.Namespace, **overrides: Any) -> Settings:
 def _with_redis(
     args: argparse.Namespace, work: Callable[[Settings, aioredis.Redis], Awaitable[int]]
 ) -> int:
-    """Run ``work`` with the settings and a Redis client, closed after."""
+    """Run ``work`` with the settings and a Redis client, closed after, once the
+    deployment's layout is found to be these settings' (every command touches the queue)."""
     from afterthought.connections import connect
+    from afterthought.layout import check_layout
 
     settings = _settings(args)
 
     async def run() -> int:
         client = connect(settings.redis_url)
         try:
+            await check_layout(client, settings)
             return await work(settings, client)
         finally:
             await client.aclose()
@@ -121,9 +124,15 @@ def _worker(args: argparse.Namespace) -> int:
     arq: dict[str, Any] = {"max_jobs": args.max_jobs} if args.max_jobs else {}
     settings = _settings(args, **overrides)
     _reach(settings)  # arq would retry for seconds, logging each try, before giving up
+    _with_redis(args, _checked)  # a layout mismatch: one line, exit 2, before arq starts
     worker = create_worker(settings, burst=args.burst, **arq)
     worker.run()
     return INTERRUPTED if worker.interrupted else OK
+
+
+async def _checked(settings: Settings, client: aioredis.Redis) -> int:
+    """Nothing beyond the checks :func:`_with_redis` makes."""
+    return OK
 
 
 def _reach(settings: Settings) -> None:
@@ -651,7 +660,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from redis.exceptions import RedisError
+    from redis.exceptions import RedisClusterException, RedisError
 
     from afterthought.backends.base import BackendError
 
@@ -697,7 +706,7 @@ def main(argv: list[str] | None = None) -> int:
     except BackendError as exc:
         print(f"afterthought: the memory backend failed: {exc}", file=sys.stderr)
         return UNREACHABLE
-    except (RedisError, ConnectionError, _ServerFailed) as exc:
+    except (RedisError, RedisClusterException, ConnectionError, _ServerFailed) as exc:
         print(f"afterthought: {_redis_failure(exc)}", file=sys.stderr)
         return UNREACHABLE
     except ModuleNotFoundError as exc:  # a setting that needs an extra not installed

@@ -58,8 +58,12 @@ def shard_tags(prefix: str, shards: int) -> tuple[str, ...]:
 
 
 class _HasLayout(Protocol):
-    key_prefix: str
-    redis_shards: int
+    # Read-only: settings are frozen.
+    @property
+    def key_prefix(self) -> str: ...
+
+    @property
+    def redis_shards(self) -> int: ...
 
 
 @dataclass(frozen=True, slots=True)

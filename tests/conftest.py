@@ -57,7 +57,8 @@ def prefix() -> Iterator[str]:
     value = f"t{uuid.uuid4().hex[:12]}"
     yield value
     client = syncredis.Redis.from_url(REDIS_URL)
-    for pattern in (f"{value}:*", f"arq:*{value}:*"):
+    # Sharded layouts name keys after the shard's hash tag, "{prefix:s:x}:...".
+    for pattern in (f"{value}:*", f"{{{value}:*", f"arq:*{value}:*"):
         keys = list(client.scan_iter(match=pattern, count=1000))
         if keys:
             client.delete(*keys)
@@ -148,13 +149,13 @@ async def run_worker_once(settings: Settings) -> None:
 
 async def drain(settings: Settings, *, timeout: float = 30.0) -> None:
     """Run a real arq worker in burst mode until no thread is ready or deferred."""
-    keys = Keys(settings.key_prefix)
+    keys = Keys.of(settings)
     client = connect(settings.redis_url)
     deadline = time.monotonic() + timeout
     try:
         while True:
             await run_worker_once(settings)
-            if not await client.zcard(keys.ready()):
+            if not any([await client.zcard(keys.ready(s)) for s in keys.shard_ids]):
                 return
             if time.monotonic() > deadline:
                 raise TimeoutError("queue not drained")

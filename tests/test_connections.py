@@ -53,8 +53,44 @@ def test_credentials_go_where_they_belong_and_never_into_a_repr_or_message() -> 
     )
 
 
+def test_a_cluster_url_names_its_startup_nodes_and_options() -> None:
+    target = parse("rediss+cluster://app:s3cret@h:7000,[::1]:7001,g/0?ssl_cert_reqs=none")
+    assert target.topology == "cluster" and target.tls
+    assert list(target.nodes) == [("h", 7000), ("::1", 7001), ("g", 6379)]
+    assert (target.username, target.password) == ("app", "s3cret")
+    assert target.options == {"ssl_cert_reqs": "none"}
+    assert "s3cret" not in repr(target)
+    assert describe("redis+cluster://:s3cret@h:1,g:2") == "Redis Cluster (via h:1,g:2)"
+    assert parse("redis+cluster://h:1").password is None
+
+
+CLUSTER = "redis+cluster://10.0.0.1:7000,10.0.0.2:7000"
+
+
+@pytest.mark.parametrize(
+    ("settings", "says"),
+    [
+        ({"redis_url": CLUSTER}, "needs redis_shards >= 1"),
+        ({"redis_url": CLUSTER, "redis_shards": 8}, "needs arq_redis_url"),
+        (
+            {"redis_url": CLUSTER, "redis_shards": 8, "arq_redis_url": CLUSTER},
+            "needs arq_redis_url",
+        ),
+        ({"arq_redis_url": CLUSTER}, "arq_redis_url must not be a Redis Cluster"),
+    ],
+)
+def test_a_cluster_needs_shards_and_a_redis_of_arqs_own(
+    settings: dict[str, Any], says: str
+) -> None:
+    with pytest.raises(ValidationError, match=says):
+        Settings(**settings)
+    assert Settings(redis_url=CLUSTER, redis_shards=8, arq_redis_url="redis://a:1").redis_shards
+
+
 BAD_URLS = [
-    ("redis+cluster://h:7000", "Redis Cluster is not supported yet"),
+    ("redis+cluster://h:7000/1", "a Redis Cluster has only database 0"),
+    ("redis+cluster://h:7000,h:port", "a Cluster URL lists its nodes as host:port"),
+    ("rediss+cluster://h:7000?ssl_ca_path=/x", "the Cluster URL takes only the options ssl_"),
     ("http://h:6379", "must start with redis://"),
     ("redis://h:6379/zero", "database (its path) must be a number"),
     ("redis://h:99999/0", "port must be a number"),
@@ -78,7 +114,11 @@ def test_a_url_that_names_no_redis_is_refused_in_words_without_the_url(url: str,
 
 async def test_building_a_client_connects_nothing() -> None:
     """Building is what a turn does first: it must not reach the network (or fail)."""
-    for url in ("redis://203.0.113.1:6379/0", "redis+sentinel://203.0.113.1:1,203.0.113.2:2/m"):
+    for url in (
+        "redis://203.0.113.1:6379/0",
+        "redis+sentinel://203.0.113.1:1,203.0.113.2:2/m",
+        "redis+cluster://203.0.113.1:1,203.0.113.2:2",
+    ):
         client = connect(url, timeout=0.05)
         await client.aclose()
 
@@ -99,11 +139,16 @@ async def test_a_client_that_cannot_be_built_or_a_cluster_error_never_reaches_th
     enqueuer._drainer.stop()
 
     class Cluster:
-        def register_script(self, script: str) -> Any:
-            async def run(**kwargs: Any) -> Any:
-                raise RedisClusterException("CROSSSLOT, as a cluster client raises it")
+        """Every command fails as a cluster client's own checks fail."""
+
+        def __getattr__(self, name: str) -> Any:
+            async def run(*args: Any, **kwargs: Any) -> Any:
+                raise RedisClusterException("TTL exhausted, as a cluster client raises it")
 
             return run
+
+        def register_script(self, script: str) -> Any:
+            return self.evalsha
 
     clustered = Enqueuer(Settings(key_prefix="unit-cluster"), redis=Cluster())  # type: ignore[arg-type]
     assert not await clustered.enqueue([queued("second", 2)])

@@ -388,6 +388,7 @@ DURABLE = (
     ":tomb:",
     ":quarantine",
     ":audit",
+    ":layout",
 )
 
 

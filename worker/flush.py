@@ -124,7 +124,8 @@ class _Epoch:
 
 
 class _Lease:
-    """This worker's claim on one thread: its token, and until when it surely holds it.
+    """This worker's claim on one thread (``tk``: the thread's reference): its token, and
+    until when it surely holds it.
 
     The deadline is counted from when each renewal was *sent*, so Redis' own expiry is
     never earlier. A failed renewal is retried; once the deadline passes, or Redis says
@@ -245,7 +246,7 @@ class Flusher:
         self.settings = settings
         self.redis = redis
         self.backend = backend
-        self.keys = Keys(settings.key_prefix)
+        self.keys = Keys.of(settings)
         self.queue = ThreadQueue(redis, settings, allow_oom=allow_oom)
         self.registry = IdentityRegistry(redis, settings, allow_oom=allow_oom)
         self.pacing = Pacing(redis, self.keys, pause_seconds=settings.pause_seconds)
@@ -291,12 +292,23 @@ class Flusher:
         return stats
 
     async def claim(self, *, limit: int) -> list[_Lease]:
-        """Take up to ``limit`` due threads, each under a token of its own."""
+        """Take up to ``limit`` due threads, each under a token of its own: the longest
+        due first, whatever their shards (every shard's due threads read in one batch)."""
         now = _now_ms()
-        due = await self.redis.zrangebyscore(
-            self.keys.ready(), "-inf", now, start=0, num=limit + len(self._active)
-        )
-        tks = [raw.decode() for raw in due if raw.decode() not in self._active][:limit]
+        shards = self.keys.shard_ids
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for shard in shards:
+                pipe.zrangebyscore(
+                    self.keys.ready(shard),
+                    "-inf",
+                    now,
+                    start=0,
+                    num=limit + len(self._active),
+                    withscores=True,
+                )
+            due: list[list[tuple[bytes, float]]] = await pipe.execute()
+        ranked = sorted((score, raw.decode()) for found in due for raw, score in found)
+        tks = [ref for _, ref in ranked if ref not in self._active][:limit]
         if not tks:
             return []
         tokens = [f"{self._token}:{self._claims + i}" for i in range(len(tks))]
@@ -426,7 +438,7 @@ class Flusher:
         if not raw_items:
             return False
         try:
-            batch = self._decode_head(raw_items, inflight)
+            batch = self._decode_head(tk, raw_items, inflight)
         except MalformedPayload as exc:
             await self._dead_letter(lease, 1, reason=f"malformed: {exc}", attempts=0)
             stats["dead"] += 1
@@ -623,7 +635,7 @@ class Flusher:
         return left
 
     def _decode_head(
-        self, raw_items: Sequence[bytes], inflight: bytes | None
+        self, ref: str, raw_items: Sequence[bytes], inflight: bytes | None
     ) -> list[QueuedMessage]:
         """The batch at the head: the recorded in-flight one, else whole messages that fit."""
         messages: list[QueuedMessage] = []
@@ -634,7 +646,7 @@ class Flusher:
                 if messages:  # send what precedes it; the bad one is dead-lettered next
                     break
                 raise
-        if any(m.thread_key != messages[0].thread_key for m in messages):
+        if any(self.queue.ref_of(m) != ref for m in messages):
             raise MalformedPayload("payload of another thread")
         if inflight is not None:
             first, last = (int(x) for x in inflight.decode().split(":"))
@@ -822,7 +834,7 @@ class Flusher:
                     stats["quarantined"] += 1
                     stats["messages"] += 1
                     await self._quietly(
-                        self._audit(head.thread_key, [item], op="quarantine", outcome=reason),
+                        self._audit(lease.tk, [item], op="quarantine", outcome=reason),
                         "audit",
                     )
                     continue
@@ -859,9 +871,7 @@ class Flusher:
             ("forget", "delete_fact", "deleted"),
         ):
             changes = [i for i in applied if i.kind == kind]
-            await self._quietly(
-                self._audit(head.thread_key, changes, op=op, outcome=outcome), "audit"
-            )
+            await self._quietly(self._audit(lease.tk, changes, op=op, outcome=outcome), "audit")
         return bool(left)
 
     async def _refused(self, item: QueuedMessage) -> str | None:
