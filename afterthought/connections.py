@@ -26,6 +26,8 @@ import redis
 import redis.asyncio as aioredis
 import redis.cluster
 from redis.asyncio.cluster import ClusterNode as AsyncClusterNode
+from redis.asyncio.cluster import ClusterPipeline
+from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.asyncio.sentinel import Sentinel as AsyncSentinel
 from redis.asyncio.sentinel import SentinelManagedSSLConnection as AsyncSentinelSSLConnection
 from redis.exceptions import RedisClusterException, RedisError
@@ -148,12 +150,47 @@ def _hosts(netloc: str, default_port: int, what: str) -> list[tuple[str, int]]:
 
 def is_cluster(client: object) -> bool:
     """Whether a client from :func:`connect` (or :func:`connect_sync`) is a cluster's."""
-    return isinstance(client, aioredis.RedisCluster | redis.RedisCluster)
+    return isinstance(client, AsyncRedisCluster | redis.RedisCluster)
 
 
 def _timeouts(timeout: float) -> dict[str, Any]:
     # No retry after a timeout: the command may have run (the caller decides what to redo).
     return {"socket_timeout": timeout, "socket_connect_timeout": timeout, "retry_on_timeout": False}
+
+
+class _RunOncePipeline(ClusterPipeline):  # type: ignore[misc]
+    """A cluster pipeline sent once. redis-py sends one as many times as the client's
+    ``cluster_error_retry_attempts``, and with 0 (ours) not at all (it raises an
+    ``UnboundLocalError``); a batch that failed is the caller's to redo, as any command."""
+
+    async def execute(
+        self, raise_on_error: bool = True, allow_redirections: bool = True
+    ) -> list[Any]:
+        stack: list[Any] = self._command_stack
+        if not stack:
+            return []
+        try:
+            await self._client.initialize()  # a no-op once the slots are known
+            return await self._execute(  # type: ignore[no-any-return]
+                self._client,
+                stack,
+                raise_on_error=raise_on_error,
+                allow_redirections=allow_redirections,
+            )
+        except BaseException as exc:
+            if type(exc) in self.ERRORS_ALLOW_RETRY:  # as redis-py: learn the layout again
+                await self._client.aclose()
+            raise
+        finally:
+            stack.clear()
+
+
+class _Cluster(AsyncRedisCluster):  # type: ignore[misc]
+    """The asyncio cluster client, with pipelines that are sent once."""
+
+    def pipeline(self, transaction: Any = None, shard_hint: Any = None) -> ClusterPipeline:
+        super().pipeline(transaction, shard_hint)  # refuses a transaction, as redis-py does
+        return _RunOncePipeline(self)
 
 
 def _cluster_kwargs(target: RedisTarget, timeout: float) -> dict[str, Any]:
@@ -201,7 +238,7 @@ def connect(
     if target.topology == "cluster":
         if client_class is not aioredis.Redis:  # arq's: settings keep a cluster from it
             raise ValueError("arq cannot use a Redis Cluster (ARQ_REDIS_URL)")
-        cluster = aioredis.RedisCluster(
+        cluster = _Cluster(
             startup_nodes=[AsyncClusterNode(host, port) for host, port in target.nodes],
             connection_error_retry_attempts=0,
             **_cluster_kwargs(target, timeout),

@@ -153,7 +153,10 @@ class World:
         self.down = False
         self.oom = False
         self.leases: dict[str, tuple[str, float]] = {}
-        self.lease_shas: set[str] = set()
+        self.claim_shas: set[str] = set()
+        """Scripts that set leases: keys [ready, lease...], args [lease_ms, until, (token,
+        ref)...], one 0/1 reply per lease."""
+        self.renew_shas: set[str] = set()
         """Scripts that set a lease: keys [lease, ready], args [token, lease_ms, ...]."""
         self.allow_oom_shas: set[str] = set()
         """Scripts Redis runs at maxmemory (``allow-oom``: the worker's)."""
@@ -168,11 +171,19 @@ class World:
         """Note the leases a claim or a renewal set, as Redis ran them (the reply may be
         lost after this: Redis keeps the lease all the same)."""
         for command, result in zip(commands, results, strict=True):
-            if _text(command[0]).upper() != "EVALSHA" or _text(command[1]) not in self.lease_shas:
+            if _text(command[0]).upper() != "EVALSHA":
                 continue
-            if result == 1:
-                lease_key, token, lease_ms = _text(command[3]), _text(command[5]), command[6]
-                self.leases[lease_key] = (token, self.clock.now + int(lease_ms) / 1000)
+            sha, count = _text(command[1]), int(command[2])
+            keys, args = command[3 : 3 + count], command[3 + count :]
+            if sha in self.claim_shas:
+                won = zip(keys[1:], args[2::2], result, strict=True)
+                self._leased([(k, t) for k, t, w in won if w == 1], args[0])
+            elif sha in self.renew_shas and result == 1:
+                self._leased([(keys[0], args[0])], args[1])
+
+    def _leased(self, leases: list[tuple[Any, Any]], lease_ms: Any) -> None:
+        for lease_key, token in leases:
+            self.leases[_text(lease_key)] = (_text(token), self.clock.now + int(lease_ms) / 1000)
 
 
 class FaultPlan:
@@ -480,12 +491,14 @@ class WritePath:
         owners = [flusher, flusher.queue, flusher.pacing, agent_queue]
         return [s for o in owners for s in vars(o).values() if isinstance(s, AsyncScript)]
 
-    def lease_shas(self, flusher: Any) -> set[str]:
-        return {flusher.queue._claim.sha, flusher.queue._renew.sha}
+    def lease_shas(self, flusher: Any) -> tuple[set[str], set[str]]:
+        """The scripts that claim threads, and those that renew a lease."""
+        return {flusher.queue._claim.sha}, {flusher.queue._renew.sha}
 
     def allow_oom_shas(self, flusher: Any) -> set[str]:
         q = flusher.queue
-        return {s.sha for s in (q._claim, q._renew, q._begin, q._ack, q._dead, q._release)}
+        scripts = (q._claim, q._renew, q._begin, q._ack, q._dead, q._release, q._failed)
+        return {s.sha for s in scripts}
 
 
 # --- the model -----------------------------------------------------------------------------
@@ -569,7 +582,7 @@ class QueueModel(RuleBasedStateMachine):
         self.plans = [FaultPlan(self.world), FaultPlan(self.world)]
         self.worker_clients = [client(p) for p in self.plans]
         self.flushers = [self._new_flusher(w) for w in (0, 1)]
-        self.world.lease_shas = self.path.lease_shas(self.flushers[0])
+        self.world.claim_shas, self.world.renew_shas = self.path.lease_shas(self.flushers[0])
         self.world.allow_oom_shas = self.path.allow_oom_shas(self.flushers[0])
         self.held: list[list[Any]] = [[], []]
         self.said: list[list[QueuedMessage]] = [[] for _ in THREADS]

@@ -20,7 +20,6 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
 import redis.asyncio as aioredis
-from redis.exceptions import RedisError
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
 from tenacity.wait import wait_random_exponential
 
@@ -33,6 +32,7 @@ from afterthought.backends.base import (
     ignored_roles,
 )
 from afterthought.batching import Call, missing, pack, parts
+from afterthought.connections import FAILURES
 from afterthought.context_cache import PENDING, ContextCache, now_version
 from afterthought.contract import MalformedPayload, QueuedMessage, split_content
 from afterthought.identity import IdentityRegistry
@@ -179,7 +179,7 @@ class _Lease:
         sent_at = self._clock()
         try:
             held = await self._queue.renew(self.tk, self.token, now_ms=_now_ms())
-        except (RedisError, OSError) as exc:
+        except FAILURES as exc:
             log.warning("lease renewal failed thread=%s error=%s", self.tk, type(exc).__name__)
             self._lost = self.remaining() <= 0
             return min(RENEW_RETRY_SECONDS, self._seconds / 10)
@@ -378,7 +378,7 @@ class Flusher:
             return now + int(self.settings.pause_seconds * 1000)
         try:
             attempts, since = await self.queue.failed_attempt(tk, now_ms=now)
-        except RedisError:  # e.g. at maxmemory: retry later without counting
+        except FAILURES:  # e.g. at maxmemory: retry later without counting
             attempts, since = 1, now
         head = lease.batch[0] if lease.batch else None
         if decision.action == "retry":
@@ -589,7 +589,7 @@ class Flusher:
     async def _quietly(self, work: Awaitable[object], what: str) -> None:
         try:
             await work
-        except RedisError as exc:
+        except FAILURES as exc:  # a cluster client's own errors too
             metrics.SIDE_EFFECT_FAILURES.labels(what).inc()
             log.warning("%s skipped error=%s", what, type(exc).__name__)
 
