@@ -188,6 +188,7 @@ def _describe(status: Status) -> str:
         f"  threads     due {q.due}, leased {q.leased}, deferred {q.deferred}, "
         f"stranded {q.stranded}; {q.jobs_waiting} jobs waiting",
         f"dead letters  {status.dead_letters}",
+        *_shard_lines(status),
         f"paused        {paused}",
         f"workers       {len(status.workers)} live",
         *(
@@ -200,6 +201,21 @@ def _describe(status: Status) -> str:
         f"problems      {', '.join(status.problems) or 'none'}",
     ]
     return "\n".join(lines)
+
+
+def _shard_lines(status: Status) -> list[str]:
+    """With ``redis_shards``: how many there are, and each that holds anything."""
+    if not status.redis_shards:
+        return []
+    busy = [s for s in status.shards if s.messages or s.threads or s.dead_letters]
+    return [
+        f"shards        {status.redis_shards}, {len(busy)} holding anything",
+        *(
+            f"  shard {s.shard:<5} {s.messages} messages in {s.threads} threads, "
+            f"dead letters {s.dead_letters}"
+            for s in busy
+        ),
+    ]
 
 
 def _dlq(args: argparse.Namespace) -> int:

@@ -143,6 +143,11 @@ async def test_dead_letters_are_listed_per_shard_and_replayed(
         expected = sum(keys.shard_of(APP, user) == shard for user in users)
         assert by_shard[shard] == expected
 
+    holding = sum(1 for n in by_shard.values() if n)
+    assert (
+        f"shards        {SHARDS}, {holding} holding anything" in run_cli(settings, "status").stdout
+    )
+
     zep_fake.faults.clear()
     done = run_cli(settings, "dlq", "replay", "--all")
     assert (done.returncode, done.stdout.strip()) == (0, "replayed=4 malformed=0 refused=0")
