@@ -7,7 +7,14 @@ from typing import Any
 
 import pytest
 from pydantic import ValidationError
-from redis.exceptions import RedisClusterException
+from redis.exceptions import (
+    ClusterDownError,
+    ClusterError,
+    MovedError,
+    RedisClusterException,
+    SlotNotCoveredError,
+    TryAgainError,
+)
 
 from afterthought.connections import connect, describe, parse
 from afterthought.enqueue import Enqueuer
@@ -123,10 +130,10 @@ async def test_building_a_client_connects_nothing() -> None:
         await client.aclose()
 
 
-async def test_a_client_that_cannot_be_built_or_a_cluster_error_never_reaches_the_turn(
+async def test_a_client_that_cannot_be_built_never_reaches_the_turn(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Both are counted as failed sends and the messages wait in the buffer."""
+    """Counted as a failed send; the message waits in the buffer."""
     import afterthought.enqueue as enqueue_module
 
     def unbuildable(*args: Any, **kwargs: Any) -> Any:
@@ -138,19 +145,45 @@ async def test_a_client_that_cannot_be_built_or_a_cluster_error_never_reaches_th
     assert enqueuer.buffered == 1 and enqueuer.breaker.failures == 1
     enqueuer._drainer.stop()
 
-    class Cluster:
-        """Every command fails as a cluster client's own checks fail."""
 
-        def __getattr__(self, name: str) -> Any:
-            async def run(*args: Any, **kwargs: Any) -> Any:
-                raise RedisClusterException("TTL exhausted, as a cluster client raises it")
+CLUSTER_ERRORS = [
+    RedisClusterException("EVALSHA - all keys must map to the same key slot"),
+    ClusterError("TTL exhausted."),  # a storm of MOVED / ASK redirections
+    ClusterDownError("CLUSTERDOWN The cluster is down"),
+    TryAgainError("TRYAGAIN Multiple keys request during rehashing of slot"),
+    MovedError("3999 127.0.0.1:6381"),
+    SlotNotCoveredError("slot 3999 is not covered"),
+]
+
+
+@pytest.mark.parametrize("error", CLUSTER_ERRORS, ids=lambda e: type(e).__name__)
+@pytest.mark.parametrize("where", ["layout", "script"])
+async def test_a_cluster_error_never_reaches_the_turn(error: Exception, where: str) -> None:
+    """Whether it strikes the layout check or the enqueue script: a failed send, counted,
+    and the message waits in the buffer."""
+
+    class Cluster:
+        """A cluster client whose layout check or script fails as ``error``."""
+
+        async def info(self, section: str) -> dict[str, Any]:
+            return {}
+
+        async def get(self, key: str) -> bytes:
+            if where == "layout":
+                raise error
+            return b"8"
+
+        def register_script(self, script: str) -> Any:
+            async def run(**kwargs: Any) -> Any:
+                if where == "script":
+                    raise error
+                return 1
 
             return run
 
-        def register_script(self, script: str) -> Any:
-            return self.evalsha
-
-    clustered = Enqueuer(Settings(key_prefix="unit-cluster"), redis=Cluster())  # type: ignore[arg-type]
+    settings = Settings(key_prefix="unit-cluster", redis_shards=8)
+    clustered = Enqueuer(settings, redis=Cluster())  # type: ignore[arg-type]
     assert not await clustered.enqueue([queued("second", 2)])
     assert clustered.buffered == 1 and clustered.breaker.failures == 1
+    assert clustered.dropped == 0
     clustered._drainer.stop()
