@@ -63,14 +63,17 @@ def _settings(args: argparse.Namespace, **overrides: Any) -> Settings:
 def _with_redis(
     args: argparse.Namespace, work: Callable[[Settings, aioredis.Redis], Awaitable[int]]
 ) -> int:
-    """Run ``work`` with the settings and a Redis client, closed after."""
+    """Run ``work`` with the settings and a Redis client, closed after, once the
+    deployment's layout is found to be these settings' (every command touches the queue)."""
     from afterthought.connections import connect
+    from afterthought.layout import check_layout
 
     settings = _settings(args)
 
     async def run() -> int:
         client = connect(settings.redis_url)
         try:
+            await check_layout(client, settings)
             return await work(settings, client)
         finally:
             await client.aclose()
@@ -121,9 +124,15 @@ def _worker(args: argparse.Namespace) -> int:
     arq: dict[str, Any] = {"max_jobs": args.max_jobs} if args.max_jobs else {}
     settings = _settings(args, **overrides)
     _reach(settings)  # arq would retry for seconds, logging each try, before giving up
+    _with_redis(args, _checked)  # a layout mismatch: one line, exit 2, before arq starts
     worker = create_worker(settings, burst=args.burst, **arq)
     worker.run()
     return INTERRUPTED if worker.interrupted else OK
+
+
+async def _checked(settings: Settings, client: aioredis.Redis) -> int:
+    """Nothing beyond the checks :func:`_with_redis` makes."""
+    return OK
 
 
 def _reach(settings: Settings) -> None:
@@ -179,6 +188,7 @@ def _describe(status: Status) -> str:
         f"  threads     due {q.due}, leased {q.leased}, deferred {q.deferred}, "
         f"stranded {q.stranded}; {q.jobs_waiting} jobs waiting",
         f"dead letters  {status.dead_letters}",
+        *_shard_lines(status),
         f"paused        {paused}",
         f"workers       {len(status.workers)} live",
         *(
@@ -191,6 +201,21 @@ def _describe(status: Status) -> str:
         f"problems      {', '.join(status.problems) or 'none'}",
     ]
     return "\n".join(lines)
+
+
+def _shard_lines(status: Status) -> list[str]:
+    """With ``redis_shards``: how many there are, and each that holds anything."""
+    if not status.redis_shards:
+        return []
+    busy = [s for s in status.shards if s.messages or s.threads or s.dead_letters]
+    return [
+        f"shards        {status.redis_shards}, {len(busy)} holding anything",
+        *(
+            f"  shard {s.shard:<5} {s.messages} messages in {s.threads} threads, "
+            f"dead letters {s.dead_letters}"
+            for s in busy
+        ),
+    ]
 
 
 def _dlq(args: argparse.Namespace) -> int:
@@ -651,7 +676,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from redis.exceptions import RedisError
+    from redis.exceptions import RedisClusterException, RedisError
 
     from afterthought.backends.base import BackendError
 
@@ -697,7 +722,7 @@ def main(argv: list[str] | None = None) -> int:
     except BackendError as exc:
         print(f"afterthought: the memory backend failed: {exc}", file=sys.stderr)
         return UNREACHABLE
-    except (RedisError, ConnectionError, _ServerFailed) as exc:
+    except (RedisError, RedisClusterException, ConnectionError, _ServerFailed) as exc:
         print(f"afterthought: {_redis_failure(exc)}", file=sys.stderr)
         return UNREACHABLE
     except ModuleNotFoundError as exc:  # a setting that needs an extra not installed

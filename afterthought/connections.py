@@ -6,19 +6,28 @@
   after a failover. The password is the data nodes'; sentinels that want one of their own
   take ``?sentinel_password=...`` (and ``sentinel_username``).
 
-Redis Cluster URLs are recognised and refused with a reason: the queue's keys do not yet
-share hash slots (W10). arq's own Redis may be another one (``ARQ_REDIS_URL``), standalone
-or Sentinel. Building a client connects nothing, so it cannot fail a turn; every error
-it may raise later is one of :data:`FAILURES`."""
+- ``redis+cluster://[[user]:password@]host:port[,host:port...][/0][?option=...]`` (TLS:
+  ``rediss+cluster://``): a Redis Cluster, found from any of the startup nodes listed. It
+  needs ``redis_shards`` (the queue's keys then share a hash slot per script, W10) and a
+  Redis of arq's own, standalone or Sentinel (``ARQ_REDIS_URL``): arq cannot use a cluster.
+
+Building a client connects nothing, so it cannot fail a turn; every error it may raise
+later is one of :data:`FAILURES`. A cluster client is returned as the ``Redis`` type the
+rest of the code is written against: it answers the same single-slot commands, and the
+few places that must act otherwise ask :func:`is_cluster`."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, cast
 from urllib.parse import parse_qs, unquote, urlsplit
 
 import redis
 import redis.asyncio as aioredis
+import redis.cluster
+from redis.asyncio.cluster import ClusterNode as AsyncClusterNode
+from redis.asyncio.cluster import ClusterPipeline
+from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.asyncio.sentinel import Sentinel as AsyncSentinel
 from redis.asyncio.sentinel import SentinelManagedSSLConnection as AsyncSentinelSSLConnection
 from redis.exceptions import RedisClusterException, RedisError
@@ -26,32 +35,40 @@ from redis.sentinel import Sentinel, SentinelManagedSSLConnection
 
 #: What a Redis call may raise when Redis is unreachable, failing over or refusing: the
 #: turn path treats all of them alike (Sentinel's ``MasterNotFoundError`` is a
-#: ``ConnectionError``; a cluster client's errors are not all ``RedisError``).
+#: ``ConnectionError``; a cluster client's errors are not all ``RedisError``: a
+#: ``ClusterDownError``, ``TryAgainError`` or ``MovedError`` is, while the client's own
+#: checks (keys of several slots, "TTL exhausted" after a storm of redirections) raise a
+#: ``RedisClusterException``).
 FAILURES: tuple[type[Exception], ...] = (RedisError, RedisClusterException, OSError, TimeoutError)
 
 SENTINEL_PORT = 26379
+CLUSTER_PORT = 6379
 #: What a process waits for one Redis command when it has no tighter budget (workers, the
 #: CLI): long enough for any script of ours, short enough that a client stuck on a
 #: partitioned master gives up and finds the one the sentinels promoted.
 COMMAND_SECONDS = 10.0
 _STANDALONE = {"redis", "rediss", "unix"}
 _SENTINEL = {"redis+sentinel": False, "rediss+sentinel": True}
-_CLUSTER = {"redis+cluster", "rediss+cluster"}
+_CLUSTER = {"redis+cluster": False, "rediss+cluster": True}
+#: What a Cluster URL may say after ``?``: TLS files and checks, and the client's name.
+CLUSTER_OPTIONS = ("ssl_cert_reqs", "ssl_ca_certs", "ssl_certfile", "ssl_keyfile", "client_name")
 
 
 @dataclass(frozen=True, slots=True)
 class RedisTarget:
     """What a Redis URL names. Its repr holds no credentials."""
 
-    topology: Literal["standalone", "sentinel"]
+    topology: Literal["standalone", "sentinel", "cluster"]
     nodes: tuple[tuple[str, int], ...] = ()
-    """The sentinels (Sentinel only)."""
+    """The sentinels (Sentinel), or the startup nodes (Cluster)."""
     service: str | None = None
     db: int = 0
     tls: bool = False
     username: str | None = field(default=None, repr=False)
     password: str | None = field(default=None, repr=False)
     sentinel_auth: dict[str, str] = field(default_factory=dict, repr=False)
+    options: dict[str, str] = field(default_factory=dict, repr=False)
+    """A cluster client's options from the URL (:data:`CLUSTER_OPTIONS`)."""
 
 
 def parse(url: str) -> RedisTarget:
@@ -60,14 +77,11 @@ def parse(url: str) -> RedisTarget:
     parts = urlsplit(url)
     scheme = parts.scheme
     if scheme in _CLUSTER:
-        raise ValueError(
-            "Redis Cluster is not supported yet: the queue's keys do not share hash slots; "
-            "use one Redis or Sentinel"
-        )
+        return _cluster(parts.netloc, parts.path, parts.query, tls=_CLUSTER[scheme])
     if scheme not in _STANDALONE and scheme not in _SENTINEL:
         raise ValueError(
-            "the Redis URL must start with redis://, rediss://, unix://, redis+sentinel:// "
-            "or rediss+sentinel://"
+            "the Redis URL must start with redis://, rediss://, unix://, redis+sentinel://, "
+            "rediss+sentinel://, redis+cluster:// or rediss+cluster://"
         )
     if scheme in _STANDALONE:
         database = parts.path.strip("/")
@@ -91,7 +105,7 @@ def parse(url: str) -> RedisTarget:
         )
     return RedisTarget(
         "sentinel",
-        nodes=tuple(_hosts(parts.netloc.rpartition("@")[2])),
+        nodes=tuple(_hosts(parts.netloc.rpartition("@")[2], SENTINEL_PORT, "sentinels")),
         service=unquote(service),
         db=int(database or 0),
         tls=_SENTINEL[scheme],
@@ -101,22 +115,97 @@ def parse(url: str) -> RedisTarget:
     )
 
 
-def _hosts(netloc: str) -> list[tuple[str, int]]:
+def _cluster(netloc: str, path: str, query: str, *, tls: bool) -> RedisTarget:
+    if path.strip("/") not in ("", "0"):
+        raise ValueError("a Redis Cluster has only database 0 (the Cluster URL's path)")
+    options = {name: values[-1] for name, values in parse_qs(query).items()}
+    if set(options) - set(CLUSTER_OPTIONS):
+        # Not named: a password with an unescaped '?' in it would be read as one.
+        raise ValueError(f"the Cluster URL takes only the options {', '.join(CLUSTER_OPTIONS)}")
+    credentials, _, hosts = netloc.rpartition("@")
+    username, _, password = credentials.partition(":")
+    return RedisTarget(
+        "cluster",
+        nodes=tuple(_hosts(hosts, CLUSTER_PORT, "nodes")),
+        tls=tls,
+        username=unquote(username) or None,
+        password=unquote(password) or None,
+        options=options,
+    )
+
+
+def _hosts(netloc: str, default_port: int, what: str) -> list[tuple[str, int]]:
     hosts = []
     for node in netloc.split(","):
-        host, port = node, str(SENTINEL_PORT)
+        host, port = node, str(default_port)
         if ":" in node.rpartition("]")[2]:  # a port given (an IPv6 host is in brackets)
             host, _, port = node.rpartition(":")
         host = host.strip("[]")
         if not host or not port.isdigit() or not 0 < int(port) < 65536:
-            raise ValueError("a Sentinel URL lists its sentinels as host:port,host:port")
+            kind = "Sentinel" if what == "sentinels" else "Cluster"
+            raise ValueError(f"a {kind} URL lists its {what} as host:port,host:port")
         hosts.append((host, int(port)))
     return hosts
+
+
+def is_cluster(client: object) -> bool:
+    """Whether a client from :func:`connect` (or :func:`connect_sync`) is a cluster's."""
+    return isinstance(client, AsyncRedisCluster | redis.RedisCluster)
 
 
 def _timeouts(timeout: float) -> dict[str, Any]:
     # No retry after a timeout: the command may have run (the caller decides what to redo).
     return {"socket_timeout": timeout, "socket_connect_timeout": timeout, "retry_on_timeout": False}
+
+
+class _RunOncePipeline(ClusterPipeline):  # type: ignore[misc]
+    """A cluster pipeline sent once. redis-py sends one as many times as the client's
+    ``cluster_error_retry_attempts``, and with 0 (ours) not at all (it raises an
+    ``UnboundLocalError``); a batch that failed is the caller's to redo, as any command."""
+
+    async def execute(
+        self, raise_on_error: bool = True, allow_redirections: bool = True
+    ) -> list[Any]:
+        stack: list[Any] = self._command_stack
+        if not stack:
+            return []
+        try:
+            await self._client.initialize()  # a no-op once the slots are known
+            return await self._execute(  # type: ignore[no-any-return]
+                self._client,
+                stack,
+                raise_on_error=raise_on_error,
+                allow_redirections=allow_redirections,
+            )
+        except BaseException as exc:
+            if type(exc) in self.ERRORS_ALLOW_RETRY:  # as redis-py: learn the layout again
+                await self._client.aclose()
+            raise
+        finally:
+            stack.clear()
+
+
+class _Cluster(AsyncRedisCluster):  # type: ignore[misc]
+    """The asyncio cluster client, with pipelines that are sent once."""
+
+    def pipeline(self, transaction: Any = None, shard_hint: Any = None) -> ClusterPipeline:
+        super().pipeline(transaction, shard_hint)  # refuses a transaction, as redis-py does
+        return _RunOncePipeline(self)
+
+
+def _cluster_kwargs(target: RedisTarget, timeout: float) -> dict[str, Any]:
+    return {
+        "username": target.username,
+        "password": target.password,
+        "socket_timeout": timeout,
+        "socket_connect_timeout": timeout,
+        # Retrying is the caller's decision, as on one Redis: a command whose reply timed
+        # out may have run (a script resent could claim or dead-letter twice). Redirections
+        # (MOVED, ASK, TRYAGAIN) are followed all the same: a redirected command never ran.
+        "cluster_error_retry_attempts": 0,
+        **({"ssl": True} if target.tls else {}),
+        **target.options,
+    }
 
 
 def _sentinel_kwargs(target: RedisTarget, timeout: float) -> dict[str, Any]:
@@ -146,6 +235,15 @@ def connect(
     target = parse(url)
     if target.topology == "standalone":
         return client_class.from_url(url, **_timeouts(timeout))
+    if target.topology == "cluster":
+        if client_class is not aioredis.Redis:  # arq's: settings keep a cluster from it
+            raise ValueError("arq cannot use a Redis Cluster (ARQ_REDIS_URL)")
+        cluster = _Cluster(
+            startup_nodes=[AsyncClusterNode(host, port) for host, port in target.nodes],
+            connection_error_retry_attempts=0,
+            **_cluster_kwargs(target, timeout),
+        )
+        return cast(aioredis.Redis, cluster)
     sentinel = AsyncSentinel(list(target.nodes), sentinel_kwargs=_sentinel_kwargs(target, timeout))
     assert target.service is not None
     return sentinel.master_for(
@@ -160,6 +258,13 @@ def connect_sync(url: str, *, timeout: float = COMMAND_SECONDS) -> redis.Redis:
     target = parse(url)
     if target.topology == "standalone":
         return redis.Redis.from_url(url, **_timeouts(timeout))
+    if target.topology == "cluster":
+        cluster = redis.RedisCluster(
+            startup_nodes=[redis.cluster.ClusterNode(host, port) for host, port in target.nodes],
+            retry_on_timeout=False,
+            **_cluster_kwargs(target, timeout),
+        )
+        return cast(redis.Redis, cluster)
     sentinel = Sentinel(list(target.nodes), sentinel_kwargs=_sentinel_kwargs(target, timeout))
     assert target.service is not None
     return sentinel.master_for(
@@ -170,9 +275,11 @@ def connect_sync(url: str, *, timeout: float = COMMAND_SECONDS) -> redis.Redis:
 def describe(url: str) -> str:
     """The server a URL names, for messages: never its credentials."""
     target = parse(url)
+    via = ",".join(f"{host}:{port}" for host, port in target.nodes)
     if target.topology == "sentinel":
-        via = ",".join(f"{host}:{port}" for host, port in target.nodes)
         return f"Redis (Sentinel service {target.service!r} via {via})"
+    if target.topology == "cluster":
+        return f"Redis Cluster (via {via})"
     where = urlsplit(url)
     if where.scheme == "unix":
         return f"Redis at {where.path}"

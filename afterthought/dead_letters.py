@@ -9,6 +9,7 @@ is reconciled first (it may have been stored after all)."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from dataclasses import dataclass
 
@@ -30,24 +31,42 @@ class Replayed:
 
 
 class DeadLetters:
+    """The dead letters of every shard, numbered as one list: shard by shard, each oldest
+    first (in the flat layout, the one list as it is)."""
+
     def __init__(self, redis: aioredis.Redis, settings: Settings) -> None:
         self._redis = redis
         self._settings = settings
-        self._keys = Keys(settings.key_prefix)
+        self._keys = Keys.of(settings)
         self._queue = ThreadQueue(redis, settings)
 
+    async def _counts(self) -> list[int]:
+        """Letters per shard, read in one batch."""
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for shard in self._keys.shard_ids:
+                pipe.llen(self._keys.dead(shard))
+            return [int(n) for n in await pipe.execute()]
+
     async def listing(self, *, start: int = 0, count: int = 100) -> list[tuple[int, DeadLetter]]:
-        raw = await self._redis.lrange(self._keys.dead(), start, start + count - 1)
-        return [(start + i, DeadLetter.parse(r)) for i, r in enumerate(raw)]
+        found: list[tuple[int, DeadLetter]] = []
+        offset = 0
+        for shard, size in zip(self._keys.shard_ids, await self._counts(), strict=True):
+            low, high = max(start, offset), min(start + count, offset + size)
+            if low < high:
+                raw = await self._redis.lrange(
+                    self._keys.dead(shard), low - offset, high - 1 - offset
+                )
+                found += [(low + i, DeadLetter.parse(r)) for i, r in enumerate(raw)]
+            offset += size
+        return found
 
     async def count(self) -> int:
-        return int(await self._redis.llen(self._keys.dead()))
+        return sum(await self._counts())
 
     async def replay(self, indexes: list[int] | None = None) -> Replayed:
         """Re-queue the letters at ``indexes`` (all when None), each at its thread's end."""
-        raw_letters = await self._select(indexes)
         replayed = malformed = refused = 0
-        for raw in raw_letters:
+        for _, raw in await self._select(indexes):
             letter = DeadLetter.parse(raw)
             try:
                 message = QueuedMessage.decode(letter.item)
@@ -64,18 +83,19 @@ class DeadLetters:
     async def purge(self, indexes: list[int] | None = None) -> int:
         """Delete the letters at ``indexes`` (all when None); returns how many went."""
         if indexes is None:
-            async with self._redis.pipeline(transaction=True) as pipe:
-                pipe.llen(self._keys.dead())
-                pipe.delete(self._keys.dead())
-                total, _ = await pipe.execute()
-            return int(total)
+            purged = [self._queue.drop_dead(shard=shard) for shard in self._keys.shard_ids]
+            return sum(await asyncio.gather(*purged))
         removed = 0
-        for raw in await self._select(indexes):
-            removed += int(await self._redis.lrem(self._keys.dead(), 1, raw))
+        for shard, raw in await self._select(indexes):
+            removed += int(await self._redis.lrem(self._keys.dead(shard), 1, raw))
         return removed
 
-    async def _select(self, indexes: list[int] | None) -> list[bytes]:
-        everything: list[bytes] = await self._redis.lrange(self._keys.dead(), 0, -1)
+    async def _select(self, indexes: list[int] | None) -> list[tuple[int | None, bytes]]:
+        """The letters at ``indexes`` (all when None), each with its shard."""
+        everything: list[tuple[int | None, bytes]] = []
+        for shard in self._keys.shard_ids:
+            raw: list[bytes] = await self._redis.lrange(self._keys.dead(shard), 0, -1)
+            everything += [(shard, r) for r in raw]
         if indexes is None:
             return everything
         return [everything[i] for i in sorted(set(indexes)) if 0 <= i < len(everything)]

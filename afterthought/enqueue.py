@@ -28,6 +28,7 @@ from afterthought.breaker import CircuitBreaker
 from afterthought.connections import FAILURES, connect
 from afterthought.contract import QueuedMessage
 from afterthought.direct_write import DirectWriter
+from afterthought.layout import LayoutMismatch, check_layout
 from afterthought.loops import PerLoop
 from afterthought.queue import REFUSED, ThreadQueue
 from afterthought.settings import Settings
@@ -41,6 +42,8 @@ UNREACHABLE = "redis unreachable"
 REDIS_REFUSED = "redis refused"
 #: No connection could be made: the script was never sent.
 NOT_SENT = "redis not reached"
+#: The deployment's queue is laid out otherwise (``redis_shards``): nothing is queued.
+MISLAID = "layout mismatch"
 #: Messages one drain round trip carries.
 DRAIN_CHUNK = 100
 #: The drain thread is off the turn path, so it can wait longer for a reply than a turn.
@@ -103,7 +106,12 @@ class Enqueuer:
             failures=settings.breaker_failures, seconds=settings.breaker_seconds
         )
         self.dropped = 0
-        """Messages lost to a full buffer, an oversized text or exit: counted, and logged."""
+        """Messages lost to a full buffer, an oversized text, exit or a layout mismatch:
+        counted, and logged."""
+        self._layout_known = False
+        """The deployment's layout was found to be this process's (checked once)."""
+        self._mislaid = False
+        """It was found to be another: every message is dropped (logged once)."""
         self._drainer = _Drainer(self)
         _ENQUEUERS.add(self)
 
@@ -139,6 +147,9 @@ class Enqueuer:
             )
             self._drop(len(messages), why="oversized")
             return False
+        if self._mislaid:
+            self._drop(len(messages), why=MISLAID, quiet=True)
+            return False
         with self._lock:
             behind = thread in self._held  # the thread's earlier messages still wait
         if behind or not self.breaker.allow():
@@ -147,6 +158,9 @@ class Enqueuer:
         why = await self.send(messages)
         if why is None:
             return True
+        if why == MISLAID:
+            self._drop(len(messages), why=MISLAID, quiet=True)
+            return False
         self._hold(messages, maybe_queued=why == UNREACHABLE)
         return False
 
@@ -164,6 +178,17 @@ class Enqueuer:
         self, queue: ThreadQueue, messages: Sequence[QueuedMessage], timeout: float
     ) -> str | None:
         thread = messages[0].thread_key
+        if not self._layout_known:
+            try:
+                async with asyncio.timeout(timeout):
+                    await check_layout(queue.redis, self._settings)
+            except LayoutMismatch as exc:
+                self._mislay(exc)
+                return MISLAID
+            except FAILURES as exc:  # the message itself was not sent
+                self._failed(exc)
+                return NOT_SENT
+            self._layout_known = True
         try:
             async with asyncio.timeout(timeout):
                 result = await queue.enqueue(messages, now_ms=int(time.time() * 1000))
@@ -208,11 +233,33 @@ class Enqueuer:
             self._drop(len(messages) - len(kept), why="buffer full")
         self._drainer.wake()
 
-    def _drop(self, count: int, *, why: str) -> None:
+    def _drop(self, count: int, *, why: str, quiet: bool = False) -> None:
+        """Count messages lost; ``quiet``: the cause was logged once already."""
         with self._lock:
             self.dropped += count
-        queue_failures.add(count, {"outcome": "dropped"})
-        log.error("enqueue dropped=%d reason=%s dropped_total=%d", count, why, self.dropped)
+        queue_failures.add(count, {"outcome": "dropped", "reason": why})
+        log.log(
+            logging.DEBUG if quiet else logging.ERROR,
+            "enqueue dropped=%d reason=%s dropped_total=%d",
+            count,
+            why,
+            self.dropped,
+        )
+
+    def _mislay(self, exc: LayoutMismatch) -> None:
+        """This process's layout is not the deployment's: said once, and from now on
+        every message is dropped and counted, the buffered ones first."""
+        with self._lock:
+            if self._mislaid:
+                return
+            self._mislaid = True
+            held, self._count = self._count, 0
+            self._held.clear()
+            self._retry_at.clear()
+            self._emptied.notify_all()
+        log.error("enqueue refused: %s", exc)
+        if held:
+            self._drop(held, why=MISLAID, quiet=True)
 
     # --- the drain thread's side ------------------------------------------------------------
     def _next_run(self, now: float) -> tuple[str, list[_Held]] | None:
@@ -273,6 +320,8 @@ class Enqueuer:
             for h in held
         ]
         why = await self._send(queue, messages, DRAIN_TIMEOUT_SECONDS)
+        if why == MISLAID:  # the buffer was dropped
+            return 0.0
         if why is None:
             self._release(thread, len(held))
             log.info(

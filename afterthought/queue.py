@@ -14,7 +14,10 @@ A thread's state lives in four keys (names in :mod:`afterthought.keys`):
 
 Invariant, kept by every script: ``pending`` holds exactly the sequence numbers
 ``done+1 .. seq``. Anything else means Redis lost data (eviction, a failover without
-persistence): the difference is counted in the deployment's ``lost`` counter (W9).
+persistence): the difference is counted in the ``lost`` counter of the thread's shard (W9).
+
+Every script touches the keys of one shard only (its thread's keys and the shard's
+``ready``, ``depth``, ``dead`` and ``lost``), so on a Redis Cluster each runs in one slot.
 
 The worker's scripts carry ``allow-oom`` (Redis 7 script flags): at ``maxmemory`` under
 ``noeviction`` draining the queue is what frees memory, so it must not be refused. The
@@ -22,15 +25,19 @@ agent's enqueue does not: a full Redis pushes back on writers."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import redis.asyncio as aioredis
+from redis.asyncio.cluster import PipelineCommand, RedisCluster
 from redis.commands.core import AsyncScript
-from redis.exceptions import RedisError
+from redis.exceptions import ConnectionError, MovedError, NoScriptError, RedisError
 
+from afterthought.connections import is_cluster
 from afterthought.contract import QueuedMessage
 from afterthought.keys import Keys
 from afterthought.settings import Settings
@@ -95,7 +102,7 @@ local function room(pending, depth, n, thread_cap, global_cap)
   if tonumber(redis.call('GET', depth) or '0') + n > global_cap then return -2 end
   return 0
 end
-local function push(pending, thread, ready, depth, epoch_key, threads, seen, tk, now, keys, items)
+local function push(pending, thread, ready, depth, epoch_key, threads, seen, ref, now, keys, items)
   local seq = tonumber(redis.call('HGET', thread, 'seq') or '0')
   if seq == 0 then
     -- A new thread, or one whose counter Redis lost (evicted) while messages wait: go on
@@ -115,17 +122,17 @@ local function push(pending, thread, ready, depth, epoch_key, threads, seen, tk,
   local excess = redis.call('ZCARD', seen) - tonumber(ARGV[1])
   if excess > 0 then redis.call('ZREMRANGEBYRANK', seen, 0, excess - 1) end
   redis.call('PEXPIRE', seen, ARGV[2])
-  redis.call('SADD', threads, tk)
+  redis.call('SADD', threads, ref)
   redis.call('HSET', thread, 'seq', seq)
   redis.call('INCRBY', depth, #items)
   -- NX keeps the score of a claimed or deferred thread: its holder re-checks on release.
-  redis.call('ZADD', ready, 'NX', now, tk)
+  redis.call('ZADD', ready, 'NX', now, ref)
   return seq
 end
 """
 
 # KEYS pending, thread, ready, depth, epoch, user threads, seen
-# ARGV seen_keys, seen_ttl_ms, tk, now_ms, thread_cap, global_cap, n, keys[n], payloads[n]
+# ARGV seen_keys, seen_ttl_ms, ref, now_ms, thread_cap, shard_cap, n, keys[n], payloads[n]
 # Returns how many were appended (0: all were already there), or -1 / -2 when a cap refuses.
 ENQUEUE_LUA = (
     _COMMON
@@ -151,7 +158,7 @@ return #items
 # A dead letter back into its thread's queue, at the end, in one step: it leaves the dead
 # list only as it re-enters the queue. Its key is not checked against ``seen`` (it is
 # there: it was queued once); the payload is marked ``unsure`` so the worker reconciles.
-# KEYS as enqueue + dead; ARGV seen_keys, seen_ttl_ms, tk, now_ms, thread_cap, global_cap,
+# KEYS as enqueue + dead; ARGV seen_keys, seen_ttl_ms, ref, now_ms, thread_cap, shard_cap,
 # letter, key, payload. Returns 1, -1 / -2 (caps), or -3 (the letter is gone).
 REPLAY_LUA = (
     _COMMON
@@ -167,14 +174,21 @@ return 1
 
 _ALLOW_OOM = "#!lua flags=allow-oom\n"
 
-# Take the thread if nobody holds it; its ready score moves a lease out, so if this worker
-# dies the thread falls due again by itself (W4) without any recovery scan.
+# KEYS ready, then one lease per thread; ARGV lease_ms, until_ms, then token and ref per
+# thread. Takes each thread nobody holds; its ready score moves a lease out, so if this
+# worker dies the thread falls due again by itself (W4) without any recovery scan. One
+# call per shard: the threads of one shard share its slot. Returns 1 or 0 per thread.
 CLAIM_LUA = """
-if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  redis.call('ZADD', KEYS[2], 'XX', ARGV[3], ARGV[4])
-  return 1
+local won = {}
+for i = 2, #KEYS do
+  if redis.call('SET', KEYS[i], ARGV[2 * i - 1], 'NX', 'PX', ARGV[1]) then
+    redis.call('ZADD', KEYS[1], 'XX', ARGV[2], ARGV[2 * i])
+    won[#won + 1] = 1
+  else
+    won[#won + 1] = 0
+  end
 end
-return 0
+return won
 """
 
 # The holder's heartbeat: keep the lease and keep the thread from falling due.
@@ -208,7 +222,7 @@ return redis.call('LLEN', KEYS[2])
 """
 )
 
-# KEYS lease, pending, dead, thread, depth, lost; ARGV token, count, tk, reason, attempts,
+# KEYS lease, pending, dead, thread, depth, lost; ARGV token, count, ref, reason, attempts,
 # now_ms, last seq ('' for any). Moves the first ``count`` items, up to ``last``, to the
 # dead letters: a JSON header line, then the item's bytes untouched (a malformed item may
 # not even be UTF-8). Returns what is left.
@@ -229,7 +243,7 @@ return redis.call('LLEN', KEYS[2])
 """
 )
 
-# KEYS lease, pending, ready, thread, lost, depth; ARGV token, tk, next_ms.
+# KEYS lease, pending, ready, thread, lost, depth; ARGV token, ref, next_ms.
 # Gives the thread back: due again at next_ms if anything is still queued. An empty queue
 # whose counter says more was queued lost those messages: counted, and the gap closed.
 RELEASE_LUA = """
@@ -251,13 +265,11 @@ end
 return 1
 """
 
-# KEYS pending, thread, ready, depth; ARGV tk. Empties one thread's queue (forget): all
-# that was queued counts as done. The counter goes on (a worker still holding the thread
-# acknowledges by sequence number and must never pop what is queued after the purge), and
-# ``seen`` stays (a late re-push of a forgotten message is skipped; it holds no text).
-# KEYS pending, thread, ready, depth; ARGV thread key, epoch. Drops the head messages
-# queued before ``epoch`` (a forgotten user's; the user's newer ones come after them and
-# stay). ``done`` moves past them, so an old holder's ack can never pop newer messages.
+# KEYS pending, thread, ready, depth; ARGV ref, epoch. Drops the head messages queued
+# before ``epoch`` (a forgotten user's; the user's newer ones come after them and stay).
+# ``done`` moves past them, so an old holder's ack can never pop newer messages. The
+# counter goes on, and ``seen`` stays (a late re-push of a forgotten message is skipped;
+# it holds no text).
 PURGE_LUA = """
 local n, last = 0, nil
 while true do
@@ -272,6 +284,20 @@ if last then redis.call('HSET', KEYS[2], 'done', last) end
 if n > 0 then redis.call('HDEL', KEYS[2], 'inflight', 'attempts', 'failing_since') end
 if redis.call('LLEN', KEYS[1]) == 0 then redis.call('ZREM', KEYS[3], ARGV[1]) end
 if redis.call('DECRBY', KEYS[4], n) < 0 then redis.call('SET', KEYS[4], 0) end
+return n
+"""
+
+# KEYS thread; ARGV now_ms. Counts a failed attempt at the head: (attempts, since ms).
+FAILED_LUA = """
+local attempts = redis.call('HINCRBY', KEYS[1], 'attempts', 1)
+redis.call('HSETNX', KEYS[1], 'failing_since', ARGV[1])
+return {attempts, tonumber(redis.call('HGET', KEYS[1], 'failing_since'))}
+"""
+
+# KEYS dead. Empties a shard's dead letters; how many there were.
+DROP_DEAD_LUA = """
+local n = redis.call('LLEN', KEYS[1])
+redis.call('DEL', KEYS[1])
 return n
 """
 
@@ -316,7 +342,9 @@ class ThreadState:
 
 
 class ThreadQueue:
-    """The queue's scripts bound to one Redis client and one deployment.
+    """The queue's scripts bound to one Redis client and one deployment. Threads are named
+    by their references (:meth:`Keys.thread_ref`): each script runs on the keys of one
+    shard (the thread's, or the one it is asked about).
 
     ``allow_oom``: mark the worker's scripts so Redis runs them at ``maxmemory`` (Redis 7
     script flags; off for servers that do not know them, e.g. fakeredis)."""
@@ -326,7 +354,9 @@ class ThreadQueue:
     ) -> None:
         self.redis = redis
         self.settings = settings
-        self.keys = Keys(settings.key_prefix)
+        self.keys = Keys.of(settings)
+        # Each shard's cap is checked inside its own slot: the deployment's share of it.
+        self.shard_cap = math.ceil(settings.queue_cap / max(1, settings.redis_shards))
         flag = _ALLOW_OOM if allow_oom else ""
         self._enqueue = redis.register_script(ENQUEUE_LUA)
         self._replay = redis.register_script(REPLAY_LUA)
@@ -337,6 +367,8 @@ class ThreadQueue:
         self._dead = redis.register_script(flag + DEAD_LUA)
         self._release = redis.register_script(flag + RELEASE_LUA)
         self._purge = redis.register_script(flag + PURGE_LUA)
+        self._failed = redis.register_script(flag + FAILED_LUA)
+        self._drop_dead = redis.register_script(DROP_DEAD_LUA)
         self._threads: AsyncScript = redis.register_script(THREADS_LUA)
 
     async def _replicated(
@@ -351,12 +383,17 @@ class ThreadQueue:
         wanted = self.settings.redis_wait_replicas
         if not wanted:
             return await script(keys=keys, args=args)
-        connection = self.redis.client()
-        try:
-            result = await script(keys=keys, args=args, client=connection)
-            held = int(await connection.wait(wanted, wait_ms))
-        finally:
-            await connection.aclose()
+        if is_cluster(self.redis):
+            result, held = await _on_master_of(
+                cast(RedisCluster, self.redis), script, keys=keys, args=args, wait=(wanted, wait_ms)
+            )
+        else:
+            connection = self.redis.client()
+            try:
+                result = await script(keys=keys, args=args, client=connection)
+                held = int(await connection.wait(wanted, wait_ms))
+            finally:
+                await connection.aclose()
         if held < wanted:
             log.warning("write not replicated replicas=%d wanted=%d", held, wanted)
             raise NotReplicated(f"{held} of {wanted} replicas hold the write")
@@ -365,37 +402,42 @@ class ThreadQueue:
     def _seen_args(self) -> list[int]:
         return [SEEN_KEYS, SEEN_TTL_MS]
 
-    def _append_keys(self, head: QueuedMessage) -> list[str]:
-        tk = head.thread_key
+    def _append_keys(self, ref: str, head: QueuedMessage) -> list[str]:
         k = self.keys
+        shard = k.shard_of_ref(ref)
         return [
-            k.pending(tk),
-            k.thread(tk),
-            k.ready(),
-            k.depth(),
+            k.pending(ref),
+            k.thread(ref),
+            k.ready(shard),
+            k.depth(shard),
             k.epoch(head.app, head.user_id),
             k.user_threads(head.app, head.user_id),
-            k.seen(tk),
+            k.seen(ref),
         ]
+
+    def ref_of(self, message: QueuedMessage) -> str:
+        """The reference of the message's thread."""
+        return self.keys.thread_ref(message.app, message.user_id, message.session_id)
 
     # --- the agent's side -------------------------------------------------------------------
     async def enqueue(self, messages: Sequence[QueuedMessage], *, now_ms: int) -> int:
         """Append messages of one thread; returns how many were new (keys the thread holds
         or recently held are skipped), or a negative :data:`REFUSED` code."""
         head = messages[0]
+        ref = self.ref_of(head)
         return int(
             await self._replicated(
                 self._enqueue,
                 # Half the budget: a replica that lags must not turn every turn's write
                 # into a timeout (the message is queued; it is the copy that is late).
                 wait_ms=max(1, int(self.settings.enqueue_timeout * 500)),
-                keys=self._append_keys(head),
+                keys=self._append_keys(ref, head),
                 args=[
                     *self._seen_args(),
-                    head.thread_key,
+                    ref,
                     now_ms,
                     self.settings.thread_queue_cap,
-                    self.settings.queue_cap,
+                    self.shard_cap,
                     len(messages),
                     *(_seen_member(m) for m in messages),
                     *(m.encode() for m in messages),
@@ -404,18 +446,23 @@ class ThreadQueue:
         )
 
     async def replay(self, letter: bytes, message: QueuedMessage, *, now_ms: int) -> int:
-        """Re-queue one dead letter at its thread's end: 1, a :data:`REFUSED` code, or
-        :data:`GONE` when another process took it first."""
+        """Re-queue one dead letter (of the dead letters of its thread's shard) at its
+        thread's end: 1, a :data:`REFUSED` code, or :data:`GONE` when another process took
+        it first."""
         again = message.model_copy(update={"unsure": True})
+        ref = self.ref_of(message)
         return int(
             await self._replay(
-                keys=[*self._append_keys(message), self.keys.dead()],
+                keys=[
+                    *self._append_keys(ref, message),
+                    self.keys.dead(self.keys.shard_of_ref(ref)),
+                ],
                 args=[
                     *self._seen_args(),
-                    message.thread_key,
+                    ref,
                     now_ms,
                     self.settings.thread_queue_cap,
-                    self.settings.queue_cap,
+                    self.shard_cap,
                     letter,
                     _seen_member(message),
                     again.encode(),
@@ -424,20 +471,31 @@ class ThreadQueue:
         )
 
     # --- the worker's side ------------------------------------------------------------------
-    async def claim(self, tks: Sequence[str], tokens: Sequence[str], *, now_ms: int) -> list[bool]:
-        """Try to take each thread under its own token; which were won."""
+    async def claim(self, refs: Sequence[str], tokens: Sequence[str], *, now_ms: int) -> list[bool]:
+        """Try to take each thread under its own token; which were won. One script call
+        per shard, all shards at once."""
         lease_ms = int(self.settings.lease_seconds * 1000)
-        async with self.redis.pipeline(transaction=False) as pipe:
-            for tk, token in zip(tks, tokens, strict=True):
-                await self._claim(
-                    keys=[self.keys.lease(tk), self.keys.ready()],
-                    args=[token, lease_ms, now_ms + lease_ms, tk],
-                    client=pipe,
-                )
-            won = await pipe.execute()
-        return [bool(w) for w in won]
+        by_shard: dict[int | None, list[int]] = {}
+        for i, ref in enumerate(refs):
+            by_shard.setdefault(self.keys.shard_of_ref(ref), []).append(i)
+        calls = [
+            self._claim(
+                keys=[self.keys.ready(shard), *(self.keys.lease(refs[i]) for i in members)],
+                args=[
+                    lease_ms,
+                    now_ms + lease_ms,
+                    *(x for i in members for x in (tokens[i], refs[i])),
+                ],
+            )
+            for shard, members in by_shard.items()
+        ]
+        won = [False] * len(refs)
+        for members, replies in zip(by_shard.values(), await asyncio.gather(*calls), strict=True):
+            for i, reply in zip(members, replies, strict=True):
+                won[i] = bool(reply)
+        return won
 
-    async def renew(self, tk: str, token: str, *, now_ms: int) -> bool:
+    async def renew(self, ref: str, token: str, *, now_ms: int) -> bool:
         """Extend the lease. With ``redis_wait_replicas`` a renewal counts only once a
         replica holds it: one that only a cut-off master took would let this worker go on
         sending after the promoted replica's copy of its lease expired and another worker
@@ -447,36 +505,36 @@ class ThreadQueue:
             await self._replicated(
                 self._renew,
                 wait_ms=max(1, min(BEGIN_WAIT_MS, lease_ms // 6)),
-                keys=[self.keys.lease(tk), self.keys.ready()],
-                args=[token, lease_ms, now_ms + lease_ms, tk],
+                keys=[self.keys.lease(ref), self._ready(ref)],
+                args=[token, lease_ms, now_ms + lease_ms, ref],
             )
         )
 
-    async def begin(self, tk: str, token: str, *, first: int, last: int) -> bool:
+    async def begin(self, ref: str, token: str, *, first: int, last: int) -> bool:
         """Record the batch about to be sent: after a failover, a next attempt reads back
         what it may have stored instead of sending it twice."""
         return bool(
             await self._replicated(
                 self._begin,
                 wait_ms=BEGIN_WAIT_MS,
-                keys=[self.keys.lease(tk), self.keys.thread(tk)],
+                keys=[self.keys.lease(ref), self.keys.thread(ref)],
                 args=[token, f"{first}:{last}"],
             )
         )
 
-    async def ack(self, tk: str, token: str, *, last: int) -> int:
+    async def ack(self, ref: str, token: str, *, last: int) -> int:
         """Pop what is done up to ``last``; the messages left, or -1 if the lease is lost."""
-        k = self.keys
+        k, shard = self.keys, self.keys.shard_of_ref(ref)
         return int(
             await self._ack(
-                keys=[k.lease(tk), k.pending(tk), k.thread(tk), k.depth(), k.lost()],
+                keys=[k.lease(ref), k.pending(ref), k.thread(ref), k.depth(shard), k.lost(shard)],
                 args=[token, last],
             )
         )
 
     async def dead_letter(
         self,
-        tk: str,
+        ref: str,
         token: str,
         *,
         count: int,
@@ -485,50 +543,68 @@ class ThreadQueue:
         now_ms: int,
         last: int | None = None,
     ) -> int:
-        """Move the first ``count`` items (none past seq ``last``) to the dead letters;
-        what is left, or -1."""
-        k = self.keys
+        """Move the first ``count`` items (none past seq ``last``) to the dead letters of
+        the thread's shard; what is left, or -1."""
+        k, shard = self.keys, self.keys.shard_of_ref(ref)
         return int(
             await self._dead(
-                keys=[k.lease(tk), k.pending(tk), k.dead(), k.thread(tk), k.depth(), k.lost()],
-                args=[token, count, tk, reason, attempts, now_ms, "" if last is None else last],
+                keys=[
+                    k.lease(ref),
+                    k.pending(ref),
+                    k.dead(shard),
+                    k.thread(ref),
+                    k.depth(shard),
+                    k.lost(shard),
+                ],
+                args=[token, count, ref, reason, attempts, now_ms, "" if last is None else last],
             )
         )
 
-    async def release(self, tk: str, token: str, *, next_ms: int) -> bool:
-        k = self.keys
+    async def release(self, ref: str, token: str, *, next_ms: int) -> bool:
+        k, shard = self.keys, self.keys.shard_of_ref(ref)
         return bool(
             await self._release(
-                keys=[k.lease(tk), k.pending(tk), k.ready(), k.thread(tk), k.lost(), k.depth()],
-                args=[token, tk, next_ms],
+                keys=[
+                    k.lease(ref),
+                    k.pending(ref),
+                    k.ready(shard),
+                    k.thread(ref),
+                    k.lost(shard),
+                    k.depth(shard),
+                ],
+                args=[token, ref, next_ms],
             )
         )
 
-    async def purge(self, tk: str, *, before_epoch: int) -> int:
+    async def purge(self, ref: str, *, before_epoch: int) -> int:
         """Drop what was queued on a thread before the user's deletion epoch
         ``before_epoch``; how many messages went."""
-        k = self.keys
+        k, shard = self.keys, self.keys.shard_of_ref(ref)
         return int(
             await self._purge(
-                keys=[k.pending(tk), k.thread(tk), k.ready(), k.depth()], args=[tk, before_epoch]
+                keys=[k.pending(ref), k.thread(ref), k.ready(shard), k.depth(shard)],
+                args=[ref, before_epoch],
             )
         )
 
-    async def failed_attempt(self, tk: str, *, now_ms: int) -> tuple[int, int]:
+    async def failed_attempt(self, ref: str, *, now_ms: int) -> tuple[int, int]:
         """Count a failed attempt at the head; ``(attempts, failing_since_ms)``."""
-        thread = self.keys.thread(tk)
-        async with self.redis.pipeline(transaction=True) as pipe:
-            pipe.hincrby(thread, "attempts", 1)
-            pipe.hsetnx(thread, "failing_since", now_ms)
-            pipe.hget(thread, "failing_since")
-            attempts, _, since = await pipe.execute()
-        return int(attempts), int(since or now_ms)
+        attempts, since = await self._failed(keys=[self.keys.thread(ref)], args=[now_ms])
+        return int(attempts), int(since)
 
-    # --- status -----------------------------------------------------------------------------
-    async def thread_states(self, tks: Sequence[str]) -> list[ThreadState]:
+    def _ready(self, ref: str) -> str:
+        return self.keys.ready(self.keys.shard_of_ref(ref))
+
+    # --- operations -------------------------------------------------------------------------
+    async def drop_dead(self, *, shard: int | None) -> int:
+        """Delete every dead letter of a shard; how many there were."""
+        return int(await self._drop_dead(keys=[self.keys.dead(shard)]))
+
+    async def thread_states(self, refs: Sequence[str]) -> list[ThreadState]:
+        """The state of threads of one shard (one script call reads them all)."""
         k = self.keys
         replies = await self._threads(
-            keys=[key for tk in tks for key in (k.lease(tk), k.pending(tk), k.thread(tk))]
+            keys=[key for ref in refs for key in (k.lease(ref), k.pending(ref), k.thread(ref))]
         )
         return [
             ThreadState(
@@ -538,6 +614,41 @@ class ThreadQueue:
             )
             for i in range(0, len(replies), 3)
         ]
+
+
+async def _on_master_of(
+    cluster: RedisCluster,
+    script: AsyncScript,
+    *,
+    keys: list[str],
+    args: list[Any],
+    wait: tuple[int, int],
+) -> tuple[Any, int]:
+    """A script, then ``WAIT`` (replicas, ms), on one connection to the master of the
+    keys' slot: a cluster client has no connection to lend (``client()``), and WAIT counts
+    the replicas holding the writes of the connection it runs on. Both are sent together;
+    the script is loaded on that master when it does not know it yet."""
+    await cluster.initialize()  # a no-op once the slots are known
+    master = cluster.get_node_from_key(keys[0])
+    for _ in range(2):
+        commands = [
+            PipelineCommand(0, "EVALSHA", script.sha, len(keys), *keys, *args),
+            PipelineCommand(1, "WAIT", *wait),
+        ]
+        await master.execute_pipeline(commands)
+        ran, waited = commands[0].result, commands[1].result
+        if isinstance(ran, NoScriptError):
+            await master.execute_command("SCRIPT", "LOAD", script.script)
+            continue
+        if isinstance(ran, MovedError | ConnectionError):
+            # The slot has another master now (a failover, a reshard): the client learns
+            # the new layout before its next command, as it does after its own MOVED.
+            await cluster.aclose()
+        for result in (ran, waited):
+            if isinstance(result, Exception):
+                raise result
+        return ran, int(waited)
+    raise NoScriptError("the script could not be loaded")
 
 
 def _seen_member(message: QueuedMessage) -> str:

@@ -39,7 +39,9 @@ class Settings(BaseSettings):
         repr=False,  # it may hold a password
     )
     """Redis for the queue, the identity registry and the context cache: ``redis://``,
-    ``rediss://`` (TLS), ``unix://`` or a Sentinel set, ``redis+sentinel://h:p,h:p/SERVICE``."""
+    ``rediss://`` (TLS), ``unix://``, a Sentinel set, ``redis+sentinel://h:p,h:p/SERVICE``,
+    or a Redis Cluster, ``redis+cluster://h:p,h:p`` (with ``redis_shards`` and
+    ``arq_redis_url``)."""
     arq_redis_url: str | None = Field(
         None,
         validation_alias=AliasChoices(
@@ -47,7 +49,8 @@ class Settings(BaseSettings):
         ),
         repr=False,
     )
-    """Redis for arq's jobs, when not ``redis_url``: one Redis or a Sentinel set."""
+    """Redis for arq's jobs, when not ``redis_url``: one Redis or a Sentinel set (never a
+    cluster: arq cannot use one, so a cluster ``redis_url`` requires this)."""
     zep_api_key: SecretStr | None = Field(
         None, validation_alias=AliasChoices("ZEP_API_KEY", "zep_api_key")
     )
@@ -131,7 +134,10 @@ class Settings(BaseSettings):
     thread_queue_cap: int = Field(10_000, ge=1)
     """Queued messages one thread may hold before enqueue pushes back."""
     queue_cap: int = Field(1_000_000, ge=1)
-    """Queued messages all threads together may hold before enqueue pushes back."""
+    """Queued messages all threads together may hold before enqueue pushes back. With
+    ``redis_shards = N`` each shard holds at most ``ceil(queue_cap / N)`` (a shard's cap is
+    checked in one slot, without reading the others'), so one busy shard may push back
+    while the deployment as a whole is below this."""
     buffer_size: int = Field(10_000, ge=0)
     """Messages an agent process keeps in memory while Redis is unreachable."""
     breaker_failures: int = Field(3, ge=1)
@@ -224,6 +230,24 @@ class Settings(BaseSettings):
         # Made absolute where it is read: a relative path names another file in a process
         # started elsewhere, and the logs and warnings should say which file is meant.
         return value if str(value) == ":memory:" else value.expanduser().absolute()
+
+    @model_validator(mode="after")
+    def _cluster_needs_shards_and_arq(self) -> Settings:
+        if parse_redis_url(self.redis_url).topology != "cluster":
+            if self.arq_redis_url and parse_redis_url(self.arq_redis_url).topology == "cluster":
+                raise ValueError("arq_redis_url must not be a Redis Cluster: arq cannot use one")
+            return self
+        if not self.redis_shards:
+            raise ValueError(
+                "a Redis Cluster needs redis_shards >= 1 (AFTERTHOUGHT_REDIS_SHARDS, e.g. 8 "
+                "per master): the queue's keys are spread over shards"
+            )
+        if self.arq_redis_url is None or parse_redis_url(self.arq_redis_url).topology == "cluster":
+            raise ValueError(
+                "a Redis Cluster needs arq_redis_url (ARQ_REDIS_URL) naming one Redis or a "
+                "Sentinel set for arq's jobs: arq cannot use a cluster"
+            )
+        return self
 
     @model_validator(mode="after")
     def _settles_within_lease(self) -> Settings:

@@ -5,13 +5,19 @@ The JSON shape is versioned (``version``); fields are added, never renamed or dr
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import json
 import time
+from collections.abc import Awaitable, Callable
+from typing import Any, cast
 
 import redis.asyncio as aioredis
 from pydantic import BaseModel, Field, computed_field
+from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import RedisError
 
+from afterthought.connections import is_cluster
 from afterthought.keys import Keys
 from afterthought.queue import ThreadQueue
 from afterthought.settings import Settings
@@ -45,6 +51,21 @@ class QueueStatus(BaseModel):
     """How long the oldest queued message has waited; None when the queue is empty."""
     jobs_waiting: int
     """arq jobs queued (flush, synthesis, crons), including deferred ones."""
+
+
+class ShardStatus(BaseModel):
+    """One virtual shard's part of the queue (``redis_shards``)."""
+
+    shard: int
+    messages: int
+    """Messages queued in the shard's threads (its cap counts these)."""
+    threads: int
+    due: int
+    leased: int
+    deferred: int
+    stranded: int
+    dead_letters: int
+    lost_messages: int
 
 
 class PauseStatus(BaseModel):
@@ -121,6 +142,11 @@ class Status(BaseModel):
     local_stores: int = 0
     """Local stores (SQLite files) the workers announced lately: more than one splits the
     deployment's memory between files."""
+    redis_shards: int = 0
+    """The virtual shards the queue is laid out in; 0: the flat layout of one Redis."""
+    shards: list[ShardStatus] = Field(default_factory=list)
+    """Each shard's part of ``queue``, ``dead_letters`` and ``lost_messages`` (which are
+    their totals); empty in the flat layout."""
 
     @computed_field  # type: ignore[prop-decorator]
     @property
@@ -158,30 +184,90 @@ def _health_fields(line: bytes | None) -> dict[str, int]:
 async def snapshot(
     redis: aioredis.Redis, settings: Settings, *, jobs: aioredis.Redis | None = None
 ) -> Status:
-    """The deployment now: a handful of round trips, plus one per thousand queued threads.
-    ``jobs``: arq's Redis, when it is another one (``arq_redis_url``)."""
-    keys = Keys(settings.key_prefix)
+    """The deployment now: a handful of round trips, plus one per thousand queued threads
+    of a shard. ``jobs``: arq's Redis, when it is another one (``arq_redis_url``)."""
+    keys = Keys.of(settings)
     jobs = jobs or redis
     now = time.time()
     now_ms = int(now * 1000)
-    lease_ms = int(settings.lease_seconds * 1000)
 
     async with redis.pipeline(transaction=False) as pipe:
-        pipe.get(keys.depth())
-        pipe.zrange(keys.ready(), 0, -1, withscores=True)
-        pipe.llen(keys.dead())
+        for shard in keys.shard_ids:
+            pipe.get(keys.depth(shard))
+            pipe.zrange(keys.ready(shard), 0, -1, withscores=True)
+            pipe.llen(keys.dead(shard))
+            pipe.get(keys.lost(shard))
         pipe.get(keys.paused)
         pipe.pttl(keys.paused)
         pipe.get(keys.rate_limit)
-        pipe.get(keys.lost())
         pipe.hvals(keys.forgets)
         pipe.hgetall(keys.stores)
-        depth, ready, dead, paused, paused_ttl, rate, lost, forgets, stores = await pipe.execute()
+        replies = await pipe.execute()
+    per_shard = len(keys.shard_ids) * 4
+    paused, paused_ttl, rate, forgets, stores = replies[per_shard:]
     arq_queue = await jobs.zrangebyscore(keys.queue, "-inf", "+inf", withscores=True)
 
+    queue = ThreadQueue(redis, settings)
+    shards = await asyncio.gather(
+        *(
+            _shard(queue, settings, shard, replies[i * 4 : i * 4 + 4], now_ms)
+            for i, shard in enumerate(keys.shard_ids)
+        )
+    )
+    oldest = min((at for _, at in shards if at is not None), default=None)
+
+    pause = PauseStatus(paused=paused is not None)
+    if paused is not None:
+        pause.reason = str(json.loads(paused).get("reason", "")) or None
+        pause.resumes_in_seconds = max(0.0, paused_ttl / 1000) if paused_ttl > 0 else None
+    if rate is not None and int(rate) > now_ms:
+        pause.rate_limited_for_seconds = (int(rate) - now_ms) / 1000
+
+    synth_prefix = keys.job_id("synth", "").encode()
+    synth_due = [score for job, score in arq_queue if job.startswith(synth_prefix)]
+    overdue = [now_ms - score for score in synth_due if score <= now_ms]
+
+    def total(field: str) -> int:
+        return sum(int(getattr(part, field)) for part, _ in shards)
+
+    return Status(
+        prefix=settings.key_prefix,
+        at=now,
+        queue=QueueStatus(
+            messages=total("messages"),
+            threads=total("threads"),
+            due=total("due"),
+            leased=total("leased"),
+            deferred=total("deferred"),
+            stranded=total("stranded"),
+            oldest_age_seconds=None if oldest is None else max(0.0, (now_ms - oldest) / 1000),
+            jobs_waiting=len(arq_queue),
+        ),
+        dead_letters=total("dead_letters"),
+        lost_messages=total("lost_messages"),
+        pause=pause,
+        workers=await _workers(jobs, keys),
+        synthesis=SynthesisStatus(
+            pending_users=len(synth_due),
+            lag_seconds=(max(overdue) / 1000 if overdue else 0.0) if synth_due else None,
+        ),
+        redis=await redis_status(redis),
+        forgets=_forgets(forgets, now_ms),
+        local_stores=len(announced_stores(stores, now=now)),
+        redis_shards=settings.redis_shards,
+        shards=[part for part, _ in shards] if settings.redis_shards else [],
+    )
+
+
+async def _shard(
+    queue: ThreadQueue, settings: Settings, shard: int | None, replies: list[Any], now_ms: int
+) -> tuple[ShardStatus, int | None]:
+    """One shard's counts, from its depth, ready set, dead and lost replies; and when its
+    oldest queued message was queued."""
+    depth, ready, dead, lost = replies
+    lease_ms = int(settings.lease_seconds * 1000)
     due = leased = deferred = stranded = missing = 0
     oldest: int | None = None
-    queue = ThreadQueue(redis, settings)
     for start in range(0, len(ready), CHUNK):
         chunk = ready[start : start + CHUNK]
         states = await queue.thread_states([m.decode() for m, _ in chunk])
@@ -197,43 +283,18 @@ async def snapshot(
             if state.head_queued_ms is not None:
                 at = state.head_queued_ms
                 oldest = at if oldest is None else min(oldest, at)
-
-    pause = PauseStatus(paused=paused is not None)
-    if paused is not None:
-        pause.reason = str(json.loads(paused).get("reason", "")) or None
-        pause.resumes_in_seconds = max(0.0, paused_ttl / 1000) if paused_ttl > 0 else None
-    if rate is not None and int(rate) > now_ms:
-        pause.rate_limited_for_seconds = (int(rate) - now_ms) / 1000
-
-    synth_prefix = keys.job_id("synth", "").encode()
-    synth_due = [score for job, score in arq_queue if job.startswith(synth_prefix)]
-    overdue = [now_ms - score for score in synth_due if score <= now_ms]
-
-    return Status(
-        prefix=settings.key_prefix,
-        at=now,
-        queue=QueueStatus(
-            messages=int(depth or 0),
-            threads=len(ready),
-            due=due,
-            leased=leased,
-            deferred=deferred,
-            stranded=stranded,
-            oldest_age_seconds=None if oldest is None else max(0.0, (now_ms - oldest) / 1000),
-            jobs_waiting=len(arq_queue),
-        ),
+    part = ShardStatus(
+        shard=shard or 0,
+        messages=int(depth or 0),
+        threads=len(ready),
+        due=due,
+        leased=leased,
+        deferred=deferred,
+        stranded=stranded,
         dead_letters=int(dead),
         lost_messages=int(lost or 0) + missing,
-        pause=pause,
-        workers=await _workers(jobs, keys),
-        synthesis=SynthesisStatus(
-            pending_users=len(synth_due),
-            lag_seconds=(max(overdue) / 1000 if overdue else 0.0) if synth_due else None,
-        ),
-        redis=await redis_status(redis),
-        forgets=_forgets(forgets, now_ms),
-        local_stores=len(announced_stores(stores, now=now)),
     )
+    return part, oldest
 
 
 def _forgets(records: list[bytes], now_ms: int) -> ForgetStatus:
@@ -246,12 +307,39 @@ def _forgets(records: list[bytes], now_ms: int) -> ForgetStatus:
 
 async def redis_status(redis: aioredis.Redis) -> RedisStatus:
     """What the server says of its memory and persistence (managed services may refuse
-    CONFIG: those fields are then None)."""
-    info = await redis.info()
-    policy = info.get("maxmemory_policy")
-    aof = bool(info.get("aof_enabled"))
+    CONFIG: those fields are then None). On a cluster, its masters' worst: a policy that
+    evicts, no persistence, and the memory of the master nearest its limit."""
+    if not is_cluster(redis):
+        return await _server_status(redis.info, redis.config_get)
+    cluster = cast(RedisCluster, redis)
+    await cluster.initialize()
+    found = [
+        await _server_status(
+            functools.partial(cluster.info, target_nodes=node),
+            functools.partial(cluster.config_get, target_nodes=node),
+        )
+        for node in cluster.get_primaries()
+    ]
+    evicting = [f.maxmemory_policy for f in found if f.maxmemory_policy != "noeviction"]
+    weakest = [f.persistence for f in found if f.persistence in (None, "none")]
+    fullest = max(found, key=lambda f: (f.used_memory or 0) / (f.maxmemory or float("inf")))
+    return RedisStatus(
+        maxmemory_policy=(evicting or [found[0].maxmemory_policy])[0],
+        persistence=(weakest or [found[0].persistence])[0],
+        used_memory=fullest.used_memory,
+        maxmemory=fullest.maxmemory,
+    )
+
+
+async def _server_status(
+    info: Callable[[], Awaitable[dict[str, Any]]],
+    config_get: Callable[[str], Awaitable[dict[str, Any]]],
+) -> RedisStatus:
+    found = await info()
+    policy = found.get("maxmemory_policy")
+    aof = bool(found.get("aof_enabled"))
     try:
-        save = (await redis.config_get("save")).get("save")
+        save = (await config_get("save")).get("save")
     except RedisError:
         save = None
     if save is None:  # unknown: only AOF can be told from INFO
@@ -262,8 +350,8 @@ async def redis_status(redis: aioredis.Redis) -> RedisStatus:
     return RedisStatus(
         maxmemory_policy=str(policy) if policy is not None else None,
         persistence=persistence,
-        used_memory=_int(info.get("used_memory")),
-        maxmemory=_int(info.get("maxmemory")),
+        used_memory=_int(found.get("used_memory")),
+        maxmemory=_int(found.get("maxmemory")),
     )
 
 

@@ -55,7 +55,7 @@ from afterthought.agent_hooks.messages import said_text  # noqa: E402
 from afterthought.agent_hooks.turn_memory import TurnMemory  # noqa: E402
 from afterthought.backends.base import MESSAGE_KEY_FIELD  # noqa: E402
 from afterthought.connections import connect, connect_sync  # noqa: E402
-from afterthought.contract import QueuedMessage, thread_key  # noqa: E402
+from afterthought.contract import QueuedMessage  # noqa: E402
 from afterthought.direct_write import DirectWriter  # noqa: E402
 from afterthought.enqueue import UNREACHABLE, Enqueuer  # noqa: E402
 from afterthought.identity import IdentityRegistry  # noqa: E402
@@ -232,7 +232,7 @@ class ObservedEnqueuer(Enqueuer):
         self.keys: dict[tuple[str, str, str], str] = {}
         """(session, role, content) -> message key, to say where a lost message stopped."""
         self._probe = PerLoop(lambda: connect(settings.redis_url))
-        self._thread_keys = Keys(settings.key_prefix)
+        self._thread_keys = Keys.of(settings)
 
     async def _send(
         self, queue: ThreadQueue, messages: Sequence[QueuedMessage], timeout: float
@@ -246,7 +246,7 @@ class ObservedEnqueuer(Enqueuer):
         if why == UNREACHABLE:
             with contextlib.suppress(RedisError, OSError):  # then it stays uncounted
                 handed_out = await self._probe.get().hget(
-                    self._thread_keys.thread(messages[0].thread_key), "seq"
+                    self._thread_keys.thread(queue.ref_of(messages[0])), "seq"
                 )
                 for m in messages:
                     self.failed_at.setdefault(m.key, int(handed_out or 0))
@@ -321,7 +321,7 @@ class Workers:
     def wait_up(self, timeout: float) -> bool:
         """Wait until every worker has written its health line (they are up before the
         agent takes traffic, as in a deployment); False if ``timeout`` passes first."""
-        keys = Keys(self._settings.key_prefix)
+        keys = Keys.of(self._settings)
         names = [keys.health(f"{socket.gethostname()}:{proc.pid}") for proc in self.pool]
         client = connect_sync(self._settings.jobs_redis_url)  # arq's health lines
         deadline = time.monotonic() + timeout
@@ -465,13 +465,16 @@ async def _whereabouts(
     chats: list[Conversation],
     observed: ObservedEnqueuer,
 ) -> _Whereabouts:
-    keys = Keys(settings.key_prefix)
+    keys = Keys.of(settings)
     pending: set[str] = set()
     for chat in chats:
-        tk = thread_key(app=APP, user_id=chat.user_id, session_id=chat.session_id)
-        pending |= {_key_of(raw) for raw in await client.lrange(keys.pending(tk), 0, -1)}
+        ref = keys.thread_ref(APP, chat.user_id, chat.session_id)
+        pending |= {_key_of(raw) for raw in await client.lrange(keys.pending(ref), 0, -1)}
     # A dead letter is a JSON header line, then the queued payload.
-    dead = {_key_of(raw.partition(b"\n")[2]) for raw in await client.lrange(keys.dead(), 0, -1)}
+    letters = [
+        raw for shard in keys.shard_ids for raw in await client.lrange(keys.dead(shard), 0, -1)
+    ]
+    dead = {_key_of(raw.partition(b"\n")[2]) for raw in letters}
     return _Whereabouts(observed, pending, dead)
 
 

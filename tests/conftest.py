@@ -66,10 +66,22 @@ def prefix() -> Iterator[str]:
 
 
 @pytest.fixture
-def make_settings(prefix: str, tmp_path: Path) -> Callable[..., Settings]:
+def redis_shards() -> int:
+    """The key layout of a test's settings: flat, unless its module parametrizes
+    ``redis_shards`` (the core queue tests run sharded on the standalone Redis too)."""
+    return 0
+
+
+#: Run a module's tests in the flat layout and in 8 virtual shards.
+BOTH_LAYOUTS = pytest.mark.parametrize("redis_shards", [0, 8], ids=["flat", "sharded"])
+
+
+@pytest.fixture
+def make_settings(prefix: str, tmp_path: Path, redis_shards: int) -> Callable[..., Settings]:
     def make(**overrides: Any) -> Settings:
         values: dict[str, Any] = {
             "redis_url": REDIS_URL,
+            "redis_shards": redis_shards,
             "key_prefix": prefix,
             "local_db_path": tmp_path / "memory.sqlite3",
             "backend": "local",
@@ -111,6 +123,13 @@ async def redis() -> AsyncIterator[aioredis.Redis]:
     await client.aclose()
 
 
+def where(settings: Settings, message: QueuedMessage) -> tuple[Keys, str, int | None]:
+    """The deployment's key names, the message's thread reference and that thread's shard."""
+    keys = Keys.of(settings)
+    ref = keys.thread_ref(message.app, message.user_id, message.session_id)
+    return keys, ref, keys.shard_of_ref(ref)
+
+
 def queued(text: str, n: int, *, session: str = "s1", role: Role = "user") -> QueuedMessage:
     """Alice's n-th message in ``session`` of the test app."""
     return QueuedMessage.build(
@@ -149,13 +168,13 @@ async def run_worker_once(settings: Settings) -> None:
 
 async def drain(settings: Settings, *, timeout: float = 30.0) -> None:
     """Run a real arq worker in burst mode until no thread is ready or deferred."""
-    keys = Keys(settings.key_prefix)
+    keys = Keys.of(settings)
     client = connect(settings.redis_url)
     deadline = time.monotonic() + timeout
     try:
         while True:
             await run_worker_once(settings)
-            if not await client.zcard(keys.ready()):
+            if not any([await client.zcard(keys.ready(s)) for s in keys.shard_ids]):
                 return
             if time.monotonic() > deadline:
                 raise TimeoutError("queue not drained")

@@ -7,7 +7,14 @@ from typing import Any
 
 import pytest
 from pydantic import ValidationError
-from redis.exceptions import RedisClusterException
+from redis.exceptions import (
+    ClusterDownError,
+    ClusterError,
+    MovedError,
+    RedisClusterException,
+    SlotNotCoveredError,
+    TryAgainError,
+)
 
 from afterthought.connections import connect, describe, parse
 from afterthought.enqueue import Enqueuer
@@ -53,8 +60,44 @@ def test_credentials_go_where_they_belong_and_never_into_a_repr_or_message() -> 
     )
 
 
+def test_a_cluster_url_names_its_startup_nodes_and_options() -> None:
+    target = parse("rediss+cluster://app:s3cret@h:7000,[::1]:7001,g/0?ssl_cert_reqs=none")
+    assert target.topology == "cluster" and target.tls
+    assert list(target.nodes) == [("h", 7000), ("::1", 7001), ("g", 6379)]
+    assert (target.username, target.password) == ("app", "s3cret")
+    assert target.options == {"ssl_cert_reqs": "none"}
+    assert "s3cret" not in repr(target)
+    assert describe("redis+cluster://:s3cret@h:1,g:2") == "Redis Cluster (via h:1,g:2)"
+    assert parse("redis+cluster://h:1").password is None
+
+
+CLUSTER = "redis+cluster://10.0.0.1:7000,10.0.0.2:7000"
+
+
+@pytest.mark.parametrize(
+    ("settings", "says"),
+    [
+        ({"redis_url": CLUSTER}, "needs redis_shards >= 1"),
+        ({"redis_url": CLUSTER, "redis_shards": 8}, "needs arq_redis_url"),
+        (
+            {"redis_url": CLUSTER, "redis_shards": 8, "arq_redis_url": CLUSTER},
+            "needs arq_redis_url",
+        ),
+        ({"arq_redis_url": CLUSTER}, "arq_redis_url must not be a Redis Cluster"),
+    ],
+)
+def test_a_cluster_needs_shards_and_a_redis_of_arqs_own(
+    settings: dict[str, Any], says: str
+) -> None:
+    with pytest.raises(ValidationError, match=says):
+        Settings(**settings)
+    assert Settings(redis_url=CLUSTER, redis_shards=8, arq_redis_url="redis://a:1").redis_shards
+
+
 BAD_URLS = [
-    ("redis+cluster://h:7000", "Redis Cluster is not supported yet"),
+    ("redis+cluster://h:7000/1", "a Redis Cluster has only database 0"),
+    ("redis+cluster://h:7000,h:port", "a Cluster URL lists its nodes as host:port"),
+    ("rediss+cluster://h:7000?ssl_ca_path=/x", "the Cluster URL takes only the options ssl_"),
     ("http://h:6379", "must start with redis://"),
     ("redis://h:6379/zero", "database (its path) must be a number"),
     ("redis://h:99999/0", "port must be a number"),
@@ -78,15 +121,19 @@ def test_a_url_that_names_no_redis_is_refused_in_words_without_the_url(url: str,
 
 async def test_building_a_client_connects_nothing() -> None:
     """Building is what a turn does first: it must not reach the network (or fail)."""
-    for url in ("redis://203.0.113.1:6379/0", "redis+sentinel://203.0.113.1:1,203.0.113.2:2/m"):
+    for url in (
+        "redis://203.0.113.1:6379/0",
+        "redis+sentinel://203.0.113.1:1,203.0.113.2:2/m",
+        "redis+cluster://203.0.113.1:1,203.0.113.2:2",
+    ):
         client = connect(url, timeout=0.05)
         await client.aclose()
 
 
-async def test_a_client_that_cannot_be_built_or_a_cluster_error_never_reaches_the_turn(
+async def test_a_client_that_cannot_be_built_never_reaches_the_turn(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Both are counted as failed sends and the messages wait in the buffer."""
+    """Counted as a failed send; the message waits in the buffer."""
     import afterthought.enqueue as enqueue_module
 
     def unbuildable(*args: Any, **kwargs: Any) -> Any:
@@ -98,14 +145,45 @@ async def test_a_client_that_cannot_be_built_or_a_cluster_error_never_reaches_th
     assert enqueuer.buffered == 1 and enqueuer.breaker.failures == 1
     enqueuer._drainer.stop()
 
+
+CLUSTER_ERRORS = [
+    RedisClusterException("EVALSHA - all keys must map to the same key slot"),
+    ClusterError("TTL exhausted."),  # a storm of MOVED / ASK redirections
+    ClusterDownError("CLUSTERDOWN The cluster is down"),
+    TryAgainError("TRYAGAIN Multiple keys request during rehashing of slot"),
+    MovedError("3999 127.0.0.1:6381"),
+    SlotNotCoveredError("slot 3999 is not covered"),
+]
+
+
+@pytest.mark.parametrize("error", CLUSTER_ERRORS, ids=lambda e: type(e).__name__)
+@pytest.mark.parametrize("where", ["layout", "script"])
+async def test_a_cluster_error_never_reaches_the_turn(error: Exception, where: str) -> None:
+    """Whether it strikes the layout check or the enqueue script: a failed send, counted,
+    and the message waits in the buffer."""
+
     class Cluster:
+        """A cluster client whose layout check or script fails as ``error``."""
+
+        async def info(self, section: str) -> dict[str, Any]:
+            return {}
+
+        async def get(self, key: str) -> bytes:
+            if where == "layout":
+                raise error
+            return b"8"
+
         def register_script(self, script: str) -> Any:
             async def run(**kwargs: Any) -> Any:
-                raise RedisClusterException("CROSSSLOT, as a cluster client raises it")
+                if where == "script":
+                    raise error
+                return 1
 
             return run
 
-    clustered = Enqueuer(Settings(key_prefix="unit-cluster"), redis=Cluster())  # type: ignore[arg-type]
+    settings = Settings(key_prefix="unit-cluster", redis_shards=8)
+    clustered = Enqueuer(settings, redis=Cluster())  # type: ignore[arg-type]
     assert not await clustered.enqueue([queued("second", 2)])
     assert clustered.buffered == 1 and clustered.breaker.failures == 1
+    assert clustered.dropped == 0
     clustered._drainer.stop()

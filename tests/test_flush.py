@@ -8,10 +8,11 @@ import pytest
 import redis.asyncio as aioredis
 
 from afterthought.contract import DeadLetter, QueuedMessage
-from afterthought.keys import Keys
 from afterthought.settings import Settings
 from afterthought.testing import Fault, ZepFake
-from tests.conftest import drain, enqueue, queued
+from tests.conftest import BOTH_LAYOUTS, drain, enqueue, queued, where
+
+pytestmark = BOTH_LAYOUTS
 
 
 def _contents(fake: ZepFake) -> list[str]:
@@ -24,10 +25,9 @@ async def test_rerunning_the_job_after_a_lost_ack_adds_nothing(
 ) -> None:
     """A crash after the backend stored a batch but before Redis heard of it."""
     zep_fake.honor_idempotency = honor
-    keys = Keys(zep_settings.key_prefix)
     messages = [queued(f"fact {i}", i) for i in range(5)]
     await enqueue(zep_settings, *messages)
-    tk = messages[0].thread_key
+    keys, tk, shard = where(zep_settings, messages[0])
     sent = await redis.lrange(keys.pending(tk), 0, -1)
     await drain(zep_settings)
     assert _contents(zep_fake) == [f"fact {i}" for i in range(5)]
@@ -35,7 +35,7 @@ async def test_rerunning_the_job_after_a_lost_ack_adds_nothing(
     # Put the same batch back as if the ack had never happened, in-flight mark included.
     await redis.rpush(keys.pending(tk), *sent)
     await redis.hset(keys.thread(tk), "inflight", "1:5")
-    await redis.zadd(keys.ready(), {tk: 0})
+    await redis.zadd(keys.ready(shard), {tk: 0})
     await drain(zep_settings)
 
     assert _contents(zep_fake) == [f"fact {i}" for i in range(5)]
@@ -116,16 +116,15 @@ async def test_batches_hold_at_most_thirty_messages(
 async def test_malformed_payload_is_dead_lettered_and_the_rest_flows(
     zep_settings: Settings, zep_fake: ZepFake, redis: aioredis.Redis
 ) -> None:
-    keys = Keys(zep_settings.key_prefix)
     good = queued("I live in Lisbon.", 1)
-    tk = good.thread_key
+    keys, tk, shard = where(zep_settings, good)
     await redis.rpush(keys.pending(tk), b'{"seq":1,"not":"a message"}', b"\xff\xfe garbage")
     await redis.hset(keys.thread(tk), "seq", 2)
     await enqueue(zep_settings, good)
     await drain(zep_settings)
 
     assert _contents(zep_fake) == ["I live in Lisbon."]
-    dead = [DeadLetter.parse(x) for x in await redis.lrange(keys.dead(), 0, -1)]
+    dead = [DeadLetter.parse(x) for x in await redis.lrange(keys.dead(shard), 0, -1)]
     assert [d.item for d in dead] == [b'{"seq":1,"not":"a message"}', b"\xff\xfe garbage"]
     assert all(d.reason.startswith("malformed") and d.thread == tk for d in dead)
 
@@ -138,7 +137,8 @@ async def test_permanent_error_dead_letters_with_reason(
     await drain(zep_settings)
 
     assert _contents(zep_fake) == []
-    dead = await redis.lrange(Keys(zep_settings.key_prefix).dead(), 0, -1)
+    keys, _, shard = where(zep_settings, queued("I live in Lisbon.", 1))
+    dead = await redis.lrange(keys.dead(shard), 0, -1)
     (letter,) = [DeadLetter.parse(x) for x in dead]
     assert letter.reason.startswith("bad_request (status=400")
     assert QueuedMessage.decode(letter.item).content == "I live in Lisbon."
@@ -171,7 +171,8 @@ async def test_unprovisioned_can_be_dead_lettered_instead(
     await drain(settings)
 
     assert zep_fake.users() == []
-    (raw,) = await redis.lrange(Keys(settings.key_prefix).dead(), 0, -1)
+    keys, _, shard = where(settings, queued("x", 1))
+    (raw,) = await redis.lrange(keys.dead(shard), 0, -1)
     assert "unprovisioned" in DeadLetter.parse(raw).reason
 
 
@@ -188,8 +189,9 @@ async def test_a_long_backlog_yields_the_thread_when_the_job_is_out_of_time(
     (lease,) = await flusher.claim(limit=5)
     stats = await flusher.flush_thread(lease, until=time.monotonic())  # already out of time
     assert stats["messages"] == 30  # one batch, then the lease is given back
-    keys, tk = Keys(zep_settings.key_prefix), lease.tk
-    assert not await redis.exists(keys.lease(tk)) and await redis.zscore(keys.ready(), tk)
+    keys, tk, shard = where(zep_settings, queued("m0", 0))
+    assert tk == lease.tk
+    assert not await redis.exists(keys.lease(tk)) and await redis.zscore(keys.ready(shard), tk)
     await drain(zep_settings)
     assert _contents(zep_fake) == [f"m{i}" for i in range(90)]
 
@@ -205,8 +207,8 @@ async def test_a_long_retry_after_defers_instead_of_sleeping_in_the_job(
     await enqueue(zep_settings, queued("I live in Lisbon.", 1))
     await run_worker_once(zep_settings)  # had it slept in the job, it would have sent
 
-    keys = Keys(zep_settings.key_prefix)
-    score = await redis.zscore(keys.ready(), queued("x", 1).thread_key)
+    keys, tk, shard = where(zep_settings, queued("x", 1))
+    score = await redis.zscore(keys.ready(shard), tk)
     assert score is not None and score / 1000 - time.time() > 25  # deferred past the limit
     assert await redis.pttl(keys.rate_limit) > 25_000  # and every worker holds off
     assert _contents(zep_fake) == []

@@ -75,6 +75,8 @@ STATUS_SHAPE = {
     },
     "forgets": {"pending": int, "oldest_age_seconds": (float, type(None))},
     "local_stores": int,
+    "redis_shards": int,
+    "shards": list,
     "problems": list,
 }
 WORKER_SHAPE = {"id", "last_seen_seconds", "jobs_complete", "jobs_failed", "jobs_retried"}

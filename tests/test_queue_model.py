@@ -62,7 +62,7 @@ from afterthought.backends.base import (
     StoredMessage,
 )
 from afterthought.breaker import CircuitBreaker
-from afterthought.contract import DeadLetter, QueuedMessage, thread_key
+from afterthought.contract import DeadLetter, QueuedMessage
 from afterthought.dead_letters import DeadLetters
 from afterthought.enqueue import Enqueuer
 from afterthought.keys import Keys
@@ -153,7 +153,10 @@ class World:
         self.down = False
         self.oom = False
         self.leases: dict[str, tuple[str, float]] = {}
-        self.lease_shas: set[str] = set()
+        self.claim_shas: set[str] = set()
+        """Scripts that set leases: keys [ready, lease...], args [lease_ms, until, (token,
+        ref)...], one 0/1 reply per lease."""
+        self.renew_shas: set[str] = set()
         """Scripts that set a lease: keys [lease, ready], args [token, lease_ms, ...]."""
         self.allow_oom_shas: set[str] = set()
         """Scripts Redis runs at maxmemory (``allow-oom``: the worker's)."""
@@ -168,11 +171,19 @@ class World:
         """Note the leases a claim or a renewal set, as Redis ran them (the reply may be
         lost after this: Redis keeps the lease all the same)."""
         for command, result in zip(commands, results, strict=True):
-            if _text(command[0]).upper() != "EVALSHA" or _text(command[1]) not in self.lease_shas:
+            if _text(command[0]).upper() != "EVALSHA":
                 continue
-            if result == 1:
-                lease_key, token, lease_ms = _text(command[3]), _text(command[5]), command[6]
-                self.leases[lease_key] = (token, self.clock.now + int(lease_ms) / 1000)
+            sha, count = _text(command[1]), int(command[2])
+            keys, args = command[3 : 3 + count], command[3 + count :]
+            if sha in self.claim_shas:
+                won = zip(keys[1:], args[2::2], result, strict=True)
+                self._leased([(k, t) for k, t, w in won if w == 1], args[0])
+            elif sha in self.renew_shas and result == 1:
+                self._leased([(keys[0], args[0])], args[1])
+
+    def _leased(self, leases: list[tuple[Any, Any]], lease_ms: Any) -> None:
+        for lease_key, token in leases:
+            self.leases[_text(lease_key)] = (_text(token), self.clock.now + int(lease_ms) / 1000)
 
 
 class FaultPlan:
@@ -480,12 +491,14 @@ class WritePath:
         owners = [flusher, flusher.queue, flusher.pacing, agent_queue]
         return [s for o in owners for s in vars(o).values() if isinstance(s, AsyncScript)]
 
-    def lease_shas(self, flusher: Any) -> set[str]:
-        return {flusher.queue._claim.sha, flusher.queue._renew.sha}
+    def lease_shas(self, flusher: Any) -> tuple[set[str], set[str]]:
+        """The scripts that claim threads, and those that renew a lease."""
+        return {flusher.queue._claim.sha}, {flusher.queue._renew.sha}
 
     def allow_oom_shas(self, flusher: Any) -> set[str]:
         q = flusher.queue
-        return {s.sha for s in (q._claim, q._renew, q._begin, q._ack, q._dead, q._release)}
+        scripts = (q._claim, q._renew, q._begin, q._ack, q._dead, q._release, q._failed)
+        return {s.sha for s in scripts}
 
 
 # --- the model -----------------------------------------------------------------------------
@@ -537,7 +550,7 @@ class QueueModel(RuleBasedStateMachine):
             backend="local",
             **{**SMALL, **settings},
         )
-        self.keys = Keys(self.prefix)
+        self.keys = Keys.of(self.settings)
         self.real = redis_url is not None
         server = None if self.real else fakeredis.FakeServer()
 
@@ -569,7 +582,7 @@ class QueueModel(RuleBasedStateMachine):
         self.plans = [FaultPlan(self.world), FaultPlan(self.world)]
         self.worker_clients = [client(p) for p in self.plans]
         self.flushers = [self._new_flusher(w) for w in (0, 1)]
-        self.world.lease_shas = self.path.lease_shas(self.flushers[0])
+        self.world.claim_shas, self.world.renew_shas = self.path.lease_shas(self.flushers[0])
         self.world.allow_oom_shas = self.path.allow_oom_shas(self.flushers[0])
         self.held: list[list[Any]] = [[], []]
         self.said: list[list[QueuedMessage]] = [[] for _ in THREADS]
@@ -677,16 +690,16 @@ class QueueModel(RuleBasedStateMachine):
                 await self.raw.eval(EXPIRE_LEASE_LUA, 1, key, token)
 
     async def _snapshot(self) -> Snapshot:
-        tks = [thread_key(app=APP, user_id=u, session_id=s) for u, s in THREADS]
+        tks = [self.keys.thread_ref(APP, u, s) for u, s in THREADS]
         async with self.raw.pipeline(transaction=False) as pipe:
             for tk in tks:
                 pipe.lrange(self.keys.pending(tk), 0, -1)
                 pipe.hmget(self.keys.thread(tk), "seq", "done")
-            pipe.lrange(self.keys.dead(), 0, -1)
-            if self.path.counts_done:  # the same scripts count what Redis lost
-                pipe.get(self.keys.lost())
             replies = await pipe.execute()
-        lost = int(replies.pop() or 0) if self.path.counts_done else 0
+        letters = await self._dead_letters()
+        lost = 0
+        if self.path.counts_done:  # the same scripts count what Redis lost
+            lost = sum([int(await self.raw.get(self.keys.lost(s)) or 0) for s in self.shards])
         pending = [[QueuedMessage.decode(r) for r in replies[2 * i]] for i in range(len(tks))]
         counters = [
             (int(seq or 0), None if done is None else int(done))
@@ -695,11 +708,19 @@ class QueueModel(RuleBasedStateMachine):
         return Snapshot(
             pending=pending,
             counters=counters,
-            dead=[DeadLetter.parse(r) for r in replies[-1]],
+            dead=[DeadLetter.parse(r) for r in letters],
             lost=lost,
             buffered=self.path.buffered(self.enqueuer),
             stored={t: list(ms) for t, ms in self.backend.threads.items()},
         )
+
+    @property
+    def shards(self) -> tuple[int | None, ...]:
+        return self.keys.shard_ids
+
+    async def _dead_letters(self) -> list[bytes]:
+        """Every shard's, numbered as the operator's commands number them."""
+        return [r for s in self.shards for r in await self.raw.lrange(self.keys.dead(s), 0, -1)]
 
     def _message(self, thread: int, *, refused: bool = False) -> QueuedMessage:
         user_id, session_id = THREADS[thread]
@@ -789,7 +810,7 @@ class QueueModel(RuleBasedStateMachine):
         """An operator replays a dead letter: it re-enters its thread's queue at the end,
         marked unsure (it may have been stored after all). The fault strikes the script."""
         self._step()
-        letters = self.run(self.raw.lrange(self.keys.dead(), 0, -1))
+        letters = self.run(self._dead_letters())
         if not letters:
             return
         index = pick % len(letters)
@@ -800,7 +821,7 @@ class QueueModel(RuleBasedStateMachine):
             pass
         finally:
             self.operator_plan.disarm()
-        if letters[index] not in self.run(self.raw.lrange(self.keys.dead(), 0, -1)):
+        if letters[index] not in self.run(self._dead_letters()):
             self.replayed.add(QueuedMessage.decode(DeadLetter.parse(letters[index]).item).key)
 
     # --- the workers -------------------------------------------------------------------
@@ -1057,7 +1078,8 @@ class QueueModel(RuleBasedStateMachine):
             for lease in await self.path.claim(self.flushers[0], len(THREADS)):
                 await self._flush_quietly(0, lease)
             snap = await self._snapshot()
-            idle = not any(snap.pending) and not await self.raw.zcard(self.keys.ready())
+            ready = [await self.raw.zcard(self.keys.ready(s)) for s in self.shards]
+            idle = not any(snap.pending) and not any(ready)
             if idle and (not snap.buffered or not self.path.drains):
                 return
 
@@ -1070,7 +1092,11 @@ class QueueModel(RuleBasedStateMachine):
             self.flushing = None
 
     async def _until_all_due(self) -> float:
-        scores = await self.raw.zrange(self.keys.ready(), 0, -1, withscores=True)
+        scores = [
+            score
+            for s in self.shards
+            for score in await self.raw.zrange(self.keys.ready(s), 0, -1, withscores=True)
+        ]
         now_ms = self.time.time() * 1000
         due = max((s - now_ms for _, s in scores), default=0.0) / 1000
         leases = max((e - self.clock.now for _, e in self.world.leases.values()), default=0.0)
@@ -1078,7 +1104,11 @@ class QueueModel(RuleBasedStateMachine):
 
     async def _close(self) -> None:
         if self.real:
-            doomed = [k async for k in self.raw.scan_iter(match=f"{self.prefix}:*", count=1000)]
+            doomed = [
+                k
+                for pattern in (f"{self.prefix}:*", f"{{{self.prefix}:*")
+                async for k in self.raw.scan_iter(match=pattern, count=1000)
+            ]
             if doomed:
                 await self.raw.delete(*doomed)
         for c in (self.raw, self.agent_client, self.operator_client, *self.worker_clients):
@@ -1118,6 +1148,18 @@ def test_the_write_path_loses_and_doubles_nothing_on_redis(prefix: str) -> None:
             super().__init__(redis_url=REDIS_URL, prefix=prefix)
 
     run_state_machine_as_test(OnRedis, settings=_run_settings(examples=100, steps=50))
+
+
+def test_the_write_path_loses_and_doubles_nothing_in_shards_on_fakeredis() -> None:
+    """The same, its threads spread over virtual shards: claimed shard by shard, each
+    shard's own ready set, counters and dead letters."""
+
+    class Sharded(QueueModel):
+        def __init__(self) -> None:
+            super().__init__(redis_shards=8)
+
+    assert len({Keys("p", 8).shard_of(APP, u) for u, _ in THREADS}) > 1
+    run_state_machine_as_test(Sharded, settings=_run_settings(examples=100, steps=50))
 
 
 def test_a_thread_holding_more_than_its_cap_drains() -> None:

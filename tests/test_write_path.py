@@ -27,7 +27,7 @@ from afterthought.testing.stand_in_model import StandInLlm
 from afterthought.worker.flush import Flusher
 from afterthought.worker.jobs import check_redis, dispatch_once
 from tests.adk_support import make_runner, new_session, say
-from tests.conftest import drain, enqueue, queued, run_cli, run_worker_once
+from tests.conftest import BOTH_LAYOUTS, drain, enqueue, queued, run_cli, run_worker_once, where
 
 ROOT = Path(__file__).resolve().parents[1]
 ADDS = "POST /threads/.*/messages"
@@ -42,21 +42,22 @@ def _posts(fake: ZepFake) -> list[tuple[int, int]]:
     ]
 
 
+@BOTH_LAYOUTS
 async def test_unauthorized_pauses_every_worker_and_dead_letters_nothing(
     make_settings: Callable[..., Settings], zep_fake: ZepFake, redis: aioredis.Redis
 ) -> None:
     settings = make_settings(
         backend="zep", zep_api_key="k", zep_base_url=zep_fake.base_url, pause_seconds=30
     )
-    keys = Keys(settings.key_prefix)
+    keys, tk, shard = where(settings, queued("x", 1))
     zep_fake.inject(Fault(match=ADDS, status=401, times=1))
     await enqueue(settings, queued("I live in Lisbon.", 1))
     await run_worker_once(settings)
 
     assert await redis.exists(keys.paused)
-    assert zep_fake.messages() == [] and not await redis.llen(keys.dead())
-    assert await redis.llen(keys.pending(queued("x", 1).thread_key)) == 1
-    await redis.zadd(keys.ready(), {queued("x", 1).thread_key: 0})  # due, yet paused:
+    assert zep_fake.messages() == [] and not await redis.llen(keys.dead(shard))
+    assert await redis.llen(keys.pending(tk)) == 1
+    await redis.zadd(keys.ready(shard), {tk: 0})  # due, yet paused:
     assert not await dispatch_once(redis, redis, keys)  # type: ignore[arg-type]
 
     await redis.delete(keys.paused)  # the pause expires (or the operator fixed the key)
@@ -64,6 +65,7 @@ async def test_unauthorized_pauses_every_worker_and_dead_letters_nothing(
     assert [m["content"] for m in zep_fake.messages()] == ["I live in Lisbon."]
 
 
+@BOTH_LAYOUTS
 async def test_a_429_holds_back_every_sender(zep_settings: Settings, zep_fake: ZepFake) -> None:
     zep_fake.inject(Fault(match=ADDS, status=429, retry_after=1.5))
     await enqueue(zep_settings, queued("one", 1, session="s1"))
@@ -84,6 +86,7 @@ async def test_a_429_holds_back_every_sender(zep_settings: Settings, zep_fake: Z
     assert sorted(m["content"] for m in zep_fake.messages()) == ["one", "two"]
 
 
+@BOTH_LAYOUTS
 async def test_too_large_is_resplit_and_resent(zep_settings: Settings, zep_fake: ZepFake) -> None:
     zep_fake.inject(Fault(match=ADDS, status=413, times=2))
     await enqueue(zep_settings, *[queued(f"m{i}", i) for i in range(30)])
@@ -95,6 +98,7 @@ async def test_too_large_is_resplit_and_resent(zep_settings: Settings, zep_fake:
     assert all(size <= 7 for status, size in posts[2:] if status == 202)
 
 
+@BOTH_LAYOUTS
 async def test_too_large_after_some_calls_landed_resends_only_the_rest(
     zep_settings: Settings, zep_fake: ZepFake
 ) -> None:
@@ -123,6 +127,7 @@ async def test_a_long_replay_reads_the_thread_once_per_lease(
     assert len(reads) == 1  # one page of 100 covers the 40 stored; then the cache
 
 
+@BOTH_LAYOUTS
 async def test_dead_letters_are_listed_and_replayed(
     zep_settings: Settings, zep_fake: ZepFake, redis: aioredis.Redis
 ) -> None:
@@ -140,6 +145,7 @@ async def test_dead_letters_are_listed_and_replayed(
     assert await letters.count() == 0
 
 
+@BOTH_LAYOUTS
 def test_dlq_command_lists_without_content_and_replays(
     zep_settings: Settings, zep_fake: ZepFake
 ) -> None:
@@ -164,6 +170,7 @@ def test_dlq_command_lists_without_content_and_replays(
     assert sorted(m["content"] for m in zep_fake.messages()) == ["second", "secret-ish text"]
 
 
+@BOTH_LAYOUTS
 async def test_a_dead_workers_threads_are_recovered(
     make_settings: Callable[..., Settings], zep_fake: ZepFake, redis: aioredis.Redis
 ) -> None:
@@ -179,7 +186,8 @@ async def test_a_dead_workers_threads_are_recovered(
     await enqueue(settings, queued("one", 1), queued("two", 2))
     dead = Flusher(settings, redis, backend=_never_used())
     assert await dead.claim(limit=10)
-    await redis.hset(Keys(settings.key_prefix).thread(queued("x", 1).thread_key), "inflight", "1:2")
+    keys, tk, _ = where(settings, queued("x", 1))
+    await redis.hset(keys.thread(tk), "inflight", "1:2")
 
     await drain(settings, timeout=30)  # the bound of W4
     assert [m["content"] for m in zep_fake.messages()] == ["one", "two"]
@@ -274,21 +282,21 @@ async def test_queue_caps_push_back(
     await enqueuer.aclose()
 
 
+@BOTH_LAYOUTS
 async def test_previous_payload_version_is_accepted_and_unknown_dead_lettered(
     zep_settings: Settings, zep_fake: ZepFake, redis: aioredis.Redis
 ) -> None:
-    keys = Keys(zep_settings.key_prefix)
     old, future = queued("old format", 1), queued("from the future", 2)
-    tk = old.thread_key
+    keys, tk, shard = where(zep_settings, old)
     for seq, message, version in ((1, old, 0), (2, future, 99)):
         body = message.encode().replace('"v":1', f'"v":{version}')
         await redis.rpush(keys.pending(tk), f'{{"seq":{seq},' + body[1:])
     await redis.hset(keys.thread(tk), "seq", 2)
-    await redis.zadd(keys.ready(), {tk: 0})
+    await redis.zadd(keys.ready(shard), {tk: 0})
     await drain(zep_settings)
 
     assert [m["content"] for m in zep_fake.messages()] == ["old format"]
-    (raw,) = await redis.lrange(keys.dead(), 0, -1)
+    (raw,) = await redis.lrange(keys.dead(shard), 0, -1)
     assert "version 99" in DeadLetter.parse(raw).reason
 
 
@@ -388,6 +396,7 @@ DURABLE = (
     ":tomb:",
     ":quarantine",
     ":audit",
+    ":layout",
 )
 
 

@@ -20,7 +20,6 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
 import redis.asyncio as aioredis
-from redis.exceptions import RedisError
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
 from tenacity.wait import wait_random_exponential
 
@@ -33,6 +32,7 @@ from afterthought.backends.base import (
     ignored_roles,
 )
 from afterthought.batching import Call, missing, pack, parts
+from afterthought.connections import FAILURES
 from afterthought.context_cache import PENDING, ContextCache, now_version
 from afterthought.contract import MalformedPayload, QueuedMessage, split_content
 from afterthought.identity import IdentityRegistry
@@ -124,7 +124,8 @@ class _Epoch:
 
 
 class _Lease:
-    """This worker's claim on one thread: its token, and until when it surely holds it.
+    """This worker's claim on one thread (``tk``: the thread's reference): its token, and
+    until when it surely holds it.
 
     The deadline is counted from when each renewal was *sent*, so Redis' own expiry is
     never earlier. A failed renewal is retried; once the deadline passes, or Redis says
@@ -188,7 +189,7 @@ class _Lease:
         sent_at = self._clock()
         try:
             held = await self._queue.renew(self.tk, self.token, now_ms=_now_ms())
-        except (RedisError, OSError) as exc:
+        except FAILURES as exc:
             log.warning("lease renewal failed thread=%s error=%s", self.tk, type(exc).__name__)
             self._lost = self.remaining() <= 0
             return min(RENEW_RETRY_SECONDS, self._seconds / 10)
@@ -255,7 +256,7 @@ class Flusher:
         self.settings = settings
         self.redis = redis
         self.backend = backend
-        self.keys = Keys(settings.key_prefix)
+        self.keys = Keys.of(settings)
         self.queue = ThreadQueue(redis, settings, allow_oom=allow_oom)
         self.registry = IdentityRegistry(redis, settings, allow_oom=allow_oom)
         self.pacing = Pacing(redis, self.keys, pause_seconds=settings.pause_seconds)
@@ -308,12 +309,23 @@ class Flusher:
         return stats
 
     async def claim(self, *, limit: int) -> list[_Lease]:
-        """Take up to ``limit`` due threads, each under a token of its own."""
+        """Take up to ``limit`` due threads, each under a token of its own: the longest
+        due first, whatever their shards (every shard's due threads read in one batch)."""
         now = _now_ms()
-        due = await self.redis.zrangebyscore(
-            self.keys.ready(), "-inf", now, start=0, num=limit + len(self._active)
-        )
-        tks = [raw.decode() for raw in due if raw.decode() not in self._active][:limit]
+        shards = self.keys.shard_ids
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for shard in shards:
+                pipe.zrangebyscore(
+                    self.keys.ready(shard),
+                    "-inf",
+                    now,
+                    start=0,
+                    num=limit + len(self._active),
+                    withscores=True,
+                )
+            due: list[list[tuple[bytes, float]]] = await pipe.execute()
+        ranked = sorted((score, raw.decode()) for found in due for raw, score in found)
+        tks = [ref for _, ref in ranked if ref not in self._active][:limit]
         if not tks:
             return []
         tokens = [f"{self._token}:{self._claims + i}" for i in range(len(tks))]
@@ -383,7 +395,7 @@ class Flusher:
             return now + int(self.settings.pause_seconds * 1000)
         try:
             attempts, since = await self.queue.failed_attempt(tk, now_ms=now)
-        except RedisError:  # e.g. at maxmemory: retry later without counting
+        except FAILURES:  # e.g. at maxmemory: retry later without counting
             attempts, since = 1, now
         head = lease.batch[0] if lease.batch else None
         if decision.action == "retry":
@@ -443,7 +455,7 @@ class Flusher:
         if not raw_items:
             return False
         try:
-            batch = self._decode_head(raw_items, inflight)
+            batch = self._decode_head(tk, raw_items, inflight)
         except MalformedPayload as exc:
             await self._dead_letter(lease, 1, reason=f"malformed: {exc}", attempts=0)
             stats["dead"] += 1
@@ -594,7 +606,7 @@ class Flusher:
     async def _quietly(self, work: Awaitable[object], what: str) -> None:
         try:
             await work
-        except RedisError as exc:
+        except FAILURES as exc:  # a cluster client's own errors too
             metrics.SIDE_EFFECT_FAILURES.labels(what).inc()
             log.warning("%s skipped error=%s", what, type(exc).__name__)
 
@@ -640,7 +652,7 @@ class Flusher:
         return left
 
     def _decode_head(
-        self, raw_items: Sequence[bytes], inflight: bytes | None
+        self, ref: str, raw_items: Sequence[bytes], inflight: bytes | None
     ) -> list[QueuedMessage]:
         """The batch at the head: the recorded in-flight one, else whole messages that fit."""
         messages: list[QueuedMessage] = []
@@ -651,7 +663,7 @@ class Flusher:
                 if messages:  # send what precedes it; the bad one is dead-lettered next
                     break
                 raise
-        if any(m.thread_key != messages[0].thread_key for m in messages):
+        if any(self.queue.ref_of(m) != ref for m in messages):
             raise MalformedPayload("payload of another thread")
         if inflight is not None:
             first, last = (int(x) for x in inflight.decode().split(":"))
@@ -839,7 +851,7 @@ class Flusher:
                     stats["quarantined"] += 1
                     stats["messages"] += 1
                     await self._quietly(
-                        self._audit(head.thread_key, [item], op="quarantine", outcome=reason),
+                        self._audit(lease.tk, [item], op="quarantine", outcome=reason),
                         "audit",
                     )
                     continue
@@ -876,9 +888,7 @@ class Flusher:
             ("forget", "delete_fact", "deleted"),
         ):
             changes = [i for i in applied if i.kind == kind]
-            await self._quietly(
-                self._audit(head.thread_key, changes, op=op, outcome=outcome), "audit"
-            )
+            await self._quietly(self._audit(lease.tk, changes, op=op, outcome=outcome), "audit")
         return bool(left)
 
     async def _refused(self, item: QueuedMessage) -> str | None:

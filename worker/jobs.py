@@ -24,6 +24,7 @@ from afterthought.backends import open_backend
 from afterthought.connections import FAILURES, connect
 from afterthought.contract import QueuedMessage
 from afterthought.keys import Keys, digest
+from afterthought.layout import check_layout
 from afterthought.settings import Settings
 from afterthought.status import HEALTH_INTERVAL_SECONDS, RedisStatus, redis_status
 from afterthought.worker import metrics
@@ -112,9 +113,14 @@ async def dispatch_once(redis: Redis, jobs: ArqRedis, keys: Keys) -> bool:
     job waits to start.
 
     A job waiting is marked by a short-lived key that the job deletes when it starts, so
-    neither a running job nor one stuck on a killed worker holds dispatching back."""
-    due = await redis.zcount(keys.ready(), "-inf", int(time.time() * 1000))
-    if not due or await redis.exists(keys.paused):
+    neither a running job nor one stuck on a killed worker holds dispatching back. Every
+    shard is polled in one batch (a cluster client sends each master its own)."""
+    now = int(time.time() * 1000)
+    async with redis.pipeline(transaction=False) as pipe:
+        for shard in keys.shard_ids:
+            pipe.zcount(keys.ready(shard), "-inf", now)
+        due = await pipe.execute()
+    if not any(due) or await redis.exists(keys.paused):
         return False
     if not await redis.set(keys.dispatch, "1", nx=True, px=DISPATCH_MARK_MS):
         return False
@@ -283,12 +289,13 @@ def worker_settings(
 ) -> dict[str, Any]:
     """Keyword arguments for ``arq.Worker`` (arq takes a dict as settings too)."""
     s = settings or Settings()
-    keys = Keys(s.key_prefix)
+    keys = Keys.of(s)
     worker_id = f"{socket.gethostname()}:{os.getpid()}"
 
     async def on_startup(ctx: dict[str, Any]) -> None:
         jobs: ArqRedis = ctx["redis"]  # arq's, for jobs only
         redis = ctx["data"] = connect(s.redis_url)  # the queue, registry and cache
+        await check_layout(redis, s)  # before anything is written in the wrong place
         await check_redis(redis)
         allow_oom = await supports_script_flags(redis)
         if s.metrics_port is not None:  # first: a port in use stops the worker before it works

@@ -2,7 +2,8 @@
 
 Labels are job names, outcomes and backend operations, all fixed in code: never ids or
 content. Queue gauges describe the whole deployment (every worker exports the same
-values: aggregate them with ``max``)."""
+values: aggregate them with ``max``); with ``redis_shards`` the ``afterthought_shard_*``
+gauges break them down by virtual shard (label ``shard``; absent in the flat layout)."""
 
 from __future__ import annotations
 
@@ -89,6 +90,20 @@ FORGETS_PENDING = Gauge(
 SYNTHESIS_LAG = Gauge(
     "afterthought_synthesis_lag_seconds", "How long the most overdue synthesis job has been due."
 )
+SHARD_MESSAGES = Gauge(
+    "afterthought_shard_queue_messages", "Messages queued in one shard's threads.", ["shard"]
+)
+SHARD_THREADS = Gauge(
+    "afterthought_shard_queue_threads",
+    "One shard's threads with messages queued, by state: due, leased, deferred, stranded.",
+    ["shard", "state"],
+)
+SHARD_DEAD_LETTERS = Gauge(
+    "afterthought_shard_dead_letters", "Items in one shard's dead-letter list.", ["shard"]
+)
+SHARD_LOST = Gauge(
+    "afterthought_shard_lost_messages", "Messages Redis lost in one shard.", ["shard"]
+)
 WORKERS = Gauge("afterthought_workers", "Worker processes whose health reports are live.")
 LOCAL_STORES = Gauge(
     "afterthought_local_stores", "Local stores the workers announced lately (over 1: split)."
@@ -167,6 +182,13 @@ def record(status: Status) -> None:
     SYNTHESIS_LAG.set(status.synthesis.lag_seconds or 0.0)
     WORKERS.set(len(status.workers))
     LOCAL_STORES.set(status.local_stores)
+    for part in status.shards:
+        shard = str(part.shard)
+        SHARD_MESSAGES.labels(shard).set(part.messages)
+        for state in ("due", "leased", "deferred", "stranded"):
+            SHARD_THREADS.labels(shard, state).set(getattr(part, state))
+        SHARD_DEAD_LETTERS.labels(shard).set(part.dead_letters)
+        SHARD_LOST.labels(shard).set(part.lost_messages)
 
 
 class Health:
@@ -192,7 +214,7 @@ async def shared_snapshot(
     """One worker takes the snapshot each period and shares it; the others read it (one
     GET), so a deployment pays for one snapshot however many workers it runs. ``jobs``:
     arq's Redis, when another one."""
-    keys = Keys(settings.key_prefix)
+    keys = Keys.of(settings)
     period_ms = int(REFRESH_SECONDS * 1000)
     if not await redis.set(keys.lock("status"), worker_id, nx=True, px=period_ms - 100):
         shared = await redis.get(keys.status)

@@ -28,14 +28,15 @@ async def wait_settled(settings: Settings, timeout: float) -> bool:
     """True once no thread is ready or deferred and no synthesis waits; False if
     ``timeout`` passes first. (A killed worker's own job may linger in arq's queue until
     arq's timeout; the threads it held are recovered without it, so it is not waited on.)"""
-    keys = Keys(settings.key_prefix)
+    keys = Keys.of(settings)
     synth = keys.job_id("synth", "").encode()
     client, jobs = connect(settings.redis_url), connect(settings.jobs_redis_url)
     deadline = time.monotonic() + timeout
 
     async def busy() -> bool:
-        if await client.zcard(keys.ready()):
-            return True
+        for shard in keys.shard_ids:
+            if await client.zcard(keys.ready(shard)):
+                return True
         return any(job.startswith(synth) for job in await jobs.zrange(keys.queue, 0, -1))
 
     async def settled() -> bool:

@@ -663,6 +663,14 @@ class ClusterSet(_Topology):
         )
         return replica
 
+    def freeze(self, port: int) -> None:
+        """SIGSTOP the node on ``port``: it keeps its connections, and answers nothing
+        (a replica stops acknowledging its master's writes) until thawed."""
+        self._procs[port].send_signal(signal.SIGSTOP)
+
+    def thaw(self, port: int) -> None:
+        self._procs[port].send_signal(signal.SIGCONT)
+
     def kill_master(self, port: int) -> None:
         """SIGKILL the master on ``port``."""
         if port not in self.masters():

@@ -1,0 +1,46 @@
+"""The deployment's key layout, recorded in Redis: every process that touches the queue
+must lay its keys out the same way (``redis_shards``), or messages would be queued where no
+worker looks, and a flat layout cannot run on a cluster at all.
+
+The first process to need it records its number of shards (``SET NX``, durable); every
+process compares its own with the recorded one before it touches the queue."""
+
+from __future__ import annotations
+
+import redis.asyncio as aioredis
+from redis.exceptions import ResponseError
+
+from afterthought.connections import is_cluster
+from afterthought.keys import Keys
+from afterthought.settings import Settings
+
+
+class LayoutMismatch(ValueError):
+    """This process may not touch the deployment's queue; the message says what to set."""
+
+
+async def check_layout(redis: aioredis.Redis, settings: Settings) -> None:
+    """Record the layout if none is, else raise :class:`LayoutMismatch` unless it is ours;
+    also when a ``redis://`` URL names a node of a cluster (its commands would fail one by
+    one with MOVED or CROSSSLOT, which reads like an outage). Redis failures propagate."""
+    keys = Keys.of(settings)
+    if not is_cluster(redis):
+        try:
+            clustered = (await redis.info("cluster")).get("cluster_enabled")
+        except ResponseError:  # INFO refused (an ACL, a stand-in server): cannot tell
+            clustered = None
+        if clustered:
+            raise LayoutMismatch(
+                "REDIS_URL names a node of a Redis Cluster: use redis+cluster://host:port,... "
+                "with AFTERTHOUGHT_REDIS_SHARDS (and ARQ_REDIS_URL for arq's jobs)"
+            )
+    # Read first: at maxmemory a SET is refused even when it would write nothing, and a
+    # worker must start there to drain (W9).
+    recorded = await redis.get(keys.layout)
+    if recorded is None:
+        recorded = await redis.set(keys.layout, settings.redis_shards, nx=True, get=True)
+    if recorded is not None and int(recorded) != settings.redis_shards:
+        raise LayoutMismatch(
+            f"the deployment's queue is laid out in {int(recorded)} shards, this process in "
+            f"{settings.redis_shards}: set AFTERTHOUGHT_REDIS_SHARDS={int(recorded)}"
+        )

@@ -1,0 +1,231 @@
+"""Redis Cluster: the queue on a real cluster the suite starts (three masters, a replica
+each, on free ports), with arq's jobs on the shared standalone Redis under the test's own
+prefix — the write path through a real worker process, dead letters and their replay,
+status per shard, ``WAIT`` on the master that took the write, and the processes a
+deployment must refuse: one configured with another number of shards, and one that
+addresses a cluster node as a standalone Redis."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable, Iterator
+from typing import cast
+
+import pytest
+import redis
+from redis.asyncio.cluster import RedisCluster
+
+from afterthought.connections import connect
+from afterthought.contract import QueuedMessage
+from afterthought.enqueue import Enqueuer
+from afterthought.keys import Keys
+from afterthought.queue import NotReplicated, ThreadQueue
+from afterthought.settings import Settings
+from afterthought.testing import Fault, ZepFake
+from afterthought.testing.processes import spawn_worker, wait_settled
+from afterthought.testing.topologies import ClusterSet, have_redis_server
+from tests.conftest import REDIS_URL, drain, run_cli
+
+pytestmark = pytest.mark.skipif(not have_redis_server(), reason="redis-server is not installed")
+
+APP = "clustered"
+SHARDS = 8
+ADDS = "POST /threads/.*/messages"
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[ClusterSet]:
+    with ClusterSet() as topology:
+        yield topology
+
+
+@pytest.fixture
+def settings(
+    make_settings: Callable[..., Settings], zep_fake: ZepFake, cluster: ClusterSet
+) -> Settings:
+    return make_settings(
+        redis_url=cluster.url,
+        redis_shards=SHARDS,
+        arq_redis_url=REDIS_URL,  # arq cannot use a cluster: its jobs go to the shared Redis
+        backend="zep",
+        zep_api_key="test-key",
+        zep_base_url=zep_fake.base_url,
+    )
+
+
+def said(user: str, n: int, *, session: str = "s1") -> QueuedMessage:
+    return QueuedMessage.build(
+        app=APP,
+        user_id=user,
+        session_id=session,
+        invocation_id=f"inv-{n}",
+        role="user",
+        ordinal=0,
+        content=f"{user} in {session} says {n}",
+    )
+
+
+def _status(settings: Settings) -> dict[str, object]:
+    done = run_cli(settings, "status", "--json")
+    assert "Traceback" not in done.stderr
+    found: dict[str, object] = json.loads(done.stdout)
+    return found
+
+
+def _prefixed_keys_by_master(cluster: ClusterSet, prefix: str) -> dict[int, int]:
+    """How many of the deployment's sharded keys each master holds."""
+    found = {}
+    for port in cluster.masters():
+        with redis.Redis(port=port) as node:
+            found[port] = sum(1 for _ in node.scan_iter(match=f"{{{prefix}:*", count=1000))
+    return found
+
+
+async def test_the_write_path_drains_through_a_worker_process_on_the_cluster(
+    settings: Settings, zep_fake: ZepFake, cluster: ClusterSet
+) -> None:
+    users = [f"user{u}" for u in range(24)]
+    enqueuer = Enqueuer(settings)
+    for n in range(4):
+        for user in users:
+            for session in ("s1", "s2"):
+                assert await enqueuer.enqueue([said(user, n, session=session)])
+    await enqueuer.aclose()
+    assert enqueuer.dropped == 0
+    keys = Keys.of(settings)
+    assert len({keys.shard_of(APP, user) for user in users}) == SHARDS
+
+    worker = spawn_worker(settings)
+    try:
+        assert await wait_settled(settings, timeout=60)
+    finally:
+        worker.terminate()
+        assert worker.wait(30) == 0
+
+    stored = [m["content"] for m in zep_fake.messages()]
+    for user in users:  # each thread in the order said, each message once
+        for session in ("s1", "s2"):
+            theirs = [text for text in stored if text.startswith(f"{user} in {session} ")]
+            assert theirs == [f"{user} in {session} says {n}" for n in range(4)]
+    found = _status(settings)
+    queue = cast(dict[str, int], found["queue"])
+    assert (queue["messages"], queue["threads"], found["lost_messages"]) == (0, 0, 0)
+    assert found["dead_letters"] == 0 and found["redis_shards"] == SHARDS
+    shards = cast(list[dict[str, int]], found["shards"])
+    assert [s["shard"] for s in shards] == list(range(SHARDS))
+    assert all(s["messages"] == 0 for s in shards)
+    spread = _prefixed_keys_by_master(cluster, settings.key_prefix)
+    assert len(spread) == 3 and all(spread.values()), spread  # capacity: every master holds some
+
+
+async def test_dead_letters_are_listed_per_shard_and_replayed(
+    settings: Settings, zep_fake: ZepFake
+) -> None:
+    keys = Keys.of(settings)
+    users = ["ana", "bo", "cy", "di"]
+    assert len({keys.shard_of(APP, user) for user in users}) > 1
+    zep_fake.inject(Fault(match=ADDS, status=400, times=100))  # refused: dead letters
+    await _enqueue(settings, *(said(user, 1) for user in users))
+    await drain(settings)
+
+    done = run_cli(settings, "dlq", "list", "--json")
+    assert done.returncode == 0, done.stderr
+    rows = json.loads(done.stdout)
+    assert sorted(row["thread"] for row in rows) == sorted(
+        keys.thread_ref(APP, user, "s1") for user in users
+    )
+    found = _status(settings)
+    assert found["dead_letters"] == len(users)
+    by_shard = {s["shard"]: s["dead_letters"] for s in cast(list[dict[str, int]], found["shards"])}
+    for shard in range(SHARDS):
+        expected = sum(keys.shard_of(APP, user) == shard for user in users)
+        assert by_shard[shard] == expected
+
+    holding = sum(1 for n in by_shard.values() if n)
+    assert (
+        f"shards        {SHARDS}, {holding} holding anything" in run_cli(settings, "status").stdout
+    )
+
+    zep_fake.faults.clear()
+    done = run_cli(settings, "dlq", "replay", "--all")
+    assert (done.returncode, done.stdout.strip()) == (0, "replayed=4 malformed=0 refused=0")
+    await drain(settings)
+    stored = [m["content"] for m in zep_fake.messages()]
+    assert sorted(stored) == sorted(f"{user} in s1 says 1" for user in users)  # once each
+    assert _status(settings)["dead_letters"] == 0
+
+
+async def test_a_write_waits_for_the_replica_of_the_master_that_took_it(
+    settings: Settings, cluster: ClusterSet
+) -> None:
+    """``WAIT`` must run on the connection that wrote, on the key's master: elsewhere it
+    would count replicas holding nothing of this write, and return at once."""
+    waiting = settings.model_copy(update={"redis_wait_replicas": 1, "enqueue_timeout": 0.4})
+    client = connect(waiting.redis_url)
+    queue = ThreadQueue(client, waiting)
+    first = said("wren", 1)
+    assert await queue.enqueue([first], now_ms=_now_ms()) == 1  # the replica holds it
+    pending = queue.keys.pending(queue.ref_of(first))
+    master = cast(RedisCluster, client).get_node_from_key(pending).port
+    replica = cluster.replica_of(int(master))
+    cluster.freeze(replica)
+    try:
+        with pytest.raises(NotReplicated):
+            await queue.enqueue([said("wren", 2)], now_ms=_now_ms())
+    finally:
+        cluster.thaw(replica)
+    assert await client.llen(pending) == 2  # written on the master all the same
+    await client.aclose()
+
+
+async def test_a_process_with_another_number_of_shards_is_refused(
+    settings: Settings, caplog: pytest.LogCaptureFixture
+) -> None:
+    assert run_cli(settings, "status").returncode in (0, 1)  # records the layout: 8
+    other = settings.model_copy(update={"redis_shards": 4})
+    for command in (("status",), ("dlq", "list"), ("worker", "--burst")):
+        done = run_cli(other, *command)
+        assert done.returncode == 2, command
+        (line,) = done.stderr.strip().splitlines()
+        assert "laid out in 8 shards, this process in 4" in line
+
+    enqueuer = Enqueuer(other)
+    with caplog.at_level(logging.ERROR, logger="afterthought.enqueue"):
+        assert not await enqueuer.enqueue([said("eve", 1)])
+        assert not await enqueuer.enqueue([said("eve", 2)])
+    assert (enqueuer.dropped, enqueuer.buffered) == (2, 0)
+    errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert len(errors) == 1 and "laid out in 8 shards" in errors[0]
+    await enqueuer.aclose()
+
+
+async def test_a_flat_process_pointed_at_a_cluster_node_is_refused(
+    make_settings: Callable[..., Settings], cluster: ClusterSet
+) -> None:
+    flat = make_settings(redis_url=f"redis://127.0.0.1:{cluster.masters()[0]}/0")
+    for command in (("status",), ("worker", "--burst")):
+        done = run_cli(flat, *command)
+        assert done.returncode == 2, command
+        (line,) = done.stderr.strip().splitlines()
+        assert "redis+cluster://" in line and "AFTERTHOUGHT_REDIS_SHARDS" in line
+        assert "unreachable" not in line and "cannot reach" not in line
+    enqueuer = Enqueuer(flat)
+    assert not await enqueuer.enqueue([said("flo", 1)])
+    assert (enqueuer.dropped, enqueuer.buffered) == (1, 0)
+    await enqueuer.aclose()
+
+
+async def _enqueue(settings: Settings, *messages: QueuedMessage) -> None:
+    client = connect(settings.redis_url)
+    try:
+        queue = ThreadQueue(client, settings)
+        for message in messages:
+            assert await queue.enqueue([message], now_ms=_now_ms()) == 1
+    finally:
+        await client.aclose()
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
