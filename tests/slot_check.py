@@ -27,20 +27,6 @@ from redis.exceptions import ResponseError
 
 import afterthought
 
-#: Modules of the queue core, made cluster-safe on their own (issue 14, C1's part).
-QUEUE_CORE = frozenset(
-    {
-        "afterthought.queue",
-        "afterthought.enqueue",
-        "afterthought.dead_letters",
-        "afterthought.status",
-        "afterthought.cli",
-        "afterthought.connections",
-        "afterthought.worker.flush",
-        "afterthought.worker.jobs",
-        "afterthought.worker.metrics",
-    }
-)
 _SCRIPT_CALLS = {b"EVAL", b"EVALSHA", b"EVAL_RO", b"EVALSHA_RO", b"FCALL", b"FCALL_RO"}
 _LINE = re.compile(r"^\d+\.\d+ \[(\d+) ([^\]]+)\] (.*)$")
 _ARG = re.compile(r'"((?:[^"\\]|\\.)*)"')
@@ -97,7 +83,6 @@ class Offence:
     site: str
     why: str
     keys: tuple[bytes, ...]
-    queue_core: bool
 
     def __str__(self) -> str:
         shown = ", ".join(k.decode(errors="replace") for k in self.keys[:4])
@@ -226,11 +211,11 @@ class Checker:
             slots = {key_slot(k) for k in keys}
             if not transaction and len(slots) <= 1:
                 continue
-            site, queue_core = self._site(unit, transaction)
+            site = self._site(unit, transaction)
             why = f"keys in {len(slots)} slots" if len(slots) > 1 else "one slot"
             if transaction:
                 why = f"a transaction, {why} (a cluster client refuses MULTI)"
-            found.append(Offence(phase, site, why, tuple(dict.fromkeys(keys)), queue_core))
+            found.append(Offence(phase, site, why, tuple(dict.fromkeys(keys))))
         return found
 
     def _units(self, commands: list[Command]) -> Iterator[tuple[list[Command], bool]]:
@@ -250,16 +235,16 @@ class Checker:
             else:
                 yield [command], False
 
-    def _site(self, unit: list[Command], transaction: bool) -> tuple[str, bool]:
+    def _site(self, unit: list[Command], transaction: bool) -> str:
         if transaction:
-            return "MULTI [" + " ".join(c.name for c in unit) + "]", False
+            return "MULTI [" + " ".join(c.name for c in unit) + "]"
         (command,) = unit
         if command.name in ("EVALSHA", "EVALSHA_RO"):
             script = self._scripts.get(command.args[1].decode())
             if script is None:
-                return f"EVALSHA {command.args[1].decode()[:12]} (a script of no module)", False
-            return f"EVALSHA {script.site}", script.module in QUEUE_CORE
+                return f"EVALSHA {command.args[1].decode()[:12]} (a script of no module)"
+            return f"EVALSHA {script.site}"
         if command.name in ("EVAL", "EVAL_RO"):
             first = command.args[1].decode(errors="replace").strip().splitlines()[0]
-            return f"EVAL {first[:60]!r}", False
-        return command.name, False
+            return f"EVAL {first[:60]!r}"
+        return command.name

@@ -1,10 +1,8 @@
 """The slot check (W10, issue 14): every operation of the product, run in the sharded
 layout on a standalone Redis under MONITOR, sends no command Redis Cluster would refuse
 (``tests/slot_check.py`` says what counts). arq runs on a Redis of its own (database 1
-here), as it must beside a cluster, so its commands are not ours to check.
-
-The queue core is made cluster-safe apart (C1): until it is, its cases fail and are
-marked so, each offence listed with its call site."""
+here), as it must beside a cluster, so its commands are not ours to check. Each offence
+is listed with its call site (a script by the module constant that holds it)."""
 
 from __future__ import annotations
 
@@ -51,10 +49,12 @@ from tests.slot_check import Checker, Offence, Recorder
 
 APP = "slots"
 SHARDS = 8
-#: Operations of the queue core (C1), and of ours; ours may call the queue core (a
-#: released quarantine entry, a backfill queue messages), whose scripts count as its.
-QUEUE_PHASES = ["agent write", "worker drain", "dlq list and replay", "status"]
-OUR_PHASES = [
+#: Every operation the scenario runs, each in its own phase of the MONITOR stream.
+PHASES = [
+    "agent write",
+    "worker drain",
+    "dlq list and replay",
+    "status",
     "identity",
     "cache write and read",
     "cache invalidate",
@@ -70,20 +70,6 @@ OUR_PHASES = [
     "forget --yes",
     "resume forgets",
 ]
-#: Our operations that call the queue core: releasing and backfilling queue messages, a
-#: forget purges the user's queues (none yet in the sharded layout: until C1's work, the
-#: queue keeps its thread sets in the flat one).
-CALL_THE_QUEUE = ["quarantine add, list, release", "backfill", "forget --yes", "resume forgets"]
-#: The queue core's cases that fail until C1's work lands (strict: one that passes must
-#: leave this list).
-C1_TODO = {
-    "agent write",
-    "worker drain",
-    "dlq list and replay",
-    "status",
-    "quarantine add, list, release",
-    "backfill",
-}
 
 
 def _arq_url() -> str:
@@ -335,25 +321,10 @@ def offences(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, lis
         checker.close()
 
 
-@pytest.mark.parametrize("phase", OUR_PHASES)
-def test_our_operations_stay_in_one_slot(offences: dict[str, list[Offence]], phase: str) -> None:
+@pytest.mark.parametrize("phase", PHASES)
+def test_every_operation_stays_in_one_slot(offences: dict[str, list[Offence]], phase: str) -> None:
     assert phase in offences, "the phase sent no command: the scenario skipped it"
-    ours = [o for o in offences[phase] if not o.queue_core]
-    assert not ours, "\n".join(map(str, ours))
-
-
-def _queue_case(phase: str) -> Any:
-    if phase in C1_TODO:
-        return pytest.param(phase, marks=pytest.mark.xfail(strict=True, reason="queue core: C1"))
-    return phase
-
-
-@pytest.mark.parametrize("phase", [_queue_case(p) for p in QUEUE_PHASES + CALL_THE_QUEUE])
-def test_the_queue_core_stays_in_one_slot(offences: dict[str, list[Offence]], phase: str) -> None:
-    """The queue core's commands: all of its own operations', and its scripts that ours
-    call (releasing a quarantined fact, a backfill, a forget's purge)."""
-    theirs = [o for o in offences[phase] if phase in QUEUE_PHASES or o.queue_core]
-    assert not theirs, "\n".join(map(str, theirs))
+    assert not offences[phase], "\n".join(map(str, offences[phase]))
 
 
 def test_the_check_finds_what_a_cluster_refuses(prefix: str) -> None:
