@@ -30,6 +30,7 @@ from redis.asyncio.cluster import ClusterPipeline
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.asyncio.sentinel import Sentinel as AsyncSentinel
 from redis.asyncio.sentinel import SentinelManagedSSLConnection as AsyncSentinelSSLConnection
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisClusterException, RedisError
 from redis.sentinel import Sentinel, SentinelManagedSSLConnection
 
@@ -177,6 +178,8 @@ class _RunOncePipeline(ClusterPipeline):  # type: ignore[misc]
                 raise_on_error=raise_on_error,
                 allow_redirections=allow_redirections,
             )
+        except AttributeError as exc:
+            raise _lost_connection(exc) from exc
         except BaseException as exc:
             if type(exc) in self.ERRORS_ALLOW_RETRY:  # as redis-py: learn the layout again
                 await self._client.aclose()
@@ -185,12 +188,28 @@ class _RunOncePipeline(ClusterPipeline):  # type: ignore[misc]
             stack.clear()
 
 
+def _lost_connection(exc: AttributeError) -> RedisConnectionError:
+    """redis-py 5's cluster client lets two commands share a node's connection while one
+    of them drops it: the other fails inside redis-py on the dropped socket (``'NoneType'
+    object has no attribute 'writelines'``, seen while a master failed over). It is a lost
+    connection, and is raised as one, so every caller treats it as a Redis failure (the
+    enqueue keeps the message to send again) instead of an unknown bug."""
+    return RedisConnectionError(f"connection lost while in use ({type(exc).__name__})")
+
+
 class _Cluster(AsyncRedisCluster):  # type: ignore[misc]
-    """The asyncio cluster client, with pipelines that are sent once."""
+    """The asyncio cluster client, with pipelines that are sent once and redis-py's own
+    failures on a dropped connection raised as the lost connection they are."""
 
     def pipeline(self, transaction: Any = None, shard_hint: Any = None) -> ClusterPipeline:
         super().pipeline(transaction, shard_hint)  # refuses a transaction, as redis-py does
         return _RunOncePipeline(self)
+
+    async def execute_command(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return await super().execute_command(*args, **kwargs)
+        except AttributeError as exc:
+            raise _lost_connection(exc) from exc
 
 
 def _cluster_kwargs(target: RedisTarget, timeout: float) -> dict[str, Any]:

@@ -1,9 +1,10 @@
 """Redis Cluster: the queue on a real cluster the suite starts (three masters, a replica
 each, on free ports), with arq's jobs on the shared standalone Redis under the test's own
 prefix — the write path through a real worker process, dead letters and their replay,
-status per shard, ``WAIT`` on the master that took the write, and the processes a
-deployment must refuse: one configured with another number of shards, and one that
-addresses a cluster node as a standalone Redis."""
+status per shard, ``WAIT`` on the master that took the write, the processes a
+deployment must refuse (one configured with another number of shards, one that
+addresses a cluster node as a standalone Redis), and a master failing over in the middle
+of traffic."""
 
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ from afterthought.settings import Settings
 from afterthought.testing import Fault, ZepFake
 from afterthought.testing.processes import spawn_worker, wait_settled
 from afterthought.testing.topologies import ClusterSet, have_redis_server
+from bench import chaos
 from tests.conftest import REDIS_URL, drain, run_cli
 
 pytestmark = pytest.mark.skipif(not have_redis_server(), reason="redis-server is not installed")
@@ -229,3 +231,87 @@ async def _enqueue(settings: Settings, *messages: QueuedMessage) -> None:
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
+
+
+def _busiest_master(topology: ClusterSet) -> int:
+    """The master that has run the most commands of the traffic so far."""
+    done = topology.executed_by_master()
+    return max(done, key=lambda port: done[port])
+
+
+def _handed_over(topology: ClusterSet) -> None:
+    """``CLUSTER FAILOVER``: the busiest master's replica takes its slots, coordinated (the
+    master's clients are paused until the replica has caught up)."""
+    topology.failover(_busiest_master(topology))
+
+
+def _killed(topology: ClusterSet) -> None:
+    """SIGKILL of the busiest master: its replica is elected once the others see it gone
+    (what the master took last and had not replicated is lost), then it is started again
+    and comes back as the new master's replica."""
+    port = _busiest_master(topology)
+    topology.kill_master(port)
+    topology.wait_promoted(port)
+    topology.restart(port)
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize(
+    ("failover", "seed"),
+    [(_handed_over, 11), (_handed_over, 37), (_killed, 5), (_killed, 36)],
+    ids=["failed-over", "failed-over-2", "killed", "killed-2"],
+)
+def test_a_failover_in_the_middle_of_traffic_loses_and_doubles_nothing(
+    failover: Callable[[ClusterSet], None], seed: int
+) -> None:
+    """The chaos run (ADK sessions in a stalling loop, two worker processes, ambiguous
+    backend faults) with its data on the cluster and arq's jobs on a standalone Redis, and
+    a master failed over a third of the way in; every client finds the new master."""
+    with ClusterSet() as topology:
+        result = chaos.run(
+            messages=240,
+            sessions=8,
+            turns_per_session=10,
+            workers=2,
+            kills=0,
+            fault_rate=0.1,
+            stall=True,
+            think=0.1,
+            seed=seed,
+            redis_url=topology.url,
+            timeout=120,
+            failover=lambda: failover(topology),
+            arq_redis_url=REDIS_URL,
+            redis_shards=SHARDS,
+            redis_wait_replicas=1,
+        )
+    report = json.dumps(result)
+    assert result["failovers"] == 1 and result["settled"], report
+    found = (result["lost"], result["duplicated"], result["out_of_order"], result["stray"])
+    assert found == (0, 0, 0, 0), report
+
+
+async def test_redis_pys_failure_on_a_dropped_connection_is_a_lost_connection(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """redis-py's cluster client can fail inside itself on a connection another command
+    dropped (an AttributeError, seen while a master failed over): the enqueue takes it for
+    the lost connection it is and keeps the message to send again, never losing it."""
+    from redis.asyncio.cluster import ClusterNode
+
+    real = ClusterNode.execute_command
+    cuts = [1]
+
+    async def dropped(self: ClusterNode, *args: object, **kwargs: object) -> object:
+        if cuts and args and args[0] == "EVALSHA":
+            cuts.pop()
+            raise AttributeError("'NoneType' object has no attribute 'writelines'")
+        return await real(self, *args, **kwargs)
+
+    monkeypatch.setattr(ClusterNode, "execute_command", dropped)
+    enqueuer = Enqueuer(settings)
+    try:
+        assert not await enqueuer.enqueue([said("dora", 1)])
+        assert (enqueuer.buffered, enqueuer.dropped) == (1, 0)
+    finally:
+        await enqueuer.aclose()
