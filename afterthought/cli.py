@@ -174,6 +174,48 @@ def _status(args: argparse.Namespace) -> int:
     return _with_redis(args, work)
 
 
+def _reshard(args: argparse.Namespace) -> int:
+    from afterthought.keys import Keys
+    from afterthought.status import snapshot
+
+    async def work(settings: Settings, client: aioredis.Redis) -> int:
+        keys = Keys.of(settings)
+
+        async def held() -> str | None:
+            found = await snapshot(client, settings)
+            if found.queue.messages or found.dead_letters:
+                return (
+                    f"the queue holds {found.queue.messages} messages and "
+                    f"{found.dead_letters} dead "
+                    "letters in its layout: stop the agents, let the workers drain it (replay "
+                    "or purge the dead letters), then reshard"
+                )
+            return None
+
+        if settings.redis_shards == args.to:
+            print(f"the queue is laid out in {args.to} shards already")
+            return OK
+        if (why := await held()) is not None:
+            print(f"afterthought: {why}", file=sys.stderr)
+            return ATTENTION
+        if not args.yes:
+            print(
+                f"would lay the queue out in {args.to} shards (from {settings.redis_shards}); "
+                "every process must then run with AFTERTHOUGHT_REDIS_SHARDS="
+                f"{args.to}; add --yes"
+            )
+            return OK
+        await client.set(keys.layout, args.to)
+        if (why := await held()) is not None:  # a process still queued meanwhile
+            await client.set(keys.layout, settings.redis_shards)
+            print(f"afterthought: {why}", file=sys.stderr)
+            return ATTENTION
+        print(f"the queue is laid out in {args.to} shards: start every process with it")
+        return OK
+
+    return _with_redis(args, work)
+
+
 def _describe(status: Status) -> str:
     q, pause, synth = status.queue, status.pause, status.synthesis
     oldest = "-" if q.oldest_age_seconds is None else f"{q.oldest_age_seconds:.1f}s"
@@ -485,10 +527,12 @@ def _prefix(text: str) -> str:
 
     try:
         Settings.model_validate({"key_prefix": text}).key_prefix  # noqa: B018
-    except ValidationError:
-        raise argparse.ArgumentTypeError(
-            f"must be letters, digits, '-', '_' or '.', not {text[:40]!r}"
-        ) from None
+    except ValidationError as exc:
+        # Only the prefix's own error: another setting's is reported as the command runs.
+        if any(error["loc"] == ("key_prefix",) for error in exc.errors()):
+            raise argparse.ArgumentTypeError(
+                f"must be letters, digits, '-', '_' or '.', not {text[:40]!r}"
+            ) from None
     return text
 
 
@@ -510,13 +554,24 @@ def _bad_setting(exc: ValidationError) -> str:
     for error in exc.errors():
         if error["type"] == "default_factory_not_called":
             continue  # a default that waits for the field in error: not a second error
-        field = ".".join(str(part) for part in error["loc"]) or "settings"
+        field = ".".join(str(part) for part in error["loc"])
+        if not field:  # a check across fields: its input is every setting, URLs included
+            said.append(error["msg"].removeprefix("Value error, "))
+            continue
         shown = not any(secret in field.lower() for secret in ("key", "url", "password"))
         value = f"={str(error.get('input'))[:40]!r}" if shown and "input" in error else ""
         # An error found under a variable's own name (REDIS_URL) is named by it alone.
         named = field if field.isupper() else f"{field} ({_variable(field)})"
         said.append(f"{named}{value}: {error['msg']}")
     return "bad setting: " + "; ".join(said)
+
+
+def _shards(text: str) -> int:
+    from afterthought.keys import MAX_SHARDS
+
+    if not text.isdigit() or int(text) > MAX_SHARDS:
+        raise argparse.ArgumentTypeError(f"must be a whole number 0-{MAX_SHARDS}, not {text!r}")
+    return int(text)
 
 
 def _port(text: str) -> int:
@@ -602,6 +657,18 @@ def _parser() -> argparse.ArgumentParser:
     )
     status.add_argument("--json", action="store_true", help="the stable JSON shape")
     status.set_defaults(run=_status, usage=status)
+
+    reshard = commands.add_parser(
+        "reshard",
+        parents=shared,
+        help="lay an empty queue out in another number of shards (redis_shards)",
+        description="Run with the deployment's current AFTERTHOUGHT_REDIS_SHARDS once every "
+        "agent is stopped and the workers drained the queue; refused while anything is "
+        "queued or dead-lettered. Then start every process with the new number.",
+    )
+    reshard.add_argument("--to", type=_shards, required=True, help="the new number of shards")
+    reshard.add_argument("--yes", action="store_true", help="do it (else say what it would do)")
+    reshard.set_defaults(run=_reshard, usage=reshard)
 
     dlq = commands.add_parser("dlq", parents=shared, help="list, replay or purge dead letters")
     dlq.add_argument("action", choices=["list", "replay", "purge"])

@@ -93,7 +93,7 @@ def parse(url: str) -> RedisTarget:
         except ValueError:
             raise ValueError("the Redis URL's port must be a number 0-65535") from None
         return RedisTarget("standalone")
-    service, _, database = parts.path.strip("/").partition("/")
+    service, _, database = parts.path.removeprefix("/").rstrip("/").partition("/")
     if not service:
         raise ValueError("a Sentinel URL names the service after the hosts: .../SERVICE[/DB]")
     if database and not database.isdigit():
@@ -179,7 +179,7 @@ class _RunOncePipeline(ClusterPipeline):  # type: ignore[misc]
                 allow_redirections=allow_redirections,
             )
         except AttributeError as exc:
-            raise _lost_connection(exc) from exc
+            raise lost_connection(exc) from exc
         except BaseException as exc:
             if type(exc) in self.ERRORS_ALLOW_RETRY:  # as redis-py: learn the layout again
                 await self._client.aclose()
@@ -188,7 +188,7 @@ class _RunOncePipeline(ClusterPipeline):  # type: ignore[misc]
             stack.clear()
 
 
-def _lost_connection(exc: AttributeError) -> RedisConnectionError:
+def lost_connection(exc: AttributeError) -> RedisConnectionError:
     """redis-py 5's cluster client lets two commands share a node's connection while one
     of them drops it: the other fails inside redis-py on the dropped socket (``'NoneType'
     object has no attribute 'writelines'``, seen while a master failed over). It is a lost
@@ -209,7 +209,7 @@ class _Cluster(AsyncRedisCluster):  # type: ignore[misc]
         try:
             return await super().execute_command(*args, **kwargs)
         except AttributeError as exc:
-            raise _lost_connection(exc) from exc
+            raise lost_connection(exc) from exc
 
 
 def _cluster_kwargs(target: RedisTarget, timeout: float) -> dict[str, Any]:

@@ -185,7 +185,7 @@ class Enqueuer:
             except LayoutMismatch as exc:
                 self._mislay(exc)
                 return MISLAID
-            except FAILURES as exc:  # the message itself was not sent
+            except Exception as exc:  # Redis failing, or its client: the message was not sent
                 self._failed(exc)
                 return NOT_SENT
             self._layout_known = True
@@ -198,6 +198,12 @@ class Enqueuer:
         except FAILURES as exc:  # a cluster's or a failing-over Sentinel's errors too
             self._failed(exc)
             return UNREACHABLE if _may_have_run(exc) else NOT_SENT
+        except Exception as exc:
+            # A client library's own failure (one was seen inside redis-py's cluster client
+            # during a failover): the script may have run; the message is kept, never lost.
+            log.error("enqueue failed unexpectedly error=%s", type(exc).__name__)
+            self._failed(exc)
+            return UNREACHABLE
         self.breaker.succeeded()
         if result in REFUSED:
             log.warning(

@@ -37,10 +37,31 @@ async def check_layout(redis: aioredis.Redis, settings: Settings) -> None:
     # Read first: at maxmemory a SET is refused even when it would write nothing, and a
     # worker must start there to drain (W9).
     recorded = await redis.get(keys.layout)
+    if recorded is None and settings.redis_shards:
+        await _no_flat_queue(redis, settings)
     if recorded is None:
         recorded = await redis.set(keys.layout, settings.redis_shards, nx=True, get=True)
     if recorded is not None and int(recorded) != settings.redis_shards:
         raise LayoutMismatch(
             f"the deployment's queue is laid out in {int(recorded)} shards, this process in "
             f"{settings.redis_shards}: set AFTERTHOUGHT_REDIS_SHARDS={int(recorded)}"
+        )
+
+
+async def _no_flat_queue(redis: aioredis.Redis, settings: Settings) -> None:
+    """A deployment from before the layout was recorded has none, and its queue is flat:
+    sharded processes would queue where its workers never look, and its messages would
+    wait for good (and a session's new ones pass its old ones). One key at a time: on a
+    cluster the three are in three slots."""
+    flat = Keys(settings.key_prefix)
+    held = (
+        await redis.zcard(flat.ready())
+        or int(await redis.get(flat.depth()) or 0)
+        or await redis.llen(flat.dead())
+    )
+    if held:
+        raise LayoutMismatch(
+            "the deployment's queue holds messages in the flat layout (AFTERTHOUGHT_REDIS_SHARDS"
+            "=0): stop the agents, let workers with 0 drain it, then run `afterthought reshard "
+            "--to N` with 0 and start every process with N"
         )

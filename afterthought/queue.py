@@ -37,7 +37,7 @@ from redis.asyncio.cluster import PipelineCommand, RedisCluster
 from redis.commands.core import AsyncScript
 from redis.exceptions import ConnectionError, MovedError, NoScriptError, RedisError
 
-from afterthought.connections import is_cluster
+from afterthought.connections import is_cluster, lost_connection
 from afterthought.contract import QueuedMessage
 from afterthought.keys import Keys
 from afterthought.settings import Settings
@@ -635,11 +635,14 @@ async def _on_master_of(
             PipelineCommand(0, "EVALSHA", script.sha, len(keys), *keys, *args),
             PipelineCommand(1, "WAIT", *wait),
         ]
-        await master.execute_pipeline(commands)
-        ran, waited = commands[0].result, commands[1].result
-        if isinstance(ran, NoScriptError):
-            await master.execute_command("SCRIPT", "LOAD", script.script)
-            continue
+        try:
+            await master.execute_pipeline(commands)
+            ran, waited = commands[0].result, commands[1].result
+            if isinstance(ran, NoScriptError):
+                await master.execute_command("SCRIPT", "LOAD", script.script)
+                continue
+        except AttributeError as exc:  # redis-py, on a connection another command dropped
+            raise lost_connection(exc) from exc
         if isinstance(ran, MovedError | ConnectionError):
             # The slot has another master now (a failover, a reshard): the client learns
             # the new layout before its next command, as it does after its own MOVED.

@@ -102,6 +102,7 @@ BAD_URLS = [
     ("redis://h:6379/zero", "database (its path) must be a number"),
     ("redis://h:99999/0", "port must be a number"),
     ("redis+sentinel://h:1", "names the service"),
+    ("redis+sentinel://h:1//0", "names the service"),
     ("redis+sentinel://h:1/svc/x", "database (after the service)"),
     ("redis+sentinel://h:port/svc", "host:port,host:port"),
     ("redis+sentinel://h:1,/svc", "host:port,host:port"),
@@ -153,6 +154,8 @@ CLUSTER_ERRORS = [
     TryAgainError("TRYAGAIN Multiple keys request during rehashing of slot"),
     MovedError("3999 127.0.0.1:6381"),
     SlotNotCoveredError("slot 3999 is not covered"),
+    # redis-py's cluster client on a connection another command dropped (a failover)
+    AttributeError("'NoneType' object has no attribute 'writelines'"),
 ]
 
 

@@ -404,6 +404,9 @@ CLI_ERRORS = [
     (("status",), "badprefix", 2, "key_prefix"),
     (("status",), "badbudget", 2, "retrieval_budget (AFTERTHOUGHT_RETRIEVAL_BUDGET)='abc'"),
     (("status",), "baddb", 2, "REDIS_URL: Value error, the Redis URL's database (its path)"),
+    # A check across settings names what to set, never echoing the URLs it read.
+    (("status",), "noshards", 2, "bad setting: a Redis Cluster needs redis_shards >= 1"),
+    (("--prefix", "shop", "status"), "noshards", 2, "a Redis Cluster needs redis_shards"),
     # An empty id or query never widens a forget to the whole user.
     (("forget", "--app", APP, "--user", "alice", "--query", "", "--yes"), "ok", 2, "--query: must"),
     (("forget", "--app", APP, "--user", "alice", "--fact", " ", "--yes"), "ok", 2, "--fact: must"),
@@ -450,6 +453,9 @@ def test_every_documented_error_is_one_clear_line(
         "badbudget": local_settings.model_copy(update={"retrieval_budget": "abc"}),
         "baddb": local_settings.model_copy(
             update={"redis_url": f"redis://user:sekret@127.0.0.1:{port}/abc"}
+        ),
+        "noshards": local_settings.model_copy(
+            update={"redis_url": f"redis+cluster://:sekret@127.0.0.1:{port}"}
         ),
         # A store path under a regular file: it can never be opened.
         "nostore": local_settings.model_copy(
@@ -878,3 +884,34 @@ async def test_a_failover_while_a_job_starts_does_not_take_a_job_slot_for_good(
     await asyncio.gather(*worker.tasks.values())
     assert ran == ["probe"]
     await worker.close()
+
+
+async def test_a_flat_queue_is_never_stranded_by_switching_to_shards(
+    local_settings: Settings, redis: aioredis.Redis
+) -> None:
+    """A deployment from before the layout was recorded has a flat queue and no record:
+    a process started with shards refuses (its messages would wait where no worker looks,
+    and a session's new ones pass its old ones) until workers of the flat layout drain it."""
+    from afterthought.enqueue import Enqueuer
+
+    await enqueue(local_settings, queued("said before the switch", 1))
+    keys = Keys.of(local_settings)
+    await redis.delete(keys.layout)  # as a deployment from before the record
+    sharded = local_settings.model_copy(update={"redis_shards": 4})
+    refused = run_cli(sharded, "status")
+    assert refused.returncode == 2 and "holds messages in the flat layout" in refused.stderr
+    enqueuer = Enqueuer(sharded)
+    assert not await enqueuer.enqueue([queued("said after", 2)])
+    assert (enqueuer.dropped, enqueuer.buffered) == (1, 0)  # counted, never queued
+    await enqueuer.aclose()
+    assert not await redis.exists(keys.layout)  # nothing recorded meanwhile
+    # The one-time migration: refused while anything is queued, then done by its command.
+    early = run_cli(local_settings, "reshard", "--to", "4", "--yes")
+    assert early.returncode == 1 and "holds 1 messages" in early.stderr
+    await drain(local_settings)
+    assert "add --yes" in run_cli(local_settings, "reshard", "--to", "4").stdout
+    assert await redis.get(keys.layout) == b"0"
+    assert run_cli(local_settings, "reshard", "--to", "4", "--yes").returncode == 0
+    assert await redis.get(keys.layout) == b"4"
+    assert run_cli(sharded, "status").returncode in (0, 1)  # every process now runs with 4
+    assert "set AFTERTHOUGHT_REDIS_SHARDS=4" in run_cli(local_settings, "status").stderr
