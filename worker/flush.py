@@ -304,6 +304,14 @@ class Flusher:
         self._active: set[str] = set()
         """Threads this process is flushing: it never claims one of them twice."""
         self._ok_marked = 0.0
+        self._open = 0
+        """Drains of this process that will claim more within ``CLAIM_INTERVAL``."""
+
+    @property
+    def claiming(self) -> bool:
+        """Whether a drain in this process has free slots and time left: it claims what
+        falls due by itself, so no other job need be queued for it."""
+        return self._open > 0
 
     async def drain(self, *, budget: float) -> Counter[str]:
         """Flush due threads, ``worker_concurrency`` at a time, claiming more as slots free
@@ -311,9 +319,13 @@ class Flusher:
         stats: Counter[str] = Counter()
         end = self._clock() + budget
         running: set[asyncio.Task[Counter[str]]] = set()
+        is_open = False
         try:
             while True:
                 free = self.settings.worker_concurrency - len(running)
+                now_open = free > 0 and self._clock() < end
+                self._open += int(now_open) - int(is_open)
+                is_open = now_open
                 if free > 0 and self._clock() < end and not await self.pacing.paused():
                     claimed = await self.claim(limit=free)
                     running |= {
@@ -334,6 +346,7 @@ class Flusher:
                         stats["errors"] += 1
                         log.error("flush task failed error=%s", type(task.exception()).__name__)
         finally:
+            self._open -= int(is_open)
             # Ended early (the job's timeout, Redis failing a claim, a stop): the threads'
             # tasks would outlive the job; each gives its lease back as it is cancelled.
             for task in running:

@@ -139,6 +139,12 @@ async def dispatch_once(
 async def dispatch_or_drain(jobs: ArqRedis, keys: Keys, flusher: Flusher) -> None:
     """Dispatch a flush job; when Redis is at ``maxmemory`` arq cannot queue one, so drain
     in this process instead (draining is what frees memory, and its scripts may run)."""
+    if flusher.claiming:
+        # A flush job of this process has free slots: it claims what is due itself within
+        # ``CLAIM_INTERVAL``. Another job would only poll beside it (each running job costs
+        # arq four commands a poll, and its own claim loop), so none is queued meanwhile;
+        # one is as soon as the job is full or ends. Other workers' dispatchers go on.
+        return
     try:
         await dispatch_once(flusher.redis, jobs, keys, flusher.pacing)
     except RedisError as exc:
