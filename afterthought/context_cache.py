@@ -69,6 +69,13 @@ for i = 2, #KEYS do gone = gone + redis.call('DEL', KEYS[i]) end
 redis.call('DEL', KEYS[1])
 return gone
 """
+# KEYS the graph's index; ARGV ttl_ms, then the entries. They join the index, which lives
+# as long as its newest entry: one command where SADD and PEXPIRE were two.
+INDEX_LUA = """
+redis.call('SADD', KEYS[1], unpack(ARGV, 2))
+redis.call('PEXPIRE', KEYS[1], ARGV[1])
+return 1
+"""
 #: Entries of a graph's index taken per round trip when it is invalidated.
 GRAPH_BATCH = 1000
 
@@ -179,11 +186,9 @@ class ContextCache:
         """The entries join the graph's index, which lives as long as its newest entry."""
         if not entries:
             return
-        graph = self._keys.context_graph(graph_uuid)
-        async with redis.pipeline(transaction=False) as pipe:
-            pipe.sadd(graph, *entries)
-            pipe.pexpire(graph, self._ttl_ms)
-            await pipe.execute()
+        await redis.register_script(INDEX_LUA)(
+            keys=[self._keys.context_graph(graph_uuid)], args=[self._ttl_ms, *entries]
+        )
 
     async def refresh_user(
         self,

@@ -199,9 +199,33 @@ redis.call('ZADD', KEYS[2], 'XX', ARGV[3], ARGV[4])
 return 1
 """
 
-# Record the batch about to be sent, so an attempt after a crash rebuilds exactly it.
+# KEYS pending, thread, then (when the worker knows whose thread it is) the user's epoch,
+# forgetting mark, registry user and registry session, all in the user's slot; ARGV count.
+# Everything a worker reads before it sends a batch, in one round trip: the first
+# ``count`` payloads, the in-flight record and the head's failed attempts, then the user's
+# deletion epoch and forgetting mark and the registry's user_uuid, graph_uuid and thread.
+HEAD_LUA = """
+local out = {redis.call('LRANGE', KEYS[1], 0, tonumber(ARGV[1]) - 1)}
+local state = redis.call('HMGET', KEYS[2], 'inflight', 'attempts')
+out[2], out[3] = state[1], state[2]
+if KEYS[3] then
+  out[4], out[5] = redis.call('GET', KEYS[3]), redis.call('GET', KEYS[4])
+  local user = redis.call('HMGET', KEYS[5], 'user_uuid', 'graph_uuid')
+  out[6], out[7], out[8] = user[1], user[2], redis.call('GET', KEYS[6])
+end
+return out
+"""
+
+# KEYS lease, thread, then optionally the user's epoch and forgetting mark; ARGV token,
+# ``first:last``, then the epoch the batch was read under. Records the batch about to be
+# sent, so an attempt after a crash rebuilds exactly it: 1, 0 if the lease is lost, -1 if
+# the user was forgotten since ``epoch`` was read or is being forgotten (nothing recorded).
 BEGIN_LUA = """
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+if KEYS[3] and (tonumber(redis.call('GET', KEYS[3]) or '0') ~= tonumber(ARGV[3])
+    or redis.call('GET', KEYS[4]) == 'pending') then
+  return -1
+end
 redis.call('HSET', KEYS[2], 'inflight', ARGV[2])
 return 1
 """
@@ -330,6 +354,25 @@ GONE = -3
 
 
 @dataclass(frozen=True, slots=True)
+class Head:
+    """What :meth:`ThreadQueue.head` read of a thread: its head and, when asked for a
+    user, that user's epoch, forgetting mark and registry entries (else all None)."""
+
+    items: list[bytes]
+    inflight: bytes | None
+    attempts: int
+    epoch: int | None = None
+    forgetting: bytes | None = None
+    user_uuid: str | None = None
+    graph_uuid: str | None = None
+    thread_uuid: str | None = None
+
+    @property
+    def read_user(self) -> bool:
+        return self.epoch is not None
+
+
+@dataclass(frozen=True, slots=True)
 class ThreadState:
     """One thread as ``status`` sees it."""
 
@@ -362,6 +405,7 @@ class ThreadQueue:
         self._replay = redis.register_script(REPLAY_LUA)
         self._claim = redis.register_script(flag + CLAIM_LUA)
         self._renew = redis.register_script(flag + RENEW_LUA)
+        self._head = redis.register_script(flag + HEAD_LUA)
         self._begin = redis.register_script(flag + BEGIN_LUA)
         self._ack = redis.register_script(flag + ACK_LUA)
         self._dead = redis.register_script(flag + DEAD_LUA)
@@ -510,17 +554,56 @@ class ThreadQueue:
             )
         )
 
-    async def begin(self, ref: str, token: str, *, first: int, last: int) -> bool:
-        """Record the batch about to be sent: after a failover, a next attempt reads back
-        what it may have stored instead of sending it twice."""
-        return bool(
-            await self._replicated(
-                self._begin,
-                wait_ms=BEGIN_WAIT_MS,
-                keys=[self.keys.lease(ref), self.keys.thread(ref)],
-                args=[token, f"{first}:{last}"],
-            )
+    async def head(self, ref: str, *, count: int, user: tuple[str, str, str] | None = None) -> Head:
+        """The first ``count`` payloads of the thread and its in-flight state; with
+        ``user`` (the thread's app, user id and session id), that user's deletion epoch,
+        forgetting mark and registry entries too, in the same round trip (the thread's
+        and its user's keys share a slot)."""
+        k = self.keys
+        keys = [k.pending(ref), k.thread(ref)]
+        if user is not None:
+            app, user_id, session_id = user
+            keys += [
+                k.epoch(app, user_id),
+                k.forgetting(app, user_id),
+                k.user(app, user_id),
+                k.session(app, user_id, session_id),
+            ]
+        reply = await self._head(keys=keys, args=[count])
+        reply += [None] * (8 - len(reply))
+        items, inflight, attempts, epoch, forgetting, user_uuid, graph_uuid, thread = reply
+        text = [None if v is None else v.decode() for v in (user_uuid, graph_uuid, thread)]
+        return Head(
+            items=list(items),
+            inflight=inflight,
+            attempts=int(attempts or 0),
+            epoch=None if user is None else int(epoch or 0),
+            forgetting=forgetting,
+            user_uuid=text[0],
+            graph_uuid=text[1],
+            thread_uuid=text[2],
         )
+
+    async def begin(
+        self,
+        ref: str,
+        token: str,
+        *,
+        first: int,
+        last: int,
+        epoch: tuple[str, str, int] | None = None,
+    ) -> int:
+        """Record the batch about to be sent: after a failover, a next attempt reads back
+        what it may have stored instead of sending it twice. With ``epoch`` (the user's
+        epoch key, forgetting key, and the epoch the batch was read under), only if the
+        user was not forgotten since and is not being forgotten. 1 when recorded, 0 when
+        the lease is lost, -1 when the user was (being) forgotten."""
+        keys = [self.keys.lease(ref), self.keys.thread(ref)]
+        args: list[Any] = [token, f"{first}:{last}"]
+        if epoch is not None:
+            keys += [epoch[0], epoch[1]]
+            args.append(epoch[2])
+        return int(await self._replicated(self._begin, wait_ms=BEGIN_WAIT_MS, keys=keys, args=args))
 
     async def ack(self, ref: str, token: str, *, last: int) -> int:
         """Pop what is done up to ``last``; the messages left, or -1 if the lease is lost."""

@@ -497,7 +497,7 @@ class WritePath:
 
     def allow_oom_shas(self, flusher: Any) -> set[str]:
         q = flusher.queue
-        scripts = (q._claim, q._renew, q._begin, q._ack, q._dead, q._release, q._failed)
+        scripts = (q._claim, q._renew, q._head, q._begin, q._ack, q._dead, q._release, q._failed)
         return {s.sha for s in scripts}
 
 

@@ -35,11 +35,11 @@ from afterthought.batching import Call, missing, pack, parts
 from afterthought.connections import FAILURES
 from afterthought.context_cache import PENDING, ContextCache, now_version
 from afterthought.contract import MalformedPayload, QueuedMessage, split_content
-from afterthought.identity import IdentityRegistry
+from afterthought.identity import Identity, IdentityRegistry
 from afterthought.keys import Keys, digest
 from afterthought.quarantine import Entry as QuarantineEntry
 from afterthought.quarantine import Quarantine
-from afterthought.queue import ThreadQueue
+from afterthought.queue import Head, ThreadQueue
 from afterthought.settings import Settings
 from afterthought.validation import refusal
 from afterthought.worker import metrics
@@ -67,6 +67,9 @@ OK_MARK_SECONDS = 1.0
 HOLD_MS = 5000
 #: (thread, user) pairs whose ownership this process has checked.
 MAX_KNOWN_OWNERS = 10_000
+#: Threads whose (app, user, session) this process remembers, so the read of a batch's
+#: head takes the user's epoch and registry entries along.
+MAX_KNOWN_THREADS = 10_000
 
 
 def _now_ms() -> int:
@@ -96,24 +99,51 @@ class _IdentityMismatch(Exception):
 
 
 class _Epoch:
-    """The deletion epoch of a batch's user, as it was when the batch was read."""
+    """The deletion epoch of a batch's user, as it was when the batch was read.
+
+    A forget marks the user and raises their epoch in one step, then waits until no
+    worker holds one of their threads (``worker.forget``): so a holder that checks the
+    epoch right before each backend call writes nothing of a user once their forget has
+    begun. :meth:`check` is that check. When a script that ran just before has already
+    compared the epoch atomically (the batch's BEGIN, see :meth:`confirmed`), the next
+    check is that comparison: nothing but this process's own work (no sleep, no other
+    backend call) lies between it and the call, the same window a separate read leaves."""
 
     def __init__(self, redis: aioredis.Redis, keys: Keys, message: QueuedMessage) -> None:
         self._redis = redis
-        self._keys = [keys.epoch(message.app, message.user_id)]
-        self._keys.append(keys.forgetting(message.app, message.user_id))
+        self.keys = (
+            keys.epoch(message.app, message.user_id),
+            keys.forgetting(message.app, message.user_id),
+        )
         self.seen = 0
+        self._confirmed = False
 
     async def read(self) -> int:
         """The epoch now. Raises :class:`_Held` while the user is being forgotten."""
-        epoch, forgetting = await self._redis.mget(self._keys)
-        self.seen = int(epoch or 0)
+        epoch, forgetting = await self._redis.mget(self.keys)
+        return self.found(int(epoch or 0), forgetting)
+
+    def found(self, epoch: int, forgetting: bytes | None) -> int:
+        """What a read of the two keys (here, or in a script of the batch) found."""
+        self.seen, self._confirmed = epoch, False
         if forgetting == PENDING.encode():
             raise _Held
         return self.seen
 
+    def confirmed(self) -> None:
+        """A script just compared the epoch with :attr:`seen` and found the user neither
+        forgotten since nor being forgotten: the next :meth:`check` is that one."""
+        self._confirmed = True
+
+    def stale(self) -> None:
+        """Time passed (a wait): the next :meth:`check` reads again."""
+        self._confirmed = False
+
     async def check(self) -> None:
         """Raise :class:`_Forgotten` if the user was forgotten since :meth:`read`."""
+        if self._confirmed:
+            self._confirmed = False  # good for one step only
+            return
         before = self.seen
         try:
             now = await self.read()
@@ -263,6 +293,8 @@ class Flusher:
         self.ignore_roles = ignored_roles(settings, backend)
         self.cache = ContextCache(settings)
         self._owners: dict[tuple[str, str], None] = {}
+        self._whose: dict[str, tuple[str, str, str]] = {}
+        """Thread reference -> (app, user id, session id), as its payloads said."""
         self.forgetter = Forgetter(settings, redis, backend)
         self.audit = AuditLog(redis, settings)
         self._clock = clock
@@ -272,6 +304,14 @@ class Flusher:
         self._active: set[str] = set()
         """Threads this process is flushing: it never claims one of them twice."""
         self._ok_marked = 0.0
+        self._open = 0
+        """Drains of this process that will claim more within ``CLAIM_INTERVAL``."""
+
+    @property
+    def claiming(self) -> bool:
+        """Whether a drain in this process has free slots and time left: it claims what
+        falls due by itself, so no other job need be queued for it."""
+        return self._open > 0
 
     async def drain(self, *, budget: float) -> Counter[str]:
         """Flush due threads, ``worker_concurrency`` at a time, claiming more as slots free
@@ -279,9 +319,13 @@ class Flusher:
         stats: Counter[str] = Counter()
         end = self._clock() + budget
         running: set[asyncio.Task[Counter[str]]] = set()
+        is_open = False
         try:
             while True:
                 free = self.settings.worker_concurrency - len(running)
+                now_open = free > 0 and self._clock() < end
+                self._open += int(now_open) - int(is_open)
+                is_open = now_open
                 if free > 0 and self._clock() < end and not await self.pacing.paused():
                     claimed = await self.claim(limit=free)
                     running |= {
@@ -302,6 +346,7 @@ class Flusher:
                         stats["errors"] += 1
                         log.error("flush task failed error=%s", type(task.exception()).__name__)
         finally:
+            self._open -= int(is_open)
             # Ended early (the job's timeout, Redis failing a claim, a stop): the threads'
             # tasks would outlive the job; each gives its lease back as it is cancelled.
             for task in running:
@@ -448,10 +493,11 @@ class Flusher:
     async def _flush_batch(self, lease: _Lease, stats: Counter[str], history: _History) -> bool:
         """One batch from the head of the thread; False when nothing is left."""
         tk = lease.tk
-        async with self.redis.pipeline(transaction=False) as pipe:
-            pipe.lrange(self.keys.pending(tk), 0, self.settings.batch_size - 1)
-            pipe.hmget(self.keys.thread(tk), "inflight", "attempts")
-            raw_items, (inflight, raw_attempts) = await pipe.execute()
+        # One round trip: the head, and (for a thread this process has seen) its user's
+        # epoch and registry entries, which the steps below would otherwise each read.
+        whose = self._whose.get(tk)
+        head = await self.queue.head(tk, count=self.settings.batch_size, user=whose)
+        raw_items, inflight = head.items, head.inflight
         if not raw_items:
             return False
         try:
@@ -460,13 +506,22 @@ class Flusher:
             await self._dead_letter(lease, 1, reason=f"malformed: {exc}", attempts=0)
             stats["dead"] += 1
             return True
-        if int(raw_attempts or 0) >= NARROW_AFTER:  # keeps failing: find which message
+        if head.attempts >= NARROW_AFTER:  # keeps failing: find which message
             batch = batch[:1]
         lease.batch, lease.thread_uuid = batch, None
         first, last = batch[0].seq or 0, batch[-1].seq or 0
+        said = (batch[0].app, batch[0].user_id, batch[0].session_id)
+        if whose != said:  # read for another user (never, short of a digest collision)
+            head = Head(items=raw_items, inflight=inflight, attempts=head.attempts)
+            self._whose[tk] = said
+            while len(self._whose) > MAX_KNOWN_THREADS:
+                self._whose.pop(next(iter(self._whose)))
         epoch = _Epoch(self.redis, self.keys, batch[0])
         try:
-            current = await epoch.read()
+            if head.epoch is not None:
+                current = epoch.found(head.epoch, head.forgetting)
+            else:
+                current = await epoch.read()
         except _Held:
             current = epoch.seen
             if all(m.epoch >= current for m in batch):
@@ -478,20 +533,32 @@ class Flusher:
         # part is acknowledged the rest, which an earlier attempt may have stored under
         # another idempotency key, is still reconciled before it is sent (W2).
         recorded = inflight is not None and _covers(inflight, first, last)
+        # BEGIN compares the epoch too (atomically with recording the batch): the check
+        # before the first backend call, unless something that takes time comes between.
+        checked = (*epoch.keys, epoch.seen)
         if not recorded:
-            began = await self.queue.begin(tk, lease.token, first=first, last=last)
+            began = await self.queue.begin(tk, lease.token, first=first, last=last, epoch=checked)
         elif self.settings.redis_wait_replicas:
             # The record may be one a master wrote and never replicated before it was
             # replaced (a failed attempt's): written again, the same, and confirmed before
             # it is relied on, or the new master's workers would send the batch again.
             low, high = (int(x) for x in (inflight or b"").decode().split(":"))
-            began = await self.queue.begin(tk, lease.token, first=low, last=high)
+            began = await self.queue.begin(tk, lease.token, first=low, last=high, epoch=checked)
         else:
-            began = True
+            began = 2  # nothing written, nothing compared: the first check reads
         if not began:
             raise _LeaseLost
+        if began < 0:  # forgotten since the head was read: nothing of it is sent
+            return await self._drop_forgotten(lease, batch, stats)
+        if began == 1:
+            epoch.confirmed()
+        registered = head.user_uuid and head.graph_uuid
+        known = Identity(
+            user=UserRef(head.user_uuid or "", head.graph_uuid or "") if registered else None,
+            thread_uuid=head.thread_uuid,
+        )
         try:
-            return await self._flush_checked(lease, batch, stats, history, epoch, inflight)
+            return await self._flush_checked(lease, batch, stats, history, epoch, inflight, known)
         except _Forgotten:  # the user was forgotten meanwhile: what is left goes
             return await self._drop_forgotten(lease, batch, stats)
         except _IdentityMismatch:
@@ -515,14 +582,16 @@ class Flusher:
         history: _History,
         epoch: _Epoch,
         inflight: bytes | None,
+        known: Identity,
     ) -> bool:
         """The batch, its user not forgotten when it was read; every backend step below
-        checks that again first (``_Epoch.check``), since a forget may start at any time."""
+        checks that again first (``_Epoch.check``), since a forget may start at any time.
+        ``known``: what the registry held for the batch's session when its head was read."""
         tk = lease.tk
         first, last = batch[0].seq or 0, batch[-1].seq or 0
         if batch[0].kind != "message":
-            return await self._apply_memory_changes(lease, batch, stats, epoch)
-        user, thread_uuid = await self._identity(batch[0], epoch)
+            return await self._apply_memory_changes(lease, batch, stats, epoch, known)
+        user, thread_uuid = await self._identity(batch[0], epoch, known)
         lease.thread_uuid = thread_uuid
         replay = any(m.replay for m in batch)
         sending = _Sending(
@@ -779,7 +848,8 @@ class Flusher:
                 else:
                     todo = [c for c in calls if c.idempotency_key not in sending.stored_calls]
                 for call in todo:
-                    await self.pacing.wait()
+                    if await self.pacing.wait():
+                        sending.epoch.stale()
                     await sending.epoch.check()
                     timeout = sending.lease.call_timeout(self.settings.backend_timeout)
                     try:
@@ -827,7 +897,12 @@ class Flusher:
         return pack(missing(wanted, stored, replay=replay), per_call)
 
     async def _apply_memory_changes(
-        self, lease: _Lease, batch: list[QueuedMessage], stats: Counter[str], epoch: _Epoch
+        self,
+        lease: _Lease,
+        batch: list[QueuedMessage],
+        stats: Counter[str],
+        epoch: _Epoch,
+        known: Identity,
     ) -> bool:
         """Facts to store and memories to forget, in queue order, each acknowledged once
         done (a later failure never repeats it); one the backend refuses is dead-lettered
@@ -836,6 +911,8 @@ class Flusher:
         head = batch[0]
         if head.zep_graph_uuid:
             user = UserRef(head.zep_user_uuid or "", head.zep_graph_uuid)
+        elif known.user is not None:  # registered: nothing to provision
+            user = known.user
         else:
             await epoch.check()
             user, _ = await self.registry.ensure_user(
@@ -843,7 +920,8 @@ class Flusher:
             )
         left, applied = 0, []
         for item in batch:
-            await self.pacing.wait()
+            if await self.pacing.wait():
+                epoch.stale()
             await epoch.check()
             try:
                 if item.kind == "fact" and (reason := await self._refused(item)) is not None:
@@ -914,14 +992,19 @@ class Flusher:
             )
         return reason
 
-    async def _identity(self, message: QueuedMessage, epoch: _Epoch) -> tuple[UserRef, str]:
-        """The batch's user and thread: provisioned if need be (each step after an epoch
-        check, so a forgotten user is not created again), or pinned by the application,
-        then used only if the thread is that user's."""
+    async def _identity(
+        self, message: QueuedMessage, epoch: _Epoch, known: Identity
+    ) -> tuple[UserRef, str]:
+        """The batch's user and thread: as the registry held them when the head was read
+        (``known``), else provisioned if need be (each step after an epoch check, so a
+        forgotten user is not created again), or pinned by the application, then used only
+        if the thread is that user's."""
         if message.zep_thread_uuid:
-            user = await self._pinned_user(message, epoch)
+            user = await self._pinned_user(message, epoch, known)
             await self._check_owner(message, user)
             return user, message.zep_thread_uuid
+        if known.user is not None and known.thread_uuid is not None:
+            return known.user, known.thread_uuid  # registered: nothing to provision
         if self.settings.provision_on_worker:
             await epoch.check()
             user, _ = await self.registry.ensure_user(
@@ -942,11 +1025,15 @@ class Flusher:
             raise BackendError("not_found", code="unprovisioned")
         return known.user, known.thread_uuid
 
-    async def _pinned_user(self, message: QueuedMessage, epoch: _Epoch) -> UserRef:
+    async def _pinned_user(
+        self, message: QueuedMessage, epoch: _Epoch, registered: Identity
+    ) -> UserRef:
         """Whose the pinned thread must be: the pinned user (the agent keeps only pins its
         application set, or that match the registry), else the ADK user's."""
         if message.zep_user_uuid:
             return UserRef(message.zep_user_uuid, message.zep_graph_uuid or "")
+        if registered.user is not None:
+            return registered.user
         if self.settings.provision_on_worker:
             await epoch.check()
             user, _ = await self.registry.ensure_user(

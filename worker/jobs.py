@@ -30,6 +30,7 @@ from afterthought.status import HEALTH_INTERVAL_SECONDS, RedisStatus, redis_stat
 from afterthought.worker import metrics
 from afterthought.worker.flush import Flusher
 from afterthought.worker.forget import Forgetter
+from afterthought.worker.pacing import Pacing
 from afterthought.worker.prune import Pruner
 from afterthought.worker.synthesize import Synthesizer, synthesizes
 
@@ -108,19 +109,24 @@ async def resume_forgets(ctx: dict[str, Any]) -> dict[str, int]:
     return {"resumed": len(done), "pending": sum(d.pending for d in done)}
 
 
-async def dispatch_once(redis: Redis, jobs: ArqRedis, keys: Keys) -> bool:
+async def dispatch_once(
+    redis: Redis, jobs: ArqRedis, keys: Keys, pacing: Pacing | None = None
+) -> bool:
     """Queue a flush job (on arq's Redis, ``jobs``) when unclaimed threads are due and no
     job waits to start.
 
     A job waiting is marked by a short-lived key that the job deletes when it starts, so
     neither a running job nor one stuck on a killed worker holds dispatching back. Every
-    shard is polled in one batch (a cluster client sends each master its own)."""
+    shard is polled in one batch (a cluster client sends each master its own). ``pacing``:
+    the process's view of a pause (read at most every ``pacing.READ_SECONDS``)."""
     now = int(time.time() * 1000)
     async with redis.pipeline(transaction=False) as pipe:
         for shard in keys.shard_ids:
             pipe.zcount(keys.ready(shard), "-inf", now)
         due = await pipe.execute()
-    if not any(due) or await redis.exists(keys.paused):
+    if not any(due):
+        return False
+    if await pacing.paused() if pacing else await redis.exists(keys.paused):
         return False
     if not await redis.set(keys.dispatch, "1", nx=True, px=DISPATCH_MARK_MS):
         return False
@@ -133,8 +139,14 @@ async def dispatch_once(redis: Redis, jobs: ArqRedis, keys: Keys) -> bool:
 async def dispatch_or_drain(jobs: ArqRedis, keys: Keys, flusher: Flusher) -> None:
     """Dispatch a flush job; when Redis is at ``maxmemory`` arq cannot queue one, so drain
     in this process instead (draining is what frees memory, and its scripts may run)."""
+    if flusher.claiming:
+        # A flush job of this process has free slots: it claims what is due itself within
+        # ``CLAIM_INTERVAL``. Another job would only poll beside it (each running job costs
+        # arq four commands a poll, and its own claim loop), so none is queued meanwhile;
+        # one is as soon as the job is full or ends. Other workers' dispatchers go on.
+        return
     try:
-        await dispatch_once(flusher.redis, jobs, keys)
+        await dispatch_once(flusher.redis, jobs, keys, flusher.pacing)
     except RedisError as exc:
         if not isinstance(exc, OutOfMemoryError):
             raise
