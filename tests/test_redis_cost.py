@@ -16,7 +16,7 @@ from afterthought.context_cache import PENDING
 from afterthought.keys import Keys
 from afterthought.queue import Head
 from afterthought.settings import Settings
-from afterthought.worker.flush import Flusher
+from afterthought.worker.flush import IDLE_SHARD_SECONDS, Flusher
 from afterthought.worker.pacing import READ_SECONDS, Pacing
 from tests.conftest import BOTH_LAYOUTS, enqueue, queued
 
@@ -196,3 +196,19 @@ async def test_a_pacing_wait_makes_the_next_epoch_check_read_again(
     assert backend.adds == [["hello"]]
     assert stats["forgotten"] == 1
     await backend.aclose()
+
+
+async def test_a_shard_with_nothing_due_is_polled_again_only_after_a_while(
+    make_settings: Callable[..., Settings], redis: aioredis.Redis
+) -> None:
+    """Sharded, a claim polls only the shards that had something due, and the others every
+    ``IDLE_SHARD_SECONDS``: at light load a claim would cost a command per shard."""
+    settings = make_settings(redis_shards=8)
+    now = [0.0]
+    flusher = Flusher(settings, redis, open_backend(settings), clock=lambda: now[0])
+    assert await flusher.claim(limit=5) == []  # nothing due anywhere: every shard idles
+    await enqueue(settings, queued("hello", 1))
+    assert await flusher.claim(limit=5) == []  # its shard is not polled yet
+    now[0] += IDLE_SHARD_SECONDS
+    (lease,) = await flusher.claim(limit=5)
+    assert lease.tk == Keys.of(settings).thread_ref("memtest", "alice", "s1")
