@@ -1,7 +1,7 @@
 """Write-path throughput of ONE worker process against the Zep fake answering in 100 ms.
 
     python bench/throughput.py [--threads 200 --per-thread 50] [--rate 500 --seconds 10]
-    python bench/throughput.py --topology standalone|sentinel|cluster [--users 10000]
+    python bench/throughput.py --topology standalone|sentinel|cluster|all [--users 10000]
 
 (a) backlog: threads x per-thread messages queued first, then the worker drains them:
     persisted msg/s and backend calls per message.
@@ -297,6 +297,61 @@ def spread(place: _Place, users: int) -> dict[str, object]:
     }
 
 
+def run(topology: str, args: argparse.Namespace) -> dict[str, object]:
+    """Both phases (and, on a cluster, the spread) on one topology."""
+    with contextlib.ExitStack() as stack:
+        url = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
+        place = _Place(url, counted=[url])
+        if topology == "standalone":
+            url = stack.enter_context(RedisServer())
+            place = _Place(url, counted=[url])
+        elif topology == "sentinel":
+            sentinels = stack.enter_context(SentinelSet())
+            host, port = sentinels.master_address()
+            place = _Place(sentinels.url, counted=[f"redis://{host}:{port}/0"])
+        elif topology == "cluster":
+            cluster = stack.enter_context(ClusterSet())
+            jobs = stack.enter_context(RedisServer())
+            masters = [f"redis://127.0.0.1:{port}/0" for port in cluster.masters()]
+            place = _Place(cluster.url, counted=[*masters, jobs], arq_url=jobs, shards=args.shards)
+        steady_chat = steady(place, args.rate, args.seconds, args.chat_threads, args.latency)
+        result: dict[str, object] = {
+            "topology": topology,
+            "redis_shards": place.shards,
+            "backlog": backlog(place, args.threads, args.per_thread, args.latency),
+            "steady": steady_chat,
+        }
+        if topology == "cluster":
+            result["spread"] = spread(place, args.users)
+    executed = float(steady_chat["redis_executed_commands_per_msg"])  # type: ignore[arg-type]
+    result["ceiling_msg_per_s_per_core"] = round(args.core_ops / executed) if executed else None
+    if topology == "cluster":
+        # Each master is a core of its own, and the shards spread the data's load evenly
+        # over them; arq's jobs are on a Redis of their own, a core apart.
+        by_server: dict[str, float] = steady_chat["redis_executed_commands_per_msg_by_server"]  # type: ignore[assignment]
+        data = sum(n for url, n in by_server.items() if url != place.arq_url)
+        masters = len(place.counted) - 1
+        result["ceiling_msg_per_s_cluster"] = round(args.core_ops * masters / data)
+        arq = by_server.get(str(place.arq_url), 0.0)
+        result["ceiling_msg_per_s_arq_redis"] = round(args.core_ops / arq) if arq else None
+    return result
+
+
+def _side_by_side(results: list[dict[str, object]]) -> dict[str, object]:
+    """The figures that compare topologies, one row each."""
+    rows = {}
+    for result in results:
+        backlog_, steady_ = result["backlog"], result["steady"]
+        assert isinstance(backlog_, dict) and isinstance(steady_, dict)
+        rows[str(result["topology"])] = {
+            "backlog_msg_per_s": backlog_["msg_per_s"],
+            "chat_lag_p50_s": steady_["lag_p50_s"],
+            "client_commands_per_msg": steady_["redis_client_commands_per_msg"],
+            "executed_commands_per_msg": steady_["redis_executed_commands_per_msg"],
+        }
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--threads", type=int, default=200)
@@ -307,9 +362,10 @@ def main() -> None:
     parser.add_argument("--latency", type=float, default=0.1)
     parser.add_argument(
         "--topology",
-        choices=["env", "standalone", "sentinel", "cluster"],
+        choices=["env", "standalone", "sentinel", "cluster", "all"],
         default="env",
-        help="env: REDIS_URL; else a private Redis, Sentinel set or cluster, for clean counters",
+        help="env: REDIS_URL; else a private Redis, Sentinel set or cluster, for clean "
+        "counters; all: the three in turn, side by side",
     )
     parser.add_argument("--shards", type=int, default=24, help="cluster: virtual shards")
     parser.add_argument("--users", type=int, default=10_000, help="cluster: users of the spread")
@@ -320,42 +376,11 @@ def main() -> None:
         help="commands one Redis core executes a second (for the projected ceiling)",
     )
     args = parser.parse_args()
-    with contextlib.ExitStack() as stack:
-        url = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
-        place = _Place(url, counted=[url])
-        if args.topology == "standalone":
-            url = stack.enter_context(RedisServer())
-            place = _Place(url, counted=[url])
-        elif args.topology == "sentinel":
-            topology = stack.enter_context(SentinelSet())
-            host, port = topology.master_address()
-            place = _Place(topology.url, counted=[f"redis://{host}:{port}/0"])
-        elif args.topology == "cluster":
-            cluster = stack.enter_context(ClusterSet())
-            jobs = stack.enter_context(RedisServer())
-            masters = [f"redis://127.0.0.1:{port}/0" for port in cluster.masters()]
-            place = _Place(cluster.url, counted=[*masters, jobs], arq_url=jobs, shards=args.shards)
-        steady_chat = steady(place, args.rate, args.seconds, args.chat_threads, args.latency)
-        result: dict[str, object] = {
-            "topology": args.topology,
-            "redis_shards": place.shards,
-            "backlog": backlog(place, args.threads, args.per_thread, args.latency),
-            "steady": steady_chat,
-        }
-        if args.topology == "cluster":
-            result["spread"] = spread(place, args.users)
-    executed = float(steady_chat["redis_executed_commands_per_msg"])  # type: ignore[arg-type]
-    result["ceiling_msg_per_s_per_core"] = round(args.core_ops / executed) if executed else None
-    if args.topology == "cluster":
-        # Each master is a core of its own, and the shards spread the data's load evenly
-        # over them; arq's jobs are on a Redis of their own, a core apart.
-        by_server: dict[str, float] = steady_chat["redis_executed_commands_per_msg_by_server"]  # type: ignore[assignment]
-        data = sum(n for url, n in by_server.items() if url != place.arq_url)
-        masters = len(place.counted) - 1
-        result["ceiling_msg_per_s_cluster"] = round(args.core_ops * masters / data)
-        arq = by_server.get(str(place.arq_url), 0.0)
-        result["ceiling_msg_per_s_arq_redis"] = round(args.core_ops / arq) if arq else None
-    print(json.dumps(result))
+    if args.topology != "all":
+        print(json.dumps(run(args.topology, args)))
+        return
+    results = [run(topology, args) for topology in ("standalone", "sentinel", "cluster")]
+    print(json.dumps({"side_by_side": _side_by_side(results), "runs": results}))
 
 
 if __name__ == "__main__":

@@ -233,6 +233,36 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
+async def test_the_read_path_and_forget_run_on_the_cluster(
+    settings: Settings, zep_fake: ZepFake
+) -> None:
+    """A real ADK Runner on the cluster: what the user said is recalled in a new session
+    (the cached block, written by the worker in the user's shard), and after a forget
+    nothing is; several users, so several shards and masters, and only one forgotten."""
+    from afterthought.agent_hooks import create_callbacks
+    from afterthought.testing.stand_in_model import memory_lines
+    from tests.adk_support import APP as RUNNER_APP
+    from tests.adk_support import make_runner, new_session, say
+
+    on_cluster = settings.model_copy(update={"redis_wait_replicas": 1})
+    runner, model = make_runner(create_callbacks(settings=on_cluster))
+    people = {f"person-{n}": f"I live in city number {n}." for n in range(6)}
+    for user, line in people.items():
+        await say(runner, user, await new_session(runner, user), line)
+    await drain(on_cluster)
+    for user, line in people.items():
+        await say(runner, user, await new_session(runner, user), "Where do I live?")
+        assert any(line.rstrip(".") in seen for seen in memory_lines(model.requests[-1])), user
+
+    done = run_cli(on_cluster, "forget", "--app", RUNNER_APP, "--user", "person-0", "--yes")
+    assert done.returncode == 0, done.stderr
+    await say(runner, "person-0", await new_session(runner, "person-0"), "Where do I live?")
+    assert memory_lines(model.requests[-1]) == []
+    await say(runner, "person-1", await new_session(runner, "person-1"), "Where do I live?")
+    assert any("city number 1" in seen for seen in memory_lines(model.requests[-1]))
+    await runner.close()
+
+
 def _busiest_master(topology: ClusterSet) -> int:
     """The master that has run the most commands of the traffic so far."""
     done = topology.executed_by_master()
