@@ -16,6 +16,7 @@ from afterthought.context_cache import PENDING
 from afterthought.keys import Keys
 from afterthought.queue import Head
 from afterthought.settings import Settings
+from afterthought.testing import Fault, ZepFake
 from afterthought.worker.flush import IDLE_SHARD_SECONDS, Flusher
 from afterthought.worker.pacing import READ_SECONDS, Pacing
 from tests.conftest import BOTH_LAYOUTS, enqueue, queued
@@ -212,3 +213,54 @@ async def test_a_shard_with_nothing_due_is_polled_again_only_after_a_while(
     now[0] += IDLE_SHARD_SECONDS
     (lease,) = await flusher.claim(limit=5)
     assert lease.tk == Keys.of(settings).thread_ref("memtest", "alice", "s1")
+
+
+@BOTH_LAYOUTS
+async def test_a_forget_that_begins_while_a_batch_is_read_back_stops_it_unsent(
+    local_settings: Settings, redis: aioredis.Redis
+) -> None:
+    """A batch read back before it is sent (a message whose earlier attempt may have
+    landed): the read is a backend call between BEGIN's epoch comparison and the send, so
+    the check before the send reads the epoch again (found by a reviewer: it did not)."""
+    backend = CountingBackend(open_backend(local_settings))
+    flusher = Flusher(local_settings, redis, backend)  # type: ignore[arg-type]
+    await enqueue(local_settings, queued("hello", 1))
+    await flusher.drain(budget=10)
+    unsure = queued("I live in Zorblaxia.", 2).model_copy(update={"unsure": True})
+    await enqueue(local_settings, unsure)
+    read = backend.inner.recent_messages
+
+    async def read_then_forget(**kwargs: Any) -> Any:
+        found = await read(**kwargs)
+        await _forget_begins(redis, local_settings)
+        return found
+
+    backend.recent_messages = read_then_forget  # type: ignore[attr-defined]
+    stats = await flusher.drain(budget=10)
+    assert stats["reconciled"] == 1
+    assert backend.adds == [["hello"]]  # the read-back message was never sent
+    await backend.aclose()
+
+
+async def test_a_workers_own_pause_stops_its_other_threads_too(
+    zep_settings: Settings, zep_fake: ZepFake, redis: aioredis.Redis
+) -> None:
+    """A 401 pauses every worker; this one's other claimed threads stop before their next
+    call as well, instead of draining on through the pause (found by a reviewer: 26 calls
+    went out after it). A call another thread had already sent may still land."""
+    settings = zep_settings.model_copy(update={"batch_size": 2, "worker_concurrency": 4})
+    flusher = Flusher(settings, redis, open_backend(settings))
+    for session in ("a", "b"):
+        await enqueue(settings, queued(f"hi {session}", 0, session=session))
+    await flusher.drain(budget=10)  # both threads provisioned
+    for session in ("a", "b"):
+        await enqueue(
+            settings, *[queued(f"{session} {n}", n, session=session) for n in range(1, 41)]
+        )
+    zep_fake.inject(Fault(match="POST /threads/.*/messages", status=401, times=1))
+    stats = await flusher.drain(budget=10)
+    adds = [r for r in zep_fake.requests if r.method == "POST" and r.path.endswith("/messages")]
+    refused = next(i for i, r in enumerate(adds) if r.status == 401)
+    after = [r for r in adds[refused + 1 :] if r.status in (200, 201, 202)]
+    assert stats["paused"] >= 1 and len(after) <= 2, len(after)
+    assert await redis.exists(Keys.of(settings).paused)

@@ -99,6 +99,11 @@ class _Held(Exception):
     """The user is being forgotten: what they said since waits until that is done."""
 
 
+class _Paused(Exception):
+    """Consumption is paused (the backend refused our credentials): the thread is given
+    back at once, due again when the pause ends."""
+
+
 class _IdentityMismatch(Exception):
     """The thread pinned to the batch does not belong to the batch's user."""
 
@@ -112,7 +117,10 @@ class _Epoch:
     begun. :meth:`check` is that check. When a script that ran just before has already
     compared the epoch atomically (the batch's BEGIN, see :meth:`confirmed`), the next
     check is that comparison: nothing but this process's own work (no sleep, no other
-    backend call) lies between it and the call, the same window a separate read leaves."""
+    backend call) lies between it and the call, the same window a separate read leaves.
+    So whatever calls the backend or waits before the first send calls :meth:`stale`: the
+    read back of a batch to reconcile, a pinned thread's owner check, an in-job retry, a
+    wait at the shared 429 gate."""
 
     def __init__(self, redis: aioredis.Redis, keys: Keys, message: QueuedMessage) -> None:
         self._redis = redis
@@ -427,6 +435,8 @@ class Flusher:
         except _Held:
             stats["held"] += 1
             next_ms += HOLD_MS
+        except _Paused:
+            stats["paused"] += 1
         except BackendError as exc:
             next_ms = await self._failed(lease, exc, stats)
         except Exception as exc:  # never lose the lease to a bug: defer and say so
@@ -859,11 +869,14 @@ class Flusher:
             with attempt:
                 if attempt.retry_state.attempt_number > 1:
                     metrics.RETRIES.labels("in_job").inc()
+                    sending.epoch.stale()  # a failed call and a wait lie behind
                 if sending.reconcile:
                     todo = await self._missing(sending, calls)
                 else:
                     todo = [c for c in calls if c.idempotency_key not in sending.stored_calls]
                 for call in todo:
+                    if await self.pacing.paused():  # set by this worker: at once; others: 0.25 s
+                        raise _Paused
                     if await self.pacing.wait():
                         sending.epoch.stale()
                     await sending.epoch.check()
@@ -907,6 +920,7 @@ class Flusher:
                 timeout=sending.lease.call_timeout(self.settings.backend_timeout),
             )
             sending.stats["reconciled"] += 1
+            sending.epoch.stale()  # a backend call lies between BEGIN and the first send
             if replay:
                 history.stored = stored
         per_call = max(len(c.messages) for c in calls)  # as resplitting left it
@@ -1018,6 +1032,7 @@ class Flusher:
         if message.zep_thread_uuid:
             user = await self._pinned_user(message, epoch, known)
             await self._check_owner(message, user)
+            epoch.stale()  # it may have called the backend: the next check reads again
             return user, message.zep_thread_uuid
         if known.user is not None and known.thread_uuid is not None:
             return known.user, known.thread_uuid  # registered: nothing to provision
