@@ -34,9 +34,10 @@ FORGET_STUCK_SECONDS = 3600
 CHUNK = 1000
 
 
-class QueueStatus(BaseModel):
+class _Threads(BaseModel):
     messages: int
-    """Messages queued across all threads (the global cap counts these)."""
+    """Messages queued across the threads (the cap counts these: the deployment's, or with
+    ``redis_shards`` each shard's)."""
     threads: int
     """Threads with something queued."""
     due: int
@@ -47,23 +48,19 @@ class QueueStatus(BaseModel):
     """Threads backing off after a failure (or a 429), due again later."""
     stranded: int
     """Due threads nobody took for longer than a lease: no worker is consuming."""
+
+
+class QueueStatus(_Threads):
     oldest_age_seconds: float | None
     """How long the oldest queued message has waited; None when the queue is empty."""
     jobs_waiting: int
     """arq jobs queued (flush, synthesis, crons), including deferred ones."""
 
 
-class ShardStatus(BaseModel):
+class ShardStatus(_Threads):
     """One virtual shard's part of the queue (``redis_shards``)."""
 
     shard: int
-    messages: int
-    """Messages queued in the shard's threads (its cap counts these)."""
-    threads: int
-    due: int
-    leased: int
-    deferred: int
-    stranded: int
     dead_letters: int
     lost_messages: int
 

@@ -194,3 +194,35 @@ def run_cli(
         text=True,
         timeout=timeout,
     )
+
+
+def failover_in_traffic(
+    redis_url: str, failover: Callable[[], object], seed: int, **settings: Any
+) -> None:
+    """The chaos run (ADK sessions in a stalling loop, two worker processes, ambiguous
+    backend faults) on ``redis_url``, with ``failover`` a third of the way in and writes
+    confirmed by a replica: nothing lost, doubled, reordered or stray."""
+    import json
+
+    from bench import chaos
+
+    result = chaos.run(
+        messages=240,
+        sessions=8,
+        turns_per_session=10,
+        workers=2,
+        kills=0,
+        fault_rate=0.1,
+        stall=True,
+        think=0.1,
+        seed=seed,
+        redis_url=redis_url,
+        timeout=120,
+        failover=failover,
+        redis_wait_replicas=1,
+        **settings,
+    )
+    report = json.dumps(result)
+    assert result["failovers"] == 1 and result["settled"], report
+    found = (result["lost"], result["duplicated"], result["out_of_order"], result["stray"])
+    assert found == (0, 0, 0, 0), report

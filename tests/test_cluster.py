@@ -27,8 +27,7 @@ from afterthought.settings import Settings
 from afterthought.testing import Fault, ZepFake
 from afterthought.testing.processes import spawn_worker, wait_settled
 from afterthought.testing.topologies import ClusterSet, have_redis_server
-from bench import chaos
-from tests.conftest import REDIS_URL, drain, run_cli
+from tests.conftest import REDIS_URL, drain, failover_in_traffic, run_cli
 
 pytestmark = pytest.mark.skipif(not have_redis_server(), reason="redis-server is not installed")
 
@@ -298,27 +297,13 @@ def test_a_failover_in_the_middle_of_traffic_loses_and_doubles_nothing(
     backend faults) with its data on the cluster and arq's jobs on a standalone Redis, and
     a master failed over a third of the way in; every client finds the new master."""
     with ClusterSet() as topology:
-        result = chaos.run(
-            messages=240,
-            sessions=8,
-            turns_per_session=10,
-            workers=2,
-            kills=0,
-            fault_rate=0.1,
-            stall=True,
-            think=0.1,
-            seed=seed,
-            redis_url=topology.url,
-            timeout=120,
-            failover=lambda: failover(topology),
+        failover_in_traffic(
+            topology.url,
+            lambda: failover(topology),
+            seed,
             arq_redis_url=REDIS_URL,
             redis_shards=SHARDS,
-            redis_wait_replicas=1,
         )
-    report = json.dumps(result)
-    assert result["failovers"] == 1 and result["settled"], report
-    found = (result["lost"], result["duplicated"], result["out_of_order"], result["stray"])
-    assert found == (0, 0, 0, 0), report
 
 
 async def test_redis_pys_failure_on_a_dropped_connection_is_a_lost_connection(

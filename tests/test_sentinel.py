@@ -15,9 +15,8 @@ from afterthought.settings import Settings
 from afterthought.testing import Fault, ZepFake
 from afterthought.testing.stand_in_model import memory_lines
 from afterthought.testing.topologies import SentinelSet, have_redis_server
-from bench import chaos
 from tests.adk_support import APP, make_runner, new_session, say
-from tests.conftest import drain, run_cli
+from tests.conftest import drain, failover_in_traffic, run_cli
 
 pytestmark = pytest.mark.skipif(not have_redis_server(), reason="redis-server is not installed")
 
@@ -122,22 +121,4 @@ def test_a_failover_in_the_middle_of_traffic_loses_and_doubles_nothing(
     ambiguous backend faults), with the master killed, cut off or handed over a third of
     the way in; every client finds the promoted replica."""
     with SentinelSet() as topology:
-        result = chaos.run(
-            messages=240,
-            sessions=8,
-            turns_per_session=10,
-            workers=2,
-            kills=0,
-            fault_rate=0.1,
-            stall=True,
-            think=0.1,
-            seed=seed,
-            redis_url=topology.url,
-            timeout=120,
-            failover=lambda: failover(topology),
-            redis_wait_replicas=1,
-        )
-    report = json.dumps(result)
-    assert result["failovers"] == 1 and result["settled"], report
-    found = (result["lost"], result["duplicated"], result["out_of_order"], result["stray"])
-    assert found == (0, 0, 0, 0), report
+        failover_in_traffic(topology.url, lambda: failover(topology), seed)
