@@ -198,8 +198,25 @@ def lost_connection(exc: AttributeError) -> RedisConnectionError:
 
 
 class _Cluster(AsyncRedisCluster):  # type: ignore[misc]
-    """The asyncio cluster client, with pipelines that are sent once and redis-py's own
-    failures on a dropped connection raised as the lost connection they are."""
+    """The asyncio cluster client, with pipelines that are sent once, redis-py's own
+    failures on a dropped connection raised as the lost connection they are, and the
+    nodes it starts from never running out."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._seeds = dict(self.nodes_manager.startup_nodes)
+
+    async def initialize(self) -> AsyncRedisCluster:
+        if self._initialize:
+            # redis-py drops a node from the nodes it starts from whenever a command to it
+            # fails, and refills them only once it has found the cluster again: commands
+            # failing together while a master fails over can leave none, and the client
+            # then never connects again ("at least one reachable node: None", seen in CI).
+            # The configured nodes and every node it knew stay candidates.
+            known = self.nodes_manager.startup_nodes
+            for name, node in (*self._seeds.items(), *self.nodes_manager.nodes_cache.items()):
+                known.setdefault(name, node)
+        return await super().initialize()
 
     def pipeline(self, transaction: Any = None, shard_hint: Any = None) -> ClusterPipeline:
         super().pipeline(transaction, shard_hint)  # refuses a transaction, as redis-py does
