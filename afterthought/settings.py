@@ -117,6 +117,9 @@ class Settings(BaseSettings):
     """A cached block younger than this is served as is; older, it is served and refreshed."""
     context_ttl_seconds: float = Field(7 * 86400, gt=0)
     """A cached block older than this is gone (and read through again)."""
+    context_settle_seconds: float = Field(5.0, ge=0)
+    """On a backend that ingests asynchronously (Zep), a user's block for new sessions is
+    read again this long after their last stored batch (debounced)."""
     read_breaker_failures: int = Field(3, ge=1)
     """Consecutive failed memory reads that stop the turn path from calling the backend."""
     read_breaker_seconds: float = Field(10.0, gt=0)

@@ -98,23 +98,26 @@ async def withdraw(redis: Redis, settings: Settings, *, worker: str) -> None:
         await redis.hdel(Keys.of(settings).stores, worker)
 
 
-async def elsewhere(redis: Redis, settings: Settings, backend: LocalBackend) -> list[str]:
+async def elsewhere(redis: Redis, settings: Settings, backend: LocalBackend) -> list[str] | None:
     """The paths of the stores workers announced lately when this process's store is not
-    one of them (an empty list when it is, or when none was announced). A file that is
+    one of them (an empty list when it is; None when none was announced). A file that is
     not there is not created to find out."""
     # First: a store awaiting an upgrade says so here.
     mine = await backend.store_id() if backend.path.exists() else None
     stored = await redis.hgetall(Keys.of(settings).stores)
     announced = announced_stores(stored, now=time.time())
-    if not announced or mine in announced:
-        return []
-    return sorted(announced.values())
+    if not announced:
+        return None
+    return [] if mine in announced else sorted(announced.values())
 
 
-async def matches(redis: Redis, settings: Settings, backend: LocalBackend) -> bool:
+async def matches(redis: Redis, settings: Settings, backend: LocalBackend) -> bool | None:
     """The agent's side: False (and a warning) when workers announced stores lately and
-    this process's is not one of them; True when it is, or when none was announced."""
+    this process's is not one of them; True when it is; None when none was announced
+    (nothing to compare with yet)."""
     others = await elsewhere(redis, settings, backend)
+    if others is None:
+        return None
     if others:
         log.warning(
             "agent and worker use different local stores: agent=%s worker=%s; give both the"

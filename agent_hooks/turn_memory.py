@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections import OrderedDict
 from collections.abc import Awaitable
 from contextvars import ContextVar
@@ -45,6 +46,8 @@ T = TypeVar("T")
 
 #: Invocations remembered per process (for block reuse and message ordinals).
 MAX_TRACKED_INVOCATIONS = 4096
+#: While no worker has announced its local store, an agent compares stores again this often.
+STORE_RECHECK_SECONDS = 60.0
 #: Session-state key holding the id of the session whose turns these are. An ``AgentTool``
 #: copies its caller's state into the child session, so a child sees its caller's id there.
 OWNER_KEY = "afterthought:session"
@@ -87,7 +90,9 @@ class TurnMemory:
         self.injection: Injection = injection
         self.identity = identity or ZepIdentity()
         self.resolve_identity = resolve_identity
-        self._backend = backend
+        # Opened now, as the callbacks are made, not in the first turn: opening Zep's imports
+        # its SDK, which blocks the loop for longer than a read budget could cut short.
+        self.backend: MemoryBackend = backend or open_backend(settings)
         self.direct: DirectWriter | None = None
         if settings.direct_write_on_outage:
             self.direct = DirectWriter(settings, self.backend)
@@ -103,6 +108,8 @@ class TurnMemory:
         # so two users (or sessions) may send the same one.
         self._turns: OrderedDict[Who, _Turn] = OrderedDict()
         self._store_check: asyncio.Task[None] | None = None
+        self._store_due: float | None = 0.0
+        """When the store check runs next (``time.monotonic``); None: never again."""
 
     @classmethod
     def create(cls, *, settings: Settings | None = None, **kwargs: Any) -> TurnMemory:
@@ -125,12 +132,6 @@ class TurnMemory:
     @enqueuer.setter
     def enqueuer(self, enqueuer: Enqueuer) -> None:
         self.recorder.enqueuer = enqueuer
-
-    @property
-    def backend(self) -> MemoryBackend:
-        if self._backend is None:
-            self._backend = open_backend(self.settings)
-        return self._backend
 
     # --- before the model ---------------------------------------------------------------
     async def before_model(
@@ -309,9 +310,13 @@ class TurnMemory:
     async def check_store_once(self) -> None:
         """The first time (a turn, a search): warn if the workers write another local
         store. Awaited within the read budget, beside the read, so that a process that
-        lives for one turn still warns; past the budget it goes on unawaited."""
-        if self._store_check is not None or self.settings.resolved_backend != "local":
+        lives for one turn still warns; past the budget it goes on unawaited. While no
+        worker has announced its store, it runs again at most every
+        ``STORE_RECHECK_SECONDS`` (an agent up before its workers is checked all the same)."""
+        due = self._store_due
+        if self.settings.resolved_backend != "local" or due is None or time.monotonic() < due:
             return
+        self._store_due = None  # one check at a time; it says when the next one is due
         self._store_check = asyncio.ensure_future(self._check_store())
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(
@@ -326,20 +331,21 @@ class TurnMemory:
         if not isinstance(backend, LocalBackend):
             return  # one the application built: its own business
         try:
-            await matches(self.recorder.enqueuer.redis(), self.settings, backend)
+            if await matches(self.recorder.enqueuer.redis(), self.settings, backend) is None:
+                self._store_due = time.monotonic() + STORE_RECHECK_SECONDS
         except BackendError as exc:
             if exc.code == "schema_upgrade_pending":  # reads fall back to the cache until then
                 log.warning("local store awaits a schema upgrade: start a worker on it")
         except Exception as exc:  # a check only: never a reason to fail anything
             log.debug("store check failed error=%s", type(exc).__name__)
+            self._store_due = time.monotonic() + STORE_RECHECK_SECONDS
 
     async def aclose(self) -> None:
         """Send what the outage buffer still holds and close this loop's connections."""
         if self._store_check is not None:
             self._store_check.cancel()
         await self.recorder.aclose()
-        if self._backend is not None:
-            await self._backend.aclose()
+        await self.backend.aclose()
 
 
 def _user_event_time(ctx: CallbackContext) -> float | None:

@@ -86,6 +86,7 @@ def make_settings(prefix: str, tmp_path: Path, redis_shards: int) -> Callable[..
             "local_db_path": tmp_path / "memory.sqlite3",
             "backend": "local",
             "synthesis_idle_seconds": 0,
+            "context_settle_seconds": 0,
             # Budgets a loaded machine cannot miss: a test about a budget sets its own.
             "retrieval_budget": 10.0,
             "enqueue_timeout": 5.0,

@@ -604,6 +604,40 @@ async def test_an_agent_reading_another_store_than_its_worker_is_warned(
         await memory.aclose()
 
 
+async def test_an_agent_up_before_its_worker_is_warned_once_the_worker_announces(
+    make_settings: Callable[..., Settings],
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A long-lived agent whose first turn came before any worker started: nothing to
+    compare with then, so it compares again later (here at once) until a worker has said
+    which store it writes."""
+    from afterthought.agent_hooks import turn_memory
+
+    monkeypatch.setattr(turn_memory, "STORE_RECHECK_SECONDS", 0.0)
+    worker_settings = make_settings(local_db_path=tmp_path / "worker" / "memory.sqlite3")
+    memory = TurnMemory(
+        worker_settings.model_copy(update={"local_db_path": tmp_path / "agent.sqlite3"})
+    )
+    runner, _ = make_runner(create_callbacks(memory))
+
+    async def turn() -> None:
+        await say(runner, "alice", await new_session(runner, "alice"), "hello there")
+        assert memory._store_check is not None
+        await memory._store_check  # awaited: no timing involved
+
+    await turn()
+    assert "different local stores" not in caplog.text
+    await _worker_running_on(worker_settings)
+    await turn()
+    assert "different local stores" in caplog.text
+    caplog.clear()
+    await turn()  # compared once: not warned at every turn
+    assert "different local stores" not in caplog.text
+    await memory.aclose()
+
+
 async def test_an_agent_on_a_store_awaiting_an_upgrade_is_told_to_start_a_worker(
     local_settings: Settings, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -766,17 +800,17 @@ async def test_only_stores_announced_lately_count(
     key = Keys(local_settings.key_prefix).stores
     now = time.time()
 
-    async def announced(**entries: float) -> bool:
+    async def announced(**entries: float) -> bool | None:
         await redis.delete(key)
         for store, at in entries.items():
             entry = {"store": store, "path": f"/srv/{store}", "at": at}
             await redis.hset(key, f"host:{store}", json.dumps(entry))
         return await matches(redis, local_settings, agent)
 
-    assert await announced(**{mine: now})
-    assert await announced(**{mine: now - 2 * ANNOUNCED_SECONDS})  # nobody lately: no claim
+    assert await announced(**{mine: now}) is True
+    assert await announced(**{mine: now - 2 * ANNOUNCED_SECONDS}) is None  # nobody lately
     caplog.clear()
-    assert not await announced(**{mine: now - 2 * ANNOUNCED_SECONDS, "other": now})
+    assert await announced(**{mine: now - 2 * ANNOUNCED_SECONDS, "other": now}) is False
     assert "different local stores" in caplog.text and "/srv/other" in caplog.text
     await redis.delete(key)
     await agent.aclose()

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import subprocess
+import sys
 from collections.abc import Callable
 
 import pytest
@@ -162,6 +164,25 @@ async def test_a_warm_cache_keeps_memory_while_zep_is_down(
     assert any("Lisbon" in line for line in memory_lines(model.requests[-1]))
 
 
+async def test_on_zep_new_sessions_read_the_users_block_from_the_cache(
+    make_settings: Callable[..., Settings], zep_fake: ZepFake
+) -> None:
+    """Zep takes a batch in asynchronously, so the block read with it may lack it and the
+    user's block is dropped; the worker caches it again once Zep has (here at once), so a
+    new session is served from Redis: Zep failing every call changes nothing."""
+    settings = make_settings(
+        backend="zep",
+        zep_api_key="test-key",
+        zep_base_url=zep_fake.base_url,
+        context_settle_seconds=0,
+    )
+    await _remembered(settings)
+    zep_fake.inject(Fault(match=".*", status=503, times=1000))
+    runner, model = make_runner(create_callbacks(settings=settings))
+    await say(runner, "alice", await new_session(runner, "alice"), "Where do I live?")
+    assert any("Lisbon" in line for line in memory_lines(model.requests[-1]))
+
+
 async def _forget_cached_blocks(settings: Settings) -> None:
     import redis.asyncio as aioredis
 
@@ -218,3 +239,40 @@ async def test_non_text_and_thought_parts_are_not_queued(
     assert [(m["role"], m["content"]) for m in zep_fake.messages()] == [
         ("assistant", "Nice picture.")
     ]
+
+
+def test_the_first_read_imports_nothing(zep_fake: ZepFake) -> None:
+    """Zep's SDK imports each sub-client, and httpx its connection pool, on first use:
+    half a second that blocks the loop, so no read budget could cut it short, and the first
+    turn of every new process read nothing (the README's first agent, on Zep, never
+    remembered). Made when the callbacks are, in a fresh interpreter: the first backend
+    call then imports nothing."""
+    script = """
+import asyncio, sys
+from afterthought.agent_hooks import TurnMemory
+from afterthought.backends.base import BackendError, UserRef
+
+memory = TurnMemory.create(backend="zep", zep_api_key="test-key", zep_base_url=sys.argv[1])
+loaded = set(sys.modules)
+
+async def first_read():
+    try:
+        await memory.backend.get_context(
+            user=UserRef(user_uuid="u", graph_uuid="g"), query="q", max_chars=100, timeout=5,
+            template_uuid=None,
+        )
+    except BackendError:
+        pass  # no such graph: a call all the same
+    await memory.aclose()
+
+asyncio.run(first_read())
+print(sorted(set(sys.modules) - loaded))
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", script, zep_fake.base_url],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "[]"

@@ -308,3 +308,34 @@ def test_a_failed_jobs_result_is_stored_by_its_class_name_alone() -> None:
     )
     assert raw is not None and b"4111" not in raw
     assert json_loads(raw)["r"] == "ValueError"
+
+
+async def test_jobs_after_a_users_batches_are_asked_for_once_while_one_waits() -> None:
+    """Each batch would ask arq for the user's debounced jobs (commands every batch, each
+    refused while one waits); a process asks once per wait, per user and per job."""
+    from typing import cast
+
+    from arq import ArqRedis
+
+    from afterthought.worker.jobs import AfterBatches
+
+    asked: list[tuple[str, str]] = []
+
+    class Arq:
+        async def enqueue_job(self, function: str, *args: Any, **kwargs: Any) -> None:
+            asked.append((function, kwargs["_job_id"]))
+
+    now = [100.0]
+    later = AfterBatches(cast(ArqRedis, Arq()), Keys("u"), clock=lambda: now[0])
+    later.add("synthesize", "synth", 5.0)
+    later.add("refresh_context", "refresh", 2.0)
+
+    await later(_msg(user_id="ada"))
+    await later(_msg(user_id="bob"))
+    assert [f for f, _ in asked] == ["synthesize", "refresh_context"] * 2
+    asked.clear()
+    now[0] += 1.9
+    await later(_msg(user_id="ada"))  # both of ada's wait
+    now[0] += 0.2
+    await later(_msg(user_id="ada"))  # the refresh ran: asked again; synthesis still waits
+    assert [f for f, _ in asked] == ["refresh_context"]

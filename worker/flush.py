@@ -654,7 +654,7 @@ class Flusher:
         await self._mark_backend_ok()
         await self._quietly(self._audit(tk, batch, op="add_message", outcome="sent"), "audit")
         if self.after_flush is not None:
-            await self._quietly(self.after_flush(batch[0]), "schedule synthesis")
+            await self._quietly(self.after_flush(batch[0]), "schedule")
         context = sending.context
         template = self.settings.context_template_uuid
         if template and user.graph_uuid:  # return_context knows no templates
@@ -688,15 +688,29 @@ class Flusher:
         )
         await self._quietly(write, "cache write")
         if not lagging:
-            await self._quietly(self._user_block(head, user, sending.epoch.seen), "cache write")
+            block = self._user_block(
+                app=head.app, user_id=head.user_id, user=user, epoch=sending.epoch.seen
+            )
+            await self._quietly(block, "cache write")
 
-    async def _user_block(self, head: QueuedMessage, user: UserRef, epoch: int) -> None:
+    async def _user_block(self, *, app: str, user_id: str, user: UserRef, epoch: int) -> bool:
         try:
-            await self.cache.refresh_user(
-                self.redis, self.backend, app=head.app, user_id=head.user_id, user=user, epoch=epoch
+            return await self.cache.refresh_user(
+                self.redis, self.backend, app=app, user_id=user_id, user=user, epoch=epoch
             )
         except BackendError as exc:  # the write is stored: a failed read never undoes it
             log.warning("context refresh failed user=%s error=%s", user.user_uuid, exc.kind)
+            return False
+
+    async def refresh_user_block(self, *, app: str, user_id: str) -> bool:
+        """Cache the block new sessions of the user start from (after their batches on a
+        backend that ingests asynchronously); False if it was not written (the user is
+        unknown, being forgotten, or the backend failed)."""
+        user = await self.registry.lookup_user(app=app, user_id=user_id)
+        if user is None:
+            return False
+        epoch = await self.cache.epoch(self.redis, app=app, user_id=user_id)
+        return await self._user_block(app=app, user_id=user_id, user=user, epoch=epoch)
 
     async def _quietly(self, work: Awaitable[object], what: str) -> None:
         try:

@@ -6,12 +6,14 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 import os
 import signal
 import socket
 import time
 import uuid
 from collections import Counter
+from collections.abc import Callable
 from typing import Any, cast
 
 from arq import ArqRedis, cron
@@ -51,6 +53,8 @@ OUTAGE_LOG_SECONDS = 60.0
 SHUTDOWN_WAIT_SECONDS = 5.0
 #: A queued job that no worker starts within this long no longer blocks a new one.
 DISPATCH_MARK_MS = 2000
+#: Jobs asked for after users' batches that a process remembers before it forgets those due.
+MAX_REMEMBERED_JOBS = 10_000
 
 
 def json_dumps(value: Any) -> bytes:
@@ -83,6 +87,14 @@ async def synthesize(ctx: dict[str, Any], app: str, user_id: str) -> dict[str, i
     """The job: synthesize one user's new messages into facts."""
     synthesizer: Synthesizer = ctx["synthesizer"]
     return dict(await synthesizer.run(app=app, user_id=user_id))
+
+
+@metrics.metered
+async def refresh_context(ctx: dict[str, Any], app: str, user_id: str) -> dict[str, int]:
+    """The job: cache one user's block for new sessions again, now that the backend has
+    taken in their latest batches."""
+    flusher: Flusher = ctx["flusher"]
+    return {"refreshed": int(await flusher.refresh_user_block(app=app, user_id=user_id))}
 
 
 @metrics.metered
@@ -152,6 +164,40 @@ async def dispatch_or_drain(jobs: ArqRedis, keys: Keys, flusher: Flusher) -> Non
             raise
         log.warning("redis full: draining in the dispatcher (arq cannot queue jobs)")
         await flusher.drain(budget=FLUSH_BUDGET_SECONDS)
+
+
+class AfterBatches:
+    """Jobs run a while after a user's batch, one per user while it waits (debounced: arq
+    refuses a second job of the same id). Asking arq costs commands at every batch, so a
+    process remembers when the job it asked for is due and asks again only after."""
+
+    def __init__(self, jobs: ArqRedis, keys: Keys, *, clock: Callable[[], float] = time.monotonic):
+        self._arq, self._keys, self._clock = jobs, keys, clock
+        self.jobs: list[tuple[str, str, float]] = []
+        """(function, job id tag, seconds after the batch) of each job."""
+        self._due: dict[str, float] = {}
+        """Job id -> when the job last asked for runs (this process's clock)."""
+
+    def add(self, function: str, tag: str, seconds: float) -> None:
+        self.jobs.append((function, tag, seconds))
+
+    async def __call__(self, message: QueuedMessage) -> None:
+        user, now = digest(message.app, message.user_id), self._clock()
+        if len(self._due) > MAX_REMEMBERED_JOBS:
+            self._due = {job: at for job, at in self._due.items() if at > now}
+        for function, tag, seconds in self.jobs:
+            job_id = self._keys.job_id(tag, user)
+            if self._due.get(job_id, -math.inf) > now:
+                continue  # queued, and it will read this batch too
+            await self._arq.enqueue_job(
+                function,
+                message.app,
+                message.user_id,
+                _job_id=job_id,
+                _queue_name=self._keys.queue,
+                _defer_by=seconds,
+            )
+            self._due[job_id] = now + seconds
 
 
 class _Outage:
@@ -326,25 +372,20 @@ def worker_settings(
                 )
         backend = metrics.metered_backend(opened)
         ctx["backend"] = backend
-        after_flush = None
         ctx["pruner"] = Pruner(s, redis, backend)
         ctx["forgetter"] = Forgetter(s, redis, backend)
+        later = AfterBatches(jobs, keys)
         if synthesizes(s, backend):
             ctx["synthesizer"] = Synthesizer(s, redis, backend)
-
-            async def after_flush(message: QueuedMessage) -> None:
-                # Debounced: while one waits for the user, another is not queued (same id).
-                await jobs.enqueue_job(
-                    "synthesize",
-                    message.app,
-                    message.user_id,
-                    _job_id=keys.job_id("synth", digest(message.app, message.user_id)),
-                    _queue_name=keys.queue,
-                    _defer_by=s.synthesis_idle_seconds,
-                )
+            later.add("synthesize", "synth", s.synthesis_idle_seconds)
+        if backend.capabilities.ingests_async:
+            # The block read with the batch may lack it, so the user's block was dropped:
+            # cached again once the backend has taken the batch in, new sessions read it
+            # with one MGET instead of each reading through to the backend.
+            later.add("refresh_context", "refresh", s.context_settle_seconds)
 
         flusher = ctx["flusher"] = Flusher(
-            s, redis, backend, after_flush=after_flush, allow_oom=allow_oom
+            s, redis, backend, after_flush=later if later.jobs else None, allow_oom=allow_oom
         )
         await dispatch_or_drain(jobs, keys, flusher)
         if not burst:
@@ -376,6 +417,12 @@ def worker_settings(
         "functions": [
             func(flush, name="flush", keep_result=0, timeout=FLUSH_TIMEOUT_SECONDS),
             func(synthesize, name="synthesize", keep_result=0, timeout=FLUSH_TIMEOUT_SECONDS),
+            func(
+                refresh_context,
+                name="refresh_context",
+                keep_result=0,
+                timeout=FLUSH_TIMEOUT_SECONDS,
+            ),
         ],
         "cron_jobs": [
             cron(

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
+import functools
+import importlib
 import json
 import re
 import time
@@ -171,6 +173,26 @@ def _hit(item: Any) -> SearchHit:
     )
 
 
+#: What the SDK and httpx import on first use (a sub-client and its types, the connection
+#: pool and its async backend).
+_LAZY_MODULES = (
+    *(f"zep_cloud.{part}.client" for part in ("graph", "thread", "user", "task")),
+    "zep_cloud.errors",
+    "httpcore",
+    "anyio._backends._asyncio",
+)
+
+
+@functools.cache
+def _load_sdk() -> None:
+    """Import now what the first call would: ~0.5 s that blocks the event loop, so the
+    first turn's read budget could not cut it short and its read always timed out (an
+    agent that lives for one turn never read its memory). An agent opens the backend as
+    its callbacks are made."""
+    for name in _LAZY_MODULES:
+        importlib.import_module(name)
+
+
 class ZepBackend(MemoryBackend):
     name = "zep"
     capabilities = Capabilities(
@@ -181,10 +203,12 @@ class ZepBackend(MemoryBackend):
         if settings.zep_api_key is None:
             raise ValueError("the Zep backend needs ZEP_API_KEY")
         self._settings = settings
+        _load_sdk()
+        self._tls = httpx.create_ssl_context()  # the CA bundle, read once, not per loop
         self._clients: PerLoop[tuple[AsyncZep, httpx.AsyncClient]] = PerLoop(self._connect)
 
     def _connect(self) -> tuple[AsyncZep, httpx.AsyncClient]:
-        http = httpx.AsyncClient(timeout=self._settings.backend_timeout)
+        http = httpx.AsyncClient(timeout=self._settings.backend_timeout, verify=self._tls)
         key = self._settings.zep_api_key
         assert key is not None
         client = AsyncZep(
