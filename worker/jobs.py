@@ -90,14 +90,6 @@ async def synthesize(ctx: dict[str, Any], app: str, user_id: str) -> dict[str, i
 
 
 @metrics.metered
-async def refresh_context(ctx: dict[str, Any], app: str, user_id: str) -> dict[str, int]:
-    """The job: cache one user's block for new sessions again, now that the backend has
-    taken in their latest batches."""
-    flusher: Flusher = ctx["flusher"]
-    return {"refreshed": int(await flusher.refresh_user_block(app=app, user_id=user_id))}
-
-
-@metrics.metered
 async def synthesize_all(ctx: dict[str, Any]) -> dict[str, int]:
     """The cron behind the debounced runs: any user with unsynthesized messages."""
     synthesizer: Synthesizer | None = ctx.get("synthesizer")
@@ -378,11 +370,6 @@ def worker_settings(
         if synthesizes(s, backend):
             ctx["synthesizer"] = Synthesizer(s, redis, backend)
             later.add("synthesize", "synth", s.synthesis_idle_seconds)
-        if backend.capabilities.ingests_async:
-            # The block read with the batch may lack it, so the user's block was dropped:
-            # cached again once the backend has taken the batch in, new sessions read it
-            # with one MGET instead of each reading through to the backend.
-            later.add("refresh_context", "refresh", s.context_settle_seconds)
 
         flusher = ctx["flusher"] = Flusher(
             s, redis, backend, after_flush=later if later.jobs else None, allow_oom=allow_oom
@@ -404,6 +391,8 @@ def worker_settings(
             await asyncio.wait(tasks, timeout=SHUTDOWN_WAIT_SECONDS)
         if "metrics_server" in ctx:
             ctx["metrics_server"].shutdown()
+        if "flusher" in ctx:
+            await ctx["flusher"].settle(timeout=SHUTDOWN_WAIT_SECONDS)
         if "backend" in ctx:
             await ctx["backend"].aclose()
         if "data" in ctx:
@@ -417,12 +406,6 @@ def worker_settings(
         "functions": [
             func(flush, name="flush", keep_result=0, timeout=FLUSH_TIMEOUT_SECONDS),
             func(synthesize, name="synthesize", keep_result=0, timeout=FLUSH_TIMEOUT_SECONDS),
-            func(
-                refresh_context,
-                name="refresh_context",
-                keep_result=0,
-                timeout=FLUSH_TIMEOUT_SECONDS,
-            ),
         ],
         "cron_jobs": [
             cron(
