@@ -380,6 +380,12 @@ CLI_ERRORS = [
         "no user 'nobody' of app 'memtest' in the backend",
     ),
     (("dlq", "purge", "--all"), "ok", 2, "add --yes"),
+    # Every dry run of a destructive command exits 2: nothing was changed.
+    (("reshard", "--to", "4"), "ok", 2, "would lay the queue out in 4 shards (from 0)"),
+    (("prune",), "ok", 2, "a dry run: add --yes to prune"),
+    (("prune", "--dry-run", "--yes"), "ok", 2, "a dry run: add --yes to prune"),
+    # The index is optional: only the action is missing.
+    (("dlq",), "ok", 2, "the following arguments are required: action\n"),
     (("dlq", "replay", "7"), "ok", 1, "no dead letter at index 7 (there are 0"),
     (("dlq", "list", "5"), "ok", 2, "list takes no index"),
     (("dlq", "replay"), "ok", 2, "replay: name letters by index"),
@@ -909,7 +915,8 @@ async def test_a_flat_queue_is_never_stranded_by_switching_to_shards(
     early = run_cli(local_settings, "reshard", "--to", "4", "--yes")
     assert early.returncode == 1 and "holds 1 messages" in early.stderr
     await drain(local_settings)
-    assert "add --yes" in run_cli(local_settings, "reshard", "--to", "4").stdout
+    dry = run_cli(local_settings, "reshard", "--to", "4")
+    assert dry.returncode == 2 and "add --yes" in dry.stderr  # a dry run, as every one
     assert await redis.get(keys.layout) == b"0"
     assert run_cli(local_settings, "reshard", "--to", "4", "--yes").returncode == 0
     assert await redis.get(keys.layout) == b"4"
