@@ -807,7 +807,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         return INTERRUPTED
     except BackendError as exc:
-        print(f"afterthought: the memory backend failed: {exc}", file=sys.stderr)
+        print(f"afterthought: {exc.detail or f'the memory backend failed: {exc}'}", file=sys.stderr)
         return UNREACHABLE
     except (RedisError, RedisClusterException, ConnectionError, _ServerFailed) as exc:
         print(f"afterthought: {_redis_failure(exc)}", file=sys.stderr)

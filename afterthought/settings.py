@@ -5,11 +5,17 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from platformdirs import user_data_path
 from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic.fields import FieldInfo
+from pydantic_settings import (
+    BaseSettings,
+    EnvSettingsSource,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
 
 from afterthought.connections import parse as parse_redis_url
 from afterthought.keys import MAX_SHARDS
@@ -19,6 +25,19 @@ def _default_store(key_prefix: str) -> Path:
     """One file per deployment on a machine: two deployments never share a memory."""
     name = "memory" if key_prefix == "afterthought" else f"memory-{key_prefix}"
     return user_data_path("afterthought") / f"{name}.sqlite3"
+
+
+class _Environment(EnvSettingsSource):
+    """The environment, where a JSON-typed variable that is not JSON is handed on as it
+    is: validation then refuses it naming the field and its variable, as every other bad
+    setting (pydantic-settings would raise an error naming neither the variable nor what
+    is wrong with it)."""
+
+    def decode_complex_value(self, field_name: str, field: FieldInfo, value: Any) -> Any:
+        try:
+            return super().decode_complex_value(field_name, field, value)
+        except ValueError:
+            return value
 
 
 class Settings(BaseSettings):
@@ -184,6 +203,25 @@ class Settings(BaseSettings):
     """Use Zep UUIDs pinned in session state unchecked. ADK's API server lets clients write
     session state, so by default a pinned user or graph must be the registry's for the ADK
     user, and the worker writes to a pinned thread only if it belongs to that user."""
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (init_settings, _Environment(settings_cls), dotenv_settings, file_secret_settings)
+
+    @field_validator("fact_ttl_days", mode="before")
+    @classmethod
+    def _json_object(cls, value: object) -> object:
+        # Text here is the environment's, and was not JSON (see _Environment).
+        if isinstance(value, str):
+            raise ValueError('must be a JSON object of days by kind, e.g. {"ephemeral": 7}')
+        return value
 
     @property
     def jobs_redis_url(self) -> str:

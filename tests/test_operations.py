@@ -23,6 +23,7 @@ from google.adk.events import Event
 from google.adk.sessions import Session
 from google.genai import types
 from prometheus_client.parser import text_string_to_metric_families
+from pydantic import SecretStr
 
 from afterthought.agent_hooks import TurnMemory, create_callbacks
 from afterthought.agent_hooks.backfill import Backfill, jsonl_source
@@ -431,9 +432,25 @@ CLI_ERRORS = [
         2,
         "no such database file",
     ),
-    # A backend that cannot answer is not a user or fact that names nothing.
-    (("forget", "--app", APP, "--user", "alice", "--query", "tea"), "nostore", 3, "backend failed"),
-    (("forget", "--app", APP, "--user", "alice"), "nostore", 3, "backend failed"),
+    # A backend that cannot answer is not a user or fact that names nothing; what failed
+    # is named: the store's file and why, the host Zep was not found at (never its key).
+    (
+        ("forget", "--app", APP, "--user", "alice", "--query", "tea"),
+        "nostore",
+        3,
+        "a-file/memory.sqlite3: cannot create",
+    ),
+    (("forget", "--app", APP, "--user", "alice"), "nostore", 3, "(a file is in the way)"),
+    (("forget", "--app", APP, "--user", "alice"), "notdb", 3, "a-file: file is not a database"),
+    (("worker", "--burst"), "notdb", 3, "cannot open the local store"),
+    (
+        ("forget", "--app", APP, "--user", "alice"),
+        "nozep",
+        3,
+        "cannot reach Zep at 127.0.0.1:{port}",
+    ),
+    (("status",), "badttl", 2, "bad setting: fact_ttl_days (AFTERTHOUGHT_FACT_TTL_DAYS)="),
+    (("worker", "--burst"), "badttl", 2, "must be a JSON object of days by kind"),
 ]
 
 
@@ -467,6 +484,15 @@ def test_every_documented_error_is_one_clear_line(
         "nostore": local_settings.model_copy(
             update={"local_db_path": tmp_path / "a-file" / "memory.sqlite3"}
         ),
+        "notdb": local_settings.model_copy(update={"local_db_path": tmp_path / "a-file"}),
+        "nozep": local_settings.model_copy(
+            update={
+                "backend": "zep",
+                "zep_api_key": SecretStr("sekret"),
+                "zep_base_url": f"http://127.0.0.1:{port}/api/v4",
+            }
+        ),
+        "badttl": local_settings.model_copy(update={"fact_ttl_days": "{bad"}),
     }[variant]
     (tmp_path / "a-file").write_text("not a directory")
     argv = [a.format(missing=tmp_path / "none.jsonl") for a in args]
