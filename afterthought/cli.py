@@ -115,6 +115,7 @@ def _redis_failure(exc: Exception) -> str:
 
 
 def _worker(args: argparse.Namespace) -> int:
+    from afterthought.backends import open_backend
     from afterthought.worker.jobs import create_worker
 
     overrides: dict[str, Any] = {}
@@ -124,9 +125,13 @@ def _worker(args: argparse.Namespace) -> int:
         overrides["metrics_port"] = args.metrics_port
     arq: dict[str, Any] = {"max_jobs": args.max_jobs} if args.max_jobs else {}
     settings = _settings(args, **overrides)
+    # The backend first: a missing key or extra, a store that cannot be opened, a model
+    # that cannot be loaded is then the only line, before arq or the Redis checks log any.
+    backend = open_backend(settings, upgrade=True)
+    asyncio.run(backend.prepare())
     _reach(settings)  # arq would retry for seconds, logging each try, before giving up
     _with_redis(args, _checked)  # a layout mismatch: one line, exit 2, before arq starts
-    worker = create_worker(settings, burst=args.burst, **arq)
+    worker = create_worker(settings, opened_backend=backend, burst=args.burst, **arq)
     worker.run()
     return INTERRUPTED if worker.interrupted else OK
 

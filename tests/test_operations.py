@@ -442,7 +442,9 @@ CLI_ERRORS = [
     ),
     (("forget", "--app", APP, "--user", "alice"), "nostore", 3, "(a file is in the way)"),
     (("forget", "--app", APP, "--user", "alice"), "notdb", 3, "a-file: file is not a database"),
-    (("worker", "--burst"), "notdb", 3, "cannot open the local store"),
+    # A backend that cannot work is the worker's only line, before arq's or Redis's.
+    (("worker", "--burst", "--log-level", "INFO"), "notdb", 3, "cannot open the local store"),
+    (("worker", "--burst", "--log-level", "INFO"), "nokey", 2, "Zep backend needs ZEP_API_KEY"),
     (
         ("forget", "--app", APP, "--user", "alice"),
         "nozep",
@@ -493,6 +495,7 @@ def test_every_documented_error_is_one_clear_line(
             }
         ),
         "badttl": local_settings.model_copy(update={"fact_ttl_days": "{bad"}),
+        "nokey": local_settings.model_copy(update={"backend": "zep"}),
     }[variant]
     (tmp_path / "a-file").write_text("not a directory")
     argv = [a.format(missing=tmp_path / "none.jsonl") for a in args]

@@ -955,6 +955,8 @@ class LocalBackend(MemoryBackend):
         if self._embedder is not None:
             try:
                 await asyncio.to_thread(self._embedder.embed, ["ready"])
+            except ModuleNotFoundError:  # the extra is not installed: said as such
+                raise
             except Exception as exc:  # not found, not downloadable, not a model
                 raise BackendError(
                     "unavailable", code=f"embedding_model:{type(exc).__name__}"
