@@ -535,17 +535,14 @@ def _name(text: str) -> str:
 
 def _prefix(text: str) -> str:
     """A key prefix, checked as the setting is (an empty one must not mean the default)."""
-    from afterthought.settings import Settings
+    from afterthought.settings import check_key_prefix
 
     try:
-        Settings.model_validate({"key_prefix": text}).key_prefix  # noqa: B018
-    except ValidationError as exc:
-        # Only the prefix's own error: another setting's is reported as the command runs.
-        if any(error["loc"] == ("key_prefix",) for error in exc.errors()):
-            raise argparse.ArgumentTypeError(
-                f"must be letters, digits, '-', '_' or '.', not {text[:40]!r}"
-            ) from None
-    return text
+        return check_key_prefix(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"must be letters, digits, '-', '_' or '.', not {text[:40]!r}"
+        ) from None
 
 
 def _variable(field: str) -> str:
@@ -796,6 +793,8 @@ def main(argv: list[str] | None = None) -> int:
         usage.error("--app and --user go together (user ids are per app)")
     if args.command == "quarantine" and args.action == "list" and args.id:
         usage.error("list takes no id (use --user or --limit)")
+    if args.command == "demo" and args.prefix is not None:  # it deletes its keys after
+        usage.error("--prefix: the demo makes and removes a deployment of its own")
     if args.command == "backfill" and args.jsonl and (args.app or args.user):
         usage.error("--app and --user filter a --db-url source; a --jsonl file is taken whole")
     handler = logging.StreamHandler()

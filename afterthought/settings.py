@@ -3,7 +3,10 @@
 
 from __future__ import annotations
 
+import difflib
 import json
+import logging
+import os
 from pathlib import Path
 from typing import Any, Literal
 
@@ -19,6 +22,28 @@ from pydantic_settings import (
 
 from afterthought.connections import parse as parse_redis_url
 from afterthought.keys import MAX_SHARDS
+
+log = logging.getLogger("afterthought.settings")
+
+#: Variables of ours that are not settings (the test suite's Redis).
+OTHER_VARIABLES = frozenset({"AFTERTHOUGHT_TEST_REDIS_URL"})
+
+#: What this process has warned about already: settings are read many times, a warning
+#: is worth one line.
+_warned: set[str] = set()
+
+
+def _warn_once(what: str, message: str, *args: object) -> None:
+    if what not in _warned:
+        _warned.add(what)
+        log.warning(message, *args)
+
+
+def check_key_prefix(value: str) -> str:
+    """A key prefix as every process takes it (``--prefix`` too)."""
+    if not value or not all(c.isalnum() or c in "-_." for c in value):
+        raise ValueError("key_prefix must be non-empty letters, digits, '-', '_' or '.'")
+    return value
 
 
 def _default_store(key_prefix: str) -> Path:
@@ -231,8 +256,17 @@ class Settings(BaseSettings):
     @field_validator("key_prefix")
     @classmethod
     def _plain_prefix(cls, value: str) -> str:
-        if not value or not all(c.isalnum() or c in "-_." for c in value):
-            raise ValueError("key_prefix must be non-empty letters, digits, '-', '_' or '.'")
+        return check_key_prefix(value)
+
+    @field_validator("zep_base_url")
+    @classmethod
+    def _http_url(cls, value: str | None) -> str | None:
+        # Else a worker reports ready and every call fails; never quoted (it may hold a
+        # password).
+        if value is not None:
+            scheme, _, rest = value.partition("://")
+            if scheme.lower() not in ("http", "https") or not rest.split("/")[0]:
+                raise ValueError("must be an http:// or https:// URL with a host")
         return value
 
     @field_validator(
@@ -267,7 +301,43 @@ class Settings(BaseSettings):
     def _absolute_store(cls, value: Path) -> Path:
         # Made absolute where it is read: a relative path names another file in a process
         # started elsewhere, and the logs and warnings should say which file is meant.
-        return value if str(value) == ":memory:" else value.expanduser().absolute()
+        if str(value) == ":memory:":
+            return value
+        resolved = value.expanduser().absolute()
+        if not value.expanduser().is_absolute():
+            _warn_once(
+                f"relative:{value}",
+                "local_db_path %s is relative: it names %s here; the agent and the workers "
+                "must resolve the same file (give an absolute path)",
+                value,
+                resolved,
+            )
+        return resolved
+
+    @model_validator(mode="after")
+    def _unknown_variables(self) -> Settings:
+        # A misspelt variable (AFTERTHOUGHT_PREFIX) is otherwise ignored without a word.
+        # Named, never its value (it may be a key).
+        known = {}  # what a variable is compared by (its words), and the variable
+        for name, info in type(self).model_fields.items():
+            alias = info.validation_alias
+            for variable in (
+                [str(a) for a in alias.choices if str(a).isupper()]
+                if isinstance(alias, AliasChoices)
+                else [f"AFTERTHOUGHT_{name.upper()}"]
+            ):
+                known[variable.removeprefix("AFTERTHOUGHT_")] = variable
+        for variable in sorted(os.environ):
+            upper = variable.upper()
+            if not upper.startswith("AFTERTHOUGHT_") or upper in OTHER_VARIABLES:
+                continue
+            words = upper.removeprefix("AFTERTHOUGHT_")
+            if known.get(words) == upper:
+                continue
+            close = difflib.get_close_matches(words, list(known), n=1)
+            meant = f" (did you mean {known[close[0]]}?)" if close else ""
+            _warn_once(f"unknown:{variable}", "unknown setting %s ignored%s", variable, meant)
+        return self
 
     @model_validator(mode="after")
     def _cluster_needs_shards_and_arq(self) -> Settings:

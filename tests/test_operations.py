@@ -452,6 +452,9 @@ CLI_ERRORS = [
         "cannot reach Zep at 127.0.0.1:{port}",
     ),
     (("status",), "badttl", 2, "bad setting: fact_ttl_days (AFTERTHOUGHT_FACT_TTL_DAYS)="),
+    (("worker", "--burst"), "badzepurl", 2, "ZEP_BASE_URL: Value error, must be an http://"),
+    # The demo makes its own deployment and deletes its keys after: never another's.
+    (("demo", "--prefix", "X"), "ok", 2, "--prefix: the demo makes and removes a deployment"),
     (("worker", "--burst"), "badttl", 2, "must be a JSON object of days by kind"),
 ]
 
@@ -496,6 +499,7 @@ def test_every_documented_error_is_one_clear_line(
         ),
         "badttl": local_settings.model_copy(update={"fact_ttl_days": "{bad"}),
         "nokey": local_settings.model_copy(update={"backend": "zep"}),
+        "badzepurl": local_settings.model_copy(update={"zep_base_url": "not-a-url"}),
     }[variant]
     (tmp_path / "a-file").write_text("not a directory")
     argv = [a.format(missing=tmp_path / "none.jsonl") for a in args]
@@ -507,6 +511,34 @@ def test_every_documented_error_is_one_clear_line(
         assert len(done.stderr.strip().splitlines()) == 1, done.stderr
     elif argv and not argv[0].startswith("-"):  # the usage of the command that was misused
         assert done.stderr.startswith(f"usage: afterthought {argv[0]} "), done.stderr
+
+
+def test_unknown_variables_and_a_relative_store_are_warned_about_once(
+    local_settings: Settings, tmp_path: Path
+) -> None:
+    """A misspelt variable would be ignored without a word, a relative store path names
+    another file in a process started elsewhere: one warning each, never the value."""
+    env = {
+        **os.environ,
+        **local_settings.as_env(),
+        "AFTERTHOUGHT_PREFIX": "value-never-shown",
+        "AFTERTHOUGHT_LOCAL_DB_PATH": "relative.sqlite3",
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "afterthought.cli", "status"],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode in (0, 1), done.stderr
+    warnings = [line for line in done.stderr.splitlines() if " WARNING " in line]
+    unknown = [line for line in warnings if "AFTERTHOUGHT_PREFIX" in line]
+    assert len(unknown) == 1 and "did you mean AFTERTHOUGHT_KEY_PREFIX?" in unknown[0]
+    relative = [line for line in warnings if "relative" in line]
+    assert len(relative) == 1 and str(tmp_path / "relative.sqlite3") in relative[0]
+    assert "value-never-shown" not in done.stderr + done.stdout
 
 
 def test_global_options_go_before_or_after_the_command(local_settings: Settings) -> None:
