@@ -3,7 +3,8 @@ it does so lazily, per subcommand.
 
 Exit codes: 0 done; 1 done, but something needs attention (an unhealthy status, letters
 not replayed, backfill lines skipped, an id that names nothing) or an unexpected error;
-2 a usage or configuration error, or a destructive action without ``--yes``; 3 Redis
+2 a usage or configuration error, or a dry run (a destructive command without ``--yes``,
+or prune's ``--dry-run``: nothing was changed); 3 Redis
 unreachable or the backend failed; 130 interrupted. Every failure is one line on stderr
 (``--debug`` adds the traceback)."""
 
@@ -114,6 +115,7 @@ def _redis_failure(exc: Exception) -> str:
 
 
 def _worker(args: argparse.Namespace) -> int:
+    from afterthought.backends import open_backend
     from afterthought.worker.jobs import create_worker
 
     overrides: dict[str, Any] = {}
@@ -123,9 +125,13 @@ def _worker(args: argparse.Namespace) -> int:
         overrides["metrics_port"] = args.metrics_port
     arq: dict[str, Any] = {"max_jobs": args.max_jobs} if args.max_jobs else {}
     settings = _settings(args, **overrides)
+    # The backend first: a missing key or extra, a store that cannot be opened, a model
+    # that cannot be loaded is then the only line, before arq or the Redis checks log any.
+    backend = open_backend(settings, upgrade=True)
+    asyncio.run(backend.prepare())
     _reach(settings)  # arq would retry for seconds, logging each try, before giving up
     _with_redis(args, _checked)  # a layout mismatch: one line, exit 2, before arq starts
-    worker = create_worker(settings, burst=args.burst, **arq)
+    worker = create_worker(settings, opened_backend=backend, burst=args.burst, **arq)
     worker.run()
     return INTERRUPTED if worker.interrupted else OK
 
@@ -200,11 +206,12 @@ def _reshard(args: argparse.Namespace) -> int:
             return ATTENTION
         if not args.yes:
             print(
-                f"would lay the queue out in {args.to} shards (from {settings.redis_shards}); "
-                "every process must then run with AFTERTHOUGHT_REDIS_SHARDS="
-                f"{args.to}; add --yes"
+                f"afterthought: would lay the queue out in {args.to} shards (from "
+                f"{settings.redis_shards}); every process must then run with "
+                f"AFTERTHOUGHT_REDIS_SHARDS={args.to}; add --yes",
+                file=sys.stderr,
             )
-            return OK
+            return USAGE
         await client.set(keys.layout, args.to)
         if (why := await held()) is not None:  # a process still queued meanwhile
             await client.set(keys.layout, settings.redis_shards)
@@ -396,6 +403,9 @@ def _operate(args: argparse.Namespace) -> int:
                 else:
                     report = await pruner.prune_all(dry_run=not apply)
                 print(json.dumps(asdict(report)))
+                if not apply:
+                    print("a dry run: add --yes to prune what it lists", file=sys.stderr)
+                    return USAGE
                 return OK
             forgetter = Forgetter(settings, client, backend)
             who = f"user {args.user!r} of app {args.app!r}"
@@ -417,7 +427,9 @@ def _operate(args: argparse.Namespace) -> int:
                 others = len(aliases) - 1
                 also = f" (and the {others} other app(s) sharing them)" if others else ""
                 print(
-                    f"would forget everything of {who}{also}; add --yes to do it",
+                    f"would forget everything of {who}{also}: {held.fact_count} facts, "
+                    f"{held.statement_count} statements, {held.queued} queued messages; "
+                    "add --yes to do it",
                     file=sys.stderr,
                 )
                 return USAGE
@@ -523,17 +535,14 @@ def _name(text: str) -> str:
 
 def _prefix(text: str) -> str:
     """A key prefix, checked as the setting is (an empty one must not mean the default)."""
-    from afterthought.settings import Settings
+    from afterthought.settings import check_key_prefix
 
     try:
-        Settings.model_validate({"key_prefix": text}).key_prefix  # noqa: B018
-    except ValidationError as exc:
-        # Only the prefix's own error: another setting's is reported as the command runs.
-        if any(error["loc"] == ("key_prefix",) for error in exc.errors()):
-            raise argparse.ArgumentTypeError(
-                f"must be letters, digits, '-', '_' or '.', not {text[:40]!r}"
-            ) from None
-    return text
+        return check_key_prefix(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"must be letters, digits, '-', '_' or '.', not {text[:40]!r}"
+        ) from None
 
 
 def _variable(field: str) -> str:
@@ -626,8 +635,9 @@ def _parser() -> argparse.ArgumentParser:
         description="Long-term memory for ADK agents: the worker that persists it, and the "
         "operations around it. Settings come from the environment (REDIS_URL, ZEP_API_KEY, "
         "AFTERTHOUGHT_*; see the README).",
-        epilog="exit codes: 0 done; 1 needs attention or an unexpected error; 2 usage or "
-        "confirmation needed; 3 Redis unreachable or the backend failed; 130 interrupted",
+        epilog="exit codes: 0 done; 1 needs attention or an unexpected error; 2 usage, or a "
+        "dry run (nothing changed: confirm with --yes); 3 Redis unreachable or the backend "
+        "failed; 130 interrupted",
         parents=[_global_options(in_command=False)],
     )
     # Not required here: an unknown flag is then reported as such, not as a missing command.
@@ -667,12 +677,16 @@ def _parser() -> argparse.ArgumentParser:
         "queued or dead-lettered. Then start every process with the new number.",
     )
     reshard.add_argument("--to", type=_shards, required=True, help="the new number of shards")
-    reshard.add_argument("--yes", action="store_true", help="do it (else say what it would do)")
+    reshard.add_argument(
+        "--yes", action="store_true", help="do it (else say what it would do, and exit 2)"
+    )
     reshard.set_defaults(run=_reshard, usage=reshard)
 
     dlq = commands.add_parser("dlq", parents=shared, help="list, replay or purge dead letters")
-    dlq.add_argument("action", choices=["list", "replay", "purge"])
-    dlq.add_argument("index", nargs="*", type=int, help="letters to replay or purge")
+    dlq.add_argument("action", choices=["list", "replay", "purge"], help="list, replay or purge")
+    # A default: argparse counts a "*" positional without one as required, and names it
+    # with the action when the action is missing.
+    dlq.add_argument("index", nargs="*", type=int, default=[], help="letters to replay or purge")
     dlq.add_argument("--all", action="store_true", help="every letter")
     dlq.add_argument("--limit", type=_count, default=100, help="letters to list")
     dlq.add_argument("--json", action="store_true", help="list as JSON")
@@ -701,16 +715,24 @@ def _parser() -> argparse.ArgumentParser:
     quarantine.set_defaults(run=_quarantine, usage=quarantine)
 
     prune = commands.add_parser(
-        "prune", parents=shared, help="prune facts (a dry run unless --yes)"
+        "prune",
+        parents=shared,
+        help="prune facts (a dry run unless --yes)",
+        description="Report what pruning deletes (JSON); with --yes, delete it. A dry run exits 2.",
     )
     prune.add_argument("--app", type=_name, help="with --user: the ADK app name")
     prune.add_argument("--user", type=_name, help="only this ADK user id (with --app)")
-    prune.add_argument("--dry-run", action="store_true", help="report only, even with --yes")
+    prune.add_argument(
+        "--dry-run", action="store_true", help="report only, even with --yes (exits 2)"
+    )
     prune.add_argument("--yes", action="store_true", help="delete what the report lists")
     prune.set_defaults(run=_operate, usage=prune)
 
     forget = commands.add_parser(
-        "forget", parents=shared, help="forget a user, one fact, or facts matching a query"
+        "forget",
+        parents=shared,
+        help="forget a user, one fact, or facts matching a query",
+        description="Without --yes, list what would be forgotten (JSON) and exit 2.",
     )
     forget.add_argument("--app", type=_name, required=True, help="the ADK app name")
     forget.add_argument("--user", type=_name, required=True, help="the ADK user id")
@@ -771,6 +793,8 @@ def main(argv: list[str] | None = None) -> int:
         usage.error("--app and --user go together (user ids are per app)")
     if args.command == "quarantine" and args.action == "list" and args.id:
         usage.error("list takes no id (use --user or --limit)")
+    if args.command == "demo" and args.prefix is not None:  # it deletes its keys after
+        usage.error("--prefix: the demo makes and removes a deployment of its own")
     if args.command == "backfill" and args.jsonl and (args.app or args.user):
         usage.error("--app and --user filter a --db-url source; a --jsonl file is taken whole")
     handler = logging.StreamHandler()
@@ -787,7 +811,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         return INTERRUPTED
     except BackendError as exc:
-        print(f"afterthought: the memory backend failed: {exc}", file=sys.stderr)
+        print(f"afterthought: {exc.detail or f'the memory backend failed: {exc}'}", file=sys.stderr)
         return UNREACHABLE
     except (RedisError, RedisClusterException, ConnectionError, _ServerFailed) as exc:
         print(f"afterthought: {_redis_failure(exc)}", file=sys.stderr)

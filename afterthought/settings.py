@@ -3,22 +3,66 @@
 
 from __future__ import annotations
 
+import difflib
 import json
+import logging
+import os
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from platformdirs import user_data_path
 from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic.fields import FieldInfo
+from pydantic_settings import (
+    BaseSettings,
+    EnvSettingsSource,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
 
 from afterthought.connections import parse as parse_redis_url
 from afterthought.keys import MAX_SHARDS
+
+log = logging.getLogger("afterthought.settings")
+
+#: Variables of ours that are not settings (the test suite's Redis).
+OTHER_VARIABLES = frozenset({"AFTERTHOUGHT_TEST_REDIS_URL"})
+
+#: What this process has warned about already: settings are read many times, a warning
+#: is worth one line.
+_warned: set[str] = set()
+
+
+def _warn_once(what: str, message: str, *args: object) -> None:
+    if what not in _warned:
+        _warned.add(what)
+        log.warning(message, *args)
+
+
+def check_key_prefix(value: str) -> str:
+    """A key prefix as every process takes it (``--prefix`` too)."""
+    if not value or not all(c.isalnum() or c in "-_." for c in value):
+        raise ValueError("key_prefix must be non-empty letters, digits, '-', '_' or '.'")
+    return value
 
 
 def _default_store(key_prefix: str) -> Path:
     """One file per deployment on a machine: two deployments never share a memory."""
     name = "memory" if key_prefix == "afterthought" else f"memory-{key_prefix}"
     return user_data_path("afterthought") / f"{name}.sqlite3"
+
+
+class _Environment(EnvSettingsSource):
+    """The environment, where a JSON-typed variable that is not JSON is handed on as it
+    is: validation then refuses it naming the field and its variable, as every other bad
+    setting (pydantic-settings would raise an error naming neither the variable nor what
+    is wrong with it)."""
+
+    def decode_complex_value(self, field_name: str, field: FieldInfo, value: Any) -> Any:
+        try:
+            return super().decode_complex_value(field_name, field, value)
+        except ValueError:
+            return value
 
 
 class Settings(BaseSettings):
@@ -188,6 +232,25 @@ class Settings(BaseSettings):
     session state, so by default a pinned user or graph must be the registry's for the ADK
     user, and the worker writes to a pinned thread only if it belongs to that user."""
 
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (init_settings, _Environment(settings_cls), dotenv_settings, file_secret_settings)
+
+    @field_validator("fact_ttl_days", mode="before")
+    @classmethod
+    def _json_object(cls, value: object) -> object:
+        # Text here is the environment's, and was not JSON (see _Environment).
+        if isinstance(value, str):
+            raise ValueError('must be a JSON object of days by kind, e.g. {"ephemeral": 7}')
+        return value
+
     @property
     def jobs_redis_url(self) -> str:
         """Where arq's jobs live: ``arq_redis_url``, else ``redis_url``."""
@@ -196,8 +259,17 @@ class Settings(BaseSettings):
     @field_validator("key_prefix")
     @classmethod
     def _plain_prefix(cls, value: str) -> str:
-        if not value or not all(c.isalnum() or c in "-_." for c in value):
-            raise ValueError("key_prefix must be non-empty letters, digits, '-', '_' or '.'")
+        return check_key_prefix(value)
+
+    @field_validator("zep_base_url")
+    @classmethod
+    def _http_url(cls, value: str | None) -> str | None:
+        # Else a worker reports ready and every call fails; never quoted (it may hold a
+        # password).
+        if value is not None:
+            scheme, _, rest = value.partition("://")
+            if scheme.lower() not in ("http", "https") or not rest.split("/")[0]:
+                raise ValueError("must be an http:// or https:// URL with a host")
         return value
 
     @field_validator(
@@ -232,7 +304,43 @@ class Settings(BaseSettings):
     def _absolute_store(cls, value: Path) -> Path:
         # Made absolute where it is read: a relative path names another file in a process
         # started elsewhere, and the logs and warnings should say which file is meant.
-        return value if str(value) == ":memory:" else value.expanduser().absolute()
+        if str(value) == ":memory:":
+            return value
+        resolved = value.expanduser().absolute()
+        if not value.expanduser().is_absolute():
+            _warn_once(
+                f"relative:{value}",
+                "local_db_path %s is relative: it names %s here; the agent and the workers "
+                "must resolve the same file (give an absolute path)",
+                value,
+                resolved,
+            )
+        return resolved
+
+    @model_validator(mode="after")
+    def _unknown_variables(self) -> Settings:
+        # A misspelt variable (AFTERTHOUGHT_PREFIX) is otherwise ignored without a word.
+        # Named, never its value (it may be a key).
+        known = {}  # what a variable is compared by (its words), and the variable
+        for name, info in type(self).model_fields.items():
+            alias = info.validation_alias
+            for variable in (
+                [str(a) for a in alias.choices if str(a).isupper()]
+                if isinstance(alias, AliasChoices)
+                else [f"AFTERTHOUGHT_{name.upper()}"]
+            ):
+                known[variable.removeprefix("AFTERTHOUGHT_")] = variable
+        for variable in sorted(os.environ):
+            upper = variable.upper()
+            if not upper.startswith("AFTERTHOUGHT_") or upper in OTHER_VARIABLES:
+                continue
+            words = upper.removeprefix("AFTERTHOUGHT_")
+            if known.get(words) == upper:
+                continue
+            close = difflib.get_close_matches(words, list(known), n=1)
+            meant = f" (did you mean {known[close[0]]}?)" if close else ""
+            _warn_once(f"unknown:{variable}", "unknown setting %s ignored%s", variable, meant)
+        return self
 
     @model_validator(mode="after")
     def _cluster_needs_shards_and_arq(self) -> Settings:

@@ -108,15 +108,25 @@ def test_prune_and_forget_commands_dry_run_first(
             zep_api_key="test-key",
             zep_base_url=zep_fake.base_url,
         )
-    asyncio.run(_session(settings, "I live in Lisbon.", "I'm allergic to peanuts."))
+    story = "Last summer I walked " + "for miles and miles " * 10 + "along the coast."
+    asyncio.run(_session(settings, "I live in Lisbon.", "I'm allergic to peanuts.", story))
     cli = partial(run_cli, settings)
 
-    pruned = cli("prune")
-    assert pruned.returncode == 0 and json.loads(pruned.stdout)["dry_run"] is True
+    pruned = cli("prune")  # a dry run, like every one: exit 2, nothing changed
+    assert pruned.returncode == 2 and json.loads(pruned.stdout)["dry_run"] is True
     listed = cli("forget", "--app", APP, "--user", "alice", "--query", "peanuts")
     found = json.loads(listed.stdout)
     assert found["dry_run"] and len(found["facts"]) == 1
-    assert cli("forget", "--app", APP, "--user", "alice").returncode == 2  # needs --yes
+    # The whole user: what --yes deletes, counted, a sample of each shown and shortened.
+    whole = cli("forget", "--app", APP, "--user", "alice")
+    assert whole.returncode == 2  # needs --yes
+    held = json.loads(whole.stdout)
+    assert held["fact_count"] == 2 and len(held["texts"]) == len(held["facts"]) == 2
+    assert any("peanuts" in text for text in held["texts"])
+    assert held["statement_count"] == 6 and len(held["statements"]) == 5  # and 3 replies
+    assert held["statements"][0] == "I live in Lisbon."
+    assert held["statements"][4] == story[:79] + "…"
+    assert "2 facts, 6 statements" in whole.stderr
     done = cli("forget", "--app", APP, "--user", "alice", "--query", "peanuts", "--yes")
     assert json.loads(done.stdout)["facts"] == found["facts"]
     block = "\n".join(asyncio.run(_session(settings, "Hi")))

@@ -23,6 +23,7 @@ from google.adk.events import Event
 from google.adk.sessions import Session
 from google.genai import types
 from prometheus_client.parser import text_string_to_metric_families
+from pydantic import SecretStr
 
 from afterthought.agent_hooks import TurnMemory, create_callbacks
 from afterthought.agent_hooks.backfill import Backfill, jsonl_source
@@ -380,6 +381,12 @@ CLI_ERRORS = [
         "no user 'nobody' of app 'memtest' in the backend",
     ),
     (("dlq", "purge", "--all"), "ok", 2, "add --yes"),
+    # Every dry run of a destructive command exits 2: nothing was changed.
+    (("reshard", "--to", "4"), "ok", 2, "would lay the queue out in 4 shards (from 0)"),
+    (("prune",), "ok", 2, "a dry run: add --yes to prune"),
+    (("prune", "--dry-run", "--yes"), "ok", 2, "a dry run: add --yes to prune"),
+    # The index is optional: only the action is missing.
+    (("dlq",), "ok", 2, "the following arguments are required: action\n"),
     (("dlq", "replay", "7"), "ok", 1, "no dead letter at index 7 (there are 0"),
     (("dlq", "list", "5"), "ok", 2, "list takes no index"),
     (("dlq", "replay"), "ok", 2, "replay: name letters by index"),
@@ -425,9 +432,30 @@ CLI_ERRORS = [
         2,
         "no such database file",
     ),
-    # A backend that cannot answer is not a user or fact that names nothing.
-    (("forget", "--app", APP, "--user", "alice", "--query", "tea"), "nostore", 3, "backend failed"),
-    (("forget", "--app", APP, "--user", "alice"), "nostore", 3, "backend failed"),
+    # A backend that cannot answer is not a user or fact that names nothing; what failed
+    # is named: the store's file and why, the host Zep was not found at (never its key).
+    (
+        ("forget", "--app", APP, "--user", "alice", "--query", "tea"),
+        "nostore",
+        3,
+        "a-file/memory.sqlite3: cannot create",
+    ),
+    (("forget", "--app", APP, "--user", "alice"), "nostore", 3, "(a file is in the way)"),
+    (("forget", "--app", APP, "--user", "alice"), "notdb", 3, "a-file: file is not a database"),
+    # A backend that cannot work is the worker's only line, before arq's or Redis's.
+    (("worker", "--burst", "--log-level", "INFO"), "notdb", 3, "cannot open the local store"),
+    (("worker", "--burst", "--log-level", "INFO"), "nokey", 2, "Zep backend needs ZEP_API_KEY"),
+    (
+        ("forget", "--app", APP, "--user", "alice"),
+        "nozep",
+        3,
+        "cannot reach Zep at 127.0.0.1:{port}",
+    ),
+    (("status",), "badttl", 2, "bad setting: fact_ttl_days (AFTERTHOUGHT_FACT_TTL_DAYS)="),
+    (("worker", "--burst"), "badzepurl", 2, "ZEP_BASE_URL: Value error, must be an http://"),
+    # The demo makes its own deployment and deletes its keys after: never another's.
+    (("demo", "--prefix", "X"), "ok", 2, "--prefix: the demo makes and removes a deployment"),
+    (("worker", "--burst"), "badttl", 2, "must be a JSON object of days by kind"),
 ]
 
 
@@ -461,6 +489,17 @@ def test_every_documented_error_is_one_clear_line(
         "nostore": local_settings.model_copy(
             update={"local_db_path": tmp_path / "a-file" / "memory.sqlite3"}
         ),
+        "notdb": local_settings.model_copy(update={"local_db_path": tmp_path / "a-file"}),
+        "nozep": local_settings.model_copy(
+            update={
+                "backend": "zep",
+                "zep_api_key": SecretStr("sekret"),
+                "zep_base_url": f"http://127.0.0.1:{port}/api/v4",
+            }
+        ),
+        "badttl": local_settings.model_copy(update={"fact_ttl_days": "{bad"}),
+        "nokey": local_settings.model_copy(update={"backend": "zep"}),
+        "badzepurl": local_settings.model_copy(update={"zep_base_url": "not-a-url"}),
     }[variant]
     (tmp_path / "a-file").write_text("not a directory")
     argv = [a.format(missing=tmp_path / "none.jsonl") for a in args]
@@ -472,6 +511,34 @@ def test_every_documented_error_is_one_clear_line(
         assert len(done.stderr.strip().splitlines()) == 1, done.stderr
     elif argv and not argv[0].startswith("-"):  # the usage of the command that was misused
         assert done.stderr.startswith(f"usage: afterthought {argv[0]} "), done.stderr
+
+
+def test_unknown_variables_and_a_relative_store_are_warned_about_once(
+    local_settings: Settings, tmp_path: Path
+) -> None:
+    """A misspelt variable would be ignored without a word, a relative store path names
+    another file in a process started elsewhere: one warning each, never the value."""
+    env = {
+        **os.environ,
+        **local_settings.as_env(),
+        "AFTERTHOUGHT_PREFIX": "value-never-shown",
+        "AFTERTHOUGHT_LOCAL_DB_PATH": "relative.sqlite3",
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "afterthought.cli", "status"],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode in (0, 1), done.stderr
+    warnings = [line for line in done.stderr.splitlines() if " WARNING " in line]
+    unknown = [line for line in warnings if "AFTERTHOUGHT_PREFIX" in line]
+    assert len(unknown) == 1 and "did you mean AFTERTHOUGHT_KEY_PREFIX?" in unknown[0]
+    relative = [line for line in warnings if "relative" in line]
+    assert len(relative) == 1 and str(tmp_path / "relative.sqlite3") in relative[0]
+    assert "value-never-shown" not in done.stderr + done.stdout
 
 
 def test_global_options_go_before_or_after_the_command(local_settings: Settings) -> None:
@@ -943,7 +1010,8 @@ async def test_a_flat_queue_is_never_stranded_by_switching_to_shards(
     early = run_cli(local_settings, "reshard", "--to", "4", "--yes")
     assert early.returncode == 1 and "holds 1 messages" in early.stderr
     await drain(local_settings)
-    assert "add --yes" in run_cli(local_settings, "reshard", "--to", "4").stdout
+    dry = run_cli(local_settings, "reshard", "--to", "4")
+    assert dry.returncode == 2 and "add --yes" in dry.stderr  # a dry run, as every one
     assert await redis.get(keys.layout) == b"0"
     assert run_cli(local_settings, "reshard", "--to", "4", "--yes").returncode == 0
     assert await redis.get(keys.layout) == b"4"

@@ -63,6 +63,11 @@ _WORD = re.compile(r"\w+")
 RESTATEMENTS = 50
 #: How much of a fact's text a dry run shows.
 SHOWN_CHARS = 80
+#: A dry run of forgetting a user counts their facts and statements, and shows this many
+#: of each (the rest would flood a terminal).
+SAMPLE = 5
+#: Statements read from the backend per call while counting them.
+COUNT_PAGE = 1000
 #: A forget's mark outlives a stopped process this long; a worker resumes it before then.
 PENDING_MARK_MS = 24 * 3600 * 1000
 #: After a forget, cache writes stay refused this long: a block read from the backend
@@ -89,6 +94,14 @@ class Forgotten:
     quarantined: int = 0
     pending: bool = False
     """The backend has not confirmed the deletion yet; a worker finishes it."""
+    fact_count: int | None = None
+    """A dry run of forgetting a user: how many facts the backend holds of them (superseded
+    ones included), of which ``facts`` and ``texts`` show the first ``SAMPLE``. None
+    elsewhere: every fact is listed."""
+    statement_count: int | None = None
+    """A dry run of forgetting a user: how many messages the backend holds of their
+    conversations (their statements and the replies), of which ``statements`` shows the
+    first ``SAMPLE``. None elsewhere."""
 
 
 class Forgetter:
@@ -155,8 +168,9 @@ class Forgetter:
         return found, True
 
     async def held(self, app: str, user_id: str) -> Forgotten:
-        """What Redis holds of the user that a forget of them would drop (a dry run): their
-        queued messages, dead letters and quarantined entries."""
+        """What a forget of the user would drop (a dry run): in the backend, their facts
+        and statements, counted, with a sample of each; in Redis, their queued messages,
+        dead letters and quarantined entries."""
         threads = [  # thread references: their keys are in the user's slot
             t.decode() for t in await self.redis.smembers(self.keys.user_threads(app, user_id))
         ]
@@ -164,12 +178,29 @@ class Forgetter:
         dead_key = self.keys.dead(self.keys.shard_of(app, user_id))
         dead = [DeadLetter.parse(raw) for raw in await self.redis.lrange(dead_key, 0, -1)]
         quarantine = Quarantine(self.redis, self.settings)
-        return Forgotten(
+        done = Forgotten(
             dry_run=True,
             queued=sum(queued),
             dead_letters=sum(d.thread in threads for d in dead),
             quarantined=len(await quarantine.entries(app=app, user_id=user_id)),
+            fact_count=0,
+            statement_count=0,
         )
+        user = await self._user(app, user_id)
+        if user is None:
+            return done
+        facts = await self.backend.list_facts(user=user)
+        done.fact_count = len(facts)
+        done.facts = [f.uuid for f in facts[:SAMPLE]]
+        done.texts = [_shown(f) for f in facts[:SAMPLE]]
+        counted, after = 0, None
+        while True:
+            page, after = await self.backend.user_messages(user=user, after=after, limit=COUNT_PAGE)
+            counted += len(page)
+            done.statements += _said(page[: SAMPLE - len(done.statements)])
+            if len(page) < COUNT_PAGE or after is None:
+                done.statement_count = counted
+                return done
 
     async def _user(self, app: str, user_id: str) -> UserRef | None:
         """The user in the backend: as the registry records them, else as the backend

@@ -23,6 +23,7 @@ from redis.asyncio import Redis
 from redis.exceptions import OutOfMemoryError, RedisError
 
 from afterthought.backends import open_backend
+from afterthought.backends.base import MemoryBackend
 from afterthought.connections import FAILURES, connect
 from afterthought.contract import QueuedMessage
 from afterthought.keys import Keys, digest
@@ -335,9 +336,15 @@ def _jobs_pool(settings: Settings, keys: Keys) -> ArqRedis:
 
 
 def worker_settings(
-    settings: Settings | None = None, *, burst: bool = False, **arq_overrides: Any
+    settings: Settings | None = None,
+    *,
+    burst: bool = False,
+    opened_backend: MemoryBackend | None = None,
+    **arq_overrides: Any,
 ) -> dict[str, Any]:
-    """Keyword arguments for ``arq.Worker`` (arq takes a dict as settings too)."""
+    """Keyword arguments for ``arq.Worker`` (arq takes a dict as settings too).
+    ``opened_backend``: one already opened (the command opens it before arq starts, so that a
+    backend that cannot work is reported alone); else the worker opens its own."""
     s = settings or Settings()
     keys = Keys.of(s)
     worker_id = f"{socket.gethostname()}:{os.getpid()}"
@@ -351,7 +358,7 @@ def worker_settings(
         if s.metrics_port is not None:  # first: a port in use stops the worker before it works
             health = metrics.Health(worker_id)
             ctx["metrics_server"] = metrics.serve(s.metrics_host, s.metrics_port, health)
-        opened = open_backend(s, upgrade=True)
+        opened = opened_backend or open_backend(s, upgrade=True)
         await opened.prepare()
         tasks = ctx["tasks"] = []
         if s.resolved_backend == "local":

@@ -41,12 +41,16 @@ class BackendError(Exception):
         status: int | None = None,
         code: str | None = None,
         retry_after: float | None = None,
+        detail: str | None = None,
     ) -> None:
         super().__init__(f"{kind} (status={status}, code={code})")
         self.kind: ErrorKind = kind
         self.status = status
         self.code = code
         self.retry_after = retry_after
+        self.detail = detail
+        """What an operator can act on, where the kind says too little: the file or host
+        that failed and why (never content, never a key)."""
 
 
 @dataclass(frozen=True, slots=True)

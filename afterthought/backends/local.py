@@ -219,6 +219,10 @@ class LocalBackend(MemoryBackend):
         if str(self.path) != ":memory:":
             try:
                 self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            except OSError as exc:  # a file in the way, a place that takes no directory
+                why = "a file is in the way" if isinstance(exc, FileExistsError) else _reason(exc)
+                raise self._unopenable(exc, f"cannot create {exc.filename} ({why})") from None
+            try:
                 # Memory is personal data: the file is created private to its owner. Only
                 # when it is not there: closing a descriptor of a file drops every POSIX
                 # lock this process holds on it, so another connection of ours to an
@@ -228,7 +232,20 @@ class LocalBackend(MemoryBackend):
             except FileExistsError:
                 pass
             except OSError as exc:
-                raise BackendError("unavailable", code=type(exc).__name__) from None
+                raise self._unopenable(exc, _reason(exc)) from None
+        try:
+            return self._open()
+        except sqlite3.DatabaseError as exc:  # not a database, read-only, locked, ...
+            raise self._unopenable(exc, str(exc)) from None
+
+    def _unopenable(self, exc: Exception, why: str) -> BackendError:
+        return BackendError(
+            "unavailable",
+            code=type(exc).__name__,
+            detail=f"cannot open the local store {self.path}: {why}",
+        )
+
+    def _open(self) -> sqlite3.Connection:
         db = sqlite3.connect(self.path, check_same_thread=False, timeout=10)
         # interrupt() stops the statement running when a read is given up on; this stops
         # the read's next ones too (an interrupt between two statements is forgotten).
@@ -938,6 +955,8 @@ class LocalBackend(MemoryBackend):
         if self._embedder is not None:
             try:
                 await asyncio.to_thread(self._embedder.embed, ["ready"])
+            except ModuleNotFoundError:  # the extra is not installed: said as such
+                raise
             except Exception as exc:  # not found, not downloadable, not a model
                 raise BackendError(
                     "unavailable", code=f"embedding_model:{type(exc).__name__}"
@@ -949,6 +968,11 @@ class LocalBackend(MemoryBackend):
             if self._db is not None:
                 self._db.close()
                 self._db = None
+
+
+def _reason(exc: OSError) -> str:
+    """The system's reason, as a clause ("permission denied")."""
+    return (exc.strerror or type(exc).__name__).lower()
 
 
 def _lexical(db: sqlite3.Connection, user_uuid: str, terms: Sequence[str]) -> list[int]:

@@ -115,8 +115,19 @@ def classify(exc: BaseException) -> BackendError | None:
     if isinstance(exc, httpx.TimeoutException | TimeoutError):
         return BackendError("timeout")
     if isinstance(exc, httpx.TransportError):
-        return BackendError("unavailable")
+        return BackendError("unavailable", detail=_unreached(exc))
     return None
+
+
+def _unreached(exc: httpx.TransportError) -> str | None:
+    """The server a request could not reach, by host and port only (the URL's path holds
+    user and thread ids; the key travels in a header and is never named)."""
+    try:
+        url = exc.request.url
+    except RuntimeError:  # raised before a request was made
+        return None
+    port = f":{url.port}" if url.port else ""
+    return f"cannot reach Zep at {url.host}{port} ({type(exc).__name__})"
 
 
 async def _classified(pager: AsyncPager[T, Any]) -> AsyncIterator[T]:
