@@ -1,18 +1,20 @@
-"""Agent and worker must use one local store: a new session's block is what the worker
-wrote there. A relative path, another working directory or another machine silently
-gives the agent an empty store of its own. So each worker announces its store in Redis
-(the file's id and path), and an agent compares its own once and warns when it is not
-among them."""
+"""Agents and workers of a deployment must use one store: a new session's block is what
+the worker wrote there. A relative path, another working directory or another machine
+silently gives the agent an empty local store of its own; an agent without the workers'
+ZEP_API_KEY reads a local store while they write to Zep. So each worker announces its
+store in Redis (an id and a description), and an agent compares its own and warns when it
+is not among them."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import json
 import logging
 import time
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
 
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
@@ -21,9 +23,6 @@ from afterthought.backends.base import MemoryBackend
 from afterthought.keys import Keys
 from afterthought.settings import Settings
 
-if TYPE_CHECKING:
-    from afterthought.backends.local import LocalBackend
-
 log = logging.getLogger("afterthought.store")
 
 #: A running worker announces its store this often...
@@ -31,10 +30,16 @@ ANNOUNCE_EVERY_SECONDS = 60.0
 #: ...and an announcement counts this long: a store no worker has used lately is not one
 #: an agent should be reading (an old file left behind by last week's deployment).
 ANNOUNCED_SECONDS = 3 * ANNOUNCE_EVERY_SECONDS
+#: What to do about two stores, for every message that finds them.
+ONE_STORE = (
+    "give every worker and agent the same ZEP_API_KEY and ZEP_BASE_URL (Zep), or the same"
+    " absolute AFTERTHOUGHT_LOCAL_DB_PATH (local store)"
+)
 
 
 def announced_stores(entries: Mapping[bytes, bytes], *, now: float) -> dict[str, str]:
-    """Store id -> path, of the stores workers announced lately (an entry a worker)."""
+    """Store id -> description, of the stores workers announced lately (an entry a
+    worker)."""
     found = {}
     for raw in entries.values():
         try:
@@ -46,19 +51,39 @@ def announced_stores(entries: Mapping[bytes, bytes], *, now: float) -> dict[str,
     return found
 
 
+async def store_of(
+    settings: Settings, backend: MemoryBackend, *, create: bool = False
+) -> tuple[str | None, str] | None:
+    """This process's store: its id and a description; None for a backend the application
+    built. A local file not there yet has no id (None) unless ``create`` (a worker's); a
+    Zep project is told by its URL and a digest of its key (never the key)."""
+    from afterthought.backends.local import LocalBackend  # the local adapter, when used
+    from afterthought.backends.zep import ZepBackend
+
+    if isinstance(backend, LocalBackend):
+        mine = await backend.store_id() if create or backend.path.exists() else None
+        return mine, str(backend.path)
+    if isinstance(backend, ZepBackend):
+        url, key = settings.zep_base_url or "", settings.zep_api_key
+        secret = key.get_secret_value() if key else ""
+        project = hashlib.sha256(f"{url}\0{secret}".encode()).hexdigest()[:16]
+        return f"zep:{project}", f"Zep at {urlsplit(url).hostname or 'its default URL'}"
+    return None
+
+
 async def announce(
     redis: Redis, settings: Settings, backend: MemoryBackend, *, worker: str
 ) -> None:
     """The worker's side: its store joins the deployment's list, with the time; an error
     in the log while another worker of the deployment announced another store (its users'
-    turns land in two files, and each agent reads one)."""
-    from afterthought.backends.local import LocalBackend  # the local adapter, when used
-
-    if not isinstance(backend, LocalBackend):
+    turns land in two stores, and each agent reads one)."""
+    found = await store_of(settings, backend, create=True)
+    if found is None:
         return
+    store, description = found
+    assert store is not None  # created
     key = Keys.of(settings).stores
-    store = await backend.store_id()
-    entry = json.dumps({"store": store, "path": str(backend.path), "at": time.time()})
+    entry = json.dumps({"store": store, "path": description, "at": time.time()})
     try:
         others = announced_stores(await redis.hgetall(key), now=time.time())
         # Not a transaction (a cluster client refuses one): a stop between the two leaves
@@ -69,17 +94,17 @@ async def announce(
             pipe.expire(key, int(ANNOUNCED_SECONDS))
             await pipe.execute()
     except RedisError as exc:  # a full Redis must not keep a worker from draining it
-        log.warning("local store not announced path=%s error=%s", backend.path, type(exc).__name__)
+        log.warning("store not announced store=%s error=%s", description, type(exc).__name__)
         return
     others.pop(store, None)
     if others:
         log.error(
-            "workers of this deployment use different local stores: this=%s others=%s; give"
-            " every worker and agent the same absolute AFTERTHOUGHT_LOCAL_DB_PATH",
-            backend.path,
+            "workers of this deployment use different stores: this=%s others=%s; %s",
+            description,
             ",".join(sorted(others.values())),
+            ONE_STORE,
         )
-    log.debug("local store id=%s path=%s", store, backend.path)
+    log.debug("store id=%s description=%s", store, description)
 
 
 async def announce_forever(
@@ -98,20 +123,22 @@ async def withdraw(redis: Redis, settings: Settings, *, worker: str) -> None:
         await redis.hdel(Keys.of(settings).stores, worker)
 
 
-async def elsewhere(redis: Redis, settings: Settings, backend: LocalBackend) -> list[str] | None:
-    """The paths of the stores workers announced lately when this process's store is not
-    one of them (an empty list when it is; None when none was announced). A file that is
-    not there is not created to find out."""
-    # First: a store awaiting an upgrade says so here.
-    mine = await backend.store_id() if backend.path.exists() else None
+async def elsewhere(redis: Redis, settings: Settings, backend: MemoryBackend) -> list[str] | None:
+    """The descriptions of the stores workers announced lately when this process's store
+    is not one of them (an empty list when it is, or for a backend the application built;
+    None when none was announced)."""
+    # First: a local store awaiting an upgrade says so here.
+    found = await store_of(settings, backend)
     stored = await redis.hgetall(Keys.of(settings).stores)
     announced = announced_stores(stored, now=time.time())
     if not announced:
         return None
-    return [] if mine in announced else sorted(announced.values())
+    if found is None or found[0] in announced:
+        return []
+    return sorted(announced.values())
 
 
-async def matches(redis: Redis, settings: Settings, backend: LocalBackend) -> bool | None:
+async def matches(redis: Redis, settings: Settings, backend: MemoryBackend) -> bool | None:
     """The agent's side: False (and a warning) when workers announced stores lately and
     this process's is not one of them; True when it is; None when none was announced
     (nothing to compare with yet)."""
@@ -119,10 +146,11 @@ async def matches(redis: Redis, settings: Settings, backend: LocalBackend) -> bo
     if others is None:
         return None
     if others:
+        found = await store_of(settings, backend)
         log.warning(
-            "agent and worker use different local stores: agent=%s worker=%s; give both the"
-            " same absolute AFTERTHOUGHT_LOCAL_DB_PATH",
-            backend.path,
+            "agent and worker use different stores: agent=%s worker=%s; %s",
+            found[1] if found else "?",
             ",".join(others),
+            ONE_STORE,
         )
     return not others

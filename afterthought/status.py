@@ -151,7 +151,7 @@ class Status(BaseModel):
         """What needs an operator, by stable name: ``no_workers``, ``paused``,
         ``stranded_threads``, ``dead_letters``, ``lost_messages``, ``eviction_policy``
         (Redis may evict queued messages), ``redis_full``, ``forget_stuck`` (a forget
-        pending for over an hour), ``split_store`` (workers write different local stores).
+        pending for over an hour), ``split_store`` (workers write different stores).
         Empty: ``status`` exits 0."""
         policy = self.redis.maxmemory_policy if self.redis else None
         found = {

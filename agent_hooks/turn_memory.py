@@ -308,13 +308,14 @@ class TurnMemory:
             self._turns.popitem(last=False)
 
     async def check_store_once(self) -> None:
-        """The first time (a turn, a search): warn if the workers write another local
-        store. Awaited within the read budget, beside the read, so that a process that
-        lives for one turn still warns; past the budget it goes on unawaited. While no
-        worker has announced its store, it runs again at most every
-        ``STORE_RECHECK_SECONDS`` (an agent up before its workers is checked all the same)."""
+        """The first time (a turn, a search): warn if the workers write another store
+        (another local file, Zep while this process has no key, another Zep project).
+        Awaited within the read budget, beside the read, so that a process that lives for
+        one turn still warns; past the budget it goes on unawaited. While no worker has
+        announced its store, it runs again at most every ``STORE_RECHECK_SECONDS`` (an
+        agent up before its workers is checked all the same)."""
         due = self._store_due
-        if self.settings.resolved_backend != "local" or due is None or time.monotonic() < due:
+        if due is None or time.monotonic() < due:
             return
         self._store_due = None  # one check at a time; it says when the next one is due
         self._store_check = asyncio.ensure_future(self._check_store())
@@ -324,14 +325,10 @@ class TurnMemory:
             )
 
     async def _check_store(self) -> None:
-        from afterthought.backends.local import LocalBackend
         from afterthought.shared_store import matches
 
-        backend = self.backend
-        if not isinstance(backend, LocalBackend):
-            return  # one the application built: its own business
         try:
-            if await matches(self.recorder.enqueuer.redis(), self.settings, backend) is None:
+            if await matches(self.recorder.enqueuer.redis(), self.settings, self.backend) is None:
                 self._store_due = time.monotonic() + STORE_RECHECK_SECONDS
         except BackendError as exc:
             if exc.code == "schema_upgrade_pending":  # reads fall back to the cache until then

@@ -665,10 +665,56 @@ async def test_an_agent_reading_another_store_than_its_worker_is_warned(
         await say(runner, "alice", await new_session(runner, "alice"), "hello there")
         assert memory._store_check is not None
         await memory._store_check  # awaited: no timing involved
-        assert ("different local stores" in caplog.text) is warned, path
+        assert ("different stores" in caplog.text) is warned, path
         if warned:
             assert str(path) in caplog.text and str(worker_settings.local_db_path) in caplog.text
         await memory.aclose()
+
+
+@pytest.mark.parametrize(
+    ("agent", "worker", "warned"),
+    [
+        ("local", "zep", True),
+        ("zep", "local", True),
+        ("zep", "zep-other-key", True),
+        ("zep", "zep", False),
+    ],
+)
+async def test_an_agent_and_workers_on_different_backends_are_warned(
+    make_settings: Callable[..., Settings],
+    zep_fake: ZepFake,
+    caplog: pytest.LogCaptureFixture,
+    agent: str,
+    worker: str,
+    warned: bool,
+) -> None:
+    """An agent without the workers' ZEP_API_KEY reads a local store they never write (a
+    reviewer's agent remembered nothing, and nothing said why); one with another key reads
+    another Zep project."""
+    from afterthought.backends import open_backend
+    from afterthought.connections import connect
+    from afterthought.shared_store import announce
+
+    def configured(backend: str) -> Settings:
+        if backend == "local":
+            return make_settings()
+        key = "other-key" if backend == "zep-other-key" else "test-key"
+        return make_settings(backend="zep", zep_api_key=key, zep_base_url=zep_fake.base_url)
+
+    worker_settings = configured(worker)
+    client, store = connect(worker_settings.redis_url), open_backend(worker_settings)
+    await store.prepare()
+    await announce(client, worker_settings, store, worker="elsewhere:1")
+    await store.aclose()
+    await client.aclose()
+    memory = TurnMemory(configured(agent))
+    runner, _ = make_runner(create_callbacks(memory))
+    await say(runner, "alice", await new_session(runner, "alice"), "hello there")
+    assert memory._store_check is not None
+    await memory._store_check  # awaited: no timing involved
+    assert ("different stores" in caplog.text) is warned, caplog.text
+    assert "other-key" not in caplog.text and "test-key" not in caplog.text
+    await memory.aclose()
 
 
 async def test_an_agent_up_before_its_worker_is_warned_once_the_worker_announces(
@@ -695,13 +741,13 @@ async def test_an_agent_up_before_its_worker_is_warned_once_the_worker_announces
         await memory._store_check  # awaited: no timing involved
 
     await turn()
-    assert "different local stores" not in caplog.text
+    assert "different stores" not in caplog.text
     await _worker_running_on(worker_settings)
     await turn()
-    assert "different local stores" in caplog.text
+    assert "different stores" in caplog.text
     caplog.clear()
     await turn()  # compared once: not warned at every turn
-    assert "different local stores" not in caplog.text
+    assert "different stores" not in caplog.text
     await memory.aclose()
 
 
@@ -762,10 +808,10 @@ async def test_a_process_of_one_turn_or_one_search_is_warned_of_another_store(
         timeout=60,
     )
     assert done.returncode == 0, done.stderr
-    assert "different local stores" in done.stderr, done.stderr
+    assert "different stores" in done.stderr, done.stderr
     searching = ZepMemoryService(memory=TurnMemory(elsewhere))
     await searching.search_memory(app_name="memtest", user_id="alice", query="hello")
-    assert "different local stores" in caplog.text
+    assert "different stores" in caplog.text
     await searching.memory.aclose()
 
 
@@ -782,7 +828,7 @@ async def test_two_workers_of_a_deployment_on_two_stores_are_an_error_and_a_prob
             assert time.monotonic() < deadline and running.poll() is None
             await asyncio.sleep(0.05)
         await run_worker_once(first.model_copy(update={"local_db_path": tmp_path / "two.sqlite3"}))
-        assert "workers of this deployment use different local stores" in caplog.text
+        assert "workers of this deployment use different stores" in caplog.text
         assert str(tmp_path / "one.sqlite3") in caplog.text
         assert status(first)[1]["local_stores"] == 1  # the second stopped: it withdrew its own
         await run_worker_once(first)  # the same store as the running one: no error
@@ -878,7 +924,7 @@ async def test_only_stores_announced_lately_count(
     assert await announced(**{mine: now - 2 * ANNOUNCED_SECONDS}) is None  # nobody lately
     caplog.clear()
     assert await announced(**{mine: now - 2 * ANNOUNCED_SECONDS, "other": now}) is False
-    assert "different local stores" in caplog.text and "/srv/other" in caplog.text
+    assert "different stores" in caplog.text and "/srv/other" in caplog.text
     await redis.delete(key)
     await agent.aclose()
 
@@ -1017,3 +1063,33 @@ async def test_a_flat_queue_is_never_stranded_by_switching_to_shards(
     assert await redis.get(keys.layout) == b"4"
     assert run_cli(sharded, "status").returncode in (0, 1)  # every process now runs with 4
     assert "set AFTERTHOUGHT_REDIS_SHARDS=4" in run_cli(local_settings, "status").stderr
+
+
+async def test_a_worker_says_at_start_when_zep_cannot_be_used(
+    make_settings: Callable[..., Settings], zep_fake: ZepFake, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A worker pointed at a Zep it cannot reach, or with a key Zep refuses, said "ready"
+    and then deferred every message naming no host; it says so at start, and goes on (what
+    it is sent waits in the queue, as in any outage)."""
+    from afterthought.backends.zep import ZepBackend
+
+    cases = {
+        f"http://127.0.0.1:{free_port()}/api/v4": "cannot reach Zep at 127.0.0.1:",
+        zep_fake.base_url: None,
+    }
+    for url, said in cases.items():
+        caplog.clear()
+        backend = ZepBackend(make_settings(backend="zep", zep_api_key="k", zep_base_url=url))
+        await backend.prepare()
+        await backend.aclose()
+        if said is None:
+            assert "zep unusable" not in caplog.text
+        else:
+            assert "zep unusable at start error=unavailable" in caplog.text and said in caplog.text
+    zep_fake.inject(Fault(match=".*", status=401, times=1))
+    backend = ZepBackend(
+        make_settings(backend="zep", zep_api_key="k", zep_base_url=zep_fake.base_url)
+    )
+    await backend.prepare()
+    await backend.aclose()
+    assert "zep unusable at start error=unauthorized status=401" in caplog.text

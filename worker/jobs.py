@@ -29,6 +29,7 @@ from afterthought.contract import QueuedMessage
 from afterthought.keys import Keys, digest
 from afterthought.layout import check_layout
 from afterthought.settings import Settings
+from afterthought.shared_store import announce, announce_forever, withdraw
 from afterthought.status import HEALTH_INTERVAL_SECONDS, RedisStatus, redis_status
 from afterthought.worker import metrics
 from afterthought.worker.flush import Flusher
@@ -361,14 +362,9 @@ def worker_settings(
         opened = opened_backend or open_backend(s, upgrade=True)
         await opened.prepare()
         tasks = ctx["tasks"] = []
-        if s.resolved_backend == "local":
-            from afterthought.shared_store import announce, announce_forever  # local adapter
-
-            await announce(redis, s, opened, worker=worker_id)
-            if not burst:
-                tasks.append(
-                    asyncio.create_task(announce_forever(redis, s, opened, worker=worker_id))
-                )
+        await announce(redis, s, opened, worker=worker_id)
+        if not burst:
+            tasks.append(asyncio.create_task(announce_forever(redis, s, opened, worker=worker_id)))
         backend = metrics.metered_backend(opened)
         ctx["backend"] = backend
         ctx["pruner"] = Pruner(s, redis, backend)
@@ -403,10 +399,7 @@ def worker_settings(
         if "backend" in ctx:
             await ctx["backend"].aclose()
         if "data" in ctx:
-            if s.resolved_backend == "local":
-                from afterthought.shared_store import withdraw
-
-                await withdraw(ctx["data"], s, worker=worker_id)
+            await withdraw(ctx["data"], s, worker=worker_id)
             await ctx["data"].aclose()
 
     return {

@@ -106,7 +106,8 @@ SHARD_LOST = Gauge(
 )
 WORKERS = Gauge("afterthought_workers", "Worker processes whose health reports are live.")
 LOCAL_STORES = Gauge(
-    "afterthought_local_stores", "Local stores the workers announced lately (over 1: split)."
+    "afterthought_local_stores",
+    "Stores (local files, Zep projects) the workers announced lately (over 1: split).",
 )
 
 

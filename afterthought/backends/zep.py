@@ -11,12 +11,15 @@ import email.utils
 import functools
 import importlib
 import json
+import logging
 import re
 import time
+import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 import httpx
+from typing_extensions import override
 from zep_cloud import AddMessage, AsyncZep, EdgeInput, EdgeNodeRef, Task
 from zep_cloud.core.api_error import ApiError
 from zep_cloud.core.pagination import AsyncPager
@@ -39,6 +42,8 @@ from afterthought.keys import digest
 from afterthought.loops import PerLoop
 from afterthought.search import SearchHit, SearchRequest
 from afterthought.settings import Settings
+
+log = logging.getLogger("afterthought.backend")
 
 T = TypeVar("T")
 
@@ -705,6 +710,24 @@ class ZepBackend(MemoryBackend):
             )
         )
         return [_hit(item) for item in (pager.items or [])[: request.limit]]
+
+    @override
+    async def prepare(self) -> None:
+        """A worker's start: one call that says whether Zep answers and takes the key (the
+        user asked for does not exist: "not found" is the answer wanted). Said, not
+        raised: the worker goes on, and what it is sent waits in the queue until Zep
+        answers (an outage at start is an outage like any other)."""
+        try:
+            nobody = f"afterthought-probe-{uuid.uuid4().hex}"
+            await self._call(lambda z: z.user.get(nobody, request_options=self._options()))
+        except BackendError as exc:
+            if exc.kind != "not_found":
+                log.warning(
+                    "zep unusable at start error=%s status=%s%s; messages wait until it is",
+                    exc.kind,
+                    exc.status,
+                    f" ({exc.detail})" if exc.detail else "",
+                )
 
     async def aclose(self) -> None:
         held = self._clients.pop_current()
