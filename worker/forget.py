@@ -20,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import re
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,6 +28,7 @@ import redis.asyncio as aioredis
 
 from afterthought.audit import AuditLog, Entry
 from afterthought.backends.base import BackendError, HistoryMessage, MemoryBackend, UserRef
+from afterthought.backends.retrieval import query_stems
 from afterthought.context_cache import COOLING, PENDING, ContextCache
 from afterthought.contract import DeadLetter
 from afterthought.facts import StoredFact, statement
@@ -58,7 +58,6 @@ if tonumber(redis.call('GET', KEYS[2]) or '0') < tonumber(ARGV[3]) then
   redis.call('SET', KEYS[2], ARGV[3])
 end
 """
-_WORD = re.compile(r"\w+")
 #: Statements searched for one that says a forgotten fact again.
 RESTATEMENTS = 50
 #: How much of a fact's text a dry run shows.
@@ -362,19 +361,19 @@ class Forgetter:
     async def forget_matching(
         self, *, app: str, user_id: str, query: str, confirm: bool = False
     ) -> Forgotten:
-        """Current facts whose text holds every word of ``query``; only listed unless
-        ``confirm``."""
+        """Current facts whose text holds every word of ``query``, by stem as search finds
+        them ("peanut" holds for "allergic to: peanuts"); only listed unless ``confirm``."""
         user = await self._user(app, user_id)
         if user is None:
             return Forgotten(dry_run=not confirm)
-        words = set(_WORD.findall(query.casefold()))
+        wanted = query_stems(query)
         matches = [
             f
             for f in await self.backend.list_facts(user=user)
             if f.invalid_at is None
-            and words
+            and wanted
             # Whole words: "cat" must not forget "lives in: Catalonia".
-            and words <= set(_WORD.findall(f"{f.predicate.replace('_', ' ')} {f.value}".casefold()))
+            and wanted <= query_stems(f"{f.predicate.replace('_', ' ')} {f.value}")
         ]
         done = Forgotten(
             dry_run=not confirm, facts=[f.uuid for f in matches], texts=list(map(_shown, matches))
