@@ -564,14 +564,16 @@ def _bad_setting(exc: ValidationError) -> str:
         if error["type"] == "default_factory_not_called":
             continue  # a default that waits for the field in error: not a second error
         field = ".".join(str(part) for part in error["loc"])
+        # Our checks' words, without the prefix pydantic puts before a ValueError's.
+        message = error["msg"].removeprefix("Value error, ")
         if not field:  # a check across fields: its input is every setting, URLs included
-            said.append(error["msg"].removeprefix("Value error, "))
+            said.append(message)
             continue
         shown = not any(secret in field.lower() for secret in ("key", "url", "password"))
         value = f"={str(error.get('input'))[:40]!r}" if shown and "input" in error else ""
         # An error found under a variable's own name (REDIS_URL) is named by it alone.
         named = field if field.isupper() else f"{field} ({_variable(field)})"
-        said.append(f"{named}{value}: {error['msg']}")
+        said.append(f"{named}{value}: {message}")
     return "bad setting: " + "; ".join(said)
 
 

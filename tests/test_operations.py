@@ -410,7 +410,7 @@ CLI_ERRORS = [
     (("status",), "db99", 3, "answered with an error"),
     (("status",), "badprefix", 2, "key_prefix"),
     (("status",), "badbudget", 2, "retrieval_budget (AFTERTHOUGHT_RETRIEVAL_BUDGET)='abc'"),
-    (("status",), "baddb", 2, "REDIS_URL: Value error, the Redis URL's database (its path)"),
+    (("status",), "baddb", 2, "REDIS_URL: the Redis URL's database (its path)"),
     # A check across settings names what to set, never echoing the URLs it read.
     (("status",), "noshards", 2, "bad setting: a Redis Cluster needs redis_shards >= 1"),
     (("--prefix", "shop", "status"), "noshards", 2, "a Redis Cluster needs redis_shards"),
@@ -452,10 +452,28 @@ CLI_ERRORS = [
         "cannot reach Zep at 127.0.0.1:{port}",
     ),
     (("status",), "badttl", 2, "bad setting: fact_ttl_days (AFTERTHOUGHT_FACT_TTL_DAYS)="),
-    (("worker", "--burst"), "badzepurl", 2, "ZEP_BASE_URL: Value error, must be an http://"),
+    (("worker", "--burst"), "badzepurl", 2, "ZEP_BASE_URL: must be an http://"),
     # The demo makes its own deployment and deletes its keys after: never another's.
     (("demo", "--prefix", "X"), "ok", 2, "--prefix: the demo makes and removes a deployment"),
     (("worker", "--burst"), "badttl", 2, "must be a JSON object of days by kind"),
+    (
+        ("status",),
+        "negttl",
+        2,
+        "fact_ttl_days (AFTERTHOUGHT_FACT_TTL_DAYS)=\"{{'ephemeral': -7}}\": each kind's days",
+    ),
+    # A key no HTTP header can carry is refused before it is sent: named, never quoted.
+    (
+        ("forget", "--app", APP, "--user", "u"),
+        "badkey",
+        2,
+        "bad setting: ZEP_API_KEY: must be printable ASCII",
+    ),
+    (("forget", "--app", APP, "--user", "u"), "nlkey", 2, "ZEP_API_KEY: must be printable"),
+    # Only spaces is not "unset" (that would quietly pick the local backend).
+    (("status",), "blankkey", 2, "bad setting: ZEP_API_KEY: is blank"),
+    (("status",), "blankaudit", 2, "audit_key (AFTERTHOUGHT_AUDIT_KEY): is blank"),
+    (("status",), "nohost", 2, "bad setting: REDIS_URL: the Redis URL names no host"),
 ]
 
 
@@ -498,6 +516,12 @@ def test_every_documented_error_is_one_clear_line(
             }
         ),
         "badttl": local_settings.model_copy(update={"fact_ttl_days": "{bad"}),
+        "negttl": local_settings.model_copy(update={"fact_ttl_days": {"ephemeral": -7}}),
+        "badkey": local_settings.model_copy(update={"zep_api_key": SecretStr("sekret\u00c9")}),
+        "nlkey": local_settings.model_copy(update={"zep_api_key": SecretStr("sekret\nsekret")}),
+        "blankkey": local_settings.model_copy(update={"zep_api_key": SecretStr("  ")}),
+        "blankaudit": local_settings.model_copy(update={"audit_key": SecretStr(" ")}),
+        "nohost": local_settings.model_copy(update={"redis_url": "redis://:sekret@/0"}),
         "nokey": local_settings.model_copy(update={"backend": "zep"}),
         "badzepurl": local_settings.model_copy(update={"zep_base_url": "not-a-url"}),
     }[variant]
