@@ -5,20 +5,22 @@ Exit codes: 0 done; 1 done, but something needs attention (an unhealthy status, 
 not replayed, backfill lines skipped, an id that names nothing) or an unexpected error;
 2 a usage or configuration error, or a dry run (a destructive command without ``--yes``,
 or prune's ``--dry-run``: nothing was changed); 3 Redis
-unreachable or the backend failed; 130 interrupted. Every failure is one line on stderr
+unreachable or the backend failed; 130 interrupted; 141 stdout's reader went away (``| head``:
+the rest of the output is dropped). Every failure is one line on stderr
 (``--debug`` adds the traceback)."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import logging
 import os
 import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TextIO, cast
 
 from pydantic import AliasChoices, ValidationError
 
@@ -29,6 +31,9 @@ if TYPE_CHECKING:
     from afterthought.status import Status
 
 OK, ATTENTION, USAGE, UNREACHABLE, INTERRUPTED = 0, 1, 2, 3, 130
+#: stdout's reader went away: 128 + SIGPIPE, what a shell reports for a command a closed
+#: pipe ended (as 130 is 128 + SIGINT).
+PIPE_CLOSED = 141
 TEXT_LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"
 
 
@@ -639,7 +644,7 @@ def _parser() -> argparse.ArgumentParser:
         "AFTERTHOUGHT_*; see the README).",
         epilog="exit codes: 0 done; 1 needs attention or an unexpected error; 2 usage, or a "
         "dry run (nothing changed: confirm with --yes); 3 Redis unreachable or the backend "
-        "failed; 130 interrupted",
+        "failed; 130 interrupted; 141 the reader of stdout went away (| head)",
         parents=[_global_options(in_command=False)],
     )
     # Not required here: an unknown flag is then reported as such, not as a missing command.
@@ -766,7 +771,62 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+class _OutputFailed(Exception):
+    """Writing stdout failed. Not an ``OSError``: no handler may take it for a failure of
+    Redis (a closed pipe is a ``ConnectionError`` too)."""
+
+    def __init__(self, error: OSError) -> None:
+        super().__init__(type(error).__name__)
+        self.error = error
+
+
+class _Stdout:
+    """stdout, with a failure to write it raised as :class:`_OutputFailed`."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except OSError as exc:
+            raise _OutputFailed(exc) from exc
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except OSError as exc:
+            raise _OutputFailed(exc) from exc
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
 def main(argv: list[str] | None = None) -> int:
+    """The command line; a reader of stdout that went away (``afterthought status | head
+    -3``) ends it quietly with :data:`PIPE_CLOSED`, as Python's documentation advises."""
+    real = sys.stdout
+    sys.stdout = cast(TextIO, _Stdout(real))
+    try:
+        try:
+            return _run(argv)
+        finally:  # what is buffered fails here, not at exit (where it would print a trace)
+            sys.stdout.flush()
+    except _OutputFailed as exc:
+        if not isinstance(exc.error, BrokenPipeError):
+            why = exc.error.strerror or exc
+            print(f"afterthought: cannot write the output ({why})", file=sys.stderr)
+            return ATTENTION
+        # Python flushes stdout at exit again: the rest goes nowhere. A stdout that is
+        # no file (a test's capture) is not flushed at exit.
+        with contextlib.suppress(OSError, ValueError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), real.fileno())
+        return PIPE_CLOSED
+    finally:
+        sys.stdout = real
+
+
+def _run(argv: list[str] | None) -> int:
     from redis.exceptions import RedisClusterException, RedisError
 
     from afterthought.backends.base import BackendError
@@ -810,6 +870,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("httpx").setLevel(max(logging.WARNING, logging.root.level))
     try:
         code: int = args.run(args)
+    except _OutputFailed:
+        raise  # main's: it is no failure of the command's
     except KeyboardInterrupt:
         return INTERRUPTED
     except BackendError as exc:

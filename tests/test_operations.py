@@ -537,6 +537,28 @@ def test_every_documented_error_is_one_clear_line(
         assert done.stderr.startswith(f"usage: afterthought {argv[0]} "), done.stderr
 
 
+@pytest.mark.parametrize("unbuffered", ["1", ""])
+@pytest.mark.parametrize("args", [("status",), ("status", "--json"), ("dlq", "list"), ("--help",)])
+def test_a_reader_that_goes_away_ends_the_command_quietly(
+    local_settings: Settings, args: tuple[str, ...], unbuffered: str
+) -> None:
+    """``afterthought status | head``: stdout's pipe is closed before the command writes.
+    Written at once (unbuffered) or at exit, that is no Redis failure and no traceback:
+    the conventional 141, nothing on stderr."""
+    command = subprocess.Popen(
+        [sys.executable, "-m", "afterthought.cli", *args],
+        env={**os.environ, **local_settings.as_env(), "PYTHONUNBUFFERED": unbuffered},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert command.stdout is not None and command.stderr is not None
+    command.stdout.close()  # the reader is gone before the command has written a line
+    said = command.stderr.read()
+    assert command.wait(timeout=60) == 141, said
+    assert said == ""
+
+
 def test_unknown_variables_and_a_relative_store_are_warned_about_once(
     local_settings: Settings, tmp_path: Path
 ) -> None:
