@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 
     from afterthought.settings import Settings
     from afterthought.status import Status
+    from afterthought.worker.forget import Forgetter, Forgotten
 
 OK, ATTENTION, USAGE, UNREACHABLE, INTERRUPTED = 0, 1, 2, 3, 130
 #: stdout's reader went away: 128 + SIGPIPE, what a shell reports for a command a closed
@@ -408,6 +409,9 @@ def _operate(args: argparse.Namespace) -> int:
                 else:
                     report = await pruner.prune_all(dry_run=not apply)
                 print(json.dumps(asdict(report)))
+                if args.dry_run:
+                    print("a dry run, as --dry-run asks: nothing was pruned", file=sys.stderr)
+                    return USAGE
                 if not apply:
                     print("a dry run: add --yes to prune what it lists", file=sys.stderr)
                     return USAGE
@@ -439,24 +443,25 @@ def _operate(args: argparse.Namespace) -> int:
                 )
                 return USAGE
             else:
-                done = await forgetter.forget_user(app=args.app, user_id=args.user)
-            print(json.dumps(asdict(done)))
+                done = await _forget_user(forgetter, args.app, args.user)
+            # A refusal prints no report: a script would read one as done.
             if (args.query or args.fact) and not done.facts:
                 what = f"fact {args.fact}" if args.fact else "current fact holding every word"
                 print(f"afterthought: no {what} of {who}", file=sys.stderr)
                 return ATTENTION
-            if done.pending:  # before "nothing": a backend that failed could not say
+            nothing = not (done.users or done.queued or done.dead_letters or done.quarantined)
+            # Not when pending: a backend that failed could not say what it held.
+            if not args.query and not args.fact and nothing and not done.pending:
+                print(f"afterthought: nothing of {who} was stored", file=sys.stderr)
+                return ATTENTION
+            print(json.dumps(asdict(done)))
+            if done.pending:
                 print(
                     "afterthought: the backend has not confirmed the deletion yet; the "
                     "workers finish it (see `afterthought status`)",
                     file=sys.stderr,
                 )
                 return ATTENTION
-            if not args.query and not args.fact and not done.users:
-                nothing = not (done.queued or done.dead_letters or done.quarantined)
-                if nothing:
-                    print(f"afterthought: nothing of {who} was stored", file=sys.stderr)
-                    return ATTENTION
             if done.dry_run:
                 print("a dry run: add --yes to forget what it lists", file=sys.stderr)
                 return USAGE
@@ -465,6 +470,22 @@ def _operate(args: argparse.Namespace) -> int:
             await backend.aclose()
 
     return _with_redis(args, work)
+
+
+async def _forget_user(forgetter: Forgetter, app: str, user_id: str) -> Forgotten:
+    """Forget the user, reported as the dry run lists it: what the backend held of them
+    (counted, a sample shown) before it was deleted."""
+    from afterthought.backends.base import BackendError
+    from afterthought.worker.forget import Forgotten
+
+    try:
+        had = await forgetter.held(app, user_id)
+    except BackendError:  # the forget goes on (pending): the backend cannot say what it held
+        had = Forgotten()
+    done = await forgetter.forget_user(app=app, user_id=user_id)
+    done.facts, done.texts, done.statements = had.facts, had.texts, had.statements
+    done.fact_count, done.statement_count = had.fact_count, had.statement_count
+    return done
 
 
 def _backfill(args: argparse.Namespace) -> int:
@@ -536,6 +557,24 @@ def _name(text: str) -> str:
     except UnicodeEncodeError:
         raise argparse.ArgumentTypeError("must be valid UTF-8 text") from None
     return text
+
+
+def _query(text: str) -> str:
+    """Words to match: at least one (spaces or punctuation alone match no fact)."""
+    from afterthought.worker.forget import WORD
+
+    if not WORD.search(_name(text)):
+        raise argparse.ArgumentTypeError("must hold a word (letters or digits)")
+    return text
+
+
+def _index(text: str) -> int:
+    """A dead letter's index, as ``dlq list`` shows it."""
+    if not (text.isascii() and text.isdigit()):
+        raise argparse.ArgumentTypeError(
+            f"must be an index 0 or more (see `dlq list`), not {text!r}"
+        )
+    return int(text)
 
 
 def _prefix(text: str) -> str:
@@ -693,7 +732,7 @@ def _parser() -> argparse.ArgumentParser:
     dlq.add_argument("action", choices=["list", "replay", "purge"], help="list, replay or purge")
     # A default: argparse counts a "*" positional without one as required, and names it
     # with the action when the action is missing.
-    dlq.add_argument("index", nargs="*", type=int, default=[], help="letters to replay or purge")
+    dlq.add_argument("index", nargs="*", type=_index, default=[], help="letters to replay or purge")
     dlq.add_argument("--all", action="store_true", help="every letter")
     dlq.add_argument("--limit", type=_count, default=100, help="letters to list")
     dlq.add_argument("--json", action="store_true", help="list as JSON")
@@ -745,7 +784,9 @@ def _parser() -> argparse.ArgumentParser:
     forget.add_argument("--user", type=_name, required=True, help="the ADK user id")
     which = forget.add_mutually_exclusive_group()
     which.add_argument("--fact", type=_name, help="one fact id (from search results)")
-    which.add_argument("--query", type=_name, help="facts holding every word (listed unless --yes)")
+    which.add_argument(
+        "--query", type=_query, help="facts holding every word (listed unless --yes)"
+    )
     forget.add_argument("--yes", action="store_true", help="really forget")
     forget.set_defaults(run=_operate, usage=forget)
 

@@ -384,7 +384,7 @@ CLI_ERRORS = [
     # Every dry run of a destructive command exits 2: nothing was changed.
     (("reshard", "--to", "4"), "ok", 2, "would lay the queue out in 4 shards (from 0)"),
     (("prune",), "ok", 2, "a dry run: add --yes to prune"),
-    (("prune", "--dry-run", "--yes"), "ok", 2, "a dry run: add --yes to prune"),
+    (("prune", "--dry-run", "--yes"), "ok", 2, "a dry run, as --dry-run asks: nothing was"),
     # The index is optional: only the action is missing.
     (("dlq",), "ok", 2, "the following arguments are required: action\n"),
     (("dlq", "replay", "7"), "ok", 1, "no dead letter at index 7 (there are 0"),
@@ -417,6 +417,13 @@ CLI_ERRORS = [
     # An empty id or query never widens a forget to the whole user.
     (("forget", "--app", APP, "--user", "alice", "--query", "", "--yes"), "ok", 2, "--query: must"),
     (("forget", "--app", APP, "--user", "alice", "--fact", " ", "--yes"), "ok", 2, "--fact: must"),
+    (
+        ("forget", "--app", APP, "--user", "alice", "--query", " ,. ", "--yes"),
+        "ok",
+        2,
+        "--query: must hold a word",
+    ),
+    (("dlq", "replay", "-1"), "ok", 2, "argument index: must be an index 0 or more"),
     (("forget", "--app", "", "--user", "alice", "--yes"), "ok", 2, "--app: must not be empty"),
     (("prune", "--app", APP, "--user", ""), "ok", 2, "--user: must not be empty"),
     (("dlq", "list", "--limit", "9" * 23), "ok", 2, "--limit: must be a whole number 1-"),

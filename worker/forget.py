@@ -58,7 +58,8 @@ if tonumber(redis.call('GET', KEYS[2]) or '0') < tonumber(ARGV[3]) then
   redis.call('SET', KEYS[2], ARGV[3])
 end
 """
-_WORD = re.compile(r"\w+")
+#: A word of a query and of the facts it matches (a query without one is refused).
+WORD = re.compile(r"\w+")
 #: Statements searched for one that says a forgotten fact again.
 RESTATEMENTS = 50
 #: How much of a fact's text a dry run shows.
@@ -95,11 +96,11 @@ class Forgotten:
     pending: bool = False
     """The backend has not confirmed the deletion yet; a worker finishes it."""
     fact_count: int | None = None
-    """A dry run of forgetting a user: how many facts the backend holds of them (superseded
-    ones included), of which ``facts`` and ``texts`` show the first ``SAMPLE``. None
-    elsewhere: every fact is listed."""
+    """Forgetting a user (a dry run, or the command's report after one): how many facts the
+    backend holds of them (superseded ones included), of which ``facts`` and ``texts`` show
+    the first ``SAMPLE``. None elsewhere: every fact is listed."""
     statement_count: int | None = None
-    """A dry run of forgetting a user: how many messages the backend holds of their
+    """Forgetting a user, the same: how many messages the backend holds of their
     conversations (their statements and the replies), of which ``statements`` shows the
     first ``SAMPLE``. None elsewhere."""
 
@@ -367,14 +368,14 @@ class Forgetter:
         user = await self._user(app, user_id)
         if user is None:
             return Forgotten(dry_run=not confirm)
-        words = set(_WORD.findall(query.casefold()))
+        words = set(WORD.findall(query.casefold()))
         matches = [
             f
             for f in await self.backend.list_facts(user=user)
             if f.invalid_at is None
             and words
             # Whole words: "cat" must not forget "lives in: Catalonia".
-            and words <= set(_WORD.findall(f"{f.predicate.replace('_', ' ')} {f.value}".casefold()))
+            and words <= set(WORD.findall(f"{f.predicate.replace('_', ' ')} {f.value}".casefold()))
         ]
         done = Forgotten(
             dry_run=not confirm, facts=[f.uuid for f in matches], texts=list(map(_shown, matches))
