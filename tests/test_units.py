@@ -379,3 +379,16 @@ async def test_jobs_after_a_users_batches_are_asked_for_once_while_one_waits() -
     now[0] += 0.2
     await later(_msg(user_id="ada"))  # the refresh ran: asked again; synthesis still waits
     assert [f for f, _ in asked] == ["refresh_context"]
+
+
+async def test_messages_left_at_exit_are_dropped_without_blaming_redis(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """At exit the drain's time is up: Redis may be down, or have answered too slowly to
+    take them all. The line says what is known, with counts only."""
+    enqueuer = Enqueuer(Settings(redis_url="redis://127.0.0.1:1/0", enqueue_timeout=0.05))
+    assert not await enqueuer.enqueue([_msg(content="private words")])
+    enqueuer._abandon()
+    dropped = [r.getMessage() for r in caplog.records if "enqueue dropped=" in r.getMessage()]
+    assert dropped == ["enqueue dropped=1 reason=exit before Redis took them dropped_total=1"]
+    await enqueuer.aclose()
