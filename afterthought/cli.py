@@ -5,20 +5,22 @@ Exit codes: 0 done; 1 done, but something needs attention (an unhealthy status, 
 not replayed, backfill lines skipped, an id that names nothing) or an unexpected error;
 2 a usage or configuration error, or a dry run (a destructive command without ``--yes``,
 or prune's ``--dry-run``: nothing was changed); 3 Redis
-unreachable or the backend failed; 130 interrupted. Every failure is one line on stderr
+unreachable or the backend failed; 130 interrupted; 141 stdout's reader went away (``| head``:
+the rest of the output is dropped). Every failure is one line on stderr
 (``--debug`` adds the traceback)."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import logging
 import os
 import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TextIO, cast
 
 from pydantic import AliasChoices, ValidationError
 
@@ -27,8 +29,12 @@ if TYPE_CHECKING:
 
     from afterthought.settings import Settings
     from afterthought.status import Status
+    from afterthought.worker.forget import Forgetter, Forgotten
 
 OK, ATTENTION, USAGE, UNREACHABLE, INTERRUPTED = 0, 1, 2, 3, 130
+#: stdout's reader went away: 128 + SIGPIPE, what a shell reports for a command a closed
+#: pipe ended (as 130 is 128 + SIGINT).
+PIPE_CLOSED = 141
 TEXT_LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"
 
 
@@ -403,6 +409,9 @@ def _operate(args: argparse.Namespace) -> int:
                 else:
                     report = await pruner.prune_all(dry_run=not apply)
                 print(json.dumps(asdict(report)))
+                if args.dry_run:
+                    print("a dry run, as --dry-run asks: nothing was pruned", file=sys.stderr)
+                    return USAGE
                 if not apply:
                     print("a dry run: add --yes to prune what it lists", file=sys.stderr)
                     return USAGE
@@ -434,24 +443,25 @@ def _operate(args: argparse.Namespace) -> int:
                 )
                 return USAGE
             else:
-                done = await forgetter.forget_user(app=args.app, user_id=args.user)
-            print(json.dumps(asdict(done)))
+                done = await _forget_user(forgetter, args.app, args.user)
+            # A refusal prints no report: a script would read one as done.
             if (args.query or args.fact) and not done.facts:
                 what = f"fact {args.fact}" if args.fact else "current fact holding every word"
                 print(f"afterthought: no {what} of {who}", file=sys.stderr)
                 return ATTENTION
-            if done.pending:  # before "nothing": a backend that failed could not say
+            nothing = not (done.users or done.queued or done.dead_letters or done.quarantined)
+            # Not when pending: a backend that failed could not say what it held.
+            if not args.query and not args.fact and nothing and not done.pending:
+                print(f"afterthought: nothing of {who} was stored", file=sys.stderr)
+                return ATTENTION
+            print(json.dumps(asdict(done)))
+            if done.pending:
                 print(
                     "afterthought: the backend has not confirmed the deletion yet; the "
                     "workers finish it (see `afterthought status`)",
                     file=sys.stderr,
                 )
                 return ATTENTION
-            if not args.query and not args.fact and not done.users:
-                nothing = not (done.queued or done.dead_letters or done.quarantined)
-                if nothing:
-                    print(f"afterthought: nothing of {who} was stored", file=sys.stderr)
-                    return ATTENTION
             if done.dry_run:
                 print("a dry run: add --yes to forget what it lists", file=sys.stderr)
                 return USAGE
@@ -460,6 +470,22 @@ def _operate(args: argparse.Namespace) -> int:
             await backend.aclose()
 
     return _with_redis(args, work)
+
+
+async def _forget_user(forgetter: Forgetter, app: str, user_id: str) -> Forgotten:
+    """Forget the user, reported as the dry run lists it: what the backend held of them
+    (counted, a sample shown) before it was deleted."""
+    from afterthought.backends.base import BackendError
+    from afterthought.worker.forget import Forgotten
+
+    try:
+        had = await forgetter.held(app, user_id)
+    except BackendError:  # the forget goes on (pending): the backend cannot say what it held
+        had = Forgotten()
+    done = await forgetter.forget_user(app=app, user_id=user_id)
+    done.facts, done.texts, done.statements = had.facts, had.texts, had.statements
+    done.fact_count, done.statement_count = had.fact_count, had.statement_count
+    return done
 
 
 def _backfill(args: argparse.Namespace) -> int:
@@ -533,6 +559,24 @@ def _name(text: str) -> str:
     return text
 
 
+def _query(text: str) -> str:
+    """Words to match: at least one (spaces or punctuation alone match no fact)."""
+    from afterthought.worker.forget import WORD
+
+    if not WORD.search(_name(text)):
+        raise argparse.ArgumentTypeError("must hold a word (letters or digits)")
+    return text
+
+
+def _index(text: str) -> int:
+    """A dead letter's index, as ``dlq list`` shows it."""
+    if not (text.isascii() and text.isdigit()):
+        raise argparse.ArgumentTypeError(
+            f"must be an index 0 or more (see `dlq list`), not {text!r}"
+        )
+    return int(text)
+
+
 def _prefix(text: str) -> str:
     """A key prefix, checked as the setting is (an empty one must not mean the default)."""
     from afterthought.settings import check_key_prefix
@@ -564,14 +608,16 @@ def _bad_setting(exc: ValidationError) -> str:
         if error["type"] == "default_factory_not_called":
             continue  # a default that waits for the field in error: not a second error
         field = ".".join(str(part) for part in error["loc"])
+        # Our checks' words, without the prefix pydantic puts before a ValueError's.
+        message = error["msg"].removeprefix("Value error, ")
         if not field:  # a check across fields: its input is every setting, URLs included
-            said.append(error["msg"].removeprefix("Value error, "))
+            said.append(message)
             continue
         shown = not any(secret in field.lower() for secret in ("key", "url", "password"))
         value = f"={str(error.get('input'))[:40]!r}" if shown and "input" in error else ""
         # An error found under a variable's own name (REDIS_URL) is named by it alone.
         named = field if field.isupper() else f"{field} ({_variable(field)})"
-        said.append(f"{named}{value}: {error['msg']}")
+        said.append(f"{named}{value}: {message}")
     return "bad setting: " + "; ".join(said)
 
 
@@ -637,7 +683,7 @@ def _parser() -> argparse.ArgumentParser:
         "AFTERTHOUGHT_*; see the README).",
         epilog="exit codes: 0 done; 1 needs attention or an unexpected error; 2 usage, or a "
         "dry run (nothing changed: confirm with --yes); 3 Redis unreachable or the backend "
-        "failed; 130 interrupted",
+        "failed; 130 interrupted; 141 the reader of stdout went away (| head)",
         parents=[_global_options(in_command=False)],
     )
     # Not required here: an unknown flag is then reported as such, not as a missing command.
@@ -686,7 +732,7 @@ def _parser() -> argparse.ArgumentParser:
     dlq.add_argument("action", choices=["list", "replay", "purge"], help="list, replay or purge")
     # A default: argparse counts a "*" positional without one as required, and names it
     # with the action when the action is missing.
-    dlq.add_argument("index", nargs="*", type=int, default=[], help="letters to replay or purge")
+    dlq.add_argument("index", nargs="*", type=_index, default=[], help="letters to replay or purge")
     dlq.add_argument("--all", action="store_true", help="every letter")
     dlq.add_argument("--limit", type=_count, default=100, help="letters to list")
     dlq.add_argument("--json", action="store_true", help="list as JSON")
@@ -738,7 +784,9 @@ def _parser() -> argparse.ArgumentParser:
     forget.add_argument("--user", type=_name, required=True, help="the ADK user id")
     which = forget.add_mutually_exclusive_group()
     which.add_argument("--fact", type=_name, help="one fact id (from search results)")
-    which.add_argument("--query", type=_name, help="facts holding every word (listed unless --yes)")
+    which.add_argument(
+        "--query", type=_query, help="facts holding every word (listed unless --yes)"
+    )
     forget.add_argument("--yes", action="store_true", help="really forget")
     forget.set_defaults(run=_operate, usage=forget)
 
@@ -764,7 +812,62 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+class _OutputFailed(Exception):
+    """Writing stdout failed. Not an ``OSError``: no handler may take it for a failure of
+    Redis (a closed pipe is a ``ConnectionError`` too)."""
+
+    def __init__(self, error: OSError) -> None:
+        super().__init__(type(error).__name__)
+        self.error = error
+
+
+class _Stdout:
+    """stdout, with a failure to write it raised as :class:`_OutputFailed`."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except OSError as exc:
+            raise _OutputFailed(exc) from exc
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except OSError as exc:
+            raise _OutputFailed(exc) from exc
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
 def main(argv: list[str] | None = None) -> int:
+    """The command line; a reader of stdout that went away (``afterthought status | head
+    -3``) ends it quietly with :data:`PIPE_CLOSED`, as Python's documentation advises."""
+    real = sys.stdout
+    sys.stdout = cast(TextIO, _Stdout(real))
+    try:
+        try:
+            return _run(argv)
+        finally:  # what is buffered fails here, not at exit (where it would print a trace)
+            sys.stdout.flush()
+    except _OutputFailed as exc:
+        if not isinstance(exc.error, BrokenPipeError):
+            why = exc.error.strerror or exc
+            print(f"afterthought: cannot write the output ({why})", file=sys.stderr)
+            return ATTENTION
+        # Python flushes stdout at exit again: the rest goes nowhere. A stdout that is
+        # no file (a test's capture) is not flushed at exit.
+        with contextlib.suppress(OSError, ValueError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), real.fileno())
+        return PIPE_CLOSED
+    finally:
+        sys.stdout = real
+
+
+def _run(argv: list[str] | None) -> int:
     from redis.exceptions import RedisClusterException, RedisError
 
     from afterthought.backends.base import BackendError
@@ -808,6 +911,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("httpx").setLevel(max(logging.WARNING, logging.root.level))
     try:
         code: int = args.run(args)
+    except _OutputFailed:
+        raise  # main's: it is no failure of the command's
     except KeyboardInterrupt:
         return INTERRUPTED
     except BackendError as exc:

@@ -92,6 +92,11 @@ def parse(url: str) -> RedisTarget:
             parts.port  # noqa: B018 - raises on a port out of range
         except ValueError:
             raise ValueError("the Redis URL's port must be a number 0-65535") from None
+        # redis-py would quietly use localhost, and messages would name no server.
+        if scheme != "unix" and not parts.hostname:
+            raise ValueError(
+                "the Redis URL names no host: redis://[[USER]:PASSWORD@]HOST[:PORT]/DB"
+            )
         return RedisTarget("standalone")
     service, _, database = parts.path.removeprefix("/").rstrip("/").partition("/")
     if not service:

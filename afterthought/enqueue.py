@@ -44,6 +44,9 @@ REDIS_REFUSED = "redis refused"
 NOT_SENT = "redis not reached"
 #: The deployment's queue is laid out otherwise (``redis_shards``): nothing is queued.
 MISLAID = "layout mismatch"
+#: Why messages still buffered when the process exits are dropped: the drain ran out of
+#: time before Redis took them (Redis down, or answering too slowly).
+EXIT_UNSENT = "exit before Redis took them"
 #: Messages one drain round trip carries.
 DRAIN_CHUNK = 100
 #: The drain thread is off the turn path, so it can wait longer for a reply than a turn.
@@ -395,7 +398,7 @@ class Enqueuer:
             self._held.clear()
             self._emptied.notify_all()
         if left:
-            self._drop(left, why="exit with Redis unreachable")
+            self._drop(left, why=EXIT_UNSENT)
 
 
 class _Drainer:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import difflib
 import json
 import logging
+import math
 import os
 from pathlib import Path
 from typing import Any, Literal
@@ -251,6 +252,14 @@ class Settings(BaseSettings):
             raise ValueError('must be a JSON object of days by kind, e.g. {"ephemeral": 7}')
         return value
 
+    @field_validator("fact_ttl_days")
+    @classmethod
+    def _positive_days(cls, value: dict[str, float]) -> dict[str, float]:
+        # A fact that lives no days (or NaN of them) would be pruned as soon as it is written.
+        if not all(0 < days < math.inf for days in value.values()):
+            raise ValueError("each kind's days must be a number > 0 (leave a kind out to keep it)")
+        return value
+
     @property
     def jobs_redis_url(self) -> str:
         """Where arq's jobs live: ``arq_redis_url``, else ``redis_url``."""
@@ -286,8 +295,25 @@ class Settings(BaseSettings):
     )
     @classmethod
     def _empty_is_unset(cls, value: object) -> object:
-        # Compose and CI set a variable to "" for "not set": it must mean the default.
-        return None if isinstance(value, str) and not value.strip() else value
+        # Compose and CI set a variable to "" for "not set": it must mean the default. Only
+        # spaces are a mistake, not "not set" (a blank key must not select another backend).
+        if isinstance(value, str) and not value.strip():
+            if value:
+                raise ValueError("is blank: set it, or leave it empty for the default")
+            return None
+        return value
+
+    @field_validator("zep_api_key")
+    @classmethod
+    def _plain_key(cls, value: SecretStr | None) -> SecretStr | None:
+        # Else it fails in a request, as an encoding error quoting a character of it, or a
+        # protocol error that looks like Zep being down. Never quoted, not even in part.
+        key = value.get_secret_value() if value is not None else ""
+        if not all(c.isascii() and c.isprintable() and not c.isspace() for c in key):
+            raise ValueError(
+                "must be printable ASCII without spaces or line breaks: copy the key again"
+            )
+        return value
 
     @field_validator("redis_url", "arq_redis_url")
     @classmethod

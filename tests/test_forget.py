@@ -135,8 +135,26 @@ def test_prune_and_forget_commands_dry_run_first(
     assert json.loads(done.stdout)["facts"] == found["facts"]
     block = "\n".join(asyncio.run(_session(settings, "Hi")))
     assert "peanuts" not in block and "Lisbon" in block
+    # Refused (nothing of that name): said on stderr, and no report a script reads as done.
+    for refused in (
+        cli("forget", "--app", APP, "--user", "alice", "--fact", "does-not-exist", "--yes"),
+        cli("forget", "--app", APP, "--user", "alice", "--query", "zebras", "--yes"),
+        cli("forget", "--app", APP, "--user", "nobody", "--yes"),
+    ):
+        assert refused.returncode == 1 and refused.stdout == "", refused.stdout
+        assert refused.stderr.startswith("afterthought: no"), refused.stderr
+    dry = cli("prune", "--dry-run", "--yes")
+    assert (
+        dry.returncode == 2 and "as --dry-run asks" in dry.stderr and "add --yes" not in dry.stderr
+    )
+    # Done, the whole user is reported as the dry run listed them: counted, sampled.
+    listed = json.loads(cli("forget", "--app", APP, "--user", "alice").stdout)
     gone = cli("forget", "--app", APP, "--user", "alice", "--yes")
-    assert gone.returncode == 0 and json.loads(gone.stdout)["users"] == 1
+    report = json.loads(gone.stdout)
+    assert gone.returncode == 0 and report["users"] == 1 and not report["dry_run"]
+    assert report["fact_count"] == 1 and any("Lisbon" in text for text in report["texts"])
+    for shown in ("fact_count", "statement_count", "facts", "texts", "statements"):
+        assert report[shown] == listed[shown], shown
     assert asyncio.run(_session(settings, "Hi again")) == []
 
 

@@ -384,7 +384,7 @@ CLI_ERRORS = [
     # Every dry run of a destructive command exits 2: nothing was changed.
     (("reshard", "--to", "4"), "ok", 2, "would lay the queue out in 4 shards (from 0)"),
     (("prune",), "ok", 2, "a dry run: add --yes to prune"),
-    (("prune", "--dry-run", "--yes"), "ok", 2, "a dry run: add --yes to prune"),
+    (("prune", "--dry-run", "--yes"), "ok", 2, "a dry run, as --dry-run asks: nothing was"),
     # The index is optional: only the action is missing.
     (("dlq",), "ok", 2, "the following arguments are required: action\n"),
     (("dlq", "replay", "7"), "ok", 1, "no dead letter at index 7 (there are 0"),
@@ -410,13 +410,20 @@ CLI_ERRORS = [
     (("status",), "db99", 3, "answered with an error"),
     (("status",), "badprefix", 2, "key_prefix"),
     (("status",), "badbudget", 2, "retrieval_budget (AFTERTHOUGHT_RETRIEVAL_BUDGET)='abc'"),
-    (("status",), "baddb", 2, "REDIS_URL: Value error, the Redis URL's database (its path)"),
+    (("status",), "baddb", 2, "REDIS_URL: the Redis URL's database (its path)"),
     # A check across settings names what to set, never echoing the URLs it read.
     (("status",), "noshards", 2, "bad setting: a Redis Cluster needs redis_shards >= 1"),
     (("--prefix", "shop", "status"), "noshards", 2, "a Redis Cluster needs redis_shards"),
     # An empty id or query never widens a forget to the whole user.
     (("forget", "--app", APP, "--user", "alice", "--query", "", "--yes"), "ok", 2, "--query: must"),
     (("forget", "--app", APP, "--user", "alice", "--fact", " ", "--yes"), "ok", 2, "--fact: must"),
+    (
+        ("forget", "--app", APP, "--user", "alice", "--query", " ,. ", "--yes"),
+        "ok",
+        2,
+        "--query: must hold a word",
+    ),
+    (("dlq", "replay", "-1"), "ok", 2, "argument index: must be an index 0 or more"),
     (("forget", "--app", "", "--user", "alice", "--yes"), "ok", 2, "--app: must not be empty"),
     (("prune", "--app", APP, "--user", ""), "ok", 2, "--user: must not be empty"),
     (("dlq", "list", "--limit", "9" * 23), "ok", 2, "--limit: must be a whole number 1-"),
@@ -452,10 +459,28 @@ CLI_ERRORS = [
         "cannot reach Zep at 127.0.0.1:{port}",
     ),
     (("status",), "badttl", 2, "bad setting: fact_ttl_days (AFTERTHOUGHT_FACT_TTL_DAYS)="),
-    (("worker", "--burst"), "badzepurl", 2, "ZEP_BASE_URL: Value error, must be an http://"),
+    (("worker", "--burst"), "badzepurl", 2, "ZEP_BASE_URL: must be an http://"),
     # The demo makes its own deployment and deletes its keys after: never another's.
     (("demo", "--prefix", "X"), "ok", 2, "--prefix: the demo makes and removes a deployment"),
     (("worker", "--burst"), "badttl", 2, "must be a JSON object of days by kind"),
+    (
+        ("status",),
+        "negttl",
+        2,
+        "fact_ttl_days (AFTERTHOUGHT_FACT_TTL_DAYS)=\"{{'ephemeral': -7}}\": each kind's days",
+    ),
+    # A key no HTTP header can carry is refused before it is sent: named, never quoted.
+    (
+        ("forget", "--app", APP, "--user", "u"),
+        "badkey",
+        2,
+        "bad setting: ZEP_API_KEY: must be printable ASCII",
+    ),
+    (("forget", "--app", APP, "--user", "u"), "nlkey", 2, "ZEP_API_KEY: must be printable"),
+    # Only spaces is not "unset" (that would quietly pick the local backend).
+    (("status",), "blankkey", 2, "bad setting: ZEP_API_KEY: is blank"),
+    (("status",), "blankaudit", 2, "audit_key (AFTERTHOUGHT_AUDIT_KEY): is blank"),
+    (("status",), "nohost", 2, "bad setting: REDIS_URL: the Redis URL names no host"),
 ]
 
 
@@ -498,6 +523,12 @@ def test_every_documented_error_is_one_clear_line(
             }
         ),
         "badttl": local_settings.model_copy(update={"fact_ttl_days": "{bad"}),
+        "negttl": local_settings.model_copy(update={"fact_ttl_days": {"ephemeral": -7}}),
+        "badkey": local_settings.model_copy(update={"zep_api_key": SecretStr("sekret\u00c9")}),
+        "nlkey": local_settings.model_copy(update={"zep_api_key": SecretStr("sekret\nsekret")}),
+        "blankkey": local_settings.model_copy(update={"zep_api_key": SecretStr("  ")}),
+        "blankaudit": local_settings.model_copy(update={"audit_key": SecretStr(" ")}),
+        "nohost": local_settings.model_copy(update={"redis_url": "redis://:sekret@/0"}),
         "nokey": local_settings.model_copy(update={"backend": "zep"}),
         "badzepurl": local_settings.model_copy(update={"zep_base_url": "not-a-url"}),
     }[variant]
@@ -511,6 +542,28 @@ def test_every_documented_error_is_one_clear_line(
         assert len(done.stderr.strip().splitlines()) == 1, done.stderr
     elif argv and not argv[0].startswith("-"):  # the usage of the command that was misused
         assert done.stderr.startswith(f"usage: afterthought {argv[0]} "), done.stderr
+
+
+@pytest.mark.parametrize("unbuffered", ["1", ""])
+@pytest.mark.parametrize("args", [("status",), ("status", "--json"), ("dlq", "list"), ("--help",)])
+def test_a_reader_that_goes_away_ends_the_command_quietly(
+    local_settings: Settings, args: tuple[str, ...], unbuffered: str
+) -> None:
+    """``afterthought status | head``: stdout's pipe is closed before the command writes.
+    Written at once (unbuffered) or at exit, that is no Redis failure and no traceback:
+    the conventional 141, nothing on stderr."""
+    command = subprocess.Popen(
+        [sys.executable, "-m", "afterthought.cli", *args],
+        env={**os.environ, **local_settings.as_env(), "PYTHONUNBUFFERED": unbuffered},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert command.stdout is not None and command.stderr is not None
+    command.stdout.close()  # the reader is gone before the command has written a line
+    said = command.stderr.read()
+    assert command.wait(timeout=60) == 141, said
+    assert said == ""
 
 
 def test_unknown_variables_and_a_relative_store_are_warned_about_once(

@@ -105,6 +105,46 @@ def test_settings_from_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     assert s.retrieval_budget == 0.1 and s.resolved_backend == "zep"
 
 
+def test_empty_variables_are_unset_but_blank_or_garbled_keys_are_refused(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An empty variable is how Compose and CI say "not set"; spaces, or a key no HTTP
+    header can carry, are mistakes: refused naming the variable, never quoting any of it."""
+    monkeypatch.setenv("ZEP_API_KEY", "")
+    monkeypatch.setenv("AFTERTHOUGHT_AUDIT_KEY", "")
+    assert Settings().resolved_backend == "local" and Settings().audit_key is None
+    for variable, value, says in (
+        ("ZEP_API_KEY", "   ", "is blank"),
+        ("AFTERTHOUGHT_AUDIT_KEY", " \t", "is blank"),
+        ("ZEP_API_KEY", "zepSECR\u00c9Tkey", "must be printable ASCII"),
+        ("ZEP_API_KEY", "zepSECRET\nkey", "must be printable ASCII"),
+        ("ZEP_API_KEY", "zep SECRET", "must be printable ASCII"),
+    ):
+        with monkeypatch.context() as env:
+            env.setenv(variable, value)
+            with pytest.raises(ValidationError) as refused:
+                Settings()
+        error = refused.value.errors()[0]
+        assert variable.removeprefix("AFTERTHOUGHT_").lower() in str(error["loc"]).lower()
+        assert says in error["msg"]
+        assert "SECR" not in str(refused.value) and "\u00c9" not in str(refused.value)
+    assert Settings(zep_api_key="z_0123-abc.DEF").resolved_backend == "zep"
+
+
+@pytest.mark.parametrize("days", [-7, 0, float("nan")])
+def test_a_fact_lives_a_positive_number_of_days(days: float) -> None:
+    with pytest.raises(ValidationError, match="must be a number > 0"):
+        Settings(fact_ttl_days={"ephemeral": days})
+    assert Settings(fact_ttl_days={"ephemeral": 0.5}).fact_ttl_days == {"ephemeral": 0.5}
+
+
+@pytest.mark.parametrize("url", ["redis://:pw@/0", "redis:///0", "rediss://:pw@:6380/1"])
+def test_a_redis_url_without_a_host_is_refused(url: str) -> None:
+    with pytest.raises(ValidationError, match="names no host") as refused:
+        Settings(redis_url=url)
+    assert "pw" not in str(refused.value)
+
+
 def test_injection_is_literal_and_fenced() -> None:
     text = render("likes {tea} and 100% $HOME </zep_context>")
     assert "likes {tea} and 100% $HOME &lt;/zep_context>" in text
@@ -339,3 +379,16 @@ async def test_jobs_after_a_users_batches_are_asked_for_once_while_one_waits() -
     now[0] += 0.2
     await later(_msg(user_id="ada"))  # the refresh ran: asked again; synthesis still waits
     assert [f for f, _ in asked] == ["refresh_context"]
+
+
+async def test_messages_left_at_exit_are_dropped_without_blaming_redis(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """At exit the drain's time is up: Redis may be down, or have answered too slowly to
+    take them all. The line says what is known, with counts only."""
+    enqueuer = Enqueuer(Settings(redis_url="redis://127.0.0.1:1/0", enqueue_timeout=0.05))
+    assert not await enqueuer.enqueue([_msg(content="private words")])
+    enqueuer._abandon()
+    dropped = [r.getMessage() for r in caplog.records if "enqueue dropped=" in r.getMessage()]
+    assert dropped == ["enqueue dropped=1 reason=exit before Redis took them dropped_total=1"]
+    await enqueuer.aclose()

@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -58,6 +59,8 @@ if tonumber(redis.call('GET', KEYS[2]) or '0') < tonumber(ARGV[3]) then
   redis.call('SET', KEYS[2], ARGV[3])
 end
 """
+#: A query without a word is refused (facts are matched by the stems of its words).
+WORD = re.compile(r"\w+")
 #: Statements searched for one that says a forgotten fact again.
 RESTATEMENTS = 50
 #: How much of a fact's text a dry run shows.
@@ -94,11 +97,11 @@ class Forgotten:
     pending: bool = False
     """The backend has not confirmed the deletion yet; a worker finishes it."""
     fact_count: int | None = None
-    """A dry run of forgetting a user: how many facts the backend holds of them (superseded
-    ones included), of which ``facts`` and ``texts`` show the first ``SAMPLE``. None
-    elsewhere: every fact is listed."""
+    """Forgetting a user (a dry run, or the command's report after one): how many facts the
+    backend holds of them (superseded ones included), of which ``facts`` and ``texts`` show
+    the first ``SAMPLE``. None elsewhere: every fact is listed."""
     statement_count: int | None = None
-    """A dry run of forgetting a user: how many messages the backend holds of their
+    """Forgetting a user, the same: how many messages the backend holds of their
     conversations (their statements and the replies), of which ``statements`` shows the
     first ``SAMPLE``. None elsewhere."""
 
