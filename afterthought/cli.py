@@ -376,9 +376,8 @@ def _quarantine(args: argparse.Namespace) -> int:
 def _operate(args: argparse.Namespace) -> int:
     """prune and forget: both dry runs unless ``--yes``."""
     from afterthought.backends import open_backend
-    from afterthought.backends.local import LocalBackend
     from afterthought.identity import IdentityRegistry
-    from afterthought.shared_store import elsewhere
+    from afterthought.shared_store import ONE_STORE, elsewhere
     from afterthought.worker.forget import Forgetter
     from afterthought.worker.prune import Pruner
 
@@ -386,15 +385,15 @@ def _operate(args: argparse.Namespace) -> int:
         backend = open_backend(settings, upgrade=True)
         apply = bool(args.yes) and not getattr(args, "dry_run", False)
         try:
-            if isinstance(backend, LocalBackend):  # a forget of another file forgets nothing
-                theirs = await elsewhere(client, settings, backend)
-                if theirs:
-                    print(
-                        f"afterthought: the local store {backend.path} is not the workers'"
-                        f" ({', '.join(theirs)}); set AFTERTHOUGHT_LOCAL_DB_PATH to theirs",
-                        file=sys.stderr,
-                    )
-                    return USAGE
+            # A forget in another store than the workers' forgets nothing of what they wrote.
+            theirs = await elsewhere(client, settings, backend)
+            if theirs:
+                print(
+                    f"afterthought: this store is not the workers' ({', '.join(theirs)});"
+                    f" {ONE_STORE}",
+                    file=sys.stderr,
+                )
+                return USAGE
             if args.command == "prune":
                 pruner = Pruner(settings, client, backend)
                 if args.user:

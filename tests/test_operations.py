@@ -770,6 +770,26 @@ async def test_an_agent_and_workers_on_different_backends_are_warned(
     await memory.aclose()
 
 
+async def test_a_forget_in_another_store_than_the_workers_is_refused(
+    make_settings: Callable[..., Settings], zep_fake: ZepFake
+) -> None:
+    """A forget run without the workers' ZEP_API_KEY would delete from a local file they
+    never wrote, and report it done."""
+    from afterthought.backends.zep import ZepBackend
+    from afterthought.connections import connect
+    from afterthought.shared_store import announce
+
+    workers = make_settings(backend="zep", zep_api_key="test-key", zep_base_url=zep_fake.base_url)
+    client, store = connect(workers.redis_url), ZepBackend(workers)
+    await announce(client, workers, store, worker="elsewhere:1")
+    await store.aclose()
+    await client.aclose()
+    done = run_cli(make_settings(), "forget", "--app", "a", "--user", "u", "--yes")
+    assert done.returncode == 2, done.stderr
+    assert "is not the workers' (Zep at 127.0.0.1)" in done.stderr
+    assert "test-key" not in done.stderr + done.stdout
+
+
 async def test_an_agent_up_before_its_worker_is_warned_once_the_worker_announces(
     make_settings: Callable[..., Settings],
     tmp_path: Path,
