@@ -165,20 +165,16 @@ async def test_a_warm_cache_keeps_memory_while_zep_is_down(
 
 
 async def test_on_zep_new_sessions_read_the_users_block_from_the_cache(
-    make_settings: Callable[..., Settings], zep_fake: ZepFake
+    zep_settings: Settings, zep_fake: ZepFake
 ) -> None:
     """Zep takes a batch in asynchronously, so the block read with it may lack it and the
-    user's block is dropped; the worker caches it again once Zep has (here at once), so a
-    new session is served from Redis: Zep failing every call changes nothing."""
-    settings = make_settings(
-        backend="zep",
-        zep_api_key="test-key",
-        zep_base_url=zep_fake.base_url,
-        context_settle_seconds=0,
-    )
-    await _remembered(settings)
+    user's block is dropped; the worker caches it again once Zep has (the tests'
+    ``context_settle_seconds`` is 0), so a new session is served from Redis: Zep failing
+    every call changes nothing."""
+    assert zep_settings.context_settle_seconds == 0
+    await _remembered(zep_settings)
     zep_fake.inject(Fault(match=".*", status=503, times=1000))
-    runner, model = make_runner(create_callbacks(settings=settings))
+    runner, model = make_runner(create_callbacks(settings=zep_settings))
     await say(runner, "alice", await new_session(runner, "alice"), "Where do I live?")
     assert any("Lisbon" in line for line in memory_lines(model.requests[-1]))
 
