@@ -30,8 +30,9 @@ from redis.asyncio.cluster import ClusterPipeline
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.asyncio.sentinel import Sentinel as AsyncSentinel
 from redis.asyncio.sentinel import SentinelManagedSSLConnection as AsyncSentinelSSLConnection
+from redis.commands.core import AsyncScript
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import RedisClusterException, RedisError
+from redis.exceptions import NoScriptError, RedisClusterException, RedisError
 from redis.sentinel import Sentinel, SentinelManagedSSLConnection
 
 #: What a Redis call may raise when Redis is unreachable, failing over or refusing: the
@@ -210,6 +211,13 @@ class _Cluster(AsyncRedisCluster):  # type: ignore[misc]
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._seeds = dict(self.nodes_manager.startup_nodes)
+        self._lua: dict[str, str] = {}
+        """Each script this client registered, by its SHA1."""
+
+    def register_script(self, script: str | bytes) -> AsyncScript:
+        found = super().register_script(script)
+        self._lua[found.sha] = script if isinstance(script, str) else script.decode()
+        return cast(AsyncScript, found)
 
     async def initialize(self) -> AsyncRedisCluster:
         if self._initialize:
@@ -228,6 +236,20 @@ class _Cluster(AsyncRedisCluster):  # type: ignore[misc]
         return _RunOncePipeline(self)
 
     async def execute_command(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return await self._sent(*args, **kwargs)
+        except NoScriptError:
+            lua = self._lua.get(str(args[1])) if str(args[0]).upper() == "EVALSHA" else None
+            if lua is None:
+                raise
+            # A replica promoted in a failover lacks the scripts its master had, and
+            # redis-py loads a missing one only on the masters it knows of, which after a
+            # failover need not be the one the key moved to: the call failed again and
+            # again (seen in CI: 140 messages stuck). EVAL runs it on the key's master and
+            # caches it there; "no such script" means it did not run, so none runs twice.
+            return await self._sent("EVAL", lua, *args[2:], **kwargs)
+
+    async def _sent(self, *args: Any, **kwargs: Any) -> Any:
         try:
             return await super().execute_command(*args, **kwargs)
         except AttributeError as exc:
