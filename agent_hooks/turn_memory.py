@@ -46,7 +46,7 @@ T = TypeVar("T")
 
 #: Invocations remembered per process (for block reuse and message ordinals).
 MAX_TRACKED_INVOCATIONS = 4096
-#: While no worker has announced its local store, an agent compares stores again this often.
+#: While no worker has announced its store, an agent compares stores again this often.
 STORE_RECHECK_SECONDS = 60.0
 #: Session-state key holding the id of the session whose turns these are. An ``AgentTool``
 #: copies its caller's state into the child session, so a child sees its caller's id there.

@@ -698,14 +698,13 @@ class Flusher:
             )
             await self._quietly(block, "cache write")
 
-    async def _user_block(self, *, app: str, user_id: str, user: UserRef, epoch: int) -> bool:
+    async def _user_block(self, *, app: str, user_id: str, user: UserRef, epoch: int) -> None:
         try:
-            return await self.cache.refresh_user(
+            await self.cache.refresh_user(
                 self.redis, self.backend, app=app, user_id=user_id, user=user, epoch=epoch
             )
         except BackendError as exc:  # the write is stored: a failed read never undoes it
             log.warning("context refresh failed user=%s error=%s", user.user_uuid, exc.kind)
-            return False
 
     def _settle_later(self, app: str, user_id: str, user: UserRef) -> None:
         """The user's block was dropped (the block read with the batch may lack it): cached
