@@ -22,7 +22,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any, TextIO, cast
 
-from pydantic import AliasChoices, ValidationError
+from pydantic import ValidationError
 
 if TYPE_CHECKING:
     import redis.asyncio as aioredis
@@ -588,38 +588,6 @@ def _prefix(text: str) -> str:
         ) from None
 
 
-def _variable(field: str) -> str:
-    """The environment variable that sets a field."""
-    from afterthought.settings import Settings
-
-    known = Settings.model_fields.get(field)
-    alias = known.validation_alias if known else None
-    if isinstance(alias, AliasChoices):
-        return str(alias.choices[0])
-    return f"AFTERTHOUGHT_{field.upper()}"
-
-
-def _bad_setting(exc: ValidationError) -> str:
-    """A settings error on one line, naming each field and the variable that sets it (the
-    value only where it is not a secret or a URL, which may hold a password)."""
-    said = []
-    for error in exc.errors():
-        if error["type"] == "default_factory_not_called":
-            continue  # a default that waits for the field in error: not a second error
-        field = ".".join(str(part) for part in error["loc"])
-        # Our checks' words, without the prefix pydantic puts before a ValueError's.
-        message = error["msg"].removeprefix("Value error, ")
-        if not field:  # a check across fields: its input is every setting, URLs included
-            said.append(message)
-            continue
-        shown = not any(secret in field.lower() for secret in ("key", "url", "password"))
-        value = f"={str(error.get('input'))[:40]!r}" if shown and "input" in error else ""
-        # An error found under a variable's own name (REDIS_URL) is named by it alone.
-        named = field if field.isupper() else f"{field} ({_variable(field)})"
-        said.append(f"{named}{value}: {message}")
-    return "bad setting: " + "; ".join(said)
-
-
 def _shards(text: str) -> int:
     from afterthought.keys import MAX_SHARDS
 
@@ -931,7 +899,9 @@ def _run(argv: list[str] | None) -> int:
     except (ValueError, RuntimeError) as exc:  # configuration problems, said plainly
         if args.debug:
             raise
-        said = _bad_setting(exc) if isinstance(exc, ValidationError) else str(exc)
+        from afterthought.settings import SettingsError
+
+        said = SettingsError.of(exc) if isinstance(exc, ValidationError) else exc
         print(f"afterthought: {said}", file=sys.stderr)
         return USAGE
     except Exception as exc:

@@ -12,7 +12,14 @@ from pathlib import Path
 from typing import Any, Literal
 
 from platformdirs import user_data_path
-from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
+from pydantic import (
+    AliasChoices,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic.fields import FieldInfo
 from pydantic_settings import (
     BaseSettings,
@@ -66,8 +73,45 @@ class _Environment(EnvSettingsSource):
             return value
 
 
+class SettingsError(ValueError):
+    """Settings that cannot be used, said in one line: each setting in error, the variable
+    that sets it and what is wrong, never its value (a key pasted into the wrong variable
+    must not reach a log or a terminal). ``problems``: (setting, what is wrong) pairs, the
+    setting empty for a check across several."""
+
+    def __init__(self, problems: list[tuple[str, str]]) -> None:
+        self.problems = problems
+        said = [f"{field}: {message}" if field else message for field, message in problems]
+        super().__init__("bad setting: " + "; ".join(said))
+
+    @classmethod
+    def of(cls, exc: ValidationError) -> SettingsError:
+        problems = []
+        for error in exc.errors(include_input=False):
+            if error["type"] == "default_factory_not_called":
+                continue  # a default that waits for the field in error: not a second error
+            field = ".".join(str(part) for part in error["loc"])
+            # Our checks' words, without the prefix pydantic puts before a ValueError's.
+            message = error["msg"].removeprefix("Value error, ")
+            # An error found under a variable's own name (REDIS_URL) is named by it alone.
+            if field and not field.isupper():
+                field = f"{field} ({_variable(field)})"
+            problems.append((field, message))
+        return cls(problems)
+
+
+def _variable(field: str) -> str:
+    """The environment variable that sets a field (its first, for a nested one)."""
+    known = Settings.model_fields.get(field.partition(".")[0])
+    alias = known.validation_alias if known else None
+    if isinstance(alias, AliasChoices):
+        return str(alias.choices[0])
+    return f"AFTERTHOUGHT_{field.partition('.')[0].upper()}"
+
+
 class Settings(BaseSettings):
-    """Everything both processes need; keyword overrides win over the environment."""
+    """Everything both processes need; keyword overrides win over the environment. Bad
+    values raise :class:`SettingsError`."""
 
     model_config = SettingsConfigDict(
         env_prefix="AFTERTHOUGHT_",
@@ -232,6 +276,12 @@ class Settings(BaseSettings):
     """Use Zep UUIDs pinned in session state unchecked. ADK's API server lets clients write
     session state, so by default a pinned user or graph must be the registry's for the ADK
     user, and the worker writes to a pinned thread only if it belongs to that user."""
+
+    def __init__(self, **values: Any) -> None:
+        try:
+            super().__init__(**values)
+        except ValidationError as exc:
+            raise SettingsError.of(exc) from None
 
     @classmethod
     def settings_customise_sources(

@@ -120,7 +120,7 @@ class TurnMemory:
         if settings is None:
             settings = Settings(**fields)
         elif fields:
-            settings = Settings.model_validate({**settings.model_dump(), **fields})
+            settings = Settings(**{**settings.model_dump(), **fields})
         return cls(settings, **options)
 
     @property

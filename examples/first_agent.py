@@ -7,10 +7,14 @@ from google.adk.agents import LlmAgent
 from google.adk.runners import InMemoryRunner
 from google.genai import types
 
+from afterthought import SettingsError
 from afterthought.agent_hooks import create_callbacks
 from afterthought.testing import StandInLlm  # a model that needs no key, for trying it out
 
-memory = create_callbacks()  # settings from the environment: REDIS_URL, ZEP_API_KEY, ...
+try:
+    memory = create_callbacks()  # settings from the environment: REDIS_URL, ZEP_API_KEY, ...
+except SettingsError as exc:  # one line: the variable and what is wrong, never its value
+    sys.exit(f"my_agent: {exc}")
 agent = LlmAgent(
     name="assistant",
     model="gemini-2.5-flash" if os.environ.get("GOOGLE_API_KEY") else StandInLlm(),

@@ -89,6 +89,35 @@ async def test_the_first_agent_remembers_with_a_worker_in_another_process(
     assert "lives in: Lisbon" in second and '"big news, we moved to Lisbon last week"' in second
 
 
+@pytest.mark.parametrize(
+    ("variable", "value", "says"),
+    [
+        ("REDIS_URL", "notaurl", "REDIS_URL: the Redis URL must start with redis://"),
+        ("AFTERTHOUGHT_RETRIEVAL_BUDGET", "-1", "retrieval_budget (AFTERTHOUGHT_RETRIEVAL_BUDGET)"),
+        # A secret pasted into the wrong variable, a nested one too, is never echoed.
+        ("AFTERTHOUGHT_LEASE_SECONDS", "sk-live-SECRET", "lease_seconds"),
+        ("AFTERTHOUGHT_FACT_TTL_DAYS", '{"ephemeral": "sk-live-SECRET"}', "fact_ttl_days"),
+    ],
+)
+def test_the_first_agent_with_a_bad_setting_says_one_line(
+    local_settings: Settings, variable: str, value: str, says: str
+) -> None:
+    env = {k: v for k, v in os.environ.items() if k not in {"GOOGLE_API_KEY", "ZEP_API_KEY"}}
+    env.update(local_settings.as_env())
+    env[variable] = value
+    done = subprocess.run(
+        [sys.executable, "examples/first_agent.py", "hello"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode != 0 and not done.stdout
+    assert done.stderr.count("\n") == 1 and done.stderr.startswith("my_agent: bad setting: ")
+    assert says in done.stderr and "SECRET" not in done.stderr
+
+
 def test_multi_user_example_keeps_each_users_memory_apart(local_settings: Settings) -> None:
     done = _run(local_settings, "examples/multi_user_app.py")
     assert done.returncode == 0, done.stderr

@@ -23,7 +23,7 @@ from afterthought.contract import (
 )
 from afterthought.enqueue import Enqueuer
 from afterthought.keys import Keys
-from afterthought.settings import Settings
+from afterthought.settings import Settings, SettingsError
 from afterthought.worker.retry import decide
 
 
@@ -84,9 +84,9 @@ def test_settings_pick_the_backend_and_validate() -> None:
     assert Settings().resolved_backend == "local"
     assert Settings(zep_api_key="k").resolved_backend == "zep"
     assert Settings(zep_api_key="k", backend="local").resolved_backend == "local"
-    with pytest.raises(ValidationError):
+    with pytest.raises(SettingsError):
         Settings(key_prefix="bad prefix")
-    with pytest.raises(ValidationError):
+    with pytest.raises(SettingsError):
         Settings(zep_user_id_template="{tenant}:{user_id}")
     assert (
         Settings(zep_user_id_template="{app}:{user_id}").zep_user_id(app="shop", user_id="u1")
@@ -122,25 +122,24 @@ def test_empty_variables_are_unset_but_blank_or_garbled_keys_are_refused(
     ):
         with monkeypatch.context() as env:
             env.setenv(variable, value)
-            with pytest.raises(ValidationError) as refused:
+            with pytest.raises(SettingsError) as refused:
                 Settings()
-        error = refused.value.errors()[0]
-        assert variable.removeprefix("AFTERTHOUGHT_").lower() in str(error["loc"]).lower()
-        assert says in error["msg"]
+        field, message = refused.value.problems[0]
+        assert variable in field and says in message
         assert "SECR" not in str(refused.value) and "\u00c9" not in str(refused.value)
     assert Settings(zep_api_key="z_0123-abc.DEF").resolved_backend == "zep"
 
 
 @pytest.mark.parametrize("days", [-7, 0, float("nan")])
 def test_a_fact_lives_a_positive_number_of_days(days: float) -> None:
-    with pytest.raises(ValidationError, match="must be a number > 0"):
+    with pytest.raises(SettingsError, match="must be a number > 0"):
         Settings(fact_ttl_days={"ephemeral": days})
     assert Settings(fact_ttl_days={"ephemeral": 0.5}).fact_ttl_days == {"ephemeral": 0.5}
 
 
 @pytest.mark.parametrize("url", ["redis://:pw@/0", "redis:///0", "rediss://:pw@:6380/1"])
 def test_a_redis_url_without_a_host_is_refused(url: str) -> None:
-    with pytest.raises(ValidationError, match="names no host") as refused:
+    with pytest.raises(SettingsError, match="names no host") as refused:
         Settings(redis_url=url)
     assert "pw" not in str(refused.value)
 
@@ -263,7 +262,7 @@ def test_prune_schedule_is_a_setting() -> None:
     assert (daily.hour, daily.minute) == ({4}, {30})
     assert prune_crons(prune_at="off") == []
     for bad in ("4pm", "24:00", "12:60", ""):
-        with pytest.raises(ValidationError, match="prune_at"):
+        with pytest.raises(SettingsError, match="prune_at"):
             Settings(prune_at=bad)
 
 
