@@ -138,19 +138,40 @@ async def elsewhere(redis: Redis, settings: Settings, backend: MemoryBackend) ->
     return sorted(announced.values())
 
 
-async def matches(redis: Redis, settings: Settings, backend: MemoryBackend) -> bool | None:
-    """The agent's side: False (and a warning) when workers announced stores lately and
-    this process's is not one of them; True when it is; None when none was announced
-    (nothing to compare with yet)."""
-    others = await elsewhere(redis, settings, backend)
-    if others is None:
-        return None
-    if others:
-        found = await store_of(settings, backend)
-        log.warning(
-            "agent and worker use different stores: agent=%s worker=%s; %s",
-            found[1] if found else "?",
-            ",".join(others),
-            ONE_STORE,
-        )
-    return not others
+class StoreWatch:
+    """The agent's side, checked now and then for as long as it runs: a warning (and a
+    metric) when no worker announced lately — its messages queue and nothing stores them
+    — and when the workers use another store than this process. Each is said once, and
+    again only after it changed (a worker came, then went)."""
+
+    def __init__(self) -> None:
+        self._found: tuple[str, ...] | None = ("",)  # nothing checked yet
+
+    async def check(self, redis: Redis, settings: Settings, backend: MemoryBackend) -> bool | None:
+        """True when the workers use this process's store, False when another, None when no
+        worker announced one lately."""
+        from afterthought.telemetry import store_problems
+
+        others = await elsewhere(redis, settings, backend)
+        found = None if others is None else tuple(others)
+        if found != self._found:
+            self._found = found
+            if others is None:
+                store_problems.add(1, {"problem": "no_workers"})
+                log.warning(
+                    "no worker of deployment %s announced in the last %d s: its messages "
+                    "queue in Redis and nothing stores them; start `afterthought worker` "
+                    "with the agent's settings",
+                    settings.key_prefix,
+                    ANNOUNCED_SECONDS,
+                )
+            elif others:
+                mine = await store_of(settings, backend)
+                store_problems.add(1, {"problem": "other_store"})
+                log.warning(
+                    "agent and worker use different stores: agent=%s worker=%s; %s",
+                    mine[1] if mine else "?",
+                    ",".join(others),
+                    ONE_STORE,
+                )
+        return None if others is None else not others

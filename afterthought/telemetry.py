@@ -42,6 +42,11 @@ queue_failures = _meter.create_counter(
     "afterthought.queue.failures",
     description="Writes not queued at once, by outcome: buffered, dropped, refused.",
 )
+store_problems = _meter.create_counter(
+    "afterthought.store.problems",
+    description="Times the agent found, by problem: no_workers (none announced lately: its"
+    " messages wait in Redis), other_store (the workers write another store than it reads).",
+)
 
 _buffer_readers: list[Callable[[], int]] = []
 

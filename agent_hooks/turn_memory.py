@@ -37,6 +37,7 @@ from afterthought.direct_write import DirectWriter
 from afterthought.enqueue import Enqueuer
 from afterthought.identity import Identity, IdentityRegistry
 from afterthought.settings import Settings
+from afterthought.shared_store import StoreWatch
 from afterthought.telemetry import identity_pins_ignored
 
 __all__ = ["ContextBuilder", "ContextInput", "TurnMemory", "Who"]
@@ -108,8 +109,9 @@ class TurnMemory:
         # so two users (or sessions) may send the same one.
         self._turns: OrderedDict[Who, _Turn] = OrderedDict()
         self._store_check: asyncio.Task[None] | None = None
+        self._store_watch = StoreWatch()
         self._store_due: float | None = 0.0
-        """When the store check runs next (``time.monotonic``); None: never again."""
+        """When the store check runs next (``time.monotonic``); None: one runs."""
 
     @classmethod
     def create(cls, *, settings: Settings | None = None, **kwargs: Any) -> TurnMemory:
@@ -308,12 +310,11 @@ class TurnMemory:
             self._turns.popitem(last=False)
 
     async def check_store_once(self) -> None:
-        """The first time (a turn, a search): warn if the workers write another store
-        (another local file, Zep while this process has no key, another Zep project).
-        Awaited within the read budget, beside the read, so that a process that lives for
-        one turn still warns; past the budget it goes on unawaited. While no worker has
-        announced its store, it runs again at most every ``STORE_RECHECK_SECONDS`` (an
-        agent up before its workers is checked all the same)."""
+        """At a turn or a search, at most every ``STORE_RECHECK_SECONDS``: warn when no
+        worker runs (messages queue, nothing stores them) or the workers write another store
+        (another local file, Zep while this process has no key, another Zep project); see
+        :class:`StoreWatch`. Awaited within the read budget, beside the read, so that a
+        process that lives for one turn still warns; past the budget it goes on unawaited."""
         due = self._store_due
         if due is None or time.monotonic() < due:
             return
@@ -325,16 +326,16 @@ class TurnMemory:
             )
 
     async def _check_store(self) -> None:
-        from afterthought.shared_store import matches
-
         try:
-            if await matches(self.recorder.enqueuer.redis(), self.settings, self.backend) is None:
-                self._store_due = time.monotonic() + STORE_RECHECK_SECONDS
+            await self._store_watch.check(
+                self.recorder.enqueuer.redis(), self.settings, self.backend
+            )
         except BackendError as exc:
             if exc.code == "schema_upgrade_pending":  # reads fall back to the cache until then
                 log.warning("local store awaits a schema upgrade: start a worker on it")
         except Exception as exc:  # a check only: never a reason to fail anything
             log.debug("store check failed error=%s", type(exc).__name__)
+        finally:
             self._store_due = time.monotonic() + STORE_RECHECK_SECONDS
 
     async def aclose(self) -> None:

@@ -834,6 +834,40 @@ async def test_an_agent_up_before_its_worker_is_warned_once_the_worker_announces
     await memory.aclose()
 
 
+async def test_an_agent_without_a_worker_says_so_at_its_first_turn_and_again_when_it_goes(
+    make_settings: Callable[..., Settings],
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """No worker: every run says "no memory" and the messages wait in Redis; the agent's
+    log says why, once, and again once a worker came and went."""
+    from afterthought.agent_hooks import turn_memory
+    from afterthought.connections import connect
+    from afterthought.shared_store import withdraw
+
+    monkeypatch.setattr(turn_memory, "STORE_RECHECK_SECONDS", 0.0)
+    settings = make_settings()
+    memory = TurnMemory(settings)
+    runner, _ = make_runner(create_callbacks(memory))
+
+    async def turn() -> str:
+        caplog.clear()
+        await say(runner, "alice", await new_session(runner, "alice"), "hello there")
+        assert memory._store_check is not None
+        await memory._store_check  # awaited: no timing involved
+        return caplog.text
+
+    assert "no worker of deployment" in await turn()
+    assert "no worker of deployment" not in await turn()  # said once
+    await _worker_running_on(settings)
+    assert "no worker" not in await turn()
+    client = connect(settings.redis_url)
+    await withdraw(client, settings, worker="elsewhere:1")
+    await client.aclose()
+    assert "no worker of deployment" in await turn()
+    await memory.aclose()
+
+
 async def test_an_agent_on_a_store_awaiting_an_upgrade_is_told_to_start_a_worker(
     local_settings: Settings, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -989,7 +1023,7 @@ async def test_only_stores_announced_lately_count(
 ) -> None:
     """Last week's worker used the agent's (old) file; today's uses another: warned."""
     from afterthought.backends.local import LocalBackend
-    from afterthought.shared_store import ANNOUNCED_SECONDS, matches
+    from afterthought.shared_store import ANNOUNCED_SECONDS, StoreWatch
 
     agent = LocalBackend(local_settings.local_db_path)
     mine = await agent.store_id()
@@ -1001,7 +1035,7 @@ async def test_only_stores_announced_lately_count(
         for store, at in entries.items():
             entry = {"store": store, "path": f"/srv/{store}", "at": at}
             await redis.hset(key, f"host:{store}", json.dumps(entry))
-        return await matches(redis, local_settings, agent)
+        return await StoreWatch().check(redis, local_settings, agent)
 
     assert await announced(**{mine: now}) is True
     assert await announced(**{mine: now - 2 * ANNOUNCED_SECONDS}) is None  # nobody lately
