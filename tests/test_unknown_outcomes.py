@@ -249,7 +249,7 @@ async def test_a_message_that_never_succeeds_is_dead_lettered_and_its_thread_goe
     mine = [queued("before", 1), queued("POISON pill", 2), queued("after", 3)]
     await enqueue(settings, *mine)
     backend = _Picky(settings.local_db_path)
-    flusher = Flusher(settings, redis, backend)
+    flusher = Flusher(settings, redis, backend, sleep=_no_wait)  # backoffs: not waited
     for n in range(12):
         other = _said("bob", f"bob {n}", f"b{n}")
         await enqueue(settings, other)
@@ -270,12 +270,16 @@ async def test_an_outage_dead_letters_nothing(
     settings = local_settings.model_copy(update={"retry_max_attempts": 2})
     keys = Keys(settings.key_prefix)
     await enqueue(settings, queued("POISON or outage?", 1))
-    flusher = Flusher(settings, redis, _Picky(settings.local_db_path))
+    flusher = Flusher(settings, redis, _Picky(settings.local_db_path), sleep=_no_wait)
     for _ in range(5):
         await flusher.drain(budget=30)
         await redis.zadd(keys.ready(), {queued("x", 1).thread_key: 0}, xx=True)
     assert not await redis.llen(keys.dead())
     assert await redis.llen(keys.pending(queued("x", 1).thread_key)) == 1
+
+
+async def _no_wait(seconds: float) -> None:
+    pass
 
 
 async def _memtest_user(settings: Settings, backend: LocalBackend):  # type: ignore[no-untyped-def]

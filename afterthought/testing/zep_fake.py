@@ -259,7 +259,10 @@ class ZepFake:
         return f"http://127.0.0.1:{self.port}{API_PREFIX}"
 
     def start(self) -> ZepFake:
-        self._serving = threading.Thread(target=self._server.serve_forever, daemon=True)
+        # A short poll: stop() waits for the server loop to notice, 0.5 s by default.
+        self._serving = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
+        )
         self._serving.start()
         return self
 
