@@ -348,3 +348,38 @@ async def test_the_margin_refuses_what_a_clock_ahead_stamped_just_after_the_forg
         content="from long ago",
     ).model_copy(update={"said_ms": 1})
     assert await queue.enqueue([old], now_ms=forgot) == FORGOTTEN
+
+
+async def test_an_adk_agent_buffering_through_a_forget_stores_none_of_it(
+    make_settings: Callable[..., Settings], redis: aioredis.Redis
+) -> None:
+    """Measured item 2 as it was run: a real ADK ``Runner`` with the callbacks, Redis out
+    of its reach for five turns; the user is forgotten; Redis comes back and a worker runs.
+    None of the five turns is stored, and none of them is left in Redis."""
+    from afterthought.agent_hooks import TurnMemory, create_callbacks
+    from tests.adk_support import make_runner, new_session, say
+
+    with RedisProxy(REDIS_URL) as proxy:
+        agent = make_settings(redis_url=proxy.url, breaker_failures=2, breaker_seconds=0.2)
+        worker = agent.model_copy(update={"redis_url": REDIS_URL})
+        memory = TurnMemory.create(settings=agent)
+        runner, _ = make_runner(create_callbacks(memory))
+        session = await new_session(runner, "alice")
+        proxy.refuse()
+        secrets = ["walrus", "klaxon", "ferret", "narwhal", "bertrand"]
+        for word in secrets:
+            await say(runner, "alice", session, f"My locker code is {word}.")
+        held = memory.enqueuer.buffered
+        assert held >= 5  # each turn's message (and reply) waits
+
+        backend = open_backend(worker)
+        done = await Forgetter(worker, redis, backend).forget_user(app=APP, user_id="alice")
+        assert not done.pending
+        proxy.resume()
+        assert await memory.enqueuer.drain_buffer(timeout=30)
+        await memory.enqueuer.aclose()
+    await drain(worker)
+    await backend.aclose()
+
+    await _swept(worker, redis, secrets)
+    assert memory.enqueuer.dropped == held  # refused, and counted
