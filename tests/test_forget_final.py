@@ -31,8 +31,10 @@ from afterthought.worker.extract import RuleExtractor
 from afterthought.worker.flush import Flusher
 from afterthought.worker.forget import Forgetter
 from afterthought.worker.synthesize import Synthesizer
-from tests.conftest import REDIS_URL, drain, enqueue
+from tests.conftest import BOTH_LAYOUTS, REDIS_URL, drain, enqueue
 from tests.sweep import Gate, file_hits, redis_hits
+
+pytestmark = BOTH_LAYOUTS
 
 APP = "memtest"
 #: Alice's words: a fact the rules extract, and one validation quarantines.
@@ -126,8 +128,9 @@ async def test_a_model_extractor_slower_than_the_mark_writes_nothing_after_the_f
     The run renews its mark, so the forget waits for it (and is left pending, then
     resumed); the run, let go, writes none of its quarantined proposals, facts or
     watermark."""
-    monkeypatch.setattr(synthesize, "SYNTH_MARK_MS", 300)
-    settings = _short_leases(local_settings)
+    # The mark lives 2 s (renewed every 2/3 s); the forget waits 8 s (two leases) for it.
+    monkeypatch.setattr(synthesize, "SYNTH_MARK_MS", 2000)
+    settings = _short_leases(local_settings).model_copy(update={"lease_seconds": 4.0})
     backend = open_backend(settings)
     await _stored(settings, redis, backend)
     gate = Gate()
