@@ -25,7 +25,7 @@ from afterthought.audit import AuditLog, Entry
 from afterthought.backends.base import HistoryMessage, MemoryBackend, UserRef
 from afterthought.backends.retrieval import STOPWORDS
 from afterthought.connections import FAILURES
-from afterthought.context_cache import ContextCache
+from afterthought.context_cache import PENDING, ContextCache
 from afterthought.facts import VOLATILE, Fact, StoredFact, fact_signature
 from afterthought.fence import GUARD, REFUSED, Fence
 from afterthought.identity import RELEASE_LUA, IdentityRegistry
@@ -284,10 +284,13 @@ class Synthesizer:
             return Counter()
         heartbeat = asyncio.create_task(self._keep(mark, token))
         try:
-            epoch = await self.cache.epoch(self.redis, app=app, user_id=user_id)
-            return await self._run(
-                app, user_id, Fence(self.keys.epoch(app, user_id), mark, epoch, token)
+            epoch, forgetting = await self.redis.mget(
+                self.keys.epoch(app, user_id), self.keys.forgetting(app, user_id)
             )
+            if forgetting == PENDING.encode():  # the forget would wait for this run
+                return Counter()
+            fence = Fence(self.keys.epoch(app, user_id), mark, int(epoch or 0), token)
+            return await self._run(app, user_id, fence)
         except _Stopped:
             log.info("synthesis stopped user=%s: forgotten, or its mark lost", digest(app, user_id))
             return Counter()
@@ -318,6 +321,9 @@ class Synthesizer:
         # finds its debounced job refused (the same job id is still queued), so this run
         # reads it too; bounded, the cron takes what a never-ending stream leaves.
         for _ in range(MAX_PAGES):
+            forgotten, holds = await fence.read(self.redis)
+            if forgotten or not holds:  # no page is read or extracted in vain
+                raise _Stopped
             after = await self.redis.get(watermark)
             messages, cursor = await self.backend.user_messages(
                 user=user, after=after.decode() if after else None, limit=PAGE
