@@ -386,3 +386,84 @@ async def test_an_adk_agent_buffering_through_a_forget_stores_none_of_it(
 
     await _swept(worker, redis, secrets)
     assert memory.enqueuer.dropped == held  # refused, and counted
+
+
+#: A synthesis run in a process of its own, with an extractor that blocks on a file.
+_STOPPABLE_RUN = """
+import asyncio, pathlib, sys
+from afterthought.backends import open_backend
+from afterthought.connections import connect
+from afterthought.settings import Settings
+from afterthought.worker import synthesize
+from afterthought.worker.extract import RuleExtractor
+
+class Blocking:
+    async def extract(self, messages):
+        facts = await RuleExtractor().extract(messages)
+        pathlib.Path(sys.argv[1]).touch()
+        while not pathlib.Path(sys.argv[2]).exists():
+            await asyncio.sleep(0.01)
+        return facts
+
+async def main():
+    synthesize.SYNTH_MARK_MS = 1000  # expires soon once the process is stopped
+    settings = Settings()
+    redis, backend = connect(settings.redis_url), open_backend(settings)
+    synth = synthesize.Synthesizer(settings, redis, backend, extractor=Blocking())
+    await synth.run(app=sys.argv[3], user_id="alice")
+    await backend.aclose()
+    await redis.aclose()
+
+asyncio.run(main())
+"""
+
+
+async def test_a_synthesis_process_sigstopped_past_its_mark_writes_nothing_after_sigcont(
+    local_settings: Settings, redis: aioredis.Redis, tmp_path: Any
+) -> None:
+    """Measured item 1 as it was run: the synthesis process is SIGSTOPped inside Alice's
+    run (extracting), its mark expires, a forget completes; SIGCONT. The run writes no
+    quarantined proposal and no watermark."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    settings = _short_leases(local_settings)
+    backend = open_backend(settings)
+    await enqueue(settings, _said(LINES[1], 1))  # quarantined when synthesized
+    await Flusher(settings, redis, backend).drain(budget=30)
+    reached, go = tmp_path / "reached", tmp_path / "go"
+    child = subprocess.Popen(
+        [sys.executable, "-c", _STOPPABLE_RUN, str(reached), str(go), APP],
+        env={**os.environ, **settings.as_env()},
+    )
+    try:
+        for _ in range(3000):  # the bound only stops a broken test
+            if reached.exists() or child.poll() is not None:
+                break
+            await asyncio.sleep(0.02)
+        assert reached.exists()
+        child.send_signal(signal.SIGSTOP)
+        mark = Keys.of(settings).synthesizing(APP, "alice")
+        for _ in range(3000):
+            if not await redis.exists(mark):
+                break
+            await asyncio.sleep(0.02)
+        forgetter = Forgetter(settings, redis, backend, poll_seconds=0.02)
+        done = await _within(forgetter.forget_user(app=APP, user_id="alice"))
+        assert not done.pending
+        await _swept(settings, redis, WORDS)
+        go.touch()
+        child.send_signal(signal.SIGCONT)
+        assert await asyncio.to_thread(child.wait, 60) == 0
+    finally:
+        if child.poll() is None:
+            child.send_signal(signal.SIGCONT)
+            child.kill()
+            child.wait()
+    await _forget_until_done(forgetter)
+    await backend.aclose()
+
+    await _swept(settings, redis, WORDS)
+    assert not await redis.exists(Keys.of(settings).synthesized(APP, "alice"))
