@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import time
 from datetime import UTC, datetime
 from typing import Literal
 
@@ -92,6 +93,11 @@ class QueuedMessage(BaseModel):
 
     v: int = PAYLOAD_VERSION
     """Payload version."""
+    said_ms: int | None = None
+    """When the agent made the message (its wall clock, ms), set once by :meth:`build` and
+    carried as it is by the buffer, a spool and every retry: the enqueue script refuses it
+    if the user was forgotten after that (``afterthought.queue``). Right after ``v`` in the
+    JSON, where the script reads it. None: made by a version that did not stamp it."""
     seq: int | None = None
     """Per-thread sequence number, assigned by the enqueue script."""
     queued_ms: int | None = None
@@ -165,6 +171,7 @@ class QueuedMessage(BaseModel):
             text_repaired.add(repaired)
         when = datetime.fromtimestamp(at, UTC) if at is not None else datetime.now(UTC)
         return cls(
+            said_ms=int(time.time() * 1000),
             key=message_key(
                 app=app,
                 user_id=user_id,

@@ -30,7 +30,7 @@ from afterthought.contract import QueuedMessage
 from afterthought.direct_write import DirectWriter
 from afterthought.layout import LayoutMismatch, check_layout
 from afterthought.loops import PerLoop
-from afterthought.queue import REFUSED, ThreadQueue
+from afterthought.queue import FORGOTTEN, REFUSED, ThreadQueue
 from afterthought.settings import Settings
 from afterthought.telemetry import queue_failures, watch_buffer
 
@@ -47,6 +47,8 @@ MISLAID = "layout mismatch"
 #: Why messages still buffered when the process exits are dropped: the drain ran out of
 #: time before Redis took them (Redis down, or answering too slowly).
 EXIT_UNSENT = "exit before Redis took them"
+#: Why a message made before its user was forgotten is dropped (the enqueue script refused it).
+SAID_BEFORE_FORGET = "made before its user was forgotten"
 #: Messages one drain round trip carries.
 DRAIN_CHUNK = 100
 #: The drain thread is off the turn path, so it can wait longer for a reply than a turn.
@@ -109,8 +111,8 @@ class Enqueuer:
             failures=settings.breaker_failures, seconds=settings.breaker_seconds
         )
         self.dropped = 0
-        """Messages lost to a full buffer, an oversized text, exit or a layout mismatch:
-        counted, and logged."""
+        """Messages lost to a full buffer, an oversized text, exit or a layout mismatch, and
+        messages made before their user was forgotten (refused): counted, and logged."""
         self._layout_known = False
         """The deployment's layout was found to be this process's (checked once)."""
         self._mislaid = False
@@ -208,6 +210,8 @@ class Enqueuer:
             self._failed(exc)
             return UNREACHABLE
         self.breaker.succeeded()
+        if result == FORGOTTEN:
+            return await self._forgotten(queue, messages, timeout)
         if result in REFUSED:
             log.warning(
                 "enqueue backpressure thread=%s messages=%d reason=%s",
@@ -216,6 +220,22 @@ class Enqueuer:
                 REFUSED[result],
             )
             return REFUSED[result]
+        return None
+
+    async def _forgotten(
+        self, queue: ThreadQueue, messages: Sequence[QueuedMessage], timeout: float
+    ) -> str | None:
+        """The script queued none of ``messages``: one was made before its user's forget.
+        That one is dropped and counted; of several (a buffered run that spans a forget),
+        each is sent alone to find which. Why one of them did not go, if one did not (a run
+        retried after that counts its forgotten ones again: never fewer than were lost)."""
+        if len(messages) == 1:
+            self._drop(1, why=SAID_BEFORE_FORGET)
+            return None
+        for message in messages:
+            why = await self._send(queue, [message], timeout)
+            if why is not None:
+                return why
         return None
 
     def _failed(self, exc: BaseException) -> None:

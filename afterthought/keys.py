@@ -248,6 +248,12 @@ class Keys:
         """Counter bumped when a user is forgotten: older queued messages are dropped."""
         return f"{self._user_base(app, user_id)}:epoch:{digest(app, user_id)}"
 
+    def forgot(self, app: str, user_id: str) -> str:
+        """STRING ms (Redis' clock) when the user's latest forget began: a message the agent
+        made before it is refused when it reaches Redis. Expires (``queue.FORGOT_KEEP_MS``);
+        a message older than that is refused anyway."""
+        return f"{self._user_base(app, user_id)}:forgot:{digest(app, user_id)}"
+
     def forgetting(self, app: str, user_id: str) -> str:
         """STRING set while the user is being forgotten, and for a short cool-down after:
         their new messages wait, and no cache entry is written or served meanwhile."""
@@ -272,10 +278,12 @@ class Keys:
         """STREAM: the audit log (bounded by MAXLEN)."""
         return f"{self.prefix}:audit"
 
-    @property
-    def quarantine(self) -> str:
-        """LIST (JSON) of facts validation refused, newest last; trimmed to a bound."""
-        return f"{self.prefix}:quarantine"
+    def quarantine(self, shard: int | None = None) -> str:
+        """LIST (JSON) of facts validation refused of the shard's users, newest last;
+        trimmed to a bound. In the user's slot, so a write checks their epoch in the same
+        script. (A sharded deployment's entries of before were in the flat name,
+        ``quarantine(None)``: still read and dropped.)"""
+        return f"{self._in(shard)}:quarantine"
 
     def backfill(self, source: str) -> str:
         """HASH of a backfill source's progress: sessions done, and where the next begins."""

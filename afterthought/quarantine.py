@@ -2,7 +2,9 @@
 and decide (``afterthought quarantine list / release / drop``). Never written to memory
 unless released.
 
-One Redis LIST (``Keys.quarantine``) of JSON entries, newest last, trimmed to a bound. Each
+A Redis LIST per shard (``Keys.quarantine``, in its users' slot) of JSON entries, newest
+last, trimmed to a bound; a job adds its user's entries in a script that checks the job
+still may write for them (:mod:`afterthought.fence`). Each
 entry: ``id``, ``app``, ``user_id``, ``user`` (the digest of app and user id that the rest
 of the system uses to refer to a user), ``reason``, ``trust``, ``text`` (the fact as it
 would be stored), ``at`` (ms), ``key`` (the message or source keys), and — for a synthesis
@@ -21,13 +23,25 @@ from typing import Any
 import redis.asyncio as aioredis
 
 from afterthought.contract import MEMORY_SESSION, QueuedMessage
+from afterthought.fence import GUARD, REFUSED, Fence
 from afterthought.keys import Keys, digest
 from afterthought.queue import ThreadQueue
 from afterthought.settings import Settings
 from afterthought.validation import OPERATOR
 
-#: Entries kept for review; older ones are trimmed.
+#: Entries kept for review (per shard); older ones are trimmed.
 QUARANTINE_MAX = 10_000
+
+# KEYS the user's epoch, the job's hold (see GUARD), the user's shard's list; ARGV the
+# epoch, the token, the bound, then the entries. 1, or -1 when the job may no longer write.
+ADD_LUA = (
+    GUARD
+    + """
+redis.call('RPUSH', KEYS[3], unpack(ARGV, 4))
+redis.call('LTRIM', KEYS[3], -tonumber(ARGV[3]), -1)
+return 1
+"""
+)
 
 
 @dataclass(frozen=True)
@@ -80,21 +94,35 @@ class Quarantine:
     def __init__(self, redis: aioredis.Redis, settings: Settings) -> None:
         self._redis = redis
         self._settings = settings
-        self._key = Keys.of(settings).quarantine
+        self._keys = Keys.of(settings)
+        self._add = redis.register_script(ADD_LUA)
 
-    async def add(self, entries: Sequence[Entry]) -> None:
-        """Record refused proposals (and trim the oldest past the bound)."""
+    def _lists(self, shards: Sequence[int | None]) -> list[str]:
+        """The lists of ``shards``; in a sharded layout the flat one too (entries from
+        before the quarantine was per shard)."""
+        k = self._keys
+        return [k.quarantine(s) for s in shards] + ([k.quarantine(None)] if k.shards else [])
+
+    async def add(self, entries: Sequence[Entry], *, fence: Fence) -> bool:
+        """Record refused proposals of one user (and trim the oldest past the bound), if the
+        job that found them still may write for the user; whether they were."""
         if not entries:
-            return
-        # Not a transaction (a cluster client refuses one): a stop between the two leaves
-        # the list past its bound until the next add trims it.
-        async with self._redis.pipeline(transaction=False) as pipe:
-            pipe.rpush(self._key, *(e.to_json() for e in entries))
-            pipe.ltrim(self._key, -QUARANTINE_MAX, -1)
-            await pipe.execute()
+            return True
+        (shard,) = {self._keys.shard_of(e.app, e.user_id) for e in entries}
+        added = await self._add(
+            keys=[*fence.keys, self._keys.quarantine(shard)],
+            args=[*fence.args, QUARANTINE_MAX, *(e.to_json() for e in entries)],
+        )
+        return int(added) != REFUSED
 
-    async def _raw(self) -> list[tuple[bytes, Entry]]:
-        return [(raw, Entry.parse(raw)) for raw in await self._redis.lrange(self._key, 0, -1)]
+    async def _raw(self) -> list[tuple[str, bytes, Entry]]:
+        """Every entry, with its list, oldest first."""
+        found = [
+            (key, raw, Entry.parse(raw))
+            for key in self._lists(self._keys.shard_ids)
+            for raw in await self._redis.lrange(key, 0, -1)
+        ]
+        return sorted(found, key=lambda item: item[2].at)
 
     async def entries(
         self, *, app: str | None = None, user_id: str | None = None, limit: int | None = None
@@ -103,20 +131,20 @@ class Quarantine:
         ``app`` and ``user_id``."""
         found = [
             e
-            for _, e in await self._raw()
+            for _, _, e in await self._raw()
             if (app is None or e.app == app) and (user_id is None or e.user_id == user_id)
         ]
         return found[-limit:] if limit else found
 
     async def get(self, entry_id: str) -> Entry | None:
-        return next((e for _, e in await self._raw() if e.id == entry_id), None)
+        return next((e for _, _, e in await self._raw() if e.id == entry_id), None)
 
     async def release(self, entry_id: str) -> Entry | None:
         """Queue the entry's text as a ``fact`` of trust ``operator``, which the worker
         stores without validation (an operator read it and decided), then remove the
         entry. None if no such entry. Releasing twice queues it once: the queued fact's
         key is derived from the entry's id."""
-        for raw, entry in await self._raw():
+        for key, raw, entry in await self._raw():
             if entry.id != entry_id:
                 continue
             message = QueuedMessage.build(
@@ -137,22 +165,23 @@ class Quarantine:
             )
             if queued < 0:
                 raise RuntimeError(f"the queue refused the released fact (code {queued})")
-            await self._redis.lrem(self._key, 1, raw)
+            await self._redis.lrem(key, 1, raw)
             return entry
         return None
 
     async def drop(self, entry_id: str) -> bool:
         """Delete one entry for good; False if there was none."""
-        for raw, entry in await self._raw():
+        for key, raw, entry in await self._raw():
             if entry.id == entry_id:
-                return bool(await self._redis.lrem(self._key, 1, raw))
+                return bool(await self._redis.lrem(key, 1, raw))
         return False
 
     async def drop_user(self, *, app: str, user_id: str) -> int:
         """Delete every entry of one user (forgetting a user calls this); how many."""
         who = digest(app, user_id)
         dropped = 0
-        for raw in await self._redis.lrange(self._key, 0, -1):
-            if json.loads(raw).get("user") == who:  # entries of every version carry it
-                dropped += await self._redis.lrem(self._key, 1, raw)
+        for key in self._lists([self._keys.shard_of(app, user_id)]):
+            for raw in await self._redis.lrange(key, 0, -1):
+                if json.loads(raw).get("user") == who:  # entries of every version carry it
+                    dropped += await self._redis.lrem(key, 1, raw)
         return dropped

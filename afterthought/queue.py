@@ -131,20 +131,28 @@ local function push(pending, thread, ready, depth, epoch_key, threads, seen, ref
 end
 """
 
-# KEYS pending, thread, ready, depth, epoch, user threads, seen
-# ARGV seen_keys, seen_ttl_ms, ref, now_ms, thread_cap, shard_cap, n, keys[n], payloads[n]
-# Returns how many were appended (0: all were already there), or -1 / -2 when a cap refuses.
+# KEYS pending, thread, ready, depth, epoch, user threads, seen, forgot
+# ARGV seen_keys, seen_ttl_ms, ref, now_ms, thread_cap, shard_cap, n, keys[n], payloads[n],
+# margin_ms, keep_ms. Returns how many were appended (0: all were already there), -1 / -2
+# when a cap refuses, or -4 (nothing appended) when a new one was made before the user's
+# latest forget began (plus the clock margin) or longer ago than a forget is remembered:
+# it is the forgotten user's, whether it comes from a buffer, a spool or a retry.
 ENQUEUE_LUA = (
     _COMMON
     + """
 local n = tonumber(ARGV[7])
+local forgot = tonumber(redis.call('GET', KEYS[8]) or '')
+local now, margin, keep = tonumber(ARGV[4]), tonumber(ARGV[8 + 2 * n]), tonumber(ARGV[9 + 2 * n])
 local keys, items, taken = {}, {}, {}
 for i = 1, n do
   local key = ARGV[7 + i]
   if not taken[key] and not redis.call('ZSCORE', KEYS[7], key) then
+    local item = ARGV[7 + n + i]
+    local said = tonumber(string.match(item, '^{"v":%d+,"said_ms":(%d+),'))
+    if said and ((forgot and said < forgot + margin) or now - said > keep) then return -4 end
     taken[key] = true
     keys[#keys + 1] = key
-    items[#items + 1] = ARGV[7 + n + i]
+    items[#items + 1] = item
   end
 end
 if #items == 0 then return 0 end
@@ -292,8 +300,8 @@ return 1
 # KEYS pending, thread, ready, depth; ARGV ref, epoch. Drops the head messages queued
 # before ``epoch`` (a forgotten user's; the user's newer ones come after them and stay).
 # ``done`` moves past them, so an old holder's ack can never pop newer messages. The
-# counter goes on, and ``seen`` stays (a late re-push of a forgotten message is skipped;
-# it holds no text).
+# counter goes on. (A late re-push of a forgotten message is refused by the enqueue
+# script for when it was made, so the forget may delete ``seen`` too.)
 PURGE_LUA = """
 local n, last = 0, nil
 while true do
@@ -351,6 +359,11 @@ BEGIN_WAIT_MS = 1000
 #: What the enqueue and replay scripts return when a cap refuses the messages.
 REFUSED = {-1: "thread queue full", -2: "queue full"}
 GONE = -3
+#: What the enqueue script returns when a message was made before its user was forgotten.
+FORGOTTEN = -4
+#: How long a forget's time is kept (``Keys.forgot``): a message made longer ago than this
+#: reaches Redis only to be refused, since a forget of its user may no longer be known.
+FORGOT_KEEP_MS = 7 * 24 * 3600 * 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -466,7 +479,9 @@ class ThreadQueue:
     # --- the agent's side -------------------------------------------------------------------
     async def enqueue(self, messages: Sequence[QueuedMessage], *, now_ms: int) -> int:
         """Append messages of one thread; returns how many were new (keys the thread holds
-        or recently held are skipped), or a negative :data:`REFUSED` code."""
+        or recently held are skipped), a negative :data:`REFUSED` code, or
+        :data:`FORGOTTEN` (nothing appended) when one was made before its user's forget.
+        ``now_ms``: the caller's clock, the one the messages' ``said_ms`` were made by."""
         head = messages[0]
         ref = self.ref_of(head)
         return int(
@@ -475,7 +490,7 @@ class ThreadQueue:
                 # Half the budget: a replica that lags must not turn every turn's write
                 # into a timeout (the message is queued; it is the copy that is late).
                 wait_ms=max(1, int(self.settings.enqueue_timeout * 500)),
-                keys=self._append_keys(ref, head),
+                keys=[*self._append_keys(ref, head), self.keys.forgot(head.app, head.user_id)],
                 args=[
                     *self._seen_args(),
                     ref,
@@ -485,6 +500,8 @@ class ThreadQueue:
                     len(messages),
                     *(_seen_member(m) for m in messages),
                     *(m.encode() for m in messages),
+                    int(self.settings.forget_clock_margin_seconds * 1000),
+                    FORGOT_KEEP_MS,
                 ],
             )
         )

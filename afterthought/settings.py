@@ -261,6 +261,10 @@ class Settings(BaseSettings):
     """Pruning may delete the edges Zep extracted itself; else only the facts we wrote."""
     zep_delete_wait_seconds: float = Field(10.0, ge=0, le=300)
     """How long a Zep delete (done later by a task) is polled before it counts as pending."""
+    forget_clock_margin_seconds: float = Field(1.0, ge=0, le=3600)
+    """A message the agent made up to this long after a forget began (by Redis' clock) is
+    refused with the ones made before it: an agent's clock may run ahead of Redis' by as
+    much (the margin to exceed the skew between any agent machine and Redis)."""
     audit_key: SecretStr | None = None
     """HMAC key of the audit log's user references and content digests; the log is off
     without one (kept out of Redis, so Redis alone cannot tie entries to a user)."""

@@ -292,6 +292,8 @@ async def test_forgetting_a_user_shared_by_two_apps_forgets_them_in_both(
     in one app forgets them in all, and what they say afterwards is stored, not lost."""
     from afterthought.worker.forget import Forgetter
 
+    # One machine, one clock: no margin, so what is said at once after the forget is kept.
+    local_settings = local_settings.model_copy(update={"forget_clock_margin_seconds": 0.0})
     await _app_turn(local_settings, "shop", "alice", "I live in Quuxville.")
     await _app_turn(local_settings, "bank", "alice", "Hello")
     done = await Forgetter(local_settings, redis, open_backend(local_settings)).forget_user(

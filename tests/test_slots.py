@@ -33,8 +33,9 @@ from afterthought.context_cache import ContextCache, now_version
 from afterthought.contract import QueuedMessage
 from afterthought.dead_letters import DeadLetters
 from afterthought.enqueue import Enqueuer
+from afterthought.fence import Fence
 from afterthought.identity import IdentityRegistry
-from afterthought.keys import digest
+from afterthought.keys import Keys, digest
 from afterthought.quarantine import Entry as QuarantineEntry
 from afterthought.quarantine import Quarantine
 from afterthought.settings import Settings
@@ -220,7 +221,10 @@ async def _scenario(settings: Settings, recorder: Recorder, tmp: Path) -> None:
         entry = QuarantineEntry(
             app=APP, user_id="bob", text="likes: rain", reason="test", trust="model"
         )
-        await quarantine.add([entry])
+        keys = Keys.of(settings)  # a job's hold: the quarantine is written under one
+        await redis.set(keys.synthesizing(APP, "bob"), "tok", px=60_000)
+        fence = Fence(keys.epoch(APP, "bob"), keys.synthesizing(APP, "bob"), 0, "tok")
+        assert await quarantine.add([entry], fence=fence)
         assert [e.id for e in await quarantine.entries(app=APP, user_id="bob")] == [entry.id]
         assert await quarantine.release(entry.id) is not None
 

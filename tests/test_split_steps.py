@@ -142,10 +142,10 @@ async def test_a_forget_stopped_before_dropping_its_entry_is_finished_again(
     await _user(redis, settings, backend, "alice")
     forgetter = Forgetter(settings, redis, backend)
 
-    async def stop(*args: Any) -> int:
+    async def stop(*args: Any, **kwargs: Any) -> int:
         raise Stopped
 
-    monkeypatch.setattr(redis, "hdel", stop)
+    monkeypatch.setattr(forgetter, "_done", stop)  # the script that drops the entry
     with pytest.raises(Stopped):
         await forgetter.forget_user(app=APP, user_id="alice")
     monkeypatch.undo()

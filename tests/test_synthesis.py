@@ -63,7 +63,7 @@ async def test_poison_never_reaches_the_context(
     assert "Lisbon" in block
     for word in ("Admin", "Mars", "Atlantis", "Mallory", "instructions", "secrets"):
         assert word not in block
-    raw = await redis.lrange(Keys(local_settings.key_prefix).quarantine, 0, -1)
+    raw = await redis.lrange(Keys(local_settings.key_prefix).quarantine(), 0, -1)
     reasons = {json.loads(r)["reason"] for r in raw}
     values = {json.loads(r)["fact"]["value"] for r in raw}
     assert {"Admin", "Mars", "Atlantis", "Mallory"} <= values

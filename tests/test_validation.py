@@ -87,7 +87,7 @@ async def _facts(settings: Settings, redis: aioredis.Redis) -> list[str]:
 
 
 async def _quarantined(settings: Settings, redis: aioredis.Redis) -> list[dict[str, Any]]:
-    raw = await redis.lrange(Keys(settings.key_prefix).quarantine, 0, -1)
+    raw = await redis.lrange(Keys(settings.key_prefix).quarantine(), 0, -1)
     return [json.loads(r) for r in raw]
 
 

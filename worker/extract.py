@@ -36,8 +36,9 @@ from google.adk.models.llm_request import LlmRequest
 from google.genai import types
 from pydantic import ValidationError
 
-from afterthought.backends.base import HistoryMessage
+from afterthought.backends.base import HistoryMessage, MemoryBackend
 from afterthought.facts import RETRACTION, Fact
+from afterthought.settings import Settings
 
 
 class Extractor(Protocol):
@@ -1507,3 +1508,14 @@ def _proposal(item: Any, messages: Sequence[HistoryMessage]) -> Fact:
         trust=trust if trust in ("user", "assistant", "tool") else "model",
         valid_at=source.reference_time,
     )
+
+
+def default_extractor(settings: Settings) -> Extractor:
+    if settings.synthesis_model:
+        return ModelExtractor(settings.synthesis_model)
+    return RuleExtractor()
+
+
+def synthesizes(settings: Settings, backend: MemoryBackend) -> bool:
+    """Our synthesis runs where nothing else extracts: locally, and in ``managed`` mode."""
+    return not backend.capabilities.extracts_facts or settings.memory_mode == "managed"

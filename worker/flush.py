@@ -35,6 +35,7 @@ from afterthought.batching import Call, missing, pack, parts
 from afterthought.connections import FAILURES
 from afterthought.context_cache import PENDING, ContextCache, now_version
 from afterthought.contract import MalformedPayload, QueuedMessage, split_content
+from afterthought.fence import Fence
 from afterthought.identity import Identity, IdentityRegistry
 from afterthought.keys import Keys, digest
 from afterthought.quarantine import Entry as QuarantineEntry
@@ -122,14 +123,22 @@ class _Epoch:
     read back of a batch to reconcile, a pinned thread's owner check, an in-job retry, a
     wait at the shared 429 gate."""
 
-    def __init__(self, redis: aioredis.Redis, keys: Keys, message: QueuedMessage) -> None:
+    def __init__(
+        self, redis: aioredis.Redis, keys: Keys, message: QueuedMessage, lease: _Lease
+    ) -> None:
         self._redis = redis
+        self.app, self.user_id = message.app, message.user_id
         self.keys = (
             keys.epoch(message.app, message.user_id),
             keys.forgetting(message.app, message.user_id),
         )
+        self._hold = (keys.lease(lease.tk), lease.token)
         self.seen = 0
         self._confirmed = False
+
+    def fence(self) -> Fence:
+        """The epoch read and the thread's lease: what the batch's writes are fenced by."""
+        return Fence(self.keys[0], self._hold[0], self.seen, self._hold[1])
 
     async def read(self) -> int:
         """The epoch now. Raises :class:`_Held` while the user is being forgotten."""
@@ -545,7 +554,7 @@ class Flusher:
             self._whose[tk] = said
             while len(self._whose) > MAX_KNOWN_THREADS:
                 self._whose.pop(next(iter(self._whose)))
-        epoch = _Epoch(self.redis, self.keys, batch[0])
+        epoch = _Epoch(self.redis, self.keys, batch[0], lease)
         try:
             if head.epoch is not None:
                 current = epoch.found(head.epoch, head.forgetting)
@@ -935,6 +944,7 @@ class Flusher:
                             sending.reconcile = sending.fresh = True
                             sending.stats["unknown_outcomes"] += 1
                         raise
+                    await self._raced(sending.epoch)
                     sending.stored_calls.add(call.idempotency_key)
                     sending.context = context
                     sending.history.sent(call)
@@ -986,13 +996,14 @@ class Flusher:
             user, _ = await self.registry.ensure_user(
                 self.backend, app=head.app, user_id=head.user_id
             )
+            await self._raced(epoch)
         left, applied = 0, []
         for item in batch:
             if await self.pacing.wait():
                 epoch.stale()
             await epoch.check()
             try:
-                if item.kind == "fact" and (reason := await self._refused(item)) is not None:
+                if item.kind == "fact" and (reason := await self._refused(item, epoch)):
                     left = await self._acknowledge(lease, item.seq or 0)
                     stats["quarantined"] += 1
                     stats["messages"] += 1
@@ -1009,6 +1020,7 @@ class Flusher:
                         trust=item.trust or "app",
                         reference_time=item.reference_time,
                     )
+                    await self._raced(epoch)
                 else:
                     await self.forgetter.forget_fact(
                         app=item.app, user_id=item.user_id, fact_uuid=item.content
@@ -1037,10 +1049,11 @@ class Flusher:
             await self._quietly(self._audit(lease.tk, changes, op=op, outcome=outcome), "audit")
         return bool(left)
 
-    async def _refused(self, item: QueuedMessage) -> str | None:
+    async def _refused(self, item: QueuedMessage, epoch: _Epoch) -> str | None:
         """The one validation of every write path, for a queued fact (``remember``: trust
         ``model``; ``add_memory``: ``app``; a quarantine release: ``operator``, which
-        passes). A refused fact is recorded in the quarantine, never stored."""
+        passes). A refused fact is recorded in the quarantine, never stored (and not
+        recorded either once its user's forget began: raises ``_Forgotten``)."""
         # In a thread: judging a long text is CPU work that must not starve the lease.
         reason = await asyncio.to_thread(refusal, item.content, trust=item.trust or "app")
         if reason is not None:
@@ -1054,11 +1067,21 @@ class Flusher:
                 zep_user_uuid=item.zep_user_uuid,
                 zep_graph_uuid=item.zep_graph_uuid,
             )
-            await Quarantine(self.redis, self.settings).add([entry])
+            if not await Quarantine(self.redis, self.settings).add([entry], fence=epoch.fence()):
+                raise _Forgotten  # or the lease is lost: the acknowledgement finds that
             log.warning(
                 "fact quarantined key=%s chars=%d reason=%s", item.key, len(item.content), reason
             )
         return reason
+
+    async def _raced(self, epoch: _Epoch) -> None:
+        """After a backend write for the batch's user: if their forget began since the
+        epoch was read, nothing more is sent (raises ``_Forgotten``); if this worker's
+        lease had lapsed meanwhile too, the forget no longer waited for it and is done
+        again (``Forgetter.raced``). The next check before a call reads again."""
+        epoch.stale()
+        if await self.forgetter.raced(epoch.fence(), app=epoch.app, user_id=epoch.user_id):
+            raise _Forgotten
 
     async def _identity(
         self, message: QueuedMessage, epoch: _Epoch, known: Identity
@@ -1079,13 +1102,14 @@ class Flusher:
             user, _ = await self.registry.ensure_user(
                 self.backend, app=message.app, user_id=message.user_id
             )
-            await epoch.check()
+            await self._raced(epoch)
             user, thread_uuid, _ = await self.registry.ensure_thread(
                 self.backend,
                 app=message.app,
                 user_id=message.user_id,
                 session_id=message.session_id,
             )
+            await self._raced(epoch)
             return user, thread_uuid
         known = await self.registry.lookup(
             app=message.app, user_id=message.user_id, session_id=message.session_id
@@ -1108,6 +1132,7 @@ class Flusher:
             user, _ = await self.registry.ensure_user(
                 self.backend, app=message.app, user_id=message.user_id
             )
+            await self._raced(epoch)
             return user
         known = await self.registry.lookup_user(app=message.app, user_id=message.user_id)
         if known is None:

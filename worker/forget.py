@@ -6,8 +6,11 @@ Forgetting a user is complete and confirmed, in this order:
    forgotten and raise their deletion epoch (one script in the user's slot): queued and
    in-flight messages from before are dropped, what they say from now on waits, and no
    cached block is served or written;
-2. wait until no worker holds one of their threads or synthesizes their facts (a holder
-   checks the epoch before every write, so once it lets go nothing more is written);
+2. wait until no worker holds one of their threads or synthesizes their facts: a lease
+   or a synthesis mark is renewed as long as its job runs, and every write of the job is
+   fenced by the epoch and that hold (``afterthought.fence``), so once the hold is gone —
+   let go, or expired with its job stopped — nothing more is written, and a backend write
+   that raced the forget has it done again (``reopen``);
 3. purge their queues, dead letters and quarantined proposals;
 4. delete them from the backend and wait until it is done (Zep deletes asynchronously);
 5. drop every cache entry and registry record of them;
@@ -33,13 +36,14 @@ from afterthought.backends.retrieval import query_stems
 from afterthought.context_cache import COOLING, PENDING, ContextCache
 from afterthought.contract import DeadLetter
 from afterthought.facts import StoredFact, statement
+from afterthought.fence import Fence
 from afterthought.identity import IdentityRegistry
 from afterthought.keys import Keys, digest
 from afterthought.quarantine import Quarantine
-from afterthought.queue import ThreadQueue
+from afterthought.queue import FORGOT_KEEP_MS, ThreadQueue
 from afterthought.search import SearchRequest
 from afterthought.settings import Settings
-from afterthought.worker.synthesize import default_extractor, synthesizes
+from afterthought.worker.extract import default_extractor, synthesizes
 
 log = logging.getLogger("afterthought.worker")
 
@@ -50,14 +54,24 @@ if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
 end
 """
-#: KEYS the user's forgetting mark, epoch; ARGV pending, ms, epoch. The forget's marks: the
-#: user is being forgotten, and their epoch is at least the one the forget recorded (raised
-#: once however often a resume repeats it, so what they said since stays).
+#: KEYS the user's forgetting mark, epoch, forget time; ARGV pending, ms, epoch, keep_ms. The
+#: forget's marks: the user is being forgotten, and their epoch is at least the one the
+#: forget recorded (raised once however often a resume repeats it, so what they said since
+#: stays) — and, as it is raised, when (Redis' clock: one clock for every forgetter), so the
+#: enqueue script refuses what an agent made before, however late it comes.
 MARK_LUA = """
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 if tonumber(redis.call('GET', KEYS[2]) or '0') < tonumber(ARGV[3]) then
   redis.call('SET', KEYS[2], ARGV[3])
+  local now = redis.call('TIME')
+  local ms = string.format('%d', now[1] * 1000 + math.floor(now[2] / 1000))
+  redis.call('SET', KEYS[3], ms, 'PX', ARGV[4])
 end
+"""
+#: KEYS the pending forgets; ARGV the user's digest, the record the forget began with. A
+#: forget is done only if nobody recorded it again meanwhile (a write that raced it).
+DONE_LUA = """
+if redis.call('HGET', KEYS[1], ARGV[1]) == ARGV[2] then redis.call('HDEL', KEYS[1], ARGV[1]) end
 """
 #: A query without a word is refused (facts are matched by the stems of its words).
 WORD = re.compile(r"\w+")
@@ -122,6 +136,7 @@ class Forgetter:
         self.registry = IdentityRegistry(redis, settings)
         self._cool = redis.register_script(COOL_LUA)
         self._mark = redis.register_script(MARK_LUA)
+        self._done = redis.register_script(DONE_LUA)
         self.cache = ContextCache(settings)
         self.queue = ThreadQueue(redis, settings)
         self.audit = AuditLog(redis, settings)
@@ -227,14 +242,36 @@ class Forgetter:
         """Mark the user of a recorded forget as being forgotten, with its epoch (a record
         of an earlier version has none: its forget raised the epoch itself)."""
         app, user_id = record["app"], record["user_id"]
+        k = self.keys
         await self._mark(
-            keys=[self.keys.forgetting(app, user_id), self.keys.epoch(app, user_id)],
-            args=[PENDING, PENDING_MARK_MS, int(record.get("epoch", 0))],
+            keys=[k.forgetting(app, user_id), k.epoch(app, user_id), k.forgot(app, user_id)],
+            args=[PENDING, PENDING_MARK_MS, int(record.get("epoch", 0)), FORGOT_KEEP_MS],
         )
+
+    async def reopen(self, *, app: str, user_id: str) -> None:
+        """A write for the user raced their forget and may have landed after its deletion:
+        the forget is pending again (under the epoch it raised, so what the user said since
+        stays queued), and a worker does it again (``resume_pending``)."""
+        epoch = await self.cache.epoch(self.redis, app=app, user_id=user_id)
+        record = {"app": app, "user_id": user_id, "since": int(time.time() * 1000), "epoch": epoch}
+        await self.redis.hset(self.keys.forgets, digest(app, user_id), json.dumps(record))
+        await self._marks(record)
+        log.warning("forget reopened user=%s: a write raced it", digest(app, user_id))
+
+    async def raced(self, fence: Fence, *, app: str, user_id: str) -> bool:
+        """After a backend write a job made under ``fence``: whether the user's forget
+        began since the job read their epoch (then it writes nothing more). If the job's
+        hold is gone too, the forget no longer waited for it and may have deleted before
+        the write landed: it is done again."""
+        forgotten, held = await fence.read(self.redis)
+        if forgotten and not held:
+            await self.reopen(app=app, user_id=user_id)
+        return forgotten
 
     async def _complete(self, app: str, user_id: str) -> Forgotten:
         done = Forgotten(users=1)
         who = digest(app, user_id)
+        began = await self.redis.hget(self.keys.forgets, who)
         threads = {
             t.decode() for t in await self.redis.smembers(self.keys.user_threads(app, user_id))
         }
@@ -276,16 +313,17 @@ class Forgetter:
         # the way leaves the forget to be resumed, never a forget said done with keys left.
         await self.redis.delete(*stale)
         await self.redis.set(self.keys.forgetting(app, user_id), COOLING, px=COOL_DOWN_MS)
-        await self.redis.hdel(self.keys.forgets, who)
+        await self._done(keys=[self.keys.forgets], args=[who, began or b""])
         log.info("forgot user=%s queued=%d dead=%d", who, done.queued, done.dead_letters)
         await self.audit.record([Entry("forget", "forget_user", who, "deleted")])
         return done
 
     async def _gone(self, marks: list[str]) -> bool:
         """Wait until no worker holds one of the user's threads or synthesizes them (False
-        if one still does after two leases). Holders check the epoch before every write,
-        so once they let go nothing more of the user's is written; a mark ends when its
-        holder lets go, or expires if it stopped."""
+        if one still does after two leases: the forget stays pending, and is resumed). A
+        mark ends when its holder lets go, or expires if the holder stopped renewing it; a
+        holder that goes on after that writes nothing more (its writes are fenced by its
+        hold), and one whose backend write raced this has the forget done again."""
         deadline = time.monotonic() + self.settings.lease_seconds * 2
         while await self.redis.exists(*marks):
             if time.monotonic() > deadline:

@@ -32,11 +32,12 @@ from afterthought.settings import Settings
 from afterthought.shared_store import announce, announce_forever, withdraw
 from afterthought.status import HEALTH_INTERVAL_SECONDS, RedisStatus, redis_status
 from afterthought.worker import metrics
+from afterthought.worker.extract import synthesizes
 from afterthought.worker.flush import Flusher
 from afterthought.worker.forget import Forgetter
 from afterthought.worker.pacing import Pacing
 from afterthought.worker.prune import Pruner
-from afterthought.worker.synthesize import Synthesizer, synthesizes
+from afterthought.worker.synthesize import Synthesizer
 
 log = logging.getLogger("afterthought.worker")
 

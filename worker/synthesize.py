@@ -1,10 +1,17 @@
 """Synthesis (local backend; Zep "managed" mode): the user's new messages since a
 watermark -> extract -> validate (quarantine) -> consolidate -> write, then advance the
 watermark — only after the write succeeded, so a killed run is redone, and redoing it
-writes nothing twice (duplicates of current facts are skipped)."""
+writes nothing twice (duplicates of current facts are skipped).
+
+A run holds the user's synthesis mark, renewed as long as it runs (a model extractor may
+take minutes), and writes only under it and the epoch it read (``afterthought.fence``): a
+forget waits for the mark, and a run that lost it (stopped past its life) or whose user is
+being forgotten writes nothing more — no fact, quarantined proposal or watermark."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import re
 import secrets
@@ -17,8 +24,10 @@ import redis.asyncio as aioredis
 from afterthought.audit import AuditLog, Entry
 from afterthought.backends.base import HistoryMessage, MemoryBackend, UserRef
 from afterthought.backends.retrieval import STOPWORDS
-from afterthought.context_cache import ContextCache
+from afterthought.connections import FAILURES
+from afterthought.context_cache import PENDING, ContextCache
 from afterthought.facts import VOLATILE, Fact, StoredFact, fact_signature
+from afterthought.fence import GUARD, REFUSED, Fence
 from afterthought.identity import RELEASE_LUA, IdentityRegistry
 from afterthought.keys import Keys, digest
 from afterthought.quarantine import Entry as QuarantineEntry
@@ -26,29 +35,34 @@ from afterthought.quarantine import Quarantine
 from afterthought.search import SearchRequest
 from afterthought.settings import Settings
 from afterthought.validation import refusal
-from afterthought.worker.extract import Extractor, ModelExtractor, RuleExtractor
+from afterthought.worker.extract import Extractor, default_extractor
+from afterthought.worker.forget import Forgetter
 
 log = logging.getLogger("afterthought.worker")
 
-#: How long a synthesis run's mark lives unless renewed (once a page).
+#: How long a synthesis run's mark lives unless renewed (every third of it, while the run
+#: goes on): how long a forget waits for a run that stopped.
 SYNTH_MARK_MS = 60_000
+# KEYS the run's mark; ARGV its token, ms. The heartbeat: the mark lives on while it is the run's.
+RENEW_LUA = """
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return 1
+"""
+# KEYS the user's epoch, the run's mark (GUARD), the watermark; ARGV epoch, token, cursor.
+ADVANCE_LUA = (
+    GUARD
+    + """
+redis.call('SET', KEYS[3], ARGV[3])
+return 1
+"""
+)
 #: Messages read per pass; a long backlog takes several passes.
 PAGE = 200
 #: Passes one run makes at most.
 MAX_PAGES = 50
 #: A longer extracted value is a sentence, not a fact.
 MAX_VALUE_WORDS = 12
-
-
-def default_extractor(settings: Settings) -> Extractor:
-    if settings.synthesis_model:
-        return ModelExtractor(settings.synthesis_model)
-    return RuleExtractor()
-
-
-def synthesizes(settings: Settings, backend: MemoryBackend) -> bool:
-    """Our synthesis runs where nothing else extracts: locally, and in ``managed`` mode."""
-    return not backend.capabilities.extracts_facts or settings.memory_mode == "managed"
 
 
 def _when(iso: str | None) -> datetime:
@@ -236,6 +250,11 @@ def _told(text: str) -> str:
     return " ".join(s for s in _SENTENCE.findall(text) if not s.rstrip().endswith("?"))
 
 
+class _Stopped(Exception):
+    """The run may no longer write for the user: they are being forgotten, or its mark
+    is gone."""
+
+
 class Synthesizer:
     def __init__(
         self,
@@ -251,47 +270,76 @@ class Synthesizer:
         self.keys = Keys.of(settings)
         self.registry = IdentityRegistry(redis, settings)
         self._release = redis.register_script(RELEASE_LUA)
+        self._renew = redis.register_script(RENEW_LUA)
+        self._advance = redis.register_script(ADVANCE_LUA)
         self.cache = ContextCache(settings)
         self.audit = AuditLog(redis, settings)
         self.quarantine = Quarantine(redis, settings)
+        self.forgetter = Forgetter(settings, redis, backend)
 
     async def run(self, *, app: str, user_id: str) -> Counter[str]:
         """Synthesize the user's new messages; skipped while another worker does."""
         mark, token = self.keys.synthesizing(app, user_id), secrets.token_hex(8)
         if not await self.redis.set(mark, token, nx=True, px=SYNTH_MARK_MS):
             return Counter()
+        heartbeat = asyncio.create_task(self._keep(mark, token))
         try:
-            return await self._run(app, user_id, mark, token)
+            epoch, forgetting = await self.redis.mget(
+                self.keys.epoch(app, user_id), self.keys.forgetting(app, user_id)
+            )
+            if forgetting == PENDING.encode():  # the forget would wait for this run
+                return Counter()
+            fence = Fence(self.keys.epoch(app, user_id), mark, int(epoch or 0), token)
+            return await self._run(app, user_id, fence)
+        except _Stopped:
+            log.info("synthesis stopped user=%s: forgotten, or its mark lost", digest(app, user_id))
+            return Counter()
         finally:
+            heartbeat.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await heartbeat
             await self._release(keys=[mark], args=[token])
 
-    async def _run(self, app: str, user_id: str, mark: str, token: str) -> Counter[str]:
+    async def _keep(self, mark: str, token: str) -> None:
+        """The run's heartbeat, until its mark is another's or gone (then every write of
+        the run is refused). A failed renewal is tried again at the next beat."""
+        while True:
+            await asyncio.sleep(SYNTH_MARK_MS / 3000)
+            try:
+                if not await self._renew(keys=[mark], args=[token, SYNTH_MARK_MS]):
+                    return
+            except FAILURES as exc:
+                log.warning("synthesis mark renewal failed error=%s", type(exc).__name__)
+
+    async def _run(self, app: str, user_id: str, fence: Fence) -> Counter[str]:
         stats: Counter[str] = Counter()
         user = await self.registry.lookup_user(app=app, user_id=user_id)
         if user is None:
             return stats
         watermark = self.keys.synthesized(app, user_id)
-        epoch = await self.cache.epoch(self.redis, app=app, user_id=user_id)
         # Until nothing is left after the watermark: what is stored while a run goes on
         # finds its debounced job refused (the same job id is still queued), so this run
         # reads it too; bounded, the cron takes what a never-ending stream leaves.
         for _ in range(MAX_PAGES):
-            # A forget waits for the mark to go, and bumps the epoch first: once it is
-            # seen here, nothing more of the user's is written.
-            if await self.cache.epoch(self.redis, app=app, user_id=user_id) != epoch:
-                return stats
-            await self.redis.set(mark, token, px=SYNTH_MARK_MS)
+            forgotten, holds = await fence.read(self.redis)
+            if forgotten or not holds:  # no page is read or extracted in vain
+                raise _Stopped
             after = await self.redis.get(watermark)
             messages, cursor = await self.backend.user_messages(
                 user=user, after=after.decode() if after else None, limit=PAGE
             )
             if cursor is None:
                 break
-            stats.update(await self._pass(app, user_id, user, messages))
-            await self.redis.set(watermark, cursor)  # advanced only after the write
+            stats.update(await self._pass(app, user_id, user, messages, fence))
+            # Advanced only after the write, and only while the run may write for them.
+            advanced = await self._advance(
+                keys=[*fence.keys, watermark], args=[*fence.args, cursor]
+            )
+            if int(advanced) == REFUSED:
+                raise _Stopped
         if any(stats[k] for k in ("written", "superseded", "retracted", "retired")):
             await self.cache.refresh_user(
-                self.redis, self.backend, app=app, user_id=user_id, user=user, epoch=epoch
+                self.redis, self.backend, app=app, user_id=user_id, user=user, epoch=fence.epoch
             )
         log.info(
             "synthesized user=%s messages=%d written=%d superseded=%d quarantined=%d",
@@ -311,7 +359,7 @@ class Synthesizer:
         return stats
 
     async def _pass(
-        self, app: str, user_id: str, user: UserRef, messages: list[HistoryMessage]
+        self, app: str, user_id: str, user: UserRef, messages: list[HistoryMessage], fence: Fence
     ) -> Counter[str]:
         sources = {m.key: m for m in messages}
         proposed = await self.extractor.extract(messages)
@@ -352,7 +400,12 @@ class Synthesizer:
         outcome["retired"] = len(gone)
         now = datetime.now(UTC).isoformat()
         if add or invalidate:
+            forgotten, holds = await fence.read(self.redis)
+            if forgotten or not holds:
+                raise _Stopped
             await self.backend.write_facts(user=user, add=add, invalidate=invalidate, at=now)
+            if await self.forgetter.raced(fence, app=app, user_id=user_id):
+                raise _Stopped
         who = digest(app, user_id)
         await self.audit.record(
             [
@@ -382,7 +435,7 @@ class Synthesizer:
             ]
         )
         if quarantined:
-            await self._quarantine(app, user_id, quarantined)
+            await self._quarantine(app, user_id, quarantined, fence)
         outcome["messages"] = len(messages)
         outcome["quarantined"] = len(quarantined)
         return outcome
@@ -404,9 +457,11 @@ class Synthesizer:
         facts = [(fact.signature, fact.predicate, fact.value, fact.valid_at, fact.source_keys)]
         return bool(retired(facts, said))
 
-    async def _quarantine(self, app: str, user_id: str, found: list[tuple[Fact, str]]) -> None:
+    async def _quarantine(
+        self, app: str, user_id: str, found: list[tuple[Fact, str]], fence: Fence
+    ) -> None:
         """Recorded for review, never written (the record holds the proposal, in Redis)."""
-        await self.quarantine.add(
+        added = await self.quarantine.add(
             [
                 QuarantineEntry(
                     app=app,
@@ -418,5 +473,8 @@ class Synthesizer:
                     fact=fact.model_dump(),
                 )
                 for fact, reason in found
-            ]
+            ],
+            fence=fence,
         )
+        if not added:
+            raise _Stopped
