@@ -27,11 +27,10 @@ from afterthought.audit import AuditLog, Entry
 from afterthought.backends.base import (
     BackendError,
     MemoryBackend,
-    StoredMessage,
     UserRef,
     ignored_roles,
 )
-from afterthought.batching import Call, missing, pack, parts
+from afterthought.batching import Call, StoredIndex, missing, pack, parts
 from afterthought.connections import FAILURES
 from afterthought.context_cache import PENDING, ContextCache, now_version
 from afterthought.contract import MalformedPayload, QueuedMessage, split_content
@@ -55,8 +54,10 @@ IN_JOB_ATTEMPTS = 3
 MAX_DEFER_SECONDS = 300.0
 #: A too-large reply halves the parts down to this size before giving up.
 MIN_PART_CHARS = 100
-#: How far back a replayed session is reconciled against the backend.
-REPLAY_LOOKBACK = 5000
+#: Messages read past the newest of the last read, when a replay's thread is read again
+#: after an unknown outcome: as many as a batch's own read back looks at (its parts, and
+#: this many more), so a late commit stored just below a message sent after it is seen.
+RECENT_MARGIN = 30
 #: How often a job looks for more due threads while it has free slots.
 CLAIM_INTERVAL = 0.05
 #: In a sharded layout, a shard that had nothing due is polled again after this long, not
@@ -245,18 +246,28 @@ class _Lease:
 
 @dataclass
 class _History:
-    """A replayed thread's stored messages: read once per lease, then kept up to date with
-    each call that succeeds, so reconciling a long replay is not quadratic."""
+    """A replayed thread's stored messages, recognised by key however long the thread: read
+    whole, page by page, once per lease (the first replayed batch), kept as 64-bit digests
+    (``StoredIndex``: 8 bytes a message) and brought up to date with each call that
+    succeeds. After an unknown outcome only the newest pages are read again: a thread only
+    grows at its end, so what an earlier attempt stored unseen lies above the newest
+    message the last read saw (``newest``), or among the ``RECENT_MARGIN`` below it.
 
-    stored: list[StoredMessage] | None = None
+    Why not less: the backend is the only record that is complete (messages stored turn by
+    turn, by an earlier import, by another integration before afterthought, or late by a
+    request that timed out); a ledger of keys in Redis would miss what was stored without
+    it and die with Redis' data, and telling the importer which keys are stored needs this
+    read anyway. Why not more: the read is per lease, not per batch, and reconciling a
+    batch costs a lookup a message."""
+
+    index: StoredIndex | None = None
+    newest: str | None = None
+    """The uuid of the newest message the last read saw."""
 
     def sent(self, call: Call) -> None:
         """Record what a call that succeeded stored (once the thread has been read)."""
-        if self.stored is not None:
-            self.stored.extend(
-                StoredMessage(uuid="", role=m.role or "", content=m.content, metadata=m.metadata)
-                for m in call.messages
-            )
+        if self.index is not None:
+            self.index.add_sent(call.messages)
 
 
 @dataclass
@@ -945,24 +956,60 @@ class Flusher:
                 sending.fresh = False
 
     async def _missing(self, sending: _Sending, calls: list[Call]) -> list[Call]:
-        """What the backend lacks of ``calls``; a replay reads the thread once per lease
-        (again when ``sending.fresh``: a call may have landed unseen)."""
+        """What the backend lacks of ``calls``; a replay reads the whole thread once per
+        lease (its newest pages again when ``sending.fresh``: a call may have landed
+        unseen), see :class:`_History`."""
         wanted = [m for c in calls for m in c.messages]
-        history, replay = sending.history, sending.replay
-        stored = history.stored if replay and not sending.fresh else None
-        if stored is None:
-            limit = REPLAY_LOOKBACK if replay else len(wanted) + 30
+        if sending.replay:
+            index = sending.history.index
+            if index is None or sending.fresh:
+                index = await self._read_history(sending, margin=len(wanted) + RECENT_MARGIN)
+            lacking = index.lacking(wanted)
+        else:
             stored = await self.backend.recent_messages(
                 thread_uuid=sending.thread_uuid,
-                limit=limit,
+                limit=len(wanted) + 30,
                 timeout=sending.lease.call_timeout(self.settings.backend_timeout),
             )
             sending.stats["reconciled"] += 1
             sending.epoch.stale()  # a backend call lies between BEGIN and the first send
-            if replay:
-                history.stored = stored
+            lacking = missing(wanted, stored, replay=False)
+        if sending.history.index is not None:  # found stored: a replay of it later is too
+            unsent = {id(m) for m in lacking}
+            sending.history.index.add_sent(m for m in wanted if id(m) not in unsent)
         per_call = max(len(c.messages) for c in calls)  # as resplitting left it
-        return pack(missing(wanted, stored, replay=replay), per_call)
+        return pack(lacking, per_call)
+
+    async def _read_history(self, sending: _Sending, *, margin: int) -> StoredIndex:
+        """Read a replayed thread into ``sending.history``, newest page first: all of it the
+        first time in a lease; later, down to the newest message the last read saw and
+        ``margin`` messages past it (all of it if that message is gone)."""
+        history = sending.history
+        whole = history.index is None
+        index = history.index or StoredIndex(replay=True)
+        cursor: str | None = None
+        newest: str | None = None
+        past: int | None = None  # messages read below the last read's newest
+        while True:
+            page, cursor = await self.backend.message_page(
+                thread_uuid=sending.thread_uuid,
+                cursor=cursor,
+                timeout=sending.lease.call_timeout(self.settings.backend_timeout),
+            )
+            sending.stats["history_pages"] += 1
+            for m in page:
+                newest = newest or m.uuid
+                if past is not None:
+                    past += 1
+                elif not whole and m.uuid == history.newest:
+                    past = 0
+            index.add_stored(page)
+            if cursor is None or (past is not None and past >= margin):
+                break
+        sending.stats["reconciled"] += 1
+        sending.epoch.stale()  # backend calls lie between BEGIN and the first send
+        history.index, history.newest = index, newest
+        return index
 
     async def _apply_memory_changes(
         self,
