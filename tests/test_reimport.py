@@ -49,20 +49,17 @@ def _session(events: int) -> Session:
     )
 
 
-class Crash(BaseException):
-    """The worker dies right after a call committed: no reply, nothing acknowledged."""
-
-
 class Watched:
-    """Wraps a backend: the texts ``add_messages`` was offered, the history pages read, and a
-    failure planned after the ``fail_after``-th call commits."""
+    """Wraps a backend: the texts ``add_messages`` was offered, the history pages read, and
+    the worker's job cancelled (killed) right after the ``kill_after_add``-th call commits
+    or before the ``kill_at_page``-th page is read."""
 
     def __init__(self, inner: MemoryBackend) -> None:
         self.inner = inner
         self.offered: list[str] = []
         self.pages = 0
-        self.fail_after: int | None = None
-        self.failure: BaseException | None = None
+        self.kill_after_add: int | None = None
+        self.kill_at_page: int | None = None
 
     def __getattr__(self, name: str) -> object:
         return getattr(self.inner, name)
@@ -70,14 +67,17 @@ class Watched:
     async def add_messages(self, **kwargs: Any) -> str | None:
         result = await self.inner.add_messages(**kwargs)
         self.offered += [m.content for m in kwargs["messages"]]
-        if self.fail_after is not None and self.failure is not None:
-            self.fail_after -= 1
-            if self.fail_after == 0:
-                failure, self.failure = self.failure, None
-                raise failure
+        if self.kill_after_add is not None:
+            self.kill_after_add -= 1
+            if self.kill_after_add == 0:
+                raise asyncio.CancelledError  # as arq cancels a job it times out
         return result
 
     async def message_page(self, **kwargs: Any) -> Any:
+        if self.kill_at_page is not None:
+            self.kill_at_page -= 1
+            if self.kill_at_page == 0:
+                raise asyncio.CancelledError
         self.pages += 1
         return await self.inner.message_page(**kwargs)
 
@@ -86,12 +86,16 @@ async def _no_sleep(seconds: float) -> None:
     await asyncio.sleep(0)
 
 
-async def _drain(settings: Settings, redis: aioredis.Redis, backend: Watched) -> Counter[str]:
-    """Flush until nothing is queued (a crash in one flush leaves its thread due again)."""
-    flusher = Flusher(settings, redis, cast(MemoryBackend, backend), sleep=_no_sleep)
-    keys, stats = Keys.of(settings), Counter[str]()
-    while any([await redis.zcard(keys.ready(s)) for s in keys.shard_ids]):
-        stats += await flusher.drain(budget=300)
+def _worker(settings: Settings, redis: aioredis.Redis, backend: Watched) -> Flusher:
+    """What a worker process keeps between its jobs."""
+    return Flusher(settings, redis, cast(MemoryBackend, backend), sleep=_no_sleep)
+
+
+async def _drain(worker: Flusher) -> Counter[str]:
+    """The worker's jobs, until nothing is queued."""
+    keys, stats = Keys.of(worker.settings), Counter[str]()
+    while any([await worker.redis.zcard(keys.ready(s)) for s in keys.shard_ids]):
+        stats += await worker.drain(budget=300)
     return stats
 
 
@@ -151,49 +155,89 @@ async def test_a_long_session_imported_grown_and_imported_again_is_stored_once(
     any_settings: Settings, redis: aioredis.Redis, tmp_path: Path, reimport: Any
 ) -> None:
     backend = Watched(open_backend(any_settings))
+    worker = _worker(any_settings, redis, backend)
     await reimport(any_settings, redis, tmp_path, _session(LONG))
-    await _drain(any_settings, redis, backend)
+    await _drain(worker)
     assert len(backend.offered) == LONG
     backend.offered.clear()
 
     await reimport(any_settings, redis, tmp_path, _session(LONG + 2))
-    await _drain(any_settings, redis, backend)
+    other = _worker(any_settings, redis, backend)
+    await _drain(other)  # another worker: it reads the thread whole
 
     assert _tally(await _stored(any_settings, backend.inner), LONG + 2) == CLEAN
     assert backend.offered == [f"event {LONG}", f"event {LONG + 1}"]  # 5,400 recognised
 
-
-@pytest.mark.parametrize("failure", ["crash", "lost reply"])
-async def test_a_reimport_cut_off_midway_stores_each_message_once(
-    zep_settings: Settings,
-    zep_fake: ZepFake,
-    redis: aioredis.Redis,
-    tmp_path: Path,
-    failure: str,
-) -> None:
-    """The session grows by 300 messages (10 calls); the 4th call of the re-import commits,
-    then the worker dies (the next lease reads the thread whole) or the reply is lost (the
-    retry reads only the newest pages). Zep ignores keys: only recognition prevents a copy."""
-    zep_fake.honor_idempotency = False
-    backend = Watched(open_backend(zep_settings))
-    await _import_backfill(zep_settings, redis, tmp_path, _session(LONG))
-    await _drain(zep_settings, redis, backend)
+    # That worker keeps what it read: once more, it reads only the newest pages (a batch
+    # and 30 messages past what it read last: 1 page of the local store's, 2 of Zep's).
     backend.offered.clear()
+    pages = backend.pages
+    await reimport(any_settings, redis, tmp_path, _session(LONG + 4))
+    await _drain(other)
+    assert backend.pages - pages <= 2
+    assert _tally(await _stored(any_settings, backend.inner), LONG + 4) == CLEAN
+    assert backend.offered == [f"event {LONG + 2}", f"event {LONG + 3}"]
 
-    backend.fail_after = 4
-    if failure == "crash":
-        backend.failure = Crash()
-    else:
-        zep_fake.inject(Fault(match=ADDS, drop=True, after_commit=True))
-        backend.fail_after = None  # the fake loses the first add's reply
-    await _import_backfill(zep_settings, redis, tmp_path, _session(LONG + 300))
-    before = backend.pages
-    stats = await _drain(zep_settings, redis, backend)
+
+async def _grown_on_zep(
+    settings: Settings, zep_fake: ZepFake, redis: aioredis.Redis, tmp_path: Path
+) -> Watched:
+    """5,400 messages stored by one worker, then 300 more (10 calls) queued as a re-import;
+    Zep ignores keys: only recognition keeps a message from being stored twice."""
+    zep_fake.honor_idempotency = False
+    backend = Watched(open_backend(settings))
+    await _import_backfill(settings, redis, tmp_path, _session(LONG))
+    await _drain(_worker(settings, redis, backend))
+    backend.offered.clear()
+    await _import_backfill(settings, redis, tmp_path, _session(LONG + 300))
+    return backend
+
+
+async def test_a_reimport_whose_worker_is_killed_midway_stores_each_message_once(
+    zep_settings: Settings, zep_fake: ZepFake, redis: aioredis.Redis, tmp_path: Path
+) -> None:
+    """The 4th call commits, then the job is killed: another worker reads the thread whole
+    and sends only the 180 messages it lacks."""
+    backend = await _grown_on_zep(zep_settings, zep_fake, redis, tmp_path)
+    backend.kill_after_add = 4
+    with pytest.raises(asyncio.CancelledError):
+        await _drain(_worker(zep_settings, redis, backend))
+    assert len(backend.offered) == 120
+
+    await _drain(_worker(zep_settings, redis, backend))
+    assert _tally(await _stored(zep_settings, backend.inner), LONG + 300) == CLEAN
+    assert len(backend.offered) == 300
+
+
+async def test_a_reimport_whose_reply_is_lost_reads_only_the_newest_pages_again(
+    zep_settings: Settings, zep_fake: ZepFake, redis: aioredis.Redis, tmp_path: Path
+) -> None:
+    backend = await _grown_on_zep(zep_settings, zep_fake, redis, tmp_path)
+    zep_fake.inject(Fault(match=ADDS, drop=True, after_commit=True))
+    pages = backend.pages
+    stats = await _drain(_worker(zep_settings, redis, backend))
 
     assert _tally(await _stored(zep_settings, backend.inner), LONG + 300) == CLEAN
-    if failure == "crash":
-        assert stats["errors"] == 1 and len(backend.offered) == 300
-    else:
-        assert stats["unknown_outcomes"] == 1
-        # The retry read the newest pages only, not the 5,400 messages again.
-        assert backend.pages - before <= 2 * LONG // 50 + 10
+    # The call whose reply was lost is not sent again: the read found it stored.
+    assert stats["unknown_outcomes"] == 1 and len(backend.offered) == 270
+    # The thread read whole once (50 a page), then only its newest page after the loss.
+    assert backend.pages - pages == LONG // 50 + 1 + 1
+
+
+async def test_a_read_of_the_thread_cut_short_goes_on_where_it_stopped(
+    zep_settings: Settings, zep_fake: ZepFake, redis: aioredis.Redis, tmp_path: Path
+) -> None:
+    """The job is killed as it reads the 51st page (a thread too long to read in one job):
+    the worker's next job reads the newest pages, then the older ones it had not reached."""
+    backend = await _grown_on_zep(zep_settings, zep_fake, redis, tmp_path)
+    backend.kill_at_page = 51
+    worker = _worker(zep_settings, redis, backend)
+    pages = backend.pages
+    with pytest.raises(asyncio.CancelledError):
+        await _drain(worker)
+    assert backend.pages - pages == 50 and backend.offered == []
+
+    await _drain(worker)
+    assert _tally(await _stored(zep_settings, backend.inner), LONG + 300) == CLEAN
+    assert len(backend.offered) == 300
+    assert backend.pages - pages <= LONG // 50 + 1 + 2  # not the first 50 pages again

@@ -16,7 +16,7 @@ import random
 import secrets
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 import redis.asyncio as aioredis
@@ -27,6 +27,8 @@ from afterthought.audit import AuditLog, Entry
 from afterthought.backends.base import (
     BackendError,
     MemoryBackend,
+    OutgoingMessage,
+    StoredMessage,
     UserRef,
     ignored_roles,
 )
@@ -58,6 +60,9 @@ MIN_PART_CHARS = 100
 #: after an unknown outcome: as many as a batch's own read back looks at (its parts, and
 #: this many more), so a late commit stored just below a message sent after it is seen.
 RECENT_MARGIN = 30
+#: Replayed threads' histories a worker keeps between leases hold at most this many
+#: messages in all (8 bytes each); the least recently used go first, the one in use never.
+MAX_KEPT_MESSAGES = 2_000_000
 #: How often a job looks for more due threads while it has free slots.
 CLAIM_INTERVAL = 0.05
 #: In a sharded layout, a shard that had nothing due is polled again after this long, not
@@ -247,27 +252,34 @@ class _Lease:
 @dataclass
 class _History:
     """A replayed thread's stored messages, recognised by key however long the thread: read
-    whole, page by page, once per lease (the first replayed batch), kept as 64-bit digests
-    (``StoredIndex``: 8 bytes a message) and brought up to date with each call that
-    succeeds. After an unknown outcome only the newest pages are read again: a thread only
-    grows at its end, so what an earlier attempt stored unseen lies above the newest
-    message the last read saw (``newest``), or among the ``RECENT_MARGIN`` below it.
+    whole, page by page, newest first, then kept as 64-bit digests (``StoredIndex``: 8
+    bytes a message) and brought up to date with each call that succeeds. The worker keeps
+    it between leases (``Flusher._histories``), so a later lease — or a later attempt after
+    an unknown outcome — reads only the newest pages again: a thread only grows at its end,
+    so what others, or an earlier attempt's late commit, stored since lies above the newest
+    message read before (``newest``), or among the ``RECENT_MARGIN`` below it. A read cut
+    short (a job's timeout, a crash of the lease) goes on where it stopped (``older``), so
+    a thread too long to read in one job is read in several.
 
     Why not less: the backend is the only record that is complete (messages stored turn by
     turn, by an earlier import, by another integration before afterthought, or late by a
     request that timed out); a ledger of keys in Redis would miss what was stored without
     it and die with Redis' data, and telling the importer which keys are stored needs this
-    read anyway. Why not more: the read is per lease, not per batch, and reconciling a
-    batch costs a lookup a message."""
+    read anyway. Why not more: a batch costs one lookup a message, and a lease a read of the
+    pages written since the last."""
 
-    index: StoredIndex | None = None
+    index: StoredIndex = field(default_factory=lambda: StoredIndex(replay=True))
     newest: str | None = None
-    """The uuid of the newest message the last read saw."""
+    """The uuid of the newest message a read began with: it and every older message down
+    to ``older`` are in ``index``."""
+    older: str | None = None
+    """The cursor of the older pages not read yet (None: none left)."""
+    lease: str | None = None
+    """The token of the lease that last brought it up to date."""
 
-    def sent(self, call: Call) -> None:
-        """Record what a call that succeeded stored (once the thread has been read)."""
-        if self.index is not None:
-            self.index.add_sent(call.messages)
+    def sent(self, messages: Iterable[OutgoingMessage]) -> None:
+        """Record what a call that succeeded, or a read back, found stored."""
+        self.index.add_sent(messages)
 
 
 @dataclass
@@ -277,7 +289,8 @@ class _Sending:
     thread_uuid: str
     lease: _Lease
     stats: Counter[str]
-    history: _History
+    history: _History | None
+    """The thread's history, if this worker keeps one (it read the thread for a replay)."""
     epoch: _Epoch
     reconcile: bool
     """Check the backend first: an earlier attempt may have stored part of it."""
@@ -335,6 +348,8 @@ class Flusher:
         self._settling: dict[tuple[str, str], asyncio.Task[None]] = {}
         """Users whose block is cached again once the backend has taken their batches in."""
         self._settle_now = asyncio.Event()
+        self._histories: dict[str, _History] = {}
+        """Replayed threads' stored messages, by thread uuid (see :class:`_History`)."""
 
     @property
     def claiming(self) -> bool:
@@ -439,9 +454,8 @@ class Flusher:
         stats: Counter[str] = Counter()
         next_ms = _now_ms()
         heartbeat = asyncio.create_task(lease.keep())
-        history = _History()
         try:
-            while await self._flush_batch(lease, stats, history) and self._clock() < until:
+            while await self._flush_batch(lease, stats) and self._clock() < until:
                 pass
         except _LeaseLost:
             stats["lease_lost"] += 1
@@ -530,7 +544,7 @@ class Flusher:
         )
         return not missing(wanted, stored, replay=head.replay)
 
-    async def _flush_batch(self, lease: _Lease, stats: Counter[str], history: _History) -> bool:
+    async def _flush_batch(self, lease: _Lease, stats: Counter[str]) -> bool:
         """One batch from the head of the thread; False when nothing is left."""
         tk = lease.tk
         # One round trip: the head, and (for a thread this process has seen) its user's
@@ -598,7 +612,7 @@ class Flusher:
             thread_uuid=head.thread_uuid,
         )
         try:
-            return await self._flush_checked(lease, batch, stats, history, epoch, inflight, known)
+            return await self._flush_checked(lease, batch, stats, epoch, inflight, known)
         except _Forgotten:  # the user was forgotten meanwhile: what is left goes
             return await self._drop_forgotten(lease, batch, stats)
         except _IdentityMismatch:
@@ -619,7 +633,6 @@ class Flusher:
         lease: _Lease,
         batch: list[QueuedMessage],
         stats: Counter[str],
-        history: _History,
         epoch: _Epoch,
         inflight: bytes | None,
         known: Identity,
@@ -638,7 +651,7 @@ class Flusher:
             thread_uuid=thread_uuid,
             lease=lease,
             stats=stats,
-            history=history,
+            history=self._kept(thread_uuid),
             epoch=epoch,
             # A recorded in-flight batch was being sent when its worker stopped: unknown.
             reconcile=inflight is not None or replay or any(m.unsure for m in batch),
@@ -948,7 +961,8 @@ class Flusher:
                         raise
                     sending.stored_calls.add(call.idempotency_key)
                     sending.context = context
-                    sending.history.sent(call)
+                    if sending.history is not None:
+                        sending.history.sent(call.messages)
                     sending.stats["calls"] += 1
                     sending.stats["parts"] += len(call.messages)
                     metrics.BATCH_SIZE.observe(len(call.messages))
@@ -956,15 +970,15 @@ class Flusher:
                 sending.fresh = False
 
     async def _missing(self, sending: _Sending, calls: list[Call]) -> list[Call]:
-        """What the backend lacks of ``calls``; a replay reads the whole thread once per
-        lease (its newest pages again when ``sending.fresh``: a call may have landed
-        unseen), see :class:`_History`."""
+        """What the backend lacks of ``calls``; a replay is checked against the whole
+        thread (:class:`_History`), brought up to date once per lease and after an unknown
+        outcome (``sending.fresh``: a call may have landed unseen)."""
         wanted = [m for c in calls for m in c.messages]
         if sending.replay:
-            index = sending.history.index
-            if index is None or sending.fresh:
-                index = await self._read_history(sending, margin=len(wanted) + RECENT_MARGIN)
-            lacking = index.lacking(wanted)
+            history = sending.history = sending.history or self._keep(sending.thread_uuid)
+            if history.lease != sending.lease.token or sending.fresh or history.older:
+                await self._read_history(sending, history, margin=len(wanted) + RECENT_MARGIN)
+            lacking = history.index.lacking(wanted)
         else:
             stored = await self.backend.recent_messages(
                 thread_uuid=sending.thread_uuid,
@@ -974,42 +988,74 @@ class Flusher:
             sending.stats["reconciled"] += 1
             sending.epoch.stale()  # a backend call lies between BEGIN and the first send
             lacking = missing(wanted, stored, replay=False)
-        if sending.history.index is not None:  # found stored: a replay of it later is too
+        if sending.history is not None:  # found stored: a replay of it later is too
             unsent = {id(m) for m in lacking}
-            sending.history.index.add_sent(m for m in wanted if id(m) not in unsent)
+            sending.history.sent(m for m in wanted if id(m) not in unsent)
         per_call = max(len(c.messages) for c in calls)  # as resplitting left it
         return pack(lacking, per_call)
 
-    async def _read_history(self, sending: _Sending, *, margin: int) -> StoredIndex:
-        """Read a replayed thread into ``sending.history``, newest page first: all of it the
-        first time in a lease; later, down to the newest message the last read saw and
-        ``margin`` messages past it (all of it if that message is gone)."""
-        history = sending.history
-        whole = history.index is None
-        index = history.index or StoredIndex(replay=True)
-        cursor: str | None = None
-        newest: str | None = None
-        past: int | None = None  # messages read below the last read's newest
-        while True:
-            page, cursor = await self.backend.message_page(
+    def _kept(self, thread_uuid: str) -> _History | None:
+        """The history this worker keeps of the thread, if any (now the most recently
+        used)."""
+        history = self._histories.pop(thread_uuid, None)
+        if history is not None:
+            self._histories[thread_uuid] = history
+        return history
+
+    def _keep(self, thread_uuid: str) -> _History:
+        """A new history of the thread, kept (see :meth:`_forget_histories`)."""
+        history = self._histories[thread_uuid] = _History()
+        return history
+
+    def _forget_histories(self) -> None:
+        """The least recently used histories go while all hold more than
+        ``MAX_KEPT_MESSAGES``; the most recent (the one just read) stays."""
+        while len(self._histories) > 1 and (
+            sum(len(h.index) for h in self._histories.values()) > MAX_KEPT_MESSAGES
+        ):
+            self._histories.pop(next(iter(self._histories)))
+
+    async def _read_history(self, sending: _Sending, history: _History, *, margin: int) -> None:
+        """Bring ``history`` up to date, newest page first: the pages above the newest
+        message read before and ``margin`` messages below it (all of them if that message
+        is gone; the first page only, if the thread was never read), then the older pages
+        a read cut short did not reach. Each page is kept as it comes: an interrupted read
+        loses nothing of what it read."""
+
+        async def page(cursor: str | None) -> tuple[list[StoredMessage], str | None]:
+            found, following = await self.backend.message_page(
                 thread_uuid=sending.thread_uuid,
                 cursor=cursor,
                 timeout=sending.lease.call_timeout(self.settings.backend_timeout),
             )
             sending.stats["history_pages"] += 1
-            for m in page:
-                newest = newest or m.uuid
-                if past is not None:
-                    past += 1
-                elif not whole and m.uuid == history.newest:
-                    past = 0
-            index.add_stored(page)
-            if cursor is None or (past is not None and past >= margin):
-                break
+            sending.epoch.stale()  # a backend call lies between BEGIN and the first send
+            history.index.add_stored(found)
+            return found, following
+
+        if history.newest is None:  # never read (or empty): from the top
+            found, history.older = await page(None)
+            history.newest = found[0].uuid if found else None
+        elif history.lease != sending.lease.token or sending.fresh:
+            cursor, top, past = None, None, None  # past: messages read below ``newest``
+            while True:
+                found, cursor = await page(cursor)
+                top = top or (found[0].uuid if found else None)
+                for m in found:
+                    if past is not None:
+                        past += 1
+                    elif m.uuid == history.newest:
+                        past = 0
+                if cursor is None or (past is not None and past >= margin):
+                    break
+            if cursor is None:  # read to the oldest: nothing older is left to read
+                history.older = None
+            history.newest = top
+        while history.older is not None:
+            _, history.older = await page(history.older)
+        history.lease = sending.lease.token
         sending.stats["reconciled"] += 1
-        sending.epoch.stale()  # backend calls lie between BEGIN and the first send
-        history.index, history.newest = index, newest
-        return index
+        self._forget_histories()
 
     async def _apply_memory_changes(
         self,
