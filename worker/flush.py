@@ -1033,6 +1033,7 @@ class Flusher:
             history.index.add_stored(found)
             return found, following
 
+        kept = history.older
         if history.newest is None:  # never read (or empty): from the top
             found, history.older = await page(None)
             history.newest = found[0].uuid if found else None
@@ -1052,7 +1053,22 @@ class Flusher:
                 history.older = None
             history.newest = top
         while history.older is not None:
-            _, history.older = await page(history.older)
+            cursor = history.older
+            try:
+                found, history.older = await page(cursor)
+                stale = cursor == kept and not found
+            except BackendError as exc:
+                if exc.kind != "bad_request" or cursor != kept:
+                    raise
+                stale = True
+            if stale:
+                # A cursor kept from an earlier lease that the backend no longer takes (Zep
+                # calls its cursors opaque): refused, or an empty page where older messages
+                # were. Taken for the thread's end, it would hide them: read it all again.
+                log.warning("history cursor stale thread_uuid=%s", sending.thread_uuid)
+                history.newest = history.older = None
+                await self._read_history(sending, history, margin=margin)
+                return
         history.lease = sending.lease.token
         sending.stats["reconciled"] += 1
         self._forget_histories()
