@@ -1,8 +1,8 @@
 """What re-importing a long session costs: a session of ``--events`` messages backfilled
-into an empty thread, grown by 2, backfilled again, persisted by one in-process worker (the
-flusher a worker job runs) on the Zep fake (real zep-cloud SDK over HTTP, answering in
-``--latency`` seconds) or the local store; and the memory a thread's history takes in the
-worker while a replay is reconciled (``StoredIndex``, for ``--index`` stored messages).
+into an empty thread, grown by 2, backfilled again, and once more, persisted by in-process
+workers (the flusher a worker's jobs run) on the Zep fake (real zep-cloud SDK over HTTP,
+answering in ``--latency`` seconds) or the local store; and the memory a thread's history
+takes in the worker while a replay is reconciled (``StoredIndex``, ``--index`` messages).
 
     python bench/reimport.py [--events 5400] [--latency 0.0] [--backend zep|local] [--index 100000]
 
@@ -89,27 +89,33 @@ class Counting:
         return counted
 
 
-async def persist(settings: Settings, redis: aioredis.Redis, backend: Counting) -> float:
-    flusher = Flusher(settings, redis, cast(MemoryBackend, backend))
-    keys = Keys.of(settings)
+async def persist(worker: Flusher) -> float:
+    keys = Keys.of(worker.settings)
     start = time.perf_counter()
-    while any([await redis.zcard(keys.ready(s)) for s in keys.shard_ids]):
-        await flusher.drain(budget=300)
+    while any([await worker.redis.zcard(keys.ready(s)) for s in keys.shard_ids]):
+        await worker.drain(budget=300)
     return time.perf_counter() - start
 
 
 async def reimport(args: argparse.Namespace, settings: Settings, folder: Path) -> dict[str, Any]:
+    """Imported by one worker; grown by 2 and imported again by another (it reads the
+    thread whole), then grown by 2 and imported again by that one (it kept what it read)."""
     redis = aioredis.Redis.from_url(settings.redis_url)
     backend = Counting(open_backend(settings))
+    first, second = (Flusher(settings, redis, cast(MemoryBackend, backend)) for _ in range(2))
     export = folder / "sessions.jsonl"
     rounds: dict[str, Any] = {}
     try:
-        for name, events in (("import", args.events), ("reimport", args.events + 2)):
+        for name, events, worker in (
+            ("import", args.events, first),
+            ("reimport_by_another_worker", args.events + 2, second),
+            ("reimport_by_the_same_worker", args.events + 4, second),
+        ):
             export.write_text(session(events).model_dump_json() + "\n")
             await Backfill(settings, redis, jsonl_source(export)).run()
             backend.calls.clear()
             backend.offered = 0
-            seconds = await persist(settings, redis, backend)
+            seconds = await persist(worker)
             rounds[name] = {
                 "messages": events,
                 "seconds": round(seconds, 2),
