@@ -1,8 +1,9 @@
 """Re-importing a long session (``afterthought backfill``, ``add_session_to_memory``): every
 message already stored is recognised by its key however long the thread, so a session of
 5,400 messages imported, grown by 2 and imported again stores each message once, in order,
-and offers the backend only the 2 new ones — also when the re-import is cut off midway by a
-worker crash or a reply lost after the call committed (and Zep ignores keys)."""
+and offers the backend only the 2 new ones — also when the re-import is cut off midway (its
+worker killed, a reply lost after the call committed, Zep ignoring keys) and when the read
+of the thread itself is cut short."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from afterthought.agent_hooks import TurnMemory, ZepMemoryService
 from afterthought.agent_hooks.backfill import Backfill, jsonl_source
 from afterthought.backends import open_backend
 from afterthought.backends.base import MemoryBackend
+from afterthought.identity import IdentityRegistry
 from afterthought.keys import Keys
 from afterthought.settings import Settings
 from afterthought.testing import Fault, ZepFake
@@ -28,7 +30,7 @@ from afterthought.worker.flush import Flusher
 
 APP = "memtest"
 ADDS = "POST /threads/.*/messages"
-#: Events of the long session: past the 5,000 messages a replay was once reconciled with.
+#: Events of the long session, as measured in issue 21.
 LONG = 5400
 
 
@@ -101,8 +103,6 @@ async def _drain(worker: Flusher) -> Counter[str]:
 
 async def _stored(settings: Settings, backend: MemoryBackend) -> list[str]:
     """Alice's thread, oldest first, as the texts it holds."""
-    from afterthought.identity import IdentityRegistry
-
     client = aioredis.Redis.from_url(settings.redis_url)
     try:
         known = await IdentityRegistry(client, settings).lookup(
