@@ -174,7 +174,7 @@ async def test_a_long_session_imported_grown_and_imported_again_is_stored_once(
     pages = backend.pages
     await reimport(any_settings, redis, tmp_path, _session(LONG + 4))
     await _drain(other)
-    assert backend.pages - pages <= 2
+    assert backend.pages - pages <= 4  # 2 more if a stalled machine cost it its lease
     assert _tally(await _stored(any_settings, backend.inner), LONG + 4) == CLEAN
     assert backend.offered == [f"event {LONG + 2}", f"event {LONG + 3}"]
 
@@ -220,8 +220,9 @@ async def test_a_reimport_whose_reply_is_lost_reads_only_the_newest_pages_again(
     assert _tally(await _stored(zep_settings, backend.inner), LONG + 300) == CLEAN
     # The call whose reply was lost is not sent again: the read found it stored.
     assert stats["unknown_outcomes"] == 1 and len(backend.offered) == 270
-    # The thread read whole once (50 a page), then only its newest page after the loss.
-    assert backend.pages - pages == LONG // 50 + 1 + 1
+    # The thread read whole once (50 a page), then only its newest pages after the loss
+    # (and again in a new lease, should a stalled machine cost it its lease): never whole.
+    assert LONG // 50 + 1 < backend.pages - pages <= LONG // 50 + 1 + 4
 
 
 @pytest.mark.parametrize("cursor", ["kept", "stale"])
@@ -248,6 +249,6 @@ async def test_a_read_of_the_thread_cut_short_goes_on_where_it_stopped(
     assert len(backend.offered) == 300
     whole = LONG // 50 + 1
     if cursor == "kept":
-        assert backend.pages - pages <= whole + 2  # not the first 50 pages again
+        assert backend.pages - pages <= whole + 4  # not the first 50 pages again
     else:
         assert backend.pages - pages >= 50 + whole
