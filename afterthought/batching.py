@@ -4,7 +4,11 @@ backend already holds. Shared by the worker and the agent's outage direct write.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import hashlib
+import heapq
+from array import array
+from bisect import bisect_left
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from afterthought.backends.base import MESSAGE_KEY_FIELD, OutgoingMessage, StoredMessage
@@ -55,21 +59,85 @@ def pack(messages: Sequence[OutgoingMessage], per_call: int) -> list[Call]:
     return [Call(list(messages[i : i + per_call])) for i in range(0, len(messages), per_call)]
 
 
+#: Digests a :class:`StoredIndex` holds unsorted before it merges them into its array.
+MERGE_AT = 4096
+
+
+def _digest(kind: str, name: str, content: str) -> int:
+    """64 bits of a message's identity (``kind`` keeps a key apart from a role). Two
+    different messages share one with probability 2^-64 per pair: one thread of 10^5
+    stored messages checked against 10^5 replayed ones meets a collision with odds under
+    10^-9, a collision would leave that one message unsent."""
+    data = f"{kind}\0{name}\0{content}".encode("utf-8", "surrogatepass")
+    return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "big")
+
+
+class StoredIndex:
+    """What a thread holds, as one 64-bit digest a message: by message key and text; for a
+    replayed session also by role and text for messages stored without our key (written
+    before afterthought, e.g. by zep-adk). 8 bytes a stored message in a sorted array, so
+    a long thread's history fits in a worker (10^5 messages: under 1 MB), plus at most
+    :data:`MERGE_AT` recent digests in a set."""
+
+    def __init__(self, *, replay: bool) -> None:
+        self.replay = replay
+        self._sorted = array("Q")
+        self._recent: set[int] = set()
+
+    def __len__(self) -> int:
+        return len(self._sorted) + len(self._recent)
+
+    def __contains__(self, digest: int) -> bool:
+        if digest in self._recent:
+            return True
+        at = bisect_left(self._sorted, digest)
+        return at < len(self._sorted) and self._sorted[at] == digest
+
+    def _add(self, digest: int) -> None:
+        if digest in self:
+            return
+        self._recent.add(digest)
+        if len(self._recent) >= MERGE_AT:
+            # A merge of two sorted runs: never all the digests as Python ints at once.
+            self._sorted = array("Q", heapq.merge(self._sorted, sorted(self._recent)))
+            self._recent.clear()
+
+    def add_stored(self, stored: Iterable[StoredMessage]) -> None:
+        for m in stored:
+            if m.key:
+                self._add(_digest("key", m.key, m.content))
+            elif self.replay:
+                # Only what was stored without our key (by another integration) is matched
+                # by text: ours are matched by key, or a user who says "yes" twice would
+                # lose one.
+                self._add(_digest("said", m.role, m.content))
+
+    def add_sent(self, sent: Iterable[OutgoingMessage]) -> None:
+        """Messages a call stored (its reply came)."""
+        for m in sent:
+            self._add(_digest("key", str(m.metadata[MESSAGE_KEY_FIELD]), m.content))
+
+    def lacking(self, wanted: Sequence[OutgoingMessage]) -> list[OutgoingMessage]:
+        """What of ``wanted`` the thread lacks, each once (a replay may repeat a turn queued
+        in the same batch). Two texts under one key (a reused invocation id) are two
+        messages."""
+        lacking: list[OutgoingMessage] = []
+        taken: set[int] = set()
+        for m in wanted:
+            key = _digest("key", str(m.metadata[MESSAGE_KEY_FIELD]), m.content)
+            if key in taken or key in self:
+                continue
+            if self.replay and m.role and _digest("said", m.role, m.content) in self:
+                continue
+            lacking.append(m)
+            taken.add(key)
+        return lacking
+
+
 def missing(
     wanted: Sequence[OutgoingMessage], stored: Sequence[StoredMessage], *, replay: bool
 ) -> list[OutgoingMessage]:
-    """What of ``wanted`` the backend lacks: by message key and text (two texts under one
-    key, from a reused invocation id, are two messages); for a replayed session also by the
-    same role saying the same text in a message stored without our key (written before
-    afterthought, e.g. by zep-adk)."""
-    present = {(m.key, m.content) for m in stored if m.key}
-    # Only what was stored without our key (by another integration) is matched by text: our
-    # own messages are matched by key, or a user who says "yes" twice would lose one.
-    said = {(m.role, m.content) for m in stored if not m.key} if replay else set()
-    lacking: list[OutgoingMessage] = []
-    for m in wanted:  # a replay may also repeat a turn queued in the same batch
-        key = (str(m.metadata[MESSAGE_KEY_FIELD]), m.content)
-        if key not in present and (m.role, m.content) not in said:
-            lacking.append(m)
-            present.add(key)
-    return lacking
+    """What of ``wanted`` the backend lacks, of what it was read to hold (``stored``)."""
+    index = StoredIndex(replay=replay)
+    index.add_stored(stored)
+    return index.lacking(wanted)

@@ -374,7 +374,10 @@ class FakeBackend(MemoryBackend):
             raise BackendError("timeout")
         return list(reversed(self.threads.get(thread_uuid, [])))[:limit]
 
-    # The rest of the port is never called by the write path.
+    # The rest of the port is never called by the write path (of messages not replayed).
+    async def message_page(self, **kwargs: Any) -> Any:
+        raise NotImplementedError
+
     async def ensure_user(self, **kwargs: Any) -> Any:
         raise NotImplementedError
 

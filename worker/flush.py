@@ -16,7 +16,7 @@ import random
 import secrets
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 import redis.asyncio as aioredis
@@ -27,11 +27,12 @@ from afterthought.audit import AuditLog, Entry
 from afterthought.backends.base import (
     BackendError,
     MemoryBackend,
+    OutgoingMessage,
     StoredMessage,
     UserRef,
     ignored_roles,
 )
-from afterthought.batching import Call, missing, pack, parts
+from afterthought.batching import Call, StoredIndex, missing, pack, parts
 from afterthought.connections import FAILURES
 from afterthought.context_cache import PENDING, ContextCache, now_version
 from afterthought.contract import MalformedPayload, QueuedMessage, split_content
@@ -56,8 +57,13 @@ IN_JOB_ATTEMPTS = 3
 MAX_DEFER_SECONDS = 300.0
 #: A too-large reply halves the parts down to this size before giving up.
 MIN_PART_CHARS = 100
-#: How far back a replayed session is reconciled against the backend.
-REPLAY_LOOKBACK = 5000
+#: Messages read past the newest of the last read, when a replay's thread is read again
+#: after an unknown outcome: as many as a batch's own read back looks at (its parts, and
+#: this many more), so a late commit stored just below a message sent after it is seen.
+RECENT_MARGIN = 30
+#: Replayed threads' histories a worker keeps between leases hold at most this many
+#: messages in all (8 bytes each); the least recently used go first, the one in use never.
+MAX_KEPT_MESSAGES = 2_000_000
 #: How often a job looks for more due threads while it has free slots.
 CLAIM_INTERVAL = 0.05
 #: In a sharded layout, a shard that had nothing due is polled again after this long, not
@@ -254,18 +260,35 @@ class _Lease:
 
 @dataclass
 class _History:
-    """A replayed thread's stored messages: read once per lease, then kept up to date with
-    each call that succeeds, so reconciling a long replay is not quadratic."""
+    """A replayed thread's stored messages, recognised by key however long the thread: read
+    whole, page by page, newest first, then kept as 64-bit digests (``StoredIndex``: 8
+    bytes a message) and brought up to date with each call that succeeds. The worker keeps
+    it between leases (``Flusher._histories``), so a later lease — or a later attempt after
+    an unknown outcome — reads only the newest pages again: a thread only grows at its end,
+    so what others, or an earlier attempt's late commit, stored since lies above the newest
+    message read before (``newest``), or among the ``RECENT_MARGIN`` below it. A read cut
+    short (a job's timeout, a crash of the lease) goes on where it stopped (``older``), so
+    a thread too long to read in one job is read in several.
 
-    stored: list[StoredMessage] | None = None
+    Why not less: the backend is the only record that is complete (messages stored turn by
+    turn, by an earlier import, by another integration before afterthought, or late by a
+    request that timed out); a ledger of keys in Redis would miss what was stored without
+    it and die with Redis' data, and telling the importer which keys are stored needs this
+    read anyway. Why not more: a batch costs one lookup a message, and a lease a read of the
+    pages written since the last."""
 
-    def sent(self, call: Call) -> None:
-        """Record what a call that succeeded stored (once the thread has been read)."""
-        if self.stored is not None:
-            self.stored.extend(
-                StoredMessage(uuid="", role=m.role or "", content=m.content, metadata=m.metadata)
-                for m in call.messages
-            )
+    index: StoredIndex = field(default_factory=lambda: StoredIndex(replay=True))
+    newest: str | None = None
+    """The uuid of the newest message a read began with: it and every older message down
+    to ``older`` are in ``index``."""
+    older: str | None = None
+    """The cursor of the older pages not read yet (None: none left)."""
+    lease: str | None = None
+    """The token of the lease that last brought it up to date."""
+
+    def sent(self, messages: Iterable[OutgoingMessage]) -> None:
+        """Record what a call that succeeded, or a read back, found stored."""
+        self.index.add_sent(messages)
 
 
 @dataclass
@@ -275,7 +298,8 @@ class _Sending:
     thread_uuid: str
     lease: _Lease
     stats: Counter[str]
-    history: _History
+    history: _History | None
+    """The thread's history, if this worker keeps one (it read the thread for a replay)."""
     epoch: _Epoch
     reconcile: bool
     """Check the backend first: an earlier attempt may have stored part of it."""
@@ -333,6 +357,8 @@ class Flusher:
         self._settling: dict[tuple[str, str], asyncio.Task[None]] = {}
         """Users whose block is cached again once the backend has taken their batches in."""
         self._settle_now = asyncio.Event()
+        self._histories: dict[str, _History] = {}
+        """Replayed threads' stored messages, by thread uuid (see :class:`_History`)."""
 
     @property
     def claiming(self) -> bool:
@@ -437,9 +463,8 @@ class Flusher:
         stats: Counter[str] = Counter()
         next_ms = _now_ms()
         heartbeat = asyncio.create_task(lease.keep())
-        history = _History()
         try:
-            while await self._flush_batch(lease, stats, history) and self._clock() < until:
+            while await self._flush_batch(lease, stats) and self._clock() < until:
                 pass
         except _LeaseLost:
             stats["lease_lost"] += 1
@@ -528,7 +553,7 @@ class Flusher:
         )
         return not missing(wanted, stored, replay=head.replay)
 
-    async def _flush_batch(self, lease: _Lease, stats: Counter[str], history: _History) -> bool:
+    async def _flush_batch(self, lease: _Lease, stats: Counter[str]) -> bool:
         """One batch from the head of the thread; False when nothing is left."""
         tk = lease.tk
         # One round trip: the head, and (for a thread this process has seen) its user's
@@ -596,7 +621,7 @@ class Flusher:
             thread_uuid=head.thread_uuid,
         )
         try:
-            return await self._flush_checked(lease, batch, stats, history, epoch, inflight, known)
+            return await self._flush_checked(lease, batch, stats, epoch, inflight, known)
         except _Forgotten:  # the user was forgotten meanwhile: what is left goes
             return await self._drop_forgotten(lease, batch, stats)
         except _IdentityMismatch:
@@ -617,7 +642,6 @@ class Flusher:
         lease: _Lease,
         batch: list[QueuedMessage],
         stats: Counter[str],
-        history: _History,
         epoch: _Epoch,
         inflight: bytes | None,
         known: Identity,
@@ -636,7 +660,7 @@ class Flusher:
             thread_uuid=thread_uuid,
             lease=lease,
             stats=stats,
-            history=history,
+            history=self._kept(thread_uuid),
             epoch=epoch,
             # A recorded in-flight batch was being sent when its worker stopped: unknown.
             reconcile=inflight is not None or replay or any(m.unsure for m in batch),
@@ -947,7 +971,8 @@ class Flusher:
                     await self._raced(sending.epoch)
                     sending.stored_calls.add(call.idempotency_key)
                     sending.context = context
-                    sending.history.sent(call)
+                    if sending.history is not None:
+                        sending.history.sent(call.messages)
                     sending.stats["calls"] += 1
                     sending.stats["parts"] += len(call.messages)
                     metrics.BATCH_SIZE.observe(len(call.messages))
@@ -955,24 +980,108 @@ class Flusher:
                 sending.fresh = False
 
     async def _missing(self, sending: _Sending, calls: list[Call]) -> list[Call]:
-        """What the backend lacks of ``calls``; a replay reads the thread once per lease
-        (again when ``sending.fresh``: a call may have landed unseen)."""
+        """What the backend lacks of ``calls``; a replay is checked against the whole
+        thread (:class:`_History`), brought up to date once per lease and after an unknown
+        outcome (``sending.fresh``: a call may have landed unseen)."""
         wanted = [m for c in calls for m in c.messages]
-        history, replay = sending.history, sending.replay
-        stored = history.stored if replay and not sending.fresh else None
-        if stored is None:
-            limit = REPLAY_LOOKBACK if replay else len(wanted) + 30
+        if sending.replay:
+            history = sending.history = sending.history or self._keep(sending.thread_uuid)
+            if history.lease != sending.lease.token or sending.fresh or history.older:
+                await self._read_history(sending, history, margin=len(wanted) + RECENT_MARGIN)
+            lacking = history.index.lacking(wanted)
+        else:
             stored = await self.backend.recent_messages(
                 thread_uuid=sending.thread_uuid,
-                limit=limit,
+                limit=len(wanted) + 30,
                 timeout=sending.lease.call_timeout(self.settings.backend_timeout),
             )
             sending.stats["reconciled"] += 1
             sending.epoch.stale()  # a backend call lies between BEGIN and the first send
-            if replay:
-                history.stored = stored
+            lacking = missing(wanted, stored, replay=False)
+        if sending.history is not None:  # found stored: a replay of it later is too
+            unsent = {id(m) for m in lacking}
+            sending.history.sent(m for m in wanted if id(m) not in unsent)
         per_call = max(len(c.messages) for c in calls)  # as resplitting left it
-        return pack(missing(wanted, stored, replay=replay), per_call)
+        return pack(lacking, per_call)
+
+    def _kept(self, thread_uuid: str) -> _History | None:
+        """The history this worker keeps of the thread, if any (now the most recently
+        used)."""
+        history = self._histories.pop(thread_uuid, None)
+        if history is not None:
+            self._histories[thread_uuid] = history
+        return history
+
+    def _keep(self, thread_uuid: str) -> _History:
+        """A new history of the thread, kept (see :meth:`_forget_histories`)."""
+        history = self._histories[thread_uuid] = _History()
+        return history
+
+    def _forget_histories(self) -> None:
+        """The least recently used histories go while all hold more than
+        ``MAX_KEPT_MESSAGES``; the most recent (the one just read) stays."""
+        while len(self._histories) > 1 and (
+            sum(len(h.index) for h in self._histories.values()) > MAX_KEPT_MESSAGES
+        ):
+            self._histories.pop(next(iter(self._histories)))
+
+    async def _read_history(self, sending: _Sending, history: _History, *, margin: int) -> None:
+        """Bring ``history`` up to date, newest page first: the pages above the newest
+        message read before and ``margin`` messages below it (all of them if that message
+        is gone; the first page only, if the thread was never read), then the older pages
+        a read cut short did not reach. Each page is kept as it comes: an interrupted read
+        loses nothing of what it read."""
+
+        async def page(cursor: str | None) -> tuple[list[StoredMessage], str | None]:
+            found, following = await self.backend.message_page(
+                thread_uuid=sending.thread_uuid,
+                cursor=cursor,
+                timeout=sending.lease.call_timeout(self.settings.backend_timeout),
+            )
+            sending.stats["history_pages"] += 1
+            sending.epoch.stale()  # a backend call lies between BEGIN and the first send
+            history.index.add_stored(found)
+            return found, following
+
+        kept = history.older
+        if history.newest is None:  # never read (or empty): from the top
+            found, history.older = await page(None)
+            history.newest = found[0].uuid if found else None
+        elif history.lease != sending.lease.token or sending.fresh:
+            cursor, top, past = None, None, None  # past: messages read below ``newest``
+            while True:
+                found, cursor = await page(cursor)
+                top = top or (found[0].uuid if found else None)
+                for m in found:
+                    if past is not None:
+                        past += 1
+                    elif m.uuid == history.newest:
+                        past = 0
+                if cursor is None or (past is not None and past >= margin):
+                    break
+            if cursor is None:  # read to the oldest: nothing older is left to read
+                history.older = None
+            history.newest = top
+        while history.older is not None:
+            cursor = history.older
+            try:
+                found, history.older = await page(cursor)
+                stale = cursor == kept and not found
+            except BackendError as exc:
+                if exc.kind != "bad_request" or cursor != kept:
+                    raise
+                stale = True
+            if stale:
+                # A cursor kept from an earlier lease that the backend no longer takes (Zep
+                # calls its cursors opaque): refused, or an empty page where older messages
+                # were. Taken for the thread's end, it would hide them: read it all again.
+                log.warning("history cursor stale thread_uuid=%s", sending.thread_uuid)
+                history.newest = history.older = None
+                await self._read_history(sending, history, margin=margin)
+                return
+        history.lease = sending.lease.token
+        sending.stats["reconciled"] += 1
+        self._forget_histories()
 
     async def _apply_memory_changes(
         self,

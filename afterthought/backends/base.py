@@ -156,6 +156,15 @@ class MemoryBackend(abc.ABC):
         """The thread's latest messages, newest first."""
 
     @abc.abstractmethod
+    async def message_page(
+        self, *, thread_uuid: str, cursor: str | None, timeout: float | None = None
+    ) -> tuple[list[StoredMessage], str | None]:
+        """One page of the thread's messages, newest first, from ``cursor`` (None: the
+        newest), as many as the backend gives a page; and the cursor of the next (older)
+        page, None after the oldest. Pages are cut by position, not offset: messages added
+        between two pages shift none of them."""
+
+    @abc.abstractmethod
     async def get_context(
         self,
         *,

@@ -142,6 +142,8 @@ RETRIEVAL_SCHEMA = (
     " afterthought_scoped(old.user_uuid, old.replied));"
     " UPDATE retrieval_epoch SET deletions = deletions + 1; END",
 )
+#: Messages per page of a thread's history (``message_page``).
+MESSAGE_PAGE = 1000
 #: Candidates per ranking (BM25, dense) and from the informative ranking.
 RELEVANT = 20
 #: At most about this many rows are scored by BM25 per query (see ``_lexical``).
@@ -500,13 +502,30 @@ class LocalBackend(MemoryBackend):
     async def recent_messages(
         self, *, thread_uuid: str, limit: int, timeout: float | None = None
     ) -> list[StoredMessage]:
-        def work(db: sqlite3.Connection) -> list[StoredMessage]:
+        found, _ = await self._page(thread_uuid, below=None, limit=limit)
+        return found
+
+    async def message_page(
+        self, *, thread_uuid: str, cursor: str | None, timeout: float | None = None
+    ) -> tuple[list[StoredMessage], str | None]:
+        below = int(cursor) if cursor else None
+        found, last = await self._page(thread_uuid, below=below, limit=MESSAGE_PAGE)
+        return found, (str(last) if len(found) == MESSAGE_PAGE else None)
+
+    async def _page(
+        self, thread_uuid: str, *, below: int | None, limit: int
+    ) -> tuple[list[StoredMessage], int | None]:
+        """Up to ``limit`` of the thread's messages, newest first, older than row ``below``;
+        and the row id of the last."""
+
+        def work(db: sqlite3.Connection) -> tuple[list[StoredMessage], int | None]:
             rows = db.execute(
-                "SELECT uuid, role, content, metadata FROM messages WHERE thread_uuid = ?"
-                " ORDER BY id DESC LIMIT ?",
-                (thread_uuid, limit),
+                "SELECT uuid, role, content, metadata, id FROM messages WHERE thread_uuid = ?"
+                " AND id < ? ORDER BY id DESC LIMIT ?",
+                (thread_uuid, below if below is not None else 2**63 - 1, limit),
             ).fetchall()
-            return [StoredMessage(r[0], r[1], r[2], json.loads(r[3])) for r in rows]
+            found = [StoredMessage(r[0], r[1], r[2], json.loads(r[3])) for r in rows]
+            return found, (rows[-1][4] if rows else None)
 
         return await self._run(work)
 

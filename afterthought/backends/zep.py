@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 
 import httpx
 from typing_extensions import override
-from zep_cloud import AddMessage, AsyncZep, EdgeInput, EdgeNodeRef, Task
+from zep_cloud import AddMessage, AsyncZep, EdgeInput, EdgeNodeRef, Message, Task
 from zep_cloud.core.api_error import ApiError
 from zep_cloud.core.pagination import AsyncPager
 from zep_cloud.core.parse_error import ParsingError
@@ -146,6 +146,15 @@ async def _classified(pager: AsyncPager[T, Any]) -> AsyncIterator[T]:
         if error is None:
             raise
         raise error from None
+
+
+def _stored(m: Message) -> StoredMessage:
+    return StoredMessage(
+        uuid=m.uuid_ or "",
+        role=str(m.role or ""),
+        content=m.content or "",
+        metadata=dict(m.metadata or {}),
+    )
 
 
 def split_text(text: str, limit: int) -> list[str]:
@@ -372,17 +381,25 @@ class ZepBackend(MemoryBackend):
         )
         found: list[StoredMessage] = []
         async for m in _classified(pager):  # further pages are fetched as the loop goes
-            found.append(
-                StoredMessage(
-                    uuid=m.uuid_ or "",
-                    role=str(m.role or ""),
-                    content=m.content or "",
-                    metadata=dict(m.metadata or {}),
-                )
-            )
+            found.append(_stored(m))
             if len(found) >= limit:
                 break
         return found
+
+    async def message_page(
+        self, *, thread_uuid: str, cursor: str | None, timeout: float | None = None
+    ) -> tuple[list[StoredMessage], str | None]:
+        pager = await self._call(
+            lambda z: z.thread.list_messages(
+                thread_uuid,
+                page_size=PAGE_SIZE,
+                cursor=cursor,
+                order="desc",
+                request_options=self._options(timeout),
+            )
+        )
+        following = pager.response.next_cursor if pager.has_next else None
+        return [_stored(m) for m in pager.items or []], following or None
 
     async def get_context(
         self,

@@ -1,0 +1,254 @@
+"""Re-importing a long session (``afterthought backfill``, ``add_session_to_memory``): every
+message already stored is recognised by its key however long the thread, so a session of
+5,400 messages imported, grown by 2 and imported again stores each message once, in order,
+and offers the backend only the 2 new ones — also when the re-import is cut off midway (its
+worker killed, a reply lost after the call committed, Zep ignoring keys) and when the read
+of the thread itself is cut short."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from pathlib import Path
+from typing import Any, cast
+
+import pytest
+import redis.asyncio as aioredis
+from google.adk.events.event import Event
+from google.adk.sessions import Session
+from google.genai import types
+
+from afterthought.agent_hooks import TurnMemory, ZepMemoryService
+from afterthought.agent_hooks.backfill import Backfill, jsonl_source
+from afterthought.backends import open_backend
+from afterthought.backends.base import MemoryBackend
+from afterthought.identity import IdentityRegistry
+from afterthought.keys import Keys
+from afterthought.settings import Settings
+from afterthought.testing import Fault, ZepFake
+from afterthought.worker.flush import Flusher
+
+APP = "memtest"
+ADDS = "POST /threads/.*/messages"
+#: Events of the long session, as measured in issue 21.
+LONG = 5400
+
+
+def _session(events: int) -> Session:
+    """Alice's session of ``events`` events, a user turn and a reply each invocation."""
+    at = 1_700_000_000.0
+    said = [
+        Event(
+            author="user" if i % 2 == 0 else "assistant",
+            invocation_id=f"inv-{i // 2}",
+            content=(types.UserContent if i % 2 == 0 else types.ModelContent)(f"event {i}"),
+            timestamp=at + i,
+        )
+        for i in range(events)
+    ]
+    return Session(
+        id="long", app_name=APP, user_id="alice", events=said, last_update_time=at + events
+    )
+
+
+class Watched:
+    """Wraps a backend: the texts ``add_messages`` was offered, the history pages read, and
+    the worker's job cancelled (killed) right after the ``kill_after_add``-th call commits
+    or before the ``kill_at_page``-th page is read."""
+
+    def __init__(self, inner: MemoryBackend) -> None:
+        self.inner = inner
+        self.offered: list[str] = []
+        self.pages = 0
+        self.kill_after_add: int | None = None
+        self.kill_at_page: int | None = None
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.inner, name)
+
+    async def add_messages(self, **kwargs: Any) -> str | None:
+        result = await self.inner.add_messages(**kwargs)
+        self.offered += [m.content for m in kwargs["messages"]]
+        if self.kill_after_add is not None:
+            self.kill_after_add -= 1
+            if self.kill_after_add == 0:
+                raise asyncio.CancelledError  # as arq cancels a job it times out
+        return result
+
+    async def message_page(self, **kwargs: Any) -> Any:
+        if self.kill_at_page is not None:
+            self.kill_at_page -= 1
+            if self.kill_at_page == 0:
+                raise asyncio.CancelledError
+        self.pages += 1
+        return await self.inner.message_page(**kwargs)
+
+
+async def _no_sleep(seconds: float) -> None:
+    await asyncio.sleep(0)
+
+
+def _worker(settings: Settings, redis: aioredis.Redis, backend: Watched) -> Flusher:
+    """What a worker process keeps between its jobs."""
+    return Flusher(settings, redis, cast(MemoryBackend, backend), sleep=_no_sleep)
+
+
+async def _drain(worker: Flusher) -> Counter[str]:
+    """The worker's jobs, until nothing is queued."""
+    keys, stats = Keys.of(worker.settings), Counter[str]()
+    while any([await worker.redis.zcard(keys.ready(s)) for s in keys.shard_ids]):
+        stats += await worker.drain(budget=300)
+    return stats
+
+
+async def _stored(settings: Settings, backend: MemoryBackend) -> list[str]:
+    """Alice's thread, oldest first, as the texts it holds."""
+    client = aioredis.Redis.from_url(settings.redis_url)
+    try:
+        known = await IdentityRegistry(client, settings).lookup(
+            app=APP, user_id="alice", session_id="long"
+        )
+    finally:
+        await client.aclose()
+    assert known.thread_uuid is not None
+    newest_first = await backend.recent_messages(thread_uuid=known.thread_uuid, limit=10**6)
+    return [m.content for m in reversed(newest_first)]
+
+
+def _tally(stored: list[str], events: int) -> dict[str, object]:
+    """Copies, losses and whether the thread reads as the session, against its events."""
+    expected = [f"event {i}" for i in range(events)]
+    seen = Counter(stored)
+    return {
+        "duplicated": sum(n - 1 for n in seen.values()),
+        "lost": sum(1 for text in expected if text not in seen),
+        "in_order": stored == expected,
+    }
+
+
+CLEAN = {"duplicated": 0, "lost": 0, "in_order": True}
+
+
+async def _import_backfill(
+    settings: Settings, redis: aioredis.Redis, tmp_path: Path, session: Session
+) -> None:
+    export = tmp_path / "sessions.jsonl"
+    export.write_text(session.model_dump_json() + "\n")
+    report = await Backfill(settings, redis, jsonl_source(export)).run()
+    assert report.messages == len(session.events)
+
+
+async def _import_service(
+    settings: Settings, redis: aioredis.Redis, tmp_path: Path, session: Session
+) -> None:
+    service = ZepMemoryService(memory=TurnMemory.create(settings=settings))
+    await service.add_session_to_memory(session)
+
+
+IMPORTS = pytest.mark.parametrize(
+    "reimport", [_import_backfill, _import_service], ids=["backfill", "add_session_to_memory"]
+)
+
+
+@IMPORTS
+async def test_a_long_session_imported_grown_and_imported_again_is_stored_once(
+    any_settings: Settings, redis: aioredis.Redis, tmp_path: Path, reimport: Any
+) -> None:
+    backend = Watched(open_backend(any_settings))
+    worker = _worker(any_settings, redis, backend)
+    await reimport(any_settings, redis, tmp_path, _session(LONG))
+    await _drain(worker)
+    assert len(backend.offered) == LONG
+    backend.offered.clear()
+
+    await reimport(any_settings, redis, tmp_path, _session(LONG + 2))
+    other = _worker(any_settings, redis, backend)
+    await _drain(other)  # another worker: it reads the thread whole
+
+    assert _tally(await _stored(any_settings, backend.inner), LONG + 2) == CLEAN
+    assert backend.offered == [f"event {LONG}", f"event {LONG + 1}"]  # 5,400 recognised
+
+    # That worker keeps what it read: once more, it reads only the newest pages (a batch
+    # and 30 messages past what it read last: 1 page of the local store's, 2 of Zep's).
+    backend.offered.clear()
+    pages = backend.pages
+    await reimport(any_settings, redis, tmp_path, _session(LONG + 4))
+    await _drain(other)
+    assert backend.pages - pages <= 4  # 2 more if a stalled machine cost it its lease
+    assert _tally(await _stored(any_settings, backend.inner), LONG + 4) == CLEAN
+    assert backend.offered == [f"event {LONG + 2}", f"event {LONG + 3}"]
+
+
+async def _grown_on_zep(
+    settings: Settings, zep_fake: ZepFake, redis: aioredis.Redis, tmp_path: Path
+) -> Watched:
+    """5,400 messages stored by one worker, then 300 more (10 calls) queued as a re-import;
+    Zep ignores keys: only recognition keeps a message from being stored twice."""
+    zep_fake.honor_idempotency = False
+    backend = Watched(open_backend(settings))
+    await _import_backfill(settings, redis, tmp_path, _session(LONG))
+    await _drain(_worker(settings, redis, backend))
+    backend.offered.clear()
+    await _import_backfill(settings, redis, tmp_path, _session(LONG + 300))
+    return backend
+
+
+async def test_a_reimport_whose_worker_is_killed_midway_stores_each_message_once(
+    zep_settings: Settings, zep_fake: ZepFake, redis: aioredis.Redis, tmp_path: Path
+) -> None:
+    """The 4th call commits, then the job is killed: another worker reads the thread whole
+    and sends only the 180 messages it lacks."""
+    backend = await _grown_on_zep(zep_settings, zep_fake, redis, tmp_path)
+    backend.kill_after_add = 4
+    with pytest.raises(asyncio.CancelledError):
+        await _drain(_worker(zep_settings, redis, backend))
+    assert len(backend.offered) == 120
+
+    await _drain(_worker(zep_settings, redis, backend))
+    assert _tally(await _stored(zep_settings, backend.inner), LONG + 300) == CLEAN
+    assert len(backend.offered) == 300
+
+
+async def test_a_reimport_whose_reply_is_lost_reads_only_the_newest_pages_again(
+    zep_settings: Settings, zep_fake: ZepFake, redis: aioredis.Redis, tmp_path: Path
+) -> None:
+    backend = await _grown_on_zep(zep_settings, zep_fake, redis, tmp_path)
+    zep_fake.inject(Fault(match=ADDS, drop=True, after_commit=True))
+    pages = backend.pages
+    stats = await _drain(_worker(zep_settings, redis, backend))
+
+    assert _tally(await _stored(zep_settings, backend.inner), LONG + 300) == CLEAN
+    # The call whose reply was lost is not sent again: the read found it stored.
+    assert stats["unknown_outcomes"] == 1 and len(backend.offered) == 270
+    # The thread read whole once (50 a page), then only its newest pages after the loss
+    # (and again in a new lease, should a stalled machine cost it its lease): never whole.
+    assert LONG // 50 + 1 < backend.pages - pages <= LONG // 50 + 1 + 4
+
+
+@pytest.mark.parametrize("cursor", ["kept", "stale"])
+async def test_a_read_of_the_thread_cut_short_goes_on_where_it_stopped(
+    zep_settings: Settings, zep_fake: ZepFake, redis: aioredis.Redis, tmp_path: Path, cursor: str
+) -> None:
+    """The job is killed as it reads the 51st page (a thread too long to read in one job):
+    the worker's next job reads the newest pages, then the older ones it had not reached —
+    or, if Zep no longer takes the cursor it kept (an empty page, as the fake answers an
+    unknown one), the thread again, whole."""
+    backend = await _grown_on_zep(zep_settings, zep_fake, redis, tmp_path)
+    backend.kill_at_page = 51
+    worker = _worker(zep_settings, redis, backend)
+    pages = backend.pages
+    with pytest.raises(asyncio.CancelledError):
+        await _drain(worker)
+    assert backend.pages - pages == 50 and backend.offered == []
+    if cursor == "stale":
+        (history,) = worker._histories.values()
+        history.older = "expired"
+
+    await _drain(worker)
+    assert _tally(await _stored(zep_settings, backend.inner), LONG + 300) == CLEAN
+    assert len(backend.offered) == 300
+    whole = LONG // 50 + 1
+    if cursor == "kept":
+        assert backend.pages - pages <= whole + 4  # not the first 50 pages again
+    else:
+        assert backend.pages - pages >= 50 + whole
