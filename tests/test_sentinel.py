@@ -122,3 +122,29 @@ def test_a_failover_in_the_middle_of_traffic_loses_and_doubles_nothing(
     the way in; every client finds the promoted replica."""
     with SentinelSet() as topology:
         failover_in_traffic(topology.url, lambda: failover(topology), seed)
+
+
+HANDOVERS = 3
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("seed", [37])
+def test_repeated_handovers_with_two_replicas_lose_and_double_nothing(seed: int) -> None:
+    """The README's Sentinel set (a master, two replicas, three sentinels, writes confirmed
+    by one replica) handed over by ``SENTINEL FAILOVER`` again and again in the middle of
+    the agent's and the workers' traffic. In the second or so between the promotion of
+    one replica and the sentinels' re-pointing of the other, the old master still takes
+    writes and the other replica still acknowledges them: a ``WAIT 1`` there confirms a
+    write the new master never had, wiped as that replica resyncs from it."""
+
+    with SentinelSet(replicas=2) as topology:
+
+        def hand_over() -> tuple[str, int]:
+            promoted = topology.wait_failover(topology.hand_over())
+            topology.wait_settled()  # the old master demoted: the next handover is taken
+            return promoted
+
+        # Turns paced so that every handover falls in the middle of the agent's traffic.
+        failover_in_traffic(
+            topology.url, hand_over, seed, failovers=HANDOVERS, messages=400, think=1.5
+        )
