@@ -262,7 +262,14 @@ class Settings(BaseSettings):
 
     @property
     def jobs_redis_url(self) -> str:
-        """Where arq's jobs live: ``arq_redis_url``, else ``redis_url``."""
+        """Where arq's jobs live: ``arq_redis_url``, else ``redis_url``. Only workers and
+        the CLI use arq, so only they need ``arq_redis_url`` on a Redis Cluster: an agent
+        never asks (ValueError, said plainly, when the cluster has no Redis for arq)."""
+        if self.arq_redis_url is None and parse_redis_url(self.redis_url).topology == "cluster":
+            raise ValueError(
+                "a Redis Cluster needs arq_redis_url (ARQ_REDIS_URL) naming one Redis or a "
+                "Sentinel set for arq's jobs, in every worker and CLI: arq cannot use a cluster"
+            )
         return self.arq_redis_url or self.redis_url
 
     @field_validator("key_prefix")
@@ -370,19 +377,13 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _cluster_needs_shards_and_arq(self) -> Settings:
-        if parse_redis_url(self.redis_url).topology != "cluster":
-            if self.arq_redis_url and parse_redis_url(self.arq_redis_url).topology == "cluster":
-                raise ValueError("arq_redis_url must not be a Redis Cluster: arq cannot use one")
-            return self
-        if not self.redis_shards:
+        if self.arq_redis_url and parse_redis_url(self.arq_redis_url).topology == "cluster":
+            raise ValueError("arq_redis_url must not be a Redis Cluster: arq cannot use one")
+        if parse_redis_url(self.redis_url).topology == "cluster" and not self.redis_shards:
             raise ValueError(
-                "a Redis Cluster needs redis_shards >= 1 (AFTERTHOUGHT_REDIS_SHARDS, e.g. 8 "
-                "per master): the queue's keys are spread over shards"
-            )
-        if self.arq_redis_url is None or parse_redis_url(self.arq_redis_url).topology == "cluster":
-            raise ValueError(
-                "a Redis Cluster needs arq_redis_url (ARQ_REDIS_URL) naming one Redis or a "
-                "Sentinel set for arq's jobs: arq cannot use a cluster"
+                "a Redis Cluster needs redis_shards >= 1 (AFTERTHOUGHT_REDIS_SHARDS: the "
+                "deployment's total, e.g. 8 per master times the masters): the queue's keys "
+                "are spread over shards"
             )
         return self
 
