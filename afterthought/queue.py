@@ -29,6 +29,7 @@ import asyncio
 import logging
 import math
 import time
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, cast
@@ -325,6 +326,23 @@ redis.call('HSETNX', KEYS[1], 'failing_since', ARGV[1])
 return {attempts, tonumber(redis.call('HGET', KEYS[1], 'failing_since'))}
 """
 
+# KEYS marker, data-lost record; ARGV the marker this worker knows ('' for none yet), a new
+# one, now_ms, record_ttl_ms. Keeps the shard's marker: {1 when this worker's marker is
+# gone or replaced (Redis lost the shard's data; recorded once however many workers find
+# it), else 0; the marker now}.
+MARKER_LUA = """
+local found = redis.call('GET', KEYS[1])
+if found and found == ARGV[1] then return {0, found} end
+if not found then
+  found = ARGV[2]
+  redis.call('SET', KEYS[1], found)
+end
+if ARGV[1] == '' then return {0, found} end
+redis.call('HSETNX', KEYS[2], ARGV[1], ARGV[3])
+redis.call('PEXPIRE', KEYS[2], ARGV[4])
+return {1, found}
+"""
+
 # KEYS dead. Empties a shard's dead letters; how many there were.
 DROP_DEAD_LUA = """
 local n = redis.call('LLEN', KEYS[1])
@@ -354,6 +372,8 @@ return out
 
 #: How long a worker waits for replicas to hold a batch's record before sending it.
 BEGIN_WAIT_MS = 1000
+#: How long ``status`` reports that Redis lost a shard's data.
+DATA_LOST_REPORT_MS = 7 * 24 * 3600 * 1000
 #: How often a process asks the sentinels again which replicas a write must reach.
 SENTINEL_VIEW_SECONDS = 1.0
 
@@ -422,6 +442,7 @@ class ThreadQueue:
         self._purge = redis.register_script(flag + PURGE_LUA)
         self._failed = redis.register_script(flag + FAILED_LUA)
         self._drop_dead = redis.register_script(DROP_DEAD_LUA)
+        self._marker = redis.register_script(flag + MARKER_LUA)
         self._threads: AsyncScript = redis.register_script(THREADS_LUA)
         self._view: SentinelView | None = None
         self._view_at = -math.inf
@@ -734,6 +755,17 @@ class ThreadQueue:
 
     def _ready(self, ref: str) -> str:
         return self.keys.ready(self.keys.shard_of_ref(ref))
+
+    async def keep_marker(self, shard: int | None, known: str, *, now_ms: int) -> tuple[bool, str]:
+        """Check the shard's marker against the one this worker knows (``''``: none yet;
+        one is written when the shard has none): whether Redis lost the shard's data since
+        (recorded for ``status``), and the marker to know from now on."""
+        k = self.keys
+        lost, marker = await self._marker(
+            keys=[k.marker(shard), k.data_lost(shard)],
+            args=[known, uuid.uuid4().hex, now_ms, DATA_LOST_REPORT_MS],
+        )
+        return bool(lost), marker.decode() if isinstance(marker, bytes) else str(marker)
 
     # --- operations -------------------------------------------------------------------------
     async def drop_dead(self, *, shard: int | None) -> int:
