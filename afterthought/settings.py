@@ -95,7 +95,8 @@ class Settings(BaseSettings):
         repr=False,
     )
     """Redis for arq's jobs, when not ``redis_url``: one Redis or a Sentinel set (never a
-    cluster: arq cannot use one, so a cluster ``redis_url`` requires this)."""
+    cluster: arq cannot use one, so with a cluster ``redis_url`` workers and the CLI need
+    this; agents run no arq jobs)."""
     zep_api_key: SecretStr | None = Field(
         None, validation_alias=AliasChoices("ZEP_API_KEY", "zep_api_key")
     )
@@ -112,9 +113,9 @@ class Settings(BaseSettings):
     """Deployment prefix of every Redis key, arq's queue and job ids included."""
     redis_shards: int = Field(0, ge=0, le=MAX_SHARDS)
     """Virtual shards the queue is laid out in; 0 keeps the flat layout of one Redis. On
-    Redis Cluster, required (say 3 to 8 a master): every user's keys share one shard's
-    hash slot. Fixed for a deployment: recorded in Redis, and a process configured with
-    another number refuses to start."""
+    Redis Cluster, required: the deployment's total (say 3 to 8 per master, times the
+    masters): every user's keys share one shard's hash slot. Fixed for a deployment:
+    recorded in Redis, and a process configured with another number refuses to start."""
     local_db_path: Path = Field(
         default_factory=lambda fields: _default_store(fields.get("key_prefix", "afterthought"))
     )
@@ -130,9 +131,10 @@ class Settings(BaseSettings):
     enqueue_timeout: float = Field(0.1, gt=0, le=5)
     """Deadline, in seconds, for the one Redis round trip that queues a write."""
     redis_wait_replicas: int = Field(0, ge=0, le=16)
-    """Replicas that must hold a queued write before it counts as queued (Redis ``WAIT``;
-    one more round trip; unconfirmed, it is sent again): with Sentinel, 1 keeps a failover
-    from losing or doubling it."""
+    """With it, a queued write counts only once on the node that is master after any
+    failover: at least this many replicas, and every replica the master had and the
+    sentinels could promote, hold it (``WAIT`` with ``ROLE``; unconfirmed, it is sent
+    again). With two replicas per master, 1 keeps a failover from losing or doubling it."""
     zep_user_id_template: str = "{user_id}"
     """Backend ``user_id`` from ADK's ``app`` and ``user_id``. The default makes one user id
     one person in every app of the deployment (one memory; forgetting them forgets them in
