@@ -469,22 +469,40 @@ class ThreadQueue:
         if not wanted:
             return await script(keys=keys, args=args)
         if is_cluster(self.redis):
-            result, held = await _on_master_of(
-                cast(RedisCluster, self.redis), script, keys=keys, args=args, wait=(wanted, wait_ms)
+            result, before, waited, after = await _on_master_of(
+                cast(RedisCluster, self.redis),
+                script,
+                keys=keys,
+                args=args,
+                wanted=wanted,
+                wait_ms=wait_ms,
             )
-            if held < wanted:
-                raise _not_replicated(f"{held} of {wanted} replicas hold the write")
+            problem = _unconfirmed(before, waited, after, must=_attached(before), wanted=wanted)
+            if problem is not None:
+                raise _not_replicated(problem)
             return result
-        view = await self._sentinel_view()
         client = self.redis.client()
         try:
             await client.initialize()
             connection = cast(aioredis.Connection, client.connection)
-            command = ("EVALSHA", script.sha, len(keys), *keys, *args)
-            result, before = await _pipelined(connection, command, ("ROLE",))
-            if isinstance(result, NoScriptError):  # it did not run: load it there, once
-                await client.script_load(script.script)
+
+            async def write() -> tuple[Any, Any]:
+                command = ("EVALSHA", script.sha, len(keys), *keys, *args)
                 result, before = await _pipelined(connection, command, ("ROLE",))
+                if isinstance(result, NoScriptError):  # it did not run: load it there, once
+                    await client.script_load(script.script)
+                    result, before = await _pipelined(connection, command, ("ROLE",))
+                return result, before
+
+            # The sentinels are asked (once a second) while the write is on its way.
+            view, written = await asyncio.gather(
+                self._sentinel_view(), write(), return_exceptions=True
+            )
+            if isinstance(written, BaseException):  # the write's own failure first
+                raise written
+            if isinstance(view, BaseException):
+                raise view
+            result, before = written
             if isinstance(result, Exception):
                 raise result
             must = _attached(before) | (view.replicas if view else frozenset())
@@ -495,10 +513,7 @@ class ThreadQueue:
             node = (str(connection.host), int(connection.port)) if view else None
         finally:
             await client.aclose()
-        for reply in (before, waited, after):
-            if isinstance(reply, Exception):
-                raise reply
-        problem = _unconfirmed(before, after, must=must, wanted=wanted)
+        problem = _unconfirmed(before, waited, after, must=must, wanted=wanted)
         if problem is None and view is not None and view.master not in (None, node):
             problem = "the sentinels name another master"
         if problem is not None:
@@ -794,22 +809,29 @@ async def _on_master_of(
     *,
     keys: list[str],
     args: list[Any],
-    wait: tuple[int, int],
-) -> tuple[Any, int]:
-    """A script, then ``WAIT`` (replicas, ms), on one connection to the master of the
-    keys' slot: a cluster client has no connection to lend (``client()``), and WAIT counts
-    the replicas holding the writes of the connection it runs on. Both are sent together;
-    the script is loaded on that master when it does not know it yet."""
+    wanted: int,
+    wait_ms: int,
+) -> tuple[Any, Any, Any, Any]:
+    """A script, ``ROLE``, ``WAIT`` and ``ROLE`` again, sent together on one connection to
+    the master of the keys' slot: a cluster client has no connection to lend
+    (``client()``), and WAIT counts the replicas holding the writes of the connection it
+    runs on. ``WAIT`` asks for every replica the client knows the slot to have (the
+    check that follows needs each attached one), at least ``wanted``. Returns the script's
+    result and the other three replies (an error as its exception); the script is loaded
+    on that master when it does not know it yet."""
     await cluster.initialize()  # a no-op once the slots are known
     master = cluster.get_node_from_key(keys[0])
+    replicas = cluster.nodes_manager.slots_cache.get(cluster.keyslot(keys[0]), [])[1:]
     for _ in range(2):
         commands = [
             PipelineCommand(0, "EVALSHA", script.sha, len(keys), *keys, *args),
-            PipelineCommand(1, "WAIT", *wait),
+            PipelineCommand(1, "ROLE"),
+            PipelineCommand(2, "WAIT", max(wanted, len(replicas)), wait_ms),
+            PipelineCommand(3, "ROLE"),
         ]
         try:
             await master.execute_pipeline(commands)
-            ran, waited = commands[0].result, commands[1].result
+            ran, before, waited, after = (command.result for command in commands)
             if isinstance(ran, NoScriptError):
                 await master.execute_command("SCRIPT", "LOAD", script.script)
                 continue
@@ -819,10 +841,9 @@ async def _on_master_of(
             # The slot has another master now (a failover, a reshard): the client learns
             # the new layout before its next command, as it does after its own MOVED.
             await cluster.aclose()
-        for result in (ran, waited):
-            if isinstance(result, Exception):
-                raise result
-        return ran, int(waited)
+        if isinstance(ran, Exception):
+            raise ran
+        return ran, before, waited, after
     raise NoScriptError("the script could not be loaded")
 
 
@@ -857,10 +878,14 @@ def _attached(role: Any) -> frozenset[tuple[str, int]]:
 
 
 def _unconfirmed(
-    before: Any, after: Any, *, must: frozenset[tuple[str, int]], wanted: int
+    before: Any, waited: Any, after: Any, *, must: frozenset[tuple[str, int]], wanted: int
 ) -> str | None:
     """Why a write is not known to be held where it must be (None: it is): ``before`` and
-    ``after`` are the node's ``ROLE`` replies right after the write and after ``WAIT``."""
+    ``after`` are the node's ``ROLE`` replies right after the write and after ``WAIT``
+    (``waited``); any of them an error (an ACL without ``ROLE``, say) leaves it unknown."""
+    for reply in (before, waited, after):
+        if isinstance(reply, Exception):
+            return f"{type(reply).__name__}: {reply}"
     if _text(before[0]) != "master" or _text(after[0]) != "master":
         return "the node is no longer a master"
     offset = int(before[1])

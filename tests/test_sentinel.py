@@ -9,8 +9,10 @@ import json
 from collections.abc import Callable, Iterator
 
 import pytest
+import redis.asyncio as aioredis
 
 from afterthought.agent_hooks import create_callbacks
+from afterthought.connections import connect, sentinel_view
 from afterthought.settings import Settings
 from afterthought.testing import Fault, ZepFake
 from afterthought.testing.stand_in_model import memory_lines
@@ -81,6 +83,24 @@ async def test_the_write_and_read_paths_dead_letters_and_forget_run_on_sentinel(
     await say(runner, "alice", await new_session(runner, "alice"), "Where do I live?")
     assert memory_lines(model.requests[-1]) == []
     await runner.close()
+
+
+async def test_the_sentinels_view_names_the_master_and_every_replica_to_wait_for(
+    sentinel: SentinelSet, redis: aioredis.Redis
+) -> None:
+    """What a write with ``redis_wait_replicas`` must reach, as the sentinels say: their
+    master (agreed, no failover under way) and each replica they see up; nothing for a
+    client that is not a Sentinel one."""
+    client = connect(sentinel.url)
+    try:
+        view = await sentinel_view(client)
+    finally:
+        await client.aclose()
+    assert view is not None and view.master == sentinel.master_address()
+    host, port = view.master
+    replicas = {(host, p) for p in sentinel.data_ports if p != port}
+    assert view.replicas == replicas
+    assert await sentinel_view(redis) is None
 
 
 def _killed(topology: SentinelSet) -> tuple[str, int]:

@@ -272,6 +272,11 @@ class SentinelSet(_Topology):
         return self._service
 
     @property
+    def data_ports(self) -> list[int]:
+        """The ports of the master and the replicas (which is which changes in failovers)."""
+        return list(self._data_ports)
+
+    @property
     def sentinels(self) -> list[tuple[str, int]]:
         return [(HOST, port) for port in self._sentinel_ports]
 
