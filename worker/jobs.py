@@ -50,9 +50,9 @@ FLUSH_TIMEOUT_SECONDS = 60
 DISPATCH_INTERVAL_SECONDS = 0.05
 #: How long a worker waits after a poll that failed (Redis away) before the next one.
 POLL_RETRY_SECONDS = 0.5
-#: How often a worker checks that Redis still holds the deployment's data (one small
-#: script call per shard).
-MARKER_CHECK_SECONDS = 2.0
+#: How often a worker checks that Redis still holds the deployment's data: one small
+#: script call per shard (a GET, while nothing is lost), as often as the metrics refresh.
+MARKER_CHECK_SECONDS = 5.0
 #: While Redis stays away, the failure is logged again this often.
 OUTAGE_LOG_SECONDS = 60.0
 #: How long a stopping worker waits for its own background loops to end.
