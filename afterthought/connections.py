@@ -162,6 +162,11 @@ def is_cluster(client: object) -> bool:
     return isinstance(client, AsyncRedisCluster | redis.RedisCluster)
 
 
+#: Sentinel promotes no replica whose link to the master has been down for longer than
+#: this many times the service's ``down-after-milliseconds``.
+PROMOTABLE_LINK_DOWN = 10
+
+
 @dataclass(frozen=True, slots=True)
 class SentinelView:
     """What the sentinels of a service say about its data nodes (:func:`sentinel_view`):
@@ -169,9 +174,9 @@ class SentinelView:
 
     replicas: frozenset[tuple[str, int]]
     """Every replica a failover could promote: each one a sentinel that answered sees up
-    (not down, connected). One that reports itself a master is left out only while the
-    set is settled (below): that is an old master not yet demoted, not one being
-    promoted."""
+    (not down, connected, its link to the master not down too long). One that reports
+    itself a master is left out only while the set is settled (below): that is an old
+    master not yet demoted, not one being promoted."""
     master: tuple[str, int] | None
     """The master, when the set is settled: every sentinel answered, all name the same
     master and none is failing it over. Else None."""
@@ -200,9 +205,13 @@ async def sentinel_view(client: aioredis.Redis) -> SentinelView | None:
     )
     up = [
         entry
-        for _, entries in heard
+        for master, entries in heard
         for entry in entries
         if not (entry["is_sdown"] or entry["is_odown"] or entry["is_disconnected"])
+        # As the sentinels choose: a replica cut off from its master for over ten times
+        # the time that makes a master down is never promoted (while that master is up).
+        and entry.get("master-link-down-time", 0)
+        <= PROMOTABLE_LINK_DOWN * master.get("down-after-milliseconds", 0)
     ]
     followers = {_address(e) for e in up if e.get("role-reported") == "slave"}
     return SentinelView(
