@@ -387,6 +387,16 @@ class SentinelSet(_Topology):
     def thaw(self, port: int) -> None:
         self._procs[port].send_signal(signal.SIGCONT)
 
+    def pause_sentinels(self) -> None:
+        """SIGSTOP every sentinel: they keep their connections and answer nothing, and
+        the set stays as it is (a failover under way stops where it is) until resumed."""
+        for port in self._sentinel_ports:
+            self._procs[port].send_signal(signal.SIGSTOP)
+
+    def resume_sentinels(self) -> None:
+        for port in self._sentinel_ports:
+            self._procs[port].send_signal(signal.SIGCONT)
+
     def hand_over(self) -> int:
         """``SENTINEL FAILOVER``: a planned failover, nothing killed; return the old
         master's port."""
