@@ -1022,6 +1022,31 @@ async def test_redis_restarted_without_persistence_under_a_worker_is_reported(
         server.close()
 
 
+async def test_every_worker_through_a_loss_reports_it_and_it_is_recorded_once(
+    make_settings: Callable[..., Settings], redis: aioredis.Redis
+) -> None:
+    """Two workers know the marker; Redis loses it: each reports the loss once (the one
+    that finds it second sees a marker it does not know), and ``status`` has one record,
+    which expires. A worker started afterwards finds an empty Redis like a new one."""
+    from afterthought.queue import DATA_LOST_REPORT_MS, ThreadQueue
+    from afterthought.worker.jobs import Markers
+
+    settings = make_settings()
+    keys = Keys.of(settings)
+    queue = ThreadQueue(redis, settings)
+    first, second = Markers(queue), Markers(queue)
+    assert (await first.check(), await second.check()) == (0, 0)  # one writes, one adopts
+    assert (await first.check(), await second.check()) == (0, 0)
+    await redis.delete(keys.marker())  # Redis came back without it
+    assert (await first.check(), await second.check()) == (1, 1)
+    assert (await first.check(), await second.check()) == (0, 0)  # reported once each
+    assert len(await redis.hgetall(keys.data_lost())) == 1
+    assert 0 < await redis.pttl(keys.data_lost()) <= DATA_LOST_REPORT_MS
+    assert await Markers(queue).check() == 0
+    _, found = status(settings)
+    assert "redis_lost_data" in found["problems"] and found["redis_lost_data_at"] > 0
+
+
 def test_a_relative_store_path_is_made_absolute_where_it_is_read(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
