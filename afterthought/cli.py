@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import datetime
 import json
 import logging
 import os
@@ -243,6 +244,7 @@ def _describe(status: Status) -> str:
         f"  threads     due {q.due}, leased {q.leased}, deferred {q.deferred}, "
         f"stranded {q.stranded}; {q.jobs_waiting} jobs waiting",
         f"dead letters  {status.dead_letters}",
+        *_lost_data_line(status),
         *_shard_lines(status),
         f"paused        {paused}",
         f"workers       {len(status.workers)} live",
@@ -256,6 +258,14 @@ def _describe(status: Status) -> str:
         f"problems      {', '.join(status.problems) or 'none'}",
     ]
     return "\n".join(lines)
+
+
+def _lost_data_line(status: Status) -> list[str]:
+    at = status.redis_lost_data_at
+    if at is None:
+        return []
+    when = datetime.datetime.fromtimestamp(at, datetime.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    return [f"redis lost    its data at {when}: what was queued there then is gone, uncounted"]
 
 
 def _shard_lines(status: Status) -> list[str]:

@@ -18,6 +18,7 @@ few places that must act otherwise ask :func:`is_cluster`."""
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
 from typing import Any, Literal, cast
 from urllib.parse import parse_qs, unquote, urlsplit
@@ -29,6 +30,7 @@ from redis.asyncio.cluster import ClusterNode as AsyncClusterNode
 from redis.asyncio.cluster import ClusterPipeline
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.asyncio.sentinel import Sentinel as AsyncSentinel
+from redis.asyncio.sentinel import SentinelConnectionPool as AsyncSentinelPool
 from redis.asyncio.sentinel import SentinelManagedSSLConnection as AsyncSentinelSSLConnection
 from redis.commands.core import AsyncScript
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -158,6 +160,76 @@ def _hosts(netloc: str, default_port: int, what: str) -> list[tuple[str, int]]:
 def is_cluster(client: object) -> bool:
     """Whether a client from :func:`connect` (or :func:`connect_sync`) is a cluster's."""
     return isinstance(client, AsyncRedisCluster | redis.RedisCluster)
+
+
+#: Sentinel promotes no replica whose link to the master has been down for longer than
+#: this many times the service's ``down-after-milliseconds``.
+PROMOTABLE_LINK_DOWN = 10
+
+
+@dataclass(frozen=True, slots=True)
+class SentinelView:
+    """What the sentinels of a service say about its data nodes (:func:`sentinel_view`):
+    whom a write must reach before a handover cannot lose it."""
+
+    replicas: frozenset[tuple[str, int]]
+    """Every replica a failover could promote: each one a sentinel that answered sees up
+    (not down, connected, its link to the master not down too long). One that reports
+    itself a master is left out only while the set is settled (below): that is an old
+    master not yet demoted, not one being promoted."""
+    master: tuple[str, int] | None
+    """The master, when the set is settled: every sentinel answered, all name the same
+    master and none is failing it over. Else None."""
+
+
+async def sentinel_view(client: aioredis.Redis) -> SentinelView | None:
+    """What the sentinels of a Sentinel client's service say now (None for any other
+    client); one of :data:`FAILURES` when no sentinel answers."""
+    pool = client.connection_pool
+    if not isinstance(pool, AsyncSentinelPool):
+        return None
+    service = pool.service_name
+    sentinels = pool.sentinel_manager.sentinels
+    answers = await asyncio.gather(
+        *(_sentinel_answer(sentinel, service) for sentinel in sentinels), return_exceptions=True
+    )
+    heard = [answer for answer in answers if not isinstance(answer, BaseException)]
+    if not heard:
+        failure = answers[0]
+        raise failure if isinstance(failure, Exception) else RedisConnectionError(str(failure))
+    masters = {(str(master["ip"]), int(master["port"])) for master, _ in heard}
+    settled = (
+        len(heard) == len(answers)
+        and len(masters) == 1
+        and not any("failover_in_progress" in master["flags"].split(",") for master, _ in heard)
+    )
+    up = [
+        entry
+        for master, entries in heard
+        for entry in entries
+        if not (entry["is_sdown"] or entry["is_odown"] or entry["is_disconnected"])
+        # As the sentinels choose: a replica cut off from its master for over ten times
+        # the time that makes a master down is never promoted (while that master is up).
+        and entry.get("master-link-down-time", 0)
+        <= PROMOTABLE_LINK_DOWN * master.get("down-after-milliseconds", 0)
+    ]
+    followers = {_address(e) for e in up if e.get("role-reported") == "slave"}
+    return SentinelView(
+        replicas=frozenset(followers if settled else {_address(e) for e in up}),
+        master=next(iter(masters)) if settled else None,
+    )
+
+
+async def _sentinel_answer(
+    sentinel: aioredis.Redis, service: str
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    master = await sentinel.sentinel_master(service)
+    replicas = await sentinel.sentinel_slaves(service)
+    return master, replicas
+
+
+def _address(entry: dict[str, Any]) -> tuple[str, int]:
+    return str(entry["ip"]), int(entry["port"])
 
 
 def _timeouts(timeout: float) -> dict[str, Any]:

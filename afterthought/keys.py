@@ -141,6 +141,17 @@ class Keys:
         persistence); durable, so ``status`` keeps reporting it until reset."""
         return f"{self._in(shard)}:lost"
 
+    def marker(self, shard: int | None = None) -> str:
+        """STRING: a random id the first worker writes into the shard, durable state kept
+        for good: gone (or another) while a worker runs, Redis lost the shard's data (a
+        restart without persistence, a flush, a failover to an empty replica)."""
+        return f"{self._in(shard)}:marker"
+
+    def data_lost(self, shard: int | None = None) -> str:
+        """HASH: a marker found gone -> when (ms), for ``status``; expires a week after the
+        last one."""
+        return f"{self._in(shard)}:data-lost"
+
     def lease(self, ref: str) -> str:
         """STRING token of the worker that holds the thread; expires with the lease."""
         return self._of_thread("lease", ref)

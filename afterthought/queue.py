@@ -28,6 +28,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import time
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, cast
@@ -35,9 +37,15 @@ from typing import Any, cast
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import PipelineCommand, RedisCluster
 from redis.commands.core import AsyncScript
-from redis.exceptions import ConnectionError, MovedError, NoScriptError, RedisError
+from redis.exceptions import ConnectionError, MovedError, NoScriptError, RedisError, ResponseError
 
-from afterthought.connections import is_cluster, lost_connection
+from afterthought.connections import (
+    FAILURES,
+    SentinelView,
+    is_cluster,
+    lost_connection,
+    sentinel_view,
+)
 from afterthought.contract import QueuedMessage
 from afterthought.keys import Keys
 from afterthought.settings import Settings
@@ -326,6 +334,23 @@ redis.call('HSETNX', KEYS[1], 'failing_since', ARGV[1])
 return {attempts, tonumber(redis.call('HGET', KEYS[1], 'failing_since'))}
 """
 
+# KEYS marker, data-lost record; ARGV the marker this worker knows ('' for none yet), a new
+# one, now_ms, record_ttl_ms. Keeps the shard's marker: {1 when this worker's marker is
+# gone or replaced (Redis lost the shard's data; recorded once however many workers find
+# it), else 0; the marker now}.
+MARKER_LUA = """
+local found = redis.call('GET', KEYS[1])
+if found and found == ARGV[1] then return {0, found} end
+if not found then
+  found = ARGV[2]
+  redis.call('SET', KEYS[1], found)
+end
+if ARGV[1] == '' then return {0, found} end
+redis.call('HSETNX', KEYS[2], ARGV[1], ARGV[3])
+redis.call('PEXPIRE', KEYS[2], ARGV[4])
+return {1, found}
+"""
+
 # KEYS dead. Empties a shard's dead letters; how many there were.
 DROP_DEAD_LUA = """
 local n = redis.call('LLEN', KEYS[1])
@@ -355,6 +380,10 @@ return out
 
 #: How long a worker waits for replicas to hold a batch's record before sending it.
 BEGIN_WAIT_MS = 1000
+#: How long ``status`` reports that Redis lost a shard's data.
+DATA_LOST_REPORT_MS = 7 * 24 * 3600 * 1000
+#: How often a process asks the sentinels again which replicas a write must reach.
+SENTINEL_VIEW_SECONDS = 1.0
 
 #: What the enqueue and replay scripts return when a cap refuses the messages.
 REFUSED = {-1: "thread queue full", -2: "queue full"}
@@ -426,35 +455,99 @@ class ThreadQueue:
         self._purge = redis.register_script(flag + PURGE_LUA)
         self._failed = redis.register_script(flag + FAILED_LUA)
         self._drop_dead = redis.register_script(DROP_DEAD_LUA)
+        self._marker = redis.register_script(flag + MARKER_LUA)
         self._threads: AsyncScript = redis.register_script(THREADS_LUA)
+        self._view: SentinelView | None = None
+        self._view_at = -math.inf
 
     async def _replicated(
         self, script: AsyncScript, *, keys: list[str], args: list[Any], wait_ms: int
     ) -> Any:
         """Run a script that writes what a failover must not lose; with
-        ``redis_wait_replicas``, return once that many replicas hold it (``WAIT``, on the
-        connection that wrote: it waits for that connection's writes), else raise
-        :class:`NotReplicated` after ``wait_ms``: the write ran, but on a master that a
-        failover may drop (one cut off from its replicas, or being demoted), so it counts
-        as an outcome unknown — sent again, and never relied on — not as done."""
+        ``redis_wait_replicas``, return once the write is on the node that is master after
+        any handover, else raise :class:`NotReplicated` (after ``wait_ms`` at most): the
+        write ran, but on a master that a failover may drop, so it counts as an outcome
+        unknown — sent again, and never relied on — not as done.
+
+        ``WAIT`` alone does not say so: it counts the replicas holding the write on the
+        node that took it, and in a ``SENTINEL FAILOVER`` the old master goes on taking
+        writes for a second after one replica was promoted, while the others, not yet
+        re-pointed, acknowledge them — and lose them as they resync from the new master.
+        A write counts only when every replica the master had as it ran and every replica
+        the sentinels could promote hold it (``ROLE`` before and after ``WAIT``): the
+        promoted one has left the old master, so nothing the old master takes after the
+        promotion counts; and the sentinels promote the replica that is furthest along,
+        which holds whatever any other replica held. See docs/DESIGN.md."""
         wanted = self.settings.redis_wait_replicas
         if not wanted:
             return await script(keys=keys, args=args)
         if is_cluster(self.redis):
-            result, held = await _on_master_of(
-                cast(RedisCluster, self.redis), script, keys=keys, args=args, wait=(wanted, wait_ms)
+            result, before, waited, after = await _on_master_of(
+                cast(RedisCluster, self.redis),
+                script,
+                keys=keys,
+                args=args,
+                wanted=wanted,
+                wait_ms=wait_ms,
             )
-        else:
-            connection = self.redis.client()
-            try:
-                result = await script(keys=keys, args=args, client=connection)
-                held = int(await connection.wait(wanted, wait_ms))
-            finally:
-                await connection.aclose()
-        if held < wanted:
-            log.warning("write not replicated replicas=%d wanted=%d", held, wanted)
-            raise NotReplicated(f"{held} of {wanted} replicas hold the write")
+            problem = _unconfirmed(before, waited, after, must=_attached(before), wanted=wanted)
+            if problem is not None:
+                raise _not_replicated(problem)
+            return result
+        client = self.redis.client()
+        try:
+            await client.initialize()
+            connection = cast(aioredis.Connection, client.connection)
+
+            async def write() -> tuple[Any, Any]:
+                command = ("EVALSHA", script.sha, len(keys), *keys, *args)
+                result, before = await _pipelined(connection, command, ("ROLE",))
+                if isinstance(result, NoScriptError):  # it did not run: load it there, once
+                    await client.script_load(script.script)
+                    result, before = await _pipelined(connection, command, ("ROLE",))
+                return result, before
+
+            # The sentinels are asked (once a second) while the write is on its way.
+            view, written = await asyncio.gather(
+                self._sentinel_view(), write(), return_exceptions=True
+            )
+            if isinstance(written, BaseException):  # the write's own failure first
+                raise written
+            if isinstance(view, BaseException):
+                raise view
+            result, before = written
+            if isinstance(result, Exception):
+                raise result
+            must = _attached(before) | (view.replicas if view else frozenset())
+            waited, after = await _pipelined(
+                connection, ("WAIT", max(wanted, len(must)), wait_ms), ("ROLE",)
+            )
+            # The sentinels name the master by the address its connection was made to.
+            node = (str(connection.host), int(connection.port)) if view else None
+        finally:
+            await client.aclose()
+        problem = _unconfirmed(before, waited, after, must=must, wanted=wanted)
+        if problem is None and view is not None and view.master not in (None, node):
+            problem = "the sentinels name another master"
+        if problem is not None:
+            raise _not_replicated(problem)
         return result
+
+    async def _sentinel_view(self) -> SentinelView | None:
+        """The sentinels' view of the set (None off Sentinel), read again once it is
+        :data:`SENTINEL_VIEW_SECONDS` old. Its age does not weaken the check: a replica
+        about to be promoted has long been one the sentinels list, and one they list as
+        the master is only relied on while they agree on it."""
+        now = time.monotonic()
+        if self._view is not None and now - self._view_at < SENTINEL_VIEW_SECONDS:
+            return self._view
+        self._view_at = now  # the writers meanwhile use the last view
+        try:
+            self._view = await sentinel_view(self.redis)
+        except FAILURES as exc:
+            if self._view is None:
+                raise _not_replicated(f"no sentinel answers ({type(exc).__name__})") from exc
+        return self._view
 
     def _seen_args(self) -> list[int]:
         return [SEEN_KEYS, SEEN_TTL_MS]
@@ -695,6 +788,17 @@ class ThreadQueue:
     def _ready(self, ref: str) -> str:
         return self.keys.ready(self.keys.shard_of_ref(ref))
 
+    async def keep_marker(self, shard: int | None, known: str, *, now_ms: int) -> tuple[bool, str]:
+        """Check the shard's marker against the one this worker knows (``''``: none yet;
+        one is written when the shard has none): whether Redis lost the shard's data since
+        (recorded for ``status``), and the marker to know from now on."""
+        k = self.keys
+        lost, marker = await self._marker(
+            keys=[k.marker(shard), k.data_lost(shard)],
+            args=[known, uuid.uuid4().hex, now_ms, DATA_LOST_REPORT_MS],
+        )
+        return bool(lost), marker.decode() if isinstance(marker, bytes) else str(marker)
+
     # --- operations -------------------------------------------------------------------------
     async def drop_dead(self, *, shard: int | None) -> int:
         """Delete every dead letter of a shard; how many there were."""
@@ -722,22 +826,29 @@ async def _on_master_of(
     *,
     keys: list[str],
     args: list[Any],
-    wait: tuple[int, int],
-) -> tuple[Any, int]:
-    """A script, then ``WAIT`` (replicas, ms), on one connection to the master of the
-    keys' slot: a cluster client has no connection to lend (``client()``), and WAIT counts
-    the replicas holding the writes of the connection it runs on. Both are sent together;
-    the script is loaded on that master when it does not know it yet."""
+    wanted: int,
+    wait_ms: int,
+) -> tuple[Any, Any, Any, Any]:
+    """A script, ``ROLE``, ``WAIT`` and ``ROLE`` again, sent together on one connection to
+    the master of the keys' slot: a cluster client has no connection to lend
+    (``client()``), and WAIT counts the replicas holding the writes of the connection it
+    runs on. ``WAIT`` asks for every replica the client knows the slot to have (the
+    check that follows needs each attached one), at least ``wanted``. Returns the script's
+    result and the other three replies (an error as its exception); the script is loaded
+    on that master when it does not know it yet."""
     await cluster.initialize()  # a no-op once the slots are known
     master = cluster.get_node_from_key(keys[0])
+    replicas = cluster.nodes_manager.slots_cache.get(cluster.keyslot(keys[0]), [])[1:]
     for _ in range(2):
         commands = [
             PipelineCommand(0, "EVALSHA", script.sha, len(keys), *keys, *args),
-            PipelineCommand(1, "WAIT", *wait),
+            PipelineCommand(1, "ROLE"),
+            PipelineCommand(2, "WAIT", max(wanted, len(replicas)), wait_ms),
+            PipelineCommand(3, "ROLE"),
         ]
         try:
             await master.execute_pipeline(commands)
-            ran, waited = commands[0].result, commands[1].result
+            ran, before, waited, after = (command.result for command in commands)
             if isinstance(ran, NoScriptError):
                 await master.execute_command("SCRIPT", "LOAD", script.script)
                 continue
@@ -747,11 +858,66 @@ async def _on_master_of(
             # The slot has another master now (a failover, a reshard): the client learns
             # the new layout before its next command, as it does after its own MOVED.
             await cluster.aclose()
-        for result in (ran, waited):
-            if isinstance(result, Exception):
-                raise result
-        return ran, int(waited)
+        if isinstance(ran, Exception):
+            raise ran
+        return ran, before, waited, after
     raise NoScriptError("the script could not be loaded")
+
+
+async def _pipelined(connection: aioredis.Connection, *commands: tuple[Any, ...]) -> list[Any]:
+    """Commands sent together on one connection, their replies in order (an error reply
+    as its exception): nothing of another client runs between them, and ``WAIT`` counts
+    the replicas holding this connection's writes. A connection whose replies were not all
+    read (a timeout, a cancellation) is dropped, never reused out of step."""
+    try:
+        await connection.send_packed_command(connection.pack_commands(commands))
+        replies: list[Any] = []
+        for _ in commands:
+            try:
+                replies.append(await connection.read_response())
+            except ResponseError as error:
+                replies.append(error)
+        return replies
+    except BaseException:
+        await connection.disconnect(nowait=True)
+        raise
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _attached(role: Any) -> frozenset[tuple[str, int]]:
+    """The replicas a master's ``ROLE`` reply lists (none when it is not a master's)."""
+    if isinstance(role, Exception) or _text(role[0]) != "master":
+        return frozenset()
+    return frozenset((_text(ip), int(port)) for ip, port, _ in role[2])
+
+
+def _unconfirmed(
+    before: Any, waited: Any, after: Any, *, must: frozenset[tuple[str, int]], wanted: int
+) -> str | None:
+    """Why a write is not known to be held where it must be (None: it is): ``before`` and
+    ``after`` are the node's ``ROLE`` replies right after the write and after ``WAIT``
+    (``waited``); any of them an error (an ACL without ``ROLE``, say) leaves it unknown."""
+    for reply in (before, waited, after):
+        if isinstance(reply, Exception):
+            return f"{type(reply).__name__}: {reply}"
+    if _text(before[0]) != "master" or _text(after[0]) != "master":
+        return "the node is no longer a master"
+    offset = int(before[1])
+    held = {(_text(ip), int(port)) for ip, port, acked in after[2] if int(acked) >= offset}
+    missing = sorted(must - held)
+    if missing:
+        return f"replicas {', '.join(f'{ip}:{port}' for ip, port in missing)} do not hold it"
+    if len(held) < wanted:
+        return f"{len(held)} of {wanted} replicas hold the write"
+    return None
+
+
+def _not_replicated(problem: str) -> NotReplicated:
+    log.warning("write not replicated problem=%s", problem)
+    return NotReplicated(problem)
 
 
 def _seen_member(message: QueuedMessage) -> str:

@@ -139,7 +139,8 @@ class Settings(BaseSettings):
         repr=False,
     )
     """Redis for arq's jobs, when not ``redis_url``: one Redis or a Sentinel set (never a
-    cluster: arq cannot use one, so a cluster ``redis_url`` requires this)."""
+    cluster: arq cannot use one, so with a cluster ``redis_url`` workers and the CLI need
+    this; agents run no arq jobs)."""
     zep_api_key: SecretStr | None = Field(
         None, validation_alias=AliasChoices("ZEP_API_KEY", "zep_api_key")
     )
@@ -156,9 +157,9 @@ class Settings(BaseSettings):
     """Deployment prefix of every Redis key, arq's queue and job ids included."""
     redis_shards: int = Field(0, ge=0, le=MAX_SHARDS)
     """Virtual shards the queue is laid out in; 0 keeps the flat layout of one Redis. On
-    Redis Cluster, required (say 3 to 8 a master): every user's keys share one shard's
-    hash slot. Fixed for a deployment: recorded in Redis, and a process configured with
-    another number refuses to start."""
+    Redis Cluster, required: the deployment's total (say 3 to 8 per master, times the
+    masters): every user's keys share one shard's hash slot. Fixed for a deployment:
+    recorded in Redis, and a process configured with another number refuses to start."""
     local_db_path: Path = Field(
         default_factory=lambda fields: _default_store(fields.get("key_prefix", "afterthought"))
     )
@@ -174,9 +175,10 @@ class Settings(BaseSettings):
     enqueue_timeout: float = Field(0.1, gt=0, le=5)
     """Deadline, in seconds, for the one Redis round trip that queues a write."""
     redis_wait_replicas: int = Field(0, ge=0, le=16)
-    """Replicas that must hold a queued write before it counts as queued (Redis ``WAIT``;
-    one more round trip; unconfirmed, it is sent again): with Sentinel, 1 keeps a failover
-    from losing or doubling it."""
+    """With it, a queued write counts only once on the node that is master after any
+    failover: at least this many replicas, and every replica the master had and the
+    sentinels could promote, hold it (``WAIT`` with ``ROLE``; unconfirmed, it is sent
+    again). With two replicas per master, 1 keeps a failover from losing or doubling it."""
     zep_user_id_template: str = "{user_id}"
     """Backend ``user_id`` from ADK's ``app`` and ``user_id``. The default makes one user id
     one person in every app of the deployment (one memory; forgetting them forgets them in
@@ -316,7 +318,14 @@ class Settings(BaseSettings):
 
     @property
     def jobs_redis_url(self) -> str:
-        """Where arq's jobs live: ``arq_redis_url``, else ``redis_url``."""
+        """Where arq's jobs live: ``arq_redis_url``, else ``redis_url``. Only workers and
+        the CLI use arq, so only they need ``arq_redis_url`` on a Redis Cluster: an agent
+        never asks (ValueError, said plainly, when the cluster has no Redis for arq)."""
+        if self.arq_redis_url is None and parse_redis_url(self.redis_url).topology == "cluster":
+            raise ValueError(
+                "a Redis Cluster needs arq_redis_url (ARQ_REDIS_URL) naming one Redis or a "
+                "Sentinel set for arq's jobs, in every worker and CLI: arq cannot use a cluster"
+            )
         return self.arq_redis_url or self.redis_url
 
     @field_validator("key_prefix")
@@ -424,19 +433,13 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _cluster_needs_shards_and_arq(self) -> Settings:
-        if parse_redis_url(self.redis_url).topology != "cluster":
-            if self.arq_redis_url and parse_redis_url(self.arq_redis_url).topology == "cluster":
-                raise ValueError("arq_redis_url must not be a Redis Cluster: arq cannot use one")
-            return self
-        if not self.redis_shards:
+        if self.arq_redis_url and parse_redis_url(self.arq_redis_url).topology == "cluster":
+            raise ValueError("arq_redis_url must not be a Redis Cluster: arq cannot use one")
+        if parse_redis_url(self.redis_url).topology == "cluster" and not self.redis_shards:
             raise ValueError(
-                "a Redis Cluster needs redis_shards >= 1 (AFTERTHOUGHT_REDIS_SHARDS, e.g. 8 "
-                "per master): the queue's keys are spread over shards"
-            )
-        if self.arq_redis_url is None or parse_redis_url(self.arq_redis_url).topology == "cluster":
-            raise ValueError(
-                "a Redis Cluster needs arq_redis_url (ARQ_REDIS_URL) naming one Redis or a "
-                "Sentinel set for arq's jobs: arq cannot use a cluster"
+                "a Redis Cluster needs redis_shards >= 1 (AFTERTHOUGHT_REDIS_SHARDS: the "
+                "deployment's total, e.g. 8 per master times the masters): the queue's keys "
+                "are spread over shards"
             )
         return self
 

@@ -129,6 +129,10 @@ class Status(BaseModel):
     lost_messages: int = 0
     """Messages Redis lost after accepting them (sequence gaps: eviction, a failover
     without persistence), found by workers or in queued threads now."""
+    redis_lost_data_at: float | None = None
+    """Unix time a worker last found that Redis had lost a shard's data (its marker gone:
+    a restart without persistence, a flush), within the last week: what was queued there
+    before then is lost, and not in ``lost_messages`` (nothing is left to count)."""
     pause: PauseStatus
     workers: list[WorkerStatus] = Field(default_factory=list)
     """Live worker processes (their health reports have not expired)."""
@@ -149,7 +153,8 @@ class Status(BaseModel):
     @property
     def problems(self) -> list[str]:
         """What needs an operator, by stable name: ``no_workers``, ``paused``,
-        ``stranded_threads``, ``dead_letters``, ``lost_messages``, ``eviction_policy``
+        ``stranded_threads``, ``dead_letters``, ``lost_messages``, ``redis_lost_data``
+        (Redis came back without the data it held, in the last week), ``eviction_policy``
         (Redis may evict queued messages), ``redis_full``, ``forget_stuck`` (a forget
         pending for over an hour), ``split_store`` (workers write different stores).
         Empty: ``status`` exits 0."""
@@ -160,6 +165,7 @@ class Status(BaseModel):
             "stranded_threads": self.queue.stranded > 0,
             "dead_letters": self.dead_letters > 0,
             "lost_messages": self.lost_messages > 0,
+            "redis_lost_data": self.redis_lost_data_at is not None,
             "eviction_policy": policy is not None and policy != "noeviction",
             "redis_full": self.redis is not None and self.redis.full,
             "forget_stuck": (self.forgets.oldest_age_seconds or 0) > FORGET_STUCK_SECONDS,
@@ -194,6 +200,8 @@ async def snapshot(
             pipe.zrange(keys.ready(shard), 0, -1, withscores=True)
             pipe.llen(keys.dead(shard))
             pipe.get(keys.lost(shard))
+        for shard in keys.shard_ids:
+            pipe.hvals(keys.data_lost(shard))
         pipe.get(keys.paused)
         pipe.pttl(keys.paused)
         pipe.get(keys.rate_limit)
@@ -201,7 +209,8 @@ async def snapshot(
         pipe.hgetall(keys.stores)
         replies = await pipe.execute()
     per_shard = len(keys.shard_ids) * 4
-    paused, paused_ttl, rate, forgets, stores = replies[per_shard:]
+    lost_at = [int(at) for found in replies[per_shard:-5] for at in found]
+    paused, paused_ttl, rate, forgets, stores = replies[-5:]
     arq_queue = await jobs.zrangebyscore(keys.queue, "-inf", "+inf", withscores=True)
 
     queue = ThreadQueue(redis, settings)
@@ -242,6 +251,7 @@ async def snapshot(
         ),
         dead_letters=total("dead_letters"),
         lost_messages=total("lost_messages"),
+        redis_lost_data_at=max(lost_at) / 1000 if lost_at else None,
         pause=pause,
         workers=await _workers(jobs, keys),
         synthesis=SynthesisStatus(

@@ -577,13 +577,15 @@ def run(
     timeout: float = 60.0,
     threads: int | None = None,
     failover: Callable[[], object] | None = None,
+    failovers: int = 1,
     **overrides: Any,
 ) -> JSON:
     """One run; ``timeout`` bounds the wait for the deployment to settle. ``think``: the
     mean pause, in seconds, between a reply and the user's next line. ``threads`` is the
-    old name of ``sessions``. ``failover``: called once, on a thread of its own, when a
-    third of the turns are done (a Redis master killed and replaced, say); ``overrides``:
-    settings of the agent and the workers.
+    old name of ``sessions``. ``failover``: called ``failovers`` times, one after another on
+    a thread of its own, as the turns done pass evenly spaced points (one: a third of the
+    way; a Redis master killed and replaced, say); ``overrides``: settings of the agent and
+    the workers.
 
     Reports ``lost``, ``duplicated`` (extra copies), ``out_of_order`` (messages stored
     before one said earlier), ``stray`` (stored where no session's messages belong),
@@ -618,7 +620,8 @@ def run(
         stack.callback(killer.join)
         failed_over = []
         if failover is not None:
-            act = _at_turns([turns // 3], progress, stop, lambda: failed_over.append(failover()))
+            points = [turns * (i + 1) // (failovers + 2) for i in range(failovers)]
+            act = _at_turns(points, progress, stop, lambda: failed_over.append(failover()))
             stack.callback(act.join)
         stack.callback(stop.set)
         memory = TurnMemory.create(settings=settings)

@@ -198,32 +198,41 @@ def run_cli(
 
 
 def failover_in_traffic(
-    redis_url: str, failover: Callable[[], object], seed: int, **settings: Any
+    redis_url: str,
+    failover: Callable[[], object],
+    seed: int,
+    *,
+    failovers: int = 1,
+    messages: int = 240,
+    think: float = 0.1,
+    **settings: Any,
 ) -> None:
     """The chaos run (ADK sessions in a stalling loop, two worker processes, ambiguous
-    backend faults) on ``redis_url``, with ``failover`` a third of the way in and writes
-    confirmed by a replica: nothing lost, doubled, reordered or stray."""
+    backend faults) of ``messages`` on ``redis_url``, ``think`` seconds between a session's
+    turns on average, with ``failover`` done ``failovers`` times (one: a third of the way
+    in) and writes confirmed by a replica: nothing lost, doubled, reordered or stray."""
     import json
 
     from bench import chaos
 
     result = chaos.run(
-        messages=240,
+        messages=messages,
         sessions=8,
         turns_per_session=10,
         workers=2,
         kills=0,
         fault_rate=0.1,
         stall=True,
-        think=0.1,
+        think=think,
         seed=seed,
         redis_url=redis_url,
         timeout=120,
         failover=failover,
+        failovers=failovers,
         redis_wait_replicas=1,
         **settings,
     )
     report = json.dumps(result)
-    assert result["failovers"] == 1 and result["settled"], report
+    assert result["failovers"] == failovers and result["settled"], report
     found = (result["lost"], result["duplicated"], result["out_of_order"], result["stray"])
     assert found == (0, 0, 0, 0), report

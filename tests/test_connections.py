@@ -15,6 +15,7 @@ from redis.exceptions import (
     TryAgainError,
 )
 
+from afterthought.agent_hooks import create_callbacks
 from afterthought.connections import connect, describe, parse
 from afterthought.enqueue import Enqueuer
 from afterthought.settings import Settings, SettingsError
@@ -77,10 +78,9 @@ CLUSTER = "redis+cluster://10.0.0.1:7000,10.0.0.2:7000"
     ("settings", "says"),
     [
         ({"redis_url": CLUSTER}, "needs redis_shards >= 1"),
-        ({"redis_url": CLUSTER, "redis_shards": 8}, "needs arq_redis_url"),
         (
             {"redis_url": CLUSTER, "redis_shards": 8, "arq_redis_url": CLUSTER},
-            "needs arq_redis_url",
+            "arq_redis_url must not be a Redis Cluster",
         ),
         ({"arq_redis_url": CLUSTER}, "arq_redis_url must not be a Redis Cluster"),
     ],
@@ -91,6 +91,13 @@ def test_a_cluster_needs_shards_and_a_redis_of_arqs_own(
     with pytest.raises(SettingsError, match=says):
         Settings(**settings)
     assert Settings(redis_url=CLUSTER, redis_shards=8, arq_redis_url="redis://a:1").redis_shards
+
+
+def test_an_agent_on_a_cluster_needs_no_redis_for_arq_and_a_worker_is_told_it_does() -> None:
+    agent = Settings(redis_url=CLUSTER, redis_shards=8)  # agents queue; they run no arq jobs
+    create_callbacks(settings=agent)
+    with pytest.raises(ValueError, match=r"needs arq_redis_url .* in every worker and CLI"):
+        print(agent.jobs_redis_url)
 
 
 BAD_URLS = [

@@ -60,6 +60,7 @@ STATUS_SHAPE = {
     },
     "dead_letters": int,
     "lost_messages": int,
+    "redis_lost_data_at": (float, type(None)),
     "pause": {
         "paused": bool,
         "reason": (str, type(None)),
@@ -1005,6 +1006,89 @@ def test_a_worker_rides_out_a_redis_restart_and_stops_with_130_on_ctrl_c(
             worker.kill()
         worker.wait()
         server.close()
+
+
+async def test_redis_restarted_without_persistence_under_a_worker_is_reported(
+    make_settings: Callable[..., Settings], zep_fake: ZepFake, tmp_path: Path
+) -> None:
+    """Redis comes back empty under a running worker, with messages queued (the backend
+    refusing them for now): nothing is left to show a sequence gap, so the worker's
+    marker is what tells — a problem in ``status``, a metric and a log line."""
+    from afterthought.testing import RedisServer
+
+    server = RedisServer()
+    port = free_port()
+    settings = make_settings(
+        redis_url=server.start(),
+        backend="zep",
+        zep_api_key="test-key",
+        zep_base_url=zep_fake.base_url,
+        metrics_port=port,
+    )
+    zep_fake.inject(Fault(match=ADDS, status=503, times=100_000))  # kept queued
+    log_file = tmp_path / "worker.log"
+    with log_file.open("w") as log_out:
+        worker = subprocess.Popen(
+            [sys.executable, "-m", "afterthought.cli", "--log-level", "WARNING", "worker"],
+            env={**os.environ, **settings.as_env()},
+            stderr=log_out,
+        )
+    try:
+        for n in range(4):
+            await enqueue(settings, queued(f"secret {n}", n))
+        deadline = time.monotonic() + 60
+        tried = [r for r in zep_fake.requests if r.path.endswith("/messages")]
+        while not tried:  # the worker runs, and has checked the marker
+            tried = [r for r in zep_fake.requests if r.path.endswith("/messages")]
+            assert worker.poll() is None and time.monotonic() < deadline, log_file.read_text()
+            await asyncio.sleep(0.05)
+        _, before = status(settings)
+        assert before["queue"]["messages"] == 4 and "redis_lost_data" not in before["problems"]
+
+        server.stop()
+        server.start()  # the same port, empty: nothing was persisted
+
+        while "redis lost its data" not in log_file.read_text():
+            assert worker.poll() is None and time.monotonic() < deadline, log_file.read_text()
+            await asyncio.sleep(0.05)
+        code, found = status(settings)
+        assert code == 1 and "redis_lost_data" in found["problems"]
+        assert found["redis_lost_data_at"] is not None and found["redis_lost_data_at"] > 0
+        text = run_cli(settings, "status").stdout
+        assert "redis lost    its data at" in text and "secret" not in text
+        async with httpx.AsyncClient() as http:
+            body = (await http.get(f"http://127.0.0.1:{port}/metrics")).text
+        assert "afterthought_redis_data_lost_total 1.0" in body
+        assert "secret" not in log_file.read_text()
+    finally:
+        worker.terminate()
+        worker.wait(timeout=30)
+        server.close()
+
+
+async def test_every_worker_through_a_loss_reports_it_and_it_is_recorded_once(
+    make_settings: Callable[..., Settings], redis: aioredis.Redis
+) -> None:
+    """Two workers know the marker; Redis loses it: each reports the loss once (the one
+    that finds it second sees a marker it does not know), and ``status`` has one record,
+    which expires. A worker started afterwards finds an empty Redis like a new one."""
+    from afterthought.queue import DATA_LOST_REPORT_MS, ThreadQueue
+    from afterthought.worker.jobs import Markers
+
+    settings = make_settings()
+    keys = Keys.of(settings)
+    queue = ThreadQueue(redis, settings)
+    first, second = Markers(queue), Markers(queue)
+    assert (await first.check(), await second.check()) == (0, 0)  # one writes, one adopts
+    assert (await first.check(), await second.check()) == (0, 0)
+    await redis.delete(keys.marker())  # Redis came back without it
+    assert (await first.check(), await second.check()) == (1, 1)
+    assert (await first.check(), await second.check()) == (0, 0)  # reported once each
+    assert len(await redis.hgetall(keys.data_lost())) == 1
+    assert 0 < await redis.pttl(keys.data_lost()) <= DATA_LOST_REPORT_MS
+    assert await Markers(queue).check() == 0
+    _, found = status(settings)
+    assert "redis_lost_data" in found["problems"] and found["redis_lost_data_at"] > 0
 
 
 def test_a_relative_store_path_is_made_absolute_where_it_is_read(

@@ -166,12 +166,18 @@ def test_compose_runs_durable_redis_two_workers_the_agent_and_prometheus(
     assert Settings().metrics_port == int(port)  # the environment is valid settings
     assert services["agent"]["depends_on"]["worker"]["condition"] == "service_healthy"
 
-    # The sentinel profile: a replica of `redis`, three sentinels watching it, and the
-    # REDIS_URL its header gives is one the settings take.
+    # The sentinel profile: two replicas of `redis` (as the README says: WAIT 1 then goes
+    # on while one is down or promoted), each announced by its own name, three sentinels
+    # watching them, and the REDIS_URL its header gives is one the settings take.
     sentinels = [n for n, svc in services.items() if n.startswith("sentinel-")]
-    assert len(sentinels) == 3 and services["redis-replica"]["profiles"] == ["sentinel"]
-    assert "--replicaof redis 6379" in " ".join(services["redis-replica"]["command"])
+    replicas = [n for n, svc in services.items() if n.startswith("redis-replica")]
+    assert len(sentinels) == 3 and len(replicas) == 2
+    for name in replicas:
+        command = " ".join(services[name]["command"])
+        assert services[name]["profiles"] == ["sentinel"] and "--replicaof redis 6379" in command
+        assert f"--replica-announce-ip {name}" in command
     for name in sentinels:
+        assert set(replicas) <= set(services[name]["depends_on"])
         assert services[name]["profiles"] == ["sentinel"]
         assert "sentinel monitor afterthought redis 6379 2" in services[name]["command"][-1]
     header = (ROOT / "docker-compose.yml").read_text()

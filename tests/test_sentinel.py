@@ -5,18 +5,23 @@ nothing lost, doubled or reordered."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Callable, Iterator
 
 import pytest
+import redis
+import redis.asyncio as aioredis
 
 from afterthought.agent_hooks import create_callbacks
+from afterthought.connections import connect, sentinel_view
+from afterthought.queue import NotReplicated, ThreadQueue
 from afterthought.settings import Settings
 from afterthought.testing import Fault, ZepFake
 from afterthought.testing.stand_in_model import memory_lines
 from afterthought.testing.topologies import SentinelSet, have_redis_server
 from tests.adk_support import APP, make_runner, new_session, say
-from tests.conftest import drain, failover_in_traffic, run_cli
+from tests.conftest import drain, failover_in_traffic, queued, run_cli
 
 pytestmark = pytest.mark.skipif(not have_redis_server(), reason="redis-server is not installed")
 
@@ -83,6 +88,69 @@ async def test_the_write_and_read_paths_dead_letters_and_forget_run_on_sentinel(
     await runner.close()
 
 
+async def test_the_sentinels_view_names_the_master_and_every_replica_to_wait_for(
+    sentinel: SentinelSet, redis: aioredis.Redis
+) -> None:
+    """What a write with ``redis_wait_replicas`` must reach, as the sentinels say: their
+    master (agreed, no failover under way) and each replica they see up; nothing for a
+    client that is not a Sentinel one."""
+    client = connect(sentinel.url)
+    try:
+        view = await sentinel_view(client)
+    finally:
+        await client.aclose()
+    assert view is not None and view.master == sentinel.master_address()
+    host, port = view.master
+    replicas = {(host, p) for p in sentinel.data_ports if p != port}
+    assert view.replicas == replicas
+    assert await sentinel_view(redis) is None
+
+
+@pytest.mark.timeout(120)
+async def test_a_write_the_old_master_takes_after_a_promotion_does_not_count(
+    make_settings: Callable[..., Settings],
+) -> None:
+    """The handover's window, step by step: a replica is promoted (``REPLICAOF NO ONE``)
+    while the other still follows the old master, which takes a write and has it
+    acknowledged by that other replica — ``WAIT 1`` says 1. Then the other replica and
+    the old master follow the new master, and the write is gone: it must not have counted.
+    The sentinels are paused so that nothing moves but the steps (their view from before
+    the promotion is all a client has)."""
+    with SentinelSet(replicas=2) as topology:
+        settings = make_settings(redis_url=topology.url, redis_wait_replicas=1, enqueue_timeout=1.0)
+        client = connect(settings.redis_url, timeout=1.0)
+        queue = ThreadQueue(client, settings)
+        first, second = queued("before", 1), queued("in the window", 2)
+        try:
+            assert await queue.enqueue([first], now_ms=1) == 1  # both replicas hold it
+            host, old = topology.master_address()
+            promoted, other = (p for p in topology.data_ports if p != old)
+            topology.pause_sentinels()
+            nodes = {p: redis.Redis(host=host, port=p) for p in topology.data_ports}
+            nodes[promoted].replicaof("NO", "ONE")
+            with pytest.raises(NotReplicated):
+                await queue.enqueue([second], now_ms=2)
+            pending = queue.keys.pending(queue.ref_of(second))
+            assert nodes[old].llen(pending) == 2  # the old master took it, and the other
+            assert _held_by(nodes[old], other) > 0  # replica acknowledged it
+
+            for port in (other, old):  # as the sentinels would: everyone follows
+                nodes[port].replicaof(host, promoted)
+            for port in (other, old):
+                while nodes[port].info("replication")["master_link_status"] != "up":
+                    await asyncio.sleep(0.02)
+            assert [nodes[p].llen(pending) for p in (promoted, other, old)] == [1, 1, 1]
+        finally:
+            topology.resume_sentinels()
+            await client.aclose()
+
+
+def _held_by(master: redis.Redis, replica_port: int) -> int:
+    """The offset ``replica_port`` acknowledged to ``master`` (0: not attached)."""
+    _, _, replicas = master.execute_command("ROLE")
+    return max((int(off) for _, port, off in replicas if int(port) == replica_port), default=0)
+
+
 def _killed(topology: SentinelSet) -> tuple[str, int]:
     """Killed, and restarted by its supervisor: it comes back as the new master's replica
     (until then, with ``redis_wait_replicas``, writes wait: none is confirmed)."""
@@ -122,3 +190,29 @@ def test_a_failover_in_the_middle_of_traffic_loses_and_doubles_nothing(
     the way in; every client finds the promoted replica."""
     with SentinelSet() as topology:
         failover_in_traffic(topology.url, lambda: failover(topology), seed)
+
+
+HANDOVERS = 3
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("seed", [37])
+def test_repeated_handovers_with_two_replicas_lose_and_double_nothing(seed: int) -> None:
+    """The README's Sentinel set (a master, two replicas, three sentinels, writes confirmed
+    by one replica) handed over by ``SENTINEL FAILOVER`` again and again in the middle of
+    the agent's and the workers' traffic. In the second or so between the promotion of
+    one replica and the sentinels' re-pointing of the other, the old master still takes
+    writes and the other replica still acknowledges them: a ``WAIT 1`` there confirms a
+    write the new master never had, wiped as that replica resyncs from it."""
+
+    with SentinelSet(replicas=2) as topology:
+
+        def hand_over() -> tuple[str, int]:
+            promoted = topology.wait_failover(topology.hand_over())
+            topology.wait_settled()  # the old master demoted: the next handover is taken
+            return promoted
+
+        # Turns paced so that every handover falls in the middle of the agent's traffic.
+        failover_in_traffic(
+            topology.url, hand_over, seed, failovers=HANDOVERS, messages=400, think=1.5
+        )

@@ -28,6 +28,7 @@ from afterthought.connections import FAILURES, connect
 from afterthought.contract import QueuedMessage
 from afterthought.keys import Keys, digest
 from afterthought.layout import check_layout
+from afterthought.queue import ThreadQueue
 from afterthought.settings import Settings
 from afterthought.shared_store import announce, announce_forever, withdraw
 from afterthought.status import HEALTH_INTERVAL_SECONDS, RedisStatus, redis_status
@@ -50,6 +51,9 @@ FLUSH_TIMEOUT_SECONDS = 60
 DISPATCH_INTERVAL_SECONDS = 0.05
 #: How long a worker waits after a poll that failed (Redis away) before the next one.
 POLL_RETRY_SECONDS = 0.5
+#: How often a worker checks that Redis still holds the deployment's data: one small
+#: script call per shard (a GET, while nothing is lost), as often as the metrics refresh.
+MARKER_CHECK_SECONDS = 5.0
 #: While Redis stays away, the failure is logged again this often.
 OUTAGE_LOG_SECONDS = 60.0
 #: How long a stopping worker waits for its own background loops to end.
@@ -229,6 +233,53 @@ async def _dispatch_forever(jobs: ArqRedis, keys: Keys, flusher: Flusher) -> Non
         await asyncio.sleep(DISPATCH_INTERVAL_SECONDS)
 
 
+class Markers:
+    """W9 for a loss that leaves no gap: Redis restarted without persistence (or flushed,
+    or failed over to an empty replica) comes back empty, with no sequence number left to
+    show what went. Each shard holds a marker (durable); a worker remembers the ones it
+    found, and one gone or replaced since means the shard's data went: logged, counted
+    (``afterthought_redis_data_lost``) and recorded for ``status`` (``redis_lost_data``).
+    A worker started after the loss has nothing to compare: the workers that ran through
+    it report it."""
+
+    def __init__(self, queue: ThreadQueue) -> None:
+        self._queue = queue
+        self._known: dict[int | None, str] = {}
+
+    async def check(self) -> int:
+        """Check every shard's marker (writing one where there is none); how many shards
+        were found to have lost their data."""
+        shards = self._queue.keys.shard_ids
+        now_ms = int(time.time() * 1000)
+        found = await asyncio.gather(
+            *(self._queue.keep_marker(s, self._known.get(s, ""), now_ms=now_ms) for s in shards)
+        )
+        lost = 0
+        for shard, (gone, marker) in zip(shards, found, strict=True):
+            self._known[shard] = marker
+            if gone:
+                lost += 1
+                metrics.REDIS_DATA_LOST.inc()
+                log.error(
+                    "redis lost its data shard=%s: its marker is gone (a restart without "
+                    "persistence, a flush, a failover to an empty replica); what was queued "
+                    "there before is lost, uncounted",
+                    0 if shard is None else shard,
+                )
+        return lost
+
+
+async def _check_markers_forever(markers: Markers) -> None:
+    outage = _Outage("redis data check")
+    while True:
+        await asyncio.sleep(MARKER_CHECK_SECONDS)
+        try:
+            await markers.check()
+            outage.ended()
+        except FAILURES as exc:
+            outage.failed(exc)
+
+
 async def check_redis(redis: Redis) -> RedisStatus:
     """W9: queued messages must never be evicted, and should survive a restart; warn
     when either is not so. Draining goes on at ``maxmemory``."""
@@ -378,9 +429,12 @@ def worker_settings(
         flusher = ctx["flusher"] = Flusher(
             s, redis, backend, after_flush=later if later.jobs else None, allow_oom=allow_oom
         )
+        markers = Markers(flusher.queue)
+        await markers.check()  # before this worker's first batch: what it found is known
         await dispatch_or_drain(jobs, keys, flusher)
         if not burst:
             tasks.append(asyncio.create_task(_dispatch_forever(jobs, keys, flusher)))
+            tasks.append(asyncio.create_task(_check_markers_forever(markers)))
         if s.metrics_port is not None:
             tasks.append(asyncio.create_task(metrics.refresh_forever(redis, jobs, s, health)))
         log.info("worker ready id=%s backend=%s prefix=%s", worker_id, backend.name, s.key_prefix)

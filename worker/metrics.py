@@ -83,6 +83,11 @@ LOST = Gauge(
     "afterthought_lost_messages",
     "Messages Redis lost after accepting them (sequence gaps: eviction, a lossy failover).",
 )
+REDIS_DATA_LOST = Counter(
+    "afterthought_redis_data_lost",
+    "Times this worker found that Redis had lost a shard's data (its marker gone: a restart "
+    "without persistence, a flush); what was queued there is lost, uncounted.",
+)
 PAUSED = Gauge("afterthought_paused", "1 while consumption is paused after a 401/403.")
 FORGETS_PENDING = Gauge(
     "afterthought_forgets_pending", "Users being forgotten whose deletion is not confirmed yet."

@@ -1,6 +1,6 @@
 """Real Redis topologies on free loopback ports, for tests of Sentinel and Cluster support.
 
-``SentinelSet`` runs a master, one replica and three sentinels; ``ClusterSet`` runs a
+``SentinelSet`` runs a master, one or more replicas and three sentinels; ``ClusterSet`` runs a
 cluster of three masters with one replica each. Both start ``redis-server`` processes,
 wait until the topology is healthy, and can kill, fail over and restart nodes. Nothing is
 written to disk outside one temporary directory per topology (config files, cluster node
@@ -10,6 +10,7 @@ harness does not depend on the product code it tests.
 
 from __future__ import annotations
 
+import functools
 import shutil
 import signal
 import subprocess
@@ -251,20 +252,29 @@ class _Topology:
 
 
 class SentinelSet(_Topology):
-    """``with SentinelSet() as s:`` — a master, a replica and three sentinels (quorum 2)
-    monitoring them as ``service``. Data nodes require ``password`` when one is given;
-    the sentinels never do."""
+    """``with SentinelSet() as s:`` — a master, ``replicas`` replicas and three sentinels
+    (quorum 2) monitoring them as ``service``. Data nodes require ``password`` when one is
+    given; the sentinels never do."""
 
-    def __init__(self, *, service: str = "afterthought", password: str | None = None) -> None:
+    def __init__(
+        self, *, service: str = "afterthought", password: str | None = None, replicas: int = 1
+    ) -> None:
         super().__init__("sentinel", password)
+        if replicas < 1:
+            raise ValueError("a Sentinel set needs at least one replica")
         self._service = service
-        master, replica, *sentinels = _free_ports(5)
-        self._data_ports = [master, replica]
-        self._sentinel_ports = sentinels
+        ports = _free_ports(1 + replicas + 3)
+        self._data_ports = ports[: 1 + replicas]
+        self._sentinel_ports = ports[1 + replicas :]
 
     @property
     def service(self) -> str:
         return self._service
+
+    @property
+    def data_ports(self) -> list[int]:
+        """The ports of the master and the replicas (which is which changes in failovers)."""
+        return list(self._data_ports)
 
     @property
     def sentinels(self) -> list[tuple[str, int]]:
@@ -277,24 +287,26 @@ class SentinelSet(_Topology):
 
     def _start(self) -> None:
         deadline = time.monotonic() + START_TIMEOUT
-        master, replica = self._data_ports
+        master, *replicas = self._data_ports
         self._spawn(master, self._data_args(master))
-        self._spawn(replica, [*self._data_args(replica), "--replicaof", HOST, str(master)])
+        for replica in replicas:
+            self._spawn(replica, [*self._data_args(replica), "--replicaof", HOST, str(master)])
         self._wait_up(self._data_ports, deadline)
         # A sentinel learns of replicas from the master's INFO, which it reads every 10 s:
-        # started before the replica is attached, it would not list the replica that long.
-        self._wait(
-            "the replica did not sync",
-            lambda: self._replica_problem(replica, master),
-            deadline,
-            logs=[replica],
-        )
+        # started before the replicas are attached, it would not list them that long.
+        for replica in replicas:
+            self._wait(
+                "the replica did not sync",
+                functools.partial(self._replica_problem, replica, master),
+                deadline,
+                logs=[replica],
+            )
         for port in self._sentinel_ports:
             self._spawn(port, [_binary(), str(self._write_sentinel_config(port)), "--sentinel"])
         self._wait_up(self._sentinel_ports, deadline)
         self._wait(
             "the sentinels did not come up",
-            lambda: self._sentinels_problem(master, replica),
+            lambda: self._sentinels_problem(master, replicas),
             deadline,
             logs=self._sentinel_ports,
         )
@@ -320,19 +332,20 @@ class SentinelSet(_Topology):
     def _password_for(self, port: int) -> str | None:
         return None if port in self._sentinel_ports else self.password
 
-    def _sentinels_problem(self, master: int, replica: int) -> str | None:
+    def _sentinels_problem(self, master: int, replicas: list[int]) -> str | None:
         for port in self._sentinel_ports:
             with self._client(port) as sentinel:
                 address = sentinel.sentinel_get_master_addr_by_name(self._service)
                 if address is None or address[1] != master:
                     return f"sentinel {port} reports master {address}, not {master}"
-                replicas = {
+                seen = {
                     entry["port"]
                     for entry in sentinel.sentinel_slaves(self._service)
                     if not (entry["is_sdown"] or entry["is_disconnected"])
                 }
-                if replica not in replicas:
-                    return f"sentinel {port} does not see the replica {replica}"
+                missing = sorted(set(replicas) - seen)
+                if missing:
+                    return f"sentinel {port} does not see the replicas {missing}"
                 peers = {
                     entry["port"]
                     for entry in sentinel.sentinel_sentinels(self._service)
@@ -374,6 +387,16 @@ class SentinelSet(_Topology):
     def thaw(self, port: int) -> None:
         self._procs[port].send_signal(signal.SIGCONT)
 
+    def pause_sentinels(self) -> None:
+        """SIGSTOP every sentinel: they keep their connections and answer nothing, and
+        the set stays as it is (a failover under way stops where it is) until resumed."""
+        for port in self._sentinel_ports:
+            self._procs[port].send_signal(signal.SIGSTOP)
+
+    def resume_sentinels(self) -> None:
+        for port in self._sentinel_ports:
+            self._procs[port].send_signal(signal.SIGCONT)
+
     def hand_over(self) -> int:
         """``SENTINEL FAILOVER``: a planned failover, nothing killed; return the old
         master's port."""
@@ -409,6 +432,23 @@ class SentinelSet(_Topology):
             logs=self._sentinel_ports,
         )
         return HOST, found[-1]
+
+    def wait_settled(self, timeout: float = 30) -> None:
+        """Wait until every running data node but the master the sentinels report is that
+        master's replica, in sync, and every sentinel sees it so: after a handover the old
+        master goes on serving as a master until the sentinels demote it (about 10 s), and a
+        next ``SENTINEL FAILOVER`` before then is refused."""
+        deadline = time.monotonic() + timeout
+
+        def check() -> str | None:
+            _, master = self.master_address()
+            for port in sorted(set(self._procs) & set(self._data_ports) - {master}):
+                problem = self._replica_problem(port, master) or self._sentinels_see_replica(port)
+                if problem:
+                    return problem
+            return None
+
+        self._wait("the set did not settle", check, deadline, logs=self._sentinel_ports)
 
     def restart(self, port: int, timeout: float = 20) -> None:
         """Start a killed data node again on ``port``. When another node is the master by
