@@ -65,8 +65,7 @@ class ZepMemoryService(BaseMemoryService):
             session_id=session_id,
             assistant_name=self.settings.assistant_name,
         )
-        for start in range(0, len(messages), 100):  # a few round trips, not one per message
-            await self.memory.enqueuer.enqueue(messages[start : start + 100])
+        await asyncio.shield(self.memory.recorder.record(messages))
         log.info("session queued for memory messages=%d", len(messages))
 
     @override

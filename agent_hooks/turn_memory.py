@@ -11,7 +11,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Awaitable
 from contextvars import ContextVar
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from google.adk.agents.callback_context import CallbackContext
@@ -21,11 +21,11 @@ from google.adk.models.llm_response import LlmResponse
 from afterthought.agent_hooks.context_reader import ContextBuilder, ContextInput, ContextReader
 from afterthought.agent_hooks.identity import (
     IdentityResolver,
+    Pins,
     Who,
     ZepIdentity,
     display_name,
-    from_state,
-    resolve,
+    pins_of,
 )
 from afterthought.agent_hooks.injection import DEFAULT_CONTEXT_TEMPLATE, Injection, inject, render
 from afterthought.agent_hooks.messages import said_text
@@ -35,15 +35,16 @@ from afterthought.backends.base import BackendError, MemoryBackend, UserRef
 from afterthought.contract import Kind, QueuedMessage, Role
 from afterthought.direct_write import DirectWriter
 from afterthought.enqueue import Enqueuer
-from afterthought.identity import Identity, IdentityRegistry
+from afterthought.identity import Identity
 from afterthought.settings import Settings
-from afterthought.telemetry import identity_pins_ignored
 
 __all__ = ["ContextBuilder", "ContextInput", "TurnMemory", "Who"]
 
 log = logging.getLogger("afterthought.hooks")
 T = TypeVar("T")
 
+#: Why a message is dropped when the application's resolver gave no identity for it.
+UNRESOLVED = "identity unresolved"
 #: Invocations remembered per process (for block reuse and message ordinals).
 MAX_TRACKED_INVOCATIONS = 4096
 #: While no worker has announced its store, an agent compares stores again this often.
@@ -147,9 +148,17 @@ class TurnMemory:
                 # First model call of the invocation: queue the user's message while the
                 # block is read, so the turn waits for the slower of the two, not both.
                 turn, write = await self._start_turn(callback_context, llm_request)
-                block, _, _ = await asyncio.gather(turn.block, write, self.check_store_once())
+                # Shielded: however the turn ends, the write runs on. A read that fails
+                # in any way, even cancelled, is a turn without memory (R1).
+                found, _, _ = await asyncio.gather(
+                    turn.block,
+                    asyncio.shield(write),
+                    self.check_store_once(),
+                    return_exceptions=True,
+                )
             else:  # later calls (after a tool step) reuse the block: tool steps keep memory
-                block = await turn.block
+                (found,) = await asyncio.gather(turn.block, return_exceptions=True)
+            block = found if isinstance(found, str) else ""
             if block:
                 inject(llm_request, render(block, self.context_template), self.injection)
         except Exception as exc:  # R1: memory never breaks the turn
@@ -163,18 +172,19 @@ class TurnMemory:
     async def _start_turn(
         self, ctx: CallbackContext, llm_request: LlmRequest
     ) -> tuple[_Turn, Awaitable[bool]]:
+        """W0: the user's message is handed to the recorder first; only then is the block
+        read (the registry check of session state's pins is part of the read)."""
         who = Who.of(ctx)
-        identity, reads = await self.identities(ctx)
         text = said_text(ctx.user_content)
-        block = asyncio.ensure_future(self.reader.read(who, ctx, llm_request, reads, text))
-        turn = _Turn(block=block, identity=identity)
+        pins = await self._pins(ctx, messages=1 if text else 0)
+        turn = _Turn(block=_done(""), identity=pins.writes)
+        write: Awaitable[bool] = _done(True)
+        if text:
+            message = self._message(who, turn, "user", text, ctx, at=_user_event_time(ctx))
+            write = _done(False) if message is None else self.recorder.record([message])
+        turn.block = asyncio.ensure_future(self.reader.read(who, ctx, llm_request, pins, text))
         self._remember(who, turn)
-        if not text:
-            return turn, _done(True)
-        message = self._message(who, turn, "user", text, ctx, at=_user_event_time(ctx))
-        if message is None:
-            return turn, _done(False)
-        return turn, self.recorder.record([message])
+        return turn, write
 
     async def identity_of(self, who: Who, identity: ZepIdentity) -> Identity:
         return await self.reader.identity_of(who, identity)
@@ -200,12 +210,12 @@ class TurnMemory:
             who = Who.of(callback_context)
             turn = self._turns.get(who)
             if turn is None:
-                identity, _ = await self.identities(callback_context)
-                turn = _Turn(block=_done(""), identity=identity)
+                pins = await self._pins(callback_context, messages=1)
+                turn = _Turn(block=_done(""), identity=pins.writes)
                 self._remember(who, turn)
             message = self._message(who, turn, "assistant", text, callback_context, at=None)
             if message is not None:
-                await self.recorder.record([message])
+                await asyncio.shield(self.recorder.record([message]))
         except Exception as exc:
             log.warning(
                 "after_model failed invocation=%s error=%s",
@@ -239,36 +249,29 @@ class TurnMemory:
 
     async def current_block(self, ctx: CallbackContext, query: str) -> str:
         """The block the turn path would inject now (for the model-called context tool)."""
-        _, reads = await self.identities(ctx)
-        return await self.reader.read(Who.of(ctx), ctx, None, reads, query)
+        return await self.reader.read(Who.of(ctx), ctx, None, await self._pins(ctx), query)
+
+    async def reads(self, ctx: CallbackContext) -> ZepIdentity:
+        """Whose memory the turn reads (session state's pins checked, see
+        ``ContextReader.checked``)."""
+        return await self.reader.checked(Who.of(ctx), await self._pins(ctx))
 
     # --- shared -------------------------------------------------------------------------
-    async def identities(self, ctx: CallbackContext) -> tuple[ZepIdentity, ZepIdentity]:
-        """Whose memory the turn writes, and whose it reads: the application's pins, then
-        session state's. A user or graph pinned in state is kept only if it is the one the
-        registry holds for this ADK user (a client could have written another user's
-        there). A thread pinned in state is written only after the worker checks it, so
-        until then reads (a context builder) are not handed it."""
-        pinned = await resolve(ctx, explicit=self.identity, resolver=self.resolve_identity)
-        state = from_state(ctx)
-        if self.settings.trust_state_identity:
-            found = pinned.filled_from(state)
-            return found, found
-        if state.user_uuid or state.graph_uuid:
-            registry = IdentityRegistry(self.enqueuer.redis(), self.settings)
-            known = await registry.lookup_user(app=ctx.session.app_name, user_id=ctx.user_id)
-            if (
-                known is None
-                or state.user_uuid not in (None, known.user_uuid)
-                or state.graph_uuid not in (None, known.graph_uuid)
-            ):
-                identity_pins_ignored.add(1)
-                log.warning(
-                    "identity pin ignored invocation=%s: not this user's", ctx.invocation_id
-                )
-                state = replace(state, user_uuid=None, graph_uuid=None)
-        writes = pinned.filled_from(state)
-        return writes, pinned.filled_from(replace(state, thread_uuid=None))
+    async def _pins(self, ctx: CallbackContext, *, messages: int = 0) -> Pins:
+        """The turn's pins: the application's (options, then the resolver) and session
+        state's. No lookup: only the application's resolver may wait or fail here, and
+        then the turn's ``messages`` cannot be made (whose are they?): counted dropped."""
+        try:
+            return await pins_of(
+                ctx,
+                explicit=self.identity,
+                resolver=self.resolve_identity,
+                trust_state=self.settings.trust_state_identity,
+            )
+        except BaseException:
+            if messages:
+                self.enqueuer.drop(messages, why=UNRESOLVED)
+            raise
 
     def _nested(self, ctx: CallbackContext) -> bool:
         """W8: a nested run (an ``AgentTool``'s child runner) is not the user's turn: it
