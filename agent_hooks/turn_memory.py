@@ -248,8 +248,14 @@ class TurnMemory:
         )
 
     async def current_block(self, ctx: CallbackContext, query: str) -> str:
-        """The block the turn path would inject now (for the model-called context tool)."""
-        return await self.reader.read(Who.of(ctx), ctx, None, await self._pins(ctx), query)
+        """The block the turn path would inject now (for the model-called context tool);
+        empty on any failure, the application's resolver's too (R1)."""
+        try:
+            pins = await self._pins(ctx)
+        except Exception as exc:
+            log.warning("memory read skipped error=%s", type(exc).__name__)
+            return ""
+        return await self.reader.read(Who.of(ctx), ctx, None, pins, query)
 
     async def reads(self, ctx: CallbackContext) -> ZepIdentity:
         """Whose memory the turn reads (session state's pins checked, see
