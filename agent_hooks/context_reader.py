@@ -173,6 +173,8 @@ class ContextReader:
         """The block retrieved for ``query``, or None to fall back to the cached block. It
         gets what is left of the budget minus a reserve for the fallback, so a slow
         retrieval costs the turn its budget, never more, and still leaves it a block."""
+        if self.read_breaker.retry_in():
+            return None  # open: not even the lookup of whose graph it would be
         # The forgetting mark was read with the cache: only the graph is looked up here.
         user = await self._graph_of(who, identity)
         if user is None or not self.read_breaker.allow():
@@ -234,6 +236,8 @@ class ContextReader:
     ) -> str | None:
         """Read the block from the backend and cache it (unless the user was forgotten
         since ``epoch`` was read); None if nobody is known yet. ``budget``: the turn's."""
+        if self.read_breaker.retry_in():
+            return None  # open: not even the lookups of whose block it would be
         user = await self.user_of(who, identity)
         if user is None:
             return None
