@@ -95,20 +95,24 @@ class TurnRecorder:
     ) -> bool:
         """Queue a fact to store or a memory to forget. ``source`` names the change (an
         invocation, or the content itself), so the same change queued twice stays one.
-        Raises ``InvalidIds`` (nothing queued) for ids that cannot name anything."""
-        message = QueuedMessage.build(
-            app=app,
-            user_id=user_id,
-            session_id=MEMORY_SESSION,
-            invocation_id=f"{kind}:{source}",
-            role="user",
-            ordinal=0,
-            content=content,
-            kind=kind,
-            trust=trust,
-            zep_user_uuid=identity.user_uuid,
-            zep_graph_uuid=identity.graph_uuid,
-        )
+        Raises ``InvalidIds`` (counted dropped) for ids that cannot name anything."""
+        try:
+            message = QueuedMessage.build(
+                app=app,
+                user_id=user_id,
+                session_id=MEMORY_SESSION,
+                invocation_id=f"{kind}:{source}",
+                role="user",
+                ordinal=0,
+                content=content,
+                kind=kind,
+                trust=trust,
+                zep_user_uuid=identity.user_uuid,
+                zep_graph_uuid=identity.graph_uuid,
+            )
+        except InvalidIds:
+            self.enqueuer.drop(1, why=INVALID_IDS)
+            raise
         return await asyncio.shield(self.record([message]))
 
     async def aclose(self) -> None:
