@@ -32,7 +32,7 @@ from afterthought.agent_hooks.messages import said_text
 from afterthought.agent_hooks.turn_recorder import TurnRecorder
 from afterthought.backends import open_backend
 from afterthought.backends.base import BackendError, MemoryBackend, UserRef
-from afterthought.contract import Kind, QueuedMessage, Role
+from afterthought.contract import Kind, Role
 from afterthought.direct_write import DirectWriter
 from afterthought.enqueue import Enqueuer
 from afterthought.identity import Identity
@@ -62,7 +62,9 @@ _TOOL_STEP: ContextVar[str | None] = ContextVar("afterthought_tool_step", defaul
 @dataclass(slots=True)
 class _Turn:
     block: asyncio.Future[str]
-    identity: ZepIdentity
+    identity: ZepIdentity | None = None
+    """Whose memory its messages go to; None until known (the application's resolver
+    failed, or has not answered yet): a message made meanwhile is dropped, counted."""
     ordinals: dict[Role, int] = field(default_factory=dict)
 
     def next_ordinal(self, role: Role) -> int:
@@ -176,14 +178,14 @@ class TurnMemory:
         read (the registry check of session state's pins is part of the read)."""
         who = Who.of(ctx)
         text = said_text(ctx.user_content)
-        pins = await self._pins(ctx, messages=1 if text else 0)
-        turn = _Turn(block=_done(""), identity=pins.writes)
-        write: Awaitable[bool] = _done(True)
-        if text:
-            message = self._message(who, turn, "user", text, ctx, at=_user_event_time(ctx))
-            write = _done(False) if message is None else self.recorder.record([message])
+        # Remembered at once: a later model call of the invocation queues nothing again.
+        turn = self._remember(who, _Turn(block=_done("")))
+        try:
+            pins = await self._pins(ctx)
+            turn.identity = pins.writes
+        finally:  # queued, or (the resolver failed: whose is it?) counted dropped
+            write = self._record(who, turn, "user", text, ctx, at=_user_event_time(ctx))
         turn.block = asyncio.ensure_future(self.reader.read(who, ctx, llm_request, pins, text))
-        self._remember(who, turn)
         return turn, write
 
     async def identity_of(self, who: Who, identity: ZepIdentity) -> Identity:
@@ -208,14 +210,13 @@ class TurnMemory:
             if not text.strip():  # function-call-only, thought-only or empty
                 return None
             who = Who.of(callback_context)
-            turn = self._turns.get(who)
-            if turn is None:
-                pins = await self._pins(callback_context, messages=1)
-                turn = _Turn(block=_done(""), identity=pins.writes)
-                self._remember(who, turn)
-            message = self._message(who, turn, "assistant", text, callback_context, at=None)
-            if message is not None:
-                await asyncio.shield(self.recorder.record([message]))
+            turn = self._turns.get(who) or self._remember(who, _Turn(block=_done("")))
+            try:
+                if turn.identity is None:  # no model call of it seen, or its resolver failed
+                    turn.identity = (await self._pins(callback_context)).writes
+            finally:  # queued, or counted dropped
+                write = self._record(who, turn, "assistant", text, callback_context, at=None)
+            await asyncio.shield(write)
         except Exception as exc:
             log.warning(
                 "after_model failed invocation=%s error=%s",
@@ -263,21 +264,15 @@ class TurnMemory:
         return await self.reader.checked(Who.of(ctx), await self._pins(ctx))
 
     # --- shared -------------------------------------------------------------------------
-    async def _pins(self, ctx: CallbackContext, *, messages: int = 0) -> Pins:
+    async def _pins(self, ctx: CallbackContext) -> Pins:
         """The turn's pins: the application's (options, then the resolver) and session
-        state's. No lookup: only the application's resolver may wait or fail here, and
-        then the turn's ``messages`` cannot be made (whose are they?): counted dropped."""
-        try:
-            return await pins_of(
-                ctx,
-                explicit=self.identity,
-                resolver=self.resolve_identity,
-                trust_state=self.settings.trust_state_identity,
-            )
-        except BaseException:
-            if messages:
-                self.enqueuer.drop(messages, why=UNRESOLVED)
-            raise
+        state's. No lookup: only the application's resolver may wait or fail here."""
+        return await pins_of(
+            ctx,
+            explicit=self.identity,
+            resolver=self.resolve_identity,
+            trust_state=self.settings.trust_state_identity,
+        )
 
     def _nested(self, ctx: CallbackContext) -> bool:
         """W8: a nested run (an ``AgentTool``'s child runner) is not the user's turn: it
@@ -290,7 +285,7 @@ class TurnMemory:
             ctx.state[OWNER_KEY] = ctx.session.id  # also fixes a marker copied by seeding
         return False
 
-    def _message(
+    def _record(
         self,
         who: Who,
         turn: _Turn,
@@ -299,9 +294,16 @@ class TurnMemory:
         ctx: CallbackContext,
         *,
         at: float | None,
-    ) -> QueuedMessage | None:
+    ) -> Awaitable[bool]:
+        """Hand what was said to the recorder (its enqueue under way when this returns);
+        True once queued. A message that cannot be made is counted dropped."""
+        if not text:
+            return _done(True)
+        if turn.identity is None:
+            self.enqueuer.drop(1, why=UNRESOLVED)
+            return _done(False)
         name = self.settings.assistant_name if role == "assistant" else display_name(ctx)
-        return self.recorder.message(
+        message = self.recorder.message(
             who,
             identity=turn.identity,
             role=role,
@@ -310,11 +312,13 @@ class TurnMemory:
             name=name,
             at=at,
         )
+        return _done(False) if message is None else self.recorder.record([message])
 
-    def _remember(self, who: Who, turn: _Turn) -> None:
+    def _remember(self, who: Who, turn: _Turn) -> _Turn:
         self._turns[who] = turn
         while len(self._turns) > MAX_TRACKED_INVOCATIONS:
             self._turns.popitem(last=False)
+        return turn
 
     async def check_store_once(self) -> None:
         """The first time (a turn, a search): warn if the workers write another store
