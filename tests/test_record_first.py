@@ -275,3 +275,38 @@ async def test_a_fault_at_any_await_never_loses_a_message(
             if faults.calls < n:  # no await was left to fail: every one has been tried
                 break
         assert n > 10, f"{kind}/{when}: only {n - 1} awaits seen"  # the paths were walked
+
+
+async def test_a_failing_resolver_drops_each_message_once_counted(
+    local_settings: Settings,
+) -> None:
+    """Whose memory a turn's messages go to is the resolver's to say: when it fails they
+    cannot be made, and each is counted dropped once — not again at the turn's next model
+    call (after a tool step), which must not queue the user's message after all."""
+
+    async def resolver(ctx: Any) -> ZepIdentity | None:
+        raise LookupError("the application's user directory is down")
+
+    memory = TurnMemory.create(settings=local_settings, resolve_identity=resolver)
+
+    def lookup_weather(city: str) -> str:
+        """Weather for a city."""
+        return f"sunny in {city}"
+
+    model = StandInLlm(script=[{"call": "lookup_weather", "args": {"city": "Porto"}}, "Sunny."])
+    pair = create_callbacks(memory)
+    agent = LlmAgent(
+        name="helper",
+        model=model,
+        instruction="Be brief.",
+        tools=[lookup_weather],
+        before_model_callback=pair.before_model_callback,
+        after_model_callback=pair.after_model_callback,
+    )
+    runner = Runner(app_name=APP, agent=agent, session_service=InMemorySessionService())
+    session = await runner.session_service.create_session(app_name=APP, user_id=USER)
+    assert await say(runner, USER, session.id, "Weather in Porto?") == "Sunny."  # R1
+    assert memory.enqueuer.dropped == 2  # the user's message and the reply, once each
+    assert await _queued(local_settings, {session.id}) == set()
+    await memory.aclose()
+    await runner.close()
