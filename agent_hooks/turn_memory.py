@@ -29,7 +29,7 @@ from afterthought.agent_hooks.identity import (
 )
 from afterthought.agent_hooks.injection import DEFAULT_CONTEXT_TEMPLATE, Injection, inject, render
 from afterthought.agent_hooks.messages import said_text
-from afterthought.agent_hooks.turn_recorder import TurnRecorder
+from afterthought.agent_hooks.turn_recorder import TurnRecorder, settled
 from afterthought.backends import open_backend
 from afterthought.backends.base import BackendError, MemoryBackend, UserRef
 from afterthought.contract import Kind, Role
@@ -216,7 +216,7 @@ class TurnMemory:
                     turn.identity = (await self._pins(callback_context)).writes
             finally:  # queued, or counted dropped
                 write = self._record(who, turn, "assistant", text, callback_context, at=None)
-            await asyncio.shield(write)
+            await settled(write)
         except Exception as exc:
             log.warning(
                 "after_model failed invocation=%s error=%s",

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 
 from afterthought.agent_hooks.identity import Who, ZepIdentity
 from afterthought.contract import MEMORY_SESSION, InvalidIds, Kind, QueuedMessage, Role
@@ -113,9 +113,17 @@ class TurnRecorder:
         except InvalidIds:
             self.enqueuer.drop(1, why=INVALID_IDS)
             raise
-        return await asyncio.shield(self.record([message]))
+        return await settled(self.record([message]))
 
     async def aclose(self) -> None:
         """Send what the outage buffer still holds and close this loop's connections."""
         await self.enqueuer.drain_buffer()
         await self.enqueuer.aclose()
+
+
+async def settled(write: Awaitable[bool]) -> bool:
+    """Wait for a write handed to the recorder; True once queued. Shielded: a cancelled
+    caller leaves it running. A write cut short itself (its messages are held) is False,
+    never an error for the caller."""
+    (done,) = await asyncio.gather(asyncio.shield(write), return_exceptions=True)
+    return done is True

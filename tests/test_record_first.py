@@ -46,7 +46,6 @@ from afterthought.settings import Settings
 from afterthought.testing.stand_in_model import StandInLlm
 from tests.adk_support import APP, say
 
-USER = "alice"
 FACT = "Alice drinks her tea without sugar."
 #: A fault, and whether it cuts the call before it is made or after it was made (its
 #: outcome unknown to the caller, as after a timeout).
@@ -152,36 +151,40 @@ def _runner(memory: TurnMemory, entry: str) -> Runner:
     return Runner(app_name=APP, agent=agent, session_service=sessions)
 
 
-def _imported() -> Session:
+def _imported(user: str) -> Session:
     """A session handed to ``add_session_to_memory``: said elsewhere, never seen by a hook."""
     events = [
         Event(author="user", invocation_id="old-1", content=types.UserContent("I cycle.")),
         Event(author="helper", invocation_id="old-1", content=types.ModelContent("Nice.")),
     ]
-    return Session(id=f"imported-{uuid.uuid4().hex[:8]}", app_name=APP, user_id=USER, events=events)
+    return Session(id=f"imported-{uuid.uuid4().hex[:8]}", app_name=APP, user_id=user, events=events)
 
 
-def _said(session: Session) -> set[tuple[str, str]]:
+def _said(session: Session) -> list[tuple[str, str]]:
     """(session, key) of every message a session holds, keyed as the hooks key them, and
-    of every fact its model asked to remember."""
-    found = {
+    of every fact its model asked to remember, in the order they were said."""
+    found = [
         (m.session_id, m.key)
         for m in messages_from_events(
-            session.events, app=APP, user_id=USER, session_id=session.id, assistant_name=None
+            session.events,
+            app=APP,
+            user_id=session.user_id,
+            session_id=session.id,
+            assistant_name=None,
         )
-    }
+    ]
     for event in session.events:
         for call in event.get_function_calls():
             if call.name == "remember":
                 source = f"fact:{event.invocation_id}:{call.id}"
-                found.add((MEMORY_SESSION, _fact_key(source)))
+                found.append((MEMORY_SESSION, _fact_key(session.user_id, source)))
     return found
 
 
-def _fact_key(invocation: str) -> str:
+def _fact_key(user: str, invocation: str) -> str:
     return message_key(
         app=APP,
-        user_id=USER,
+        user_id=user,
         session_id=MEMORY_SESSION,
         invocation_id=invocation,
         role="user",
@@ -189,18 +192,45 @@ def _fact_key(invocation: str) -> str:
     )
 
 
-async def _queued(settings: Settings, sessions: set[str]) -> set[tuple[str, str]]:
+async def _queued(settings: Settings, user: str, sessions: set[str]) -> list[tuple[str, str]]:
+    """(session, key) of every message queued in the sessions' threads, in queue order."""
     keys = Keys.of(settings)
     client = connect(settings.redis_url)
     try:
-        found = set()
-        for session_id in sessions:
-            pending = keys.pending(keys.thread_ref(APP, USER, session_id))
-            found |= {
+        found = []
+        for session_id in sorted(sessions):
+            pending = keys.pending(keys.thread_ref(APP, user, session_id))
+            found += [
                 (session_id, json.loads(raw)["key"]) for raw in await client.lrange(pending, 0, -1)
-            }
+            ]
         return found
     finally:
+        await client.aclose()
+
+
+def _disorder(said: list[tuple[str, str]], queued: list[tuple[str, str]]) -> list[str]:
+    """What is wrong with the queue besides a missing message: a copy, a message nobody
+    said, or a thread's messages out of the order they were said in."""
+    wrong = [f"queued twice: {k}" for k in {k for k in queued if queued.count(k) > 1}]
+    wrong += [f"never said: {k}" for k in set(queued) - set(said)]
+    for session_id in {s for s, _ in said}:
+        in_queue = [k for s, k in queued if s == session_id]
+        if in_queue != [k for s, k in said if s == session_id and k in in_queue]:
+            wrong.append(f"out of order in {session_id}")
+    return wrong
+
+
+async def _registered(settings: Settings, user: str) -> str:
+    """The user's Zep UUID, registered as the worker would."""
+    client = connect(settings.redis_url)
+    backend = open_backend(settings)
+    try:
+        known, _ = await IdentityRegistry(client, settings).ensure_user(
+            backend, app=APP, user_id=user
+        )
+        return known.user_uuid
+    finally:
+        await backend.aclose()
         await client.aclose()
 
 
@@ -215,38 +245,51 @@ async def _step(work: Callable[[], Awaitable[object]], broke: list[str]) -> None
         broke.append(type(exc).__name__)
 
 
-async def _run(settings: Settings, faults: Faults, entry: str, pins: dict[str, str]) -> None:
-    """One run with the ``faults.at``-th await failing; every message said is checked."""
+async def _run(settings: Settings, faults: Faults, entry: str, at: int) -> None:
+    """One run with the ``at``-th await failing, for a user of its own whose
+    session pins their user and a thread in (untrusted) state; every message said is
+    checked."""
+    user = f"user-{uuid.uuid4().hex[:8]}"
+    pins = {
+        "zep_user_uuid": await _registered(settings, user),
+        "zep_thread_uuid": str(uuid.uuid4()),
+    }
     memory = _memory(settings, faults, entry)
     runner = _runner(memory, entry)
-    session = await runner.session_service.create_session(app_name=APP, user_id=USER, state=pins)
+    session = await runner.session_service.create_session(app_name=APP, user_id=user, state=pins)
     service = ZepMemoryService(memory=memory)
-    imported = _imported()
+    imported = _imported(user)
     added = MemoryEntry(content=types.UserContent(FACT))
 
     broke: list[str] = []
-    await _step(lambda: say(runner, USER, session.id, "I work in Porto."), broke)
-    await _step(lambda: say(runner, USER, session.id, "And I live in Lisbon."), broke)
+    faults.at, faults.calls = at, 0
+    await _step(lambda: say(runner, user, session.id, "I work in Porto."), broke)
+    await _step(lambda: say(runner, user, session.id, "And I live in Lisbon."), broke)
     await _step(lambda: service.add_session_to_memory(imported), broke)
-    await _step(lambda: service.add_memory(app_name=APP, user_id=USER, memories=[added]), broke)
-    await _step(lambda: service.search_memory(app_name=APP, user_id=USER, query="tea"), broke)
-    at, faults.at = faults.at, 0  # faults off: what is buffered may drain now
+    await _step(lambda: service.add_memory(app_name=APP, user_id=user, memories=[added]), broke)
+    await _step(lambda: service.search_memory(app_name=APP, user_id=user, query="tea"), broke)
+    faults.at = 0  # faults off: what is buffered may drain now
 
     held = await runner.session_service.get_session(
-        app_name=APP, user_id=USER, session_id=session.id
+        app_name=APP, user_id=user, session_id=session.id
     )
     assert held is not None
-    said = _said(held) | _said(imported) | {(MEMORY_SESSION, _fact_key(f"fact:{checksum(FACT)}"))}
+    added_key = (MEMORY_SESSION, _fact_key(user, f"fact:{checksum(FACT)}"))
+    said = [*_said(held), *_said(imported), added_key]
     sessions = {s for s, _ in said}
     deadline = time.monotonic() + 30  # a bound for a loaded machine, not a measurement
     while True:
-        missing = said - await _queued(settings, sessions)
+        queued = await _queued(settings, user, sessions)
+        missing = set(said) - set(queued)
         if len(missing) <= memory.enqueuer.dropped or time.monotonic() > deadline:
             break
         await asyncio.sleep(0.05)
-    report = f"fault {faults.kind}/{faults.when} at await {at} of {entry}: {len(missing)} lost"
-    assert len(missing) <= memory.enqueuer.dropped, f"{report}, dropped {memory.enqueuer.dropped}"
-    assert not broke, f"fault {faults.kind}/{faults.when} at await {at} of {entry}: {broke}"
+    where = f"fault {faults.kind}/{faults.when} at await {at} of {entry}"
+    assert len(missing) <= memory.enqueuer.dropped, (
+        f"{where}: {len(missing)} lost, dropped {memory.enqueuer.dropped}"
+    )
+    assert not _disorder(said, queued), f"{where}: {_disorder(said, queued)}"
+    assert not broke, f"{where}: {broke}"
     await memory.aclose()
     await runner.close()
 
@@ -257,12 +300,6 @@ async def test_a_fault_at_any_await_never_loses_a_message(
     entry: str, local_settings: Settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     settings = local_settings.model_copy(update={"retrieval_budget": 5.0})
-    client = connect(settings.redis_url)
-    backend = open_backend(settings)
-    user, _ = await IdentityRegistry(client, settings).ensure_user(backend, app=APP, user_id=USER)
-    await backend.aclose()
-    await client.aclose()
-    pins = {"zep_user_uuid": user.user_uuid, "zep_thread_uuid": str(uuid.uuid4())}
     faults = Faults()
     _patch(monkeypatch, faults)
     for kind, when in KINDS:
@@ -270,8 +307,7 @@ async def test_a_fault_at_any_await_never_loses_a_message(
         n = 0
         while True:
             n += 1
-            faults.at, faults.calls = n, 0
-            await _run(settings, faults, entry, pins)
+            await _run(settings, faults, entry, n)
             if faults.calls < n:  # no await was left to fail: every one has been tried
                 break
         assert n > 10, f"{kind}/{when}: only {n - 1} awaits seen"  # the paths were walked
@@ -304,9 +340,9 @@ async def test_a_failing_resolver_drops_each_message_once_counted(
         after_model_callback=pair.after_model_callback,
     )
     runner = Runner(app_name=APP, agent=agent, session_service=InMemorySessionService())
-    session = await runner.session_service.create_session(app_name=APP, user_id=USER)
-    assert await say(runner, USER, session.id, "Weather in Porto?") == "Sunny."  # R1
+    session = await runner.session_service.create_session(app_name=APP, user_id="alice")
+    assert await say(runner, "alice", session.id, "Weather in Porto?") == "Sunny."  # R1
     assert memory.enqueuer.dropped == 2  # the user's message and the reply, once each
-    assert await _queued(local_settings, {session.id}) == set()
+    assert await _queued(local_settings, "alice", {session.id}) == []
     await memory.aclose()
     await runner.close()
