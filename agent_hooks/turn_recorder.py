@@ -65,7 +65,7 @@ class TurnRecorder:
 
     def record(self, messages: Sequence[QueuedMessage]) -> asyncio.Task[bool]:
         """Queue messages of one thread, in order, on a task of their own: it runs to its
-        end whatever becomes of the caller (which may await it, shielded). The task starts
+        end whatever becomes of the caller (which awaits it with ``settled``). The task starts
         before the caller can be resumed, so before a cancellation can reach the caller.
         Its result: False if they wait in the buffer or were dropped (counted)."""
         return asyncio.ensure_future(self._enqueue(list(messages)))
