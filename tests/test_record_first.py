@@ -123,12 +123,13 @@ def _memory(settings: Settings, faults: Faults, entry: str) -> TurnMemory:
 
 def _runner(memory: TurnMemory, entry: str) -> Runner:
     """An agent that answers the first turn at once (one model call), and calls
-    ``remember`` and ``recall_context`` before it answers the second."""
+    ``remember``, ``recall_context`` and ``memory_search`` before it answers the second."""
     model = StandInLlm(
         script=[
             "Noted, Porto.",
             {"call": "remember", "args": {"fact": "Alice lives in Lisbon."}},
             {"call": "recall_context", "args": {}},
+            {"call": "memory_search", "args": {"query": "Lisbon"}},
             "Noted, Lisbon.",
         ]
     )
