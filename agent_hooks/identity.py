@@ -3,8 +3,9 @@ then a per-call resolver, then session state, then the registry the worker fills
 
 Options and resolvers are the application's code and are trusted. Session state is not:
 ADK's API server lets clients write it (``state_delta``), so a pin found there is checked
-(``TurnMemory`` for the user and graph, the worker for the thread) unless the settings
-say only the application writes it (``trust_state_identity``)."""
+unless the settings say only the application writes it (``trust_state_identity``): a user
+or graph against the registry before a read (``ContextReader.checked``), and never put on
+a write (``Pins.writes``); a thread by the worker, against the backend, before a write."""
 
 from __future__ import annotations
 
