@@ -137,11 +137,13 @@ class QueuedMessage(BaseModel):
     trust: str | None = None
     """Who vouches for a fact: ``model`` (the remember tool), ``app`` (add_memory)."""
     zep_user_uuid: str | None = None
-    """Pinned by the application (options or session state): the worker uses it."""
+    """Pinned by the application (options, a resolver, or session state it is trusted
+    with): the worker uses it. A user pinned in untrusted state is never sent."""
     zep_graph_uuid: str | None = None
     """Pinned graph, as above."""
     zep_thread_uuid: str | None = None
-    """Pinned thread: the worker writes there and provisions nothing."""
+    """Pinned thread (by the application or in session state): the worker writes there,
+    provisioning nothing, once the backend says it is the user's."""
 
     @classmethod
     def build(

@@ -160,7 +160,11 @@ class Enqueuer:
         if behind or not self.breaker.allow():
             self._hold(messages)
             return False
-        why = await self.send(messages)
+        try:
+            why = await self.send(messages)
+        except asyncio.CancelledError:  # the caller is cancelled: the script may have run
+            self.hold(messages)
+            raise
         if why is None:
             return True
         if why == MISLAID:
@@ -246,6 +250,17 @@ class Enqueuer:
             self.breaker.failures,
             self.buffered,
         )
+
+    def hold(self, messages: Sequence[QueuedMessage]) -> None:
+        """Into the buffer at once, no attempt made here, as if one may have run (never
+        written directly): for messages whose enqueue was cut short."""
+        if messages:
+            self._hold(messages, maybe_queued=True)
+
+    def drop(self, count: int, *, why: str) -> None:
+        """Count messages that could not even be made (an id that names no thread, an
+        identity the application's resolver failed to give): lost, counted, logged."""
+        self._drop(count, why=why)
 
     def _hold(self, messages: Sequence[QueuedMessage], *, maybe_queued: bool = False) -> None:
         """Into the buffer behind the thread's earlier messages; what does not fit is

@@ -12,13 +12,13 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import redis.asyncio as aioredis
 from google.adk.agents.callback_context import CallbackContext
 from google.adk.models.llm_request import LlmRequest
 
-from afterthought.agent_hooks.identity import Who, ZepIdentity
+from afterthought.agent_hooks.identity import Pins, Who, ZepIdentity
 from afterthought.backends.base import MemoryBackend, UserRef
 from afterthought.breaker import CircuitBreaker
 from afterthought.context_cache import PENDING, CacheRead, ContextCache, now_version
@@ -30,6 +30,7 @@ from afterthought.settings import Settings
 from afterthought.telemetry import (
     context_cache_reads,
     context_queries,
+    identity_pins_ignored,
     memory_read_failures,
     retrieval_duration,
 )
@@ -88,13 +89,14 @@ class ContextReader:
         who: Who,
         ctx: CallbackContext,
         llm_request: LlmRequest | None,
-        identity: ZepIdentity,
+        pins: Pins,
         query: str,
     ) -> str:
         """The block for this turn; empty when there is none, or on any failure (R1)."""
         started = time.perf_counter()
         try:
-            async with asyncio.timeout(self.settings.retrieval_budget):
+            async with asyncio.timeout(self.settings.retrieval_budget) as budget:
+                identity = await self.checked(who, pins)
                 found = await self.cache.read(
                     self._redis(), app=who.app, user_id=who.user_id, session_id=who.session_id
                 )
@@ -110,7 +112,7 @@ class ContextReader:
                     queried = await self._queried(who, identity, query, started)
                     if queried is not None:
                         return queried
-                return await self._cached(who, identity, query, found)
+                return await self._cached(who, identity, query, found, budget)
         except Exception as exc:
             memory_read_failures.add(1)
             log.warning(
@@ -120,7 +122,38 @@ class ContextReader:
         finally:
             retrieval_duration.record(time.perf_counter() - started)
 
-    async def _cached(self, who: Who, identity: ZepIdentity, query: str, found: CacheRead) -> str:
+    async def checked(self, who: Who, pins: Pins) -> ZepIdentity:
+        """Whose memory the turn reads: the application's pins, then session state's. A
+        user or graph pinned in state is kept only if it is the one the registry holds for
+        this ADK user (a client could have written another user's there). A thread pinned
+        in state is written only after the worker checks it, so until then reads (a context
+        builder) are not handed it."""
+        state = pins.state
+        if pins.trusted:
+            return pins.app.filled_from(state)
+        if state.user_uuid or state.graph_uuid:
+            registry = IdentityRegistry(self._redis(), self.settings)
+            known = await registry.lookup_user(app=who.app, user_id=who.user_id)
+            if (
+                known is None
+                or state.user_uuid not in (None, known.user_uuid)
+                or state.graph_uuid not in (None, known.graph_uuid)
+            ):
+                identity_pins_ignored.add(1)
+                log.warning(
+                    "identity pin ignored invocation=%s: not this user's", who.invocation_id
+                )
+                state = replace(state, user_uuid=None, graph_uuid=None)
+        return pins.app.filled_from(replace(state, thread_uuid=None))
+
+    async def _cached(
+        self,
+        who: Who,
+        identity: ZepIdentity,
+        query: str,
+        found: CacheRead,
+        budget: asyncio.Timeout,
+    ) -> str:
         cached = found.block
         if cached is not None:
             fresh = cached.age <= self.settings.context_fresh_seconds
@@ -129,7 +162,9 @@ class ContextReader:
                 self._refresh_later(who, identity, query)
             return cached.block
         context_cache_reads.add(1, {"result": "miss"})
-        block = await self._fetch(who, identity, query, version=now_version(), epoch=found.epoch)
+        block = await self._fetch(
+            who, identity, query, version=now_version(), epoch=found.epoch, budget=budget
+        )
         return block or ""
 
     async def _queried(
@@ -138,6 +173,8 @@ class ContextReader:
         """The block retrieved for ``query``, or None to fall back to the cached block. It
         gets what is left of the budget minus a reserve for the fallback, so a slow
         retrieval costs the turn its budget, never more, and still leaves it a block."""
+        if self.read_breaker.retry_in():
+            return None  # open: not even the lookup of whose graph it would be
         # The forgetting mark was read with the cache: only the graph is looked up here.
         user = await self._graph_of(who, identity)
         if user is None or not self.read_breaker.allow():
@@ -148,50 +185,67 @@ class ContextReader:
             context_queries.add(1, {"result": "no_time"})
             return None
         try:
-            async with asyncio.timeout(left):
-                block = await self._backend().get_context(
-                    user=user,
-                    query=query,
-                    max_chars=self.settings.context_max_chars,
-                    timeout=left,
-                    template_uuid=self.settings.context_template_uuid,
-                )
+            block = await self._get_context(user, query, timeout=left)
         except TimeoutError:
             context_queries.add(1, {"result": "timeout"})
             return None
         except Exception as exc:
-            self.read_breaker.failed()
             context_queries.add(1, {"result": "error"})
             log.info(
                 "memory query failed invocation=%s error=%s", who.invocation_id, type(exc).__name__
             )
             return None
-        self.read_breaker.succeeded()
         context_queries.add(1, {"result": "ok"})
         return block
 
+    async def _get_context(
+        self, user: UserRef, query: str, *, timeout: float, budget: asyncio.Timeout | None = None
+    ) -> str:
+        """One backend read, cut at ``timeout``, its outcome told to the read breaker. A
+        timeout is a failure, and so is the expiry of the turn's ``budget`` during the call
+        (it cancels the call before ``timeout`` can fire): so a backend that hangs opens
+        the breaker, and from then on costs a turn nothing until a probe."""
+        try:
+            async with asyncio.timeout(timeout):
+                block = await self._backend().get_context(
+                    user=user,
+                    query=query,
+                    max_chars=self.settings.context_max_chars,
+                    timeout=timeout,
+                    template_uuid=self.settings.context_template_uuid,
+                )
+        except asyncio.CancelledError:
+            if budget is not None and budget.expired():
+                self.read_breaker.failed()
+            raise
+        except Exception:
+            self.read_breaker.failed()
+            raise
+        self.read_breaker.succeeded()
+        return block
+
     async def _fetch(
-        self, who: Who, identity: ZepIdentity, query: str, *, version: int, epoch: int
+        self,
+        who: Who,
+        identity: ZepIdentity,
+        query: str,
+        *,
+        version: int,
+        epoch: int,
+        budget: asyncio.Timeout | None = None,
     ) -> str | None:
         """Read the block from the backend and cache it (unless the user was forgotten
-        since ``epoch`` was read); None if nobody is known yet."""
+        since ``epoch`` was read); None if nobody is known yet. ``budget``: the turn's."""
+        if self.read_breaker.retry_in():
+            return None  # open: not even the lookups of whose block it would be
         user = await self.user_of(who, identity)
         if user is None:
             return None
         if not self.read_breaker.allow():
             return None  # the backend keeps failing: the cache is all we use for now
-        try:
-            block = await self._backend().get_context(
-                user=user,
-                query=query,
-                max_chars=self.settings.context_max_chars,
-                timeout=self.settings.retrieval_budget,
-                template_uuid=self.settings.context_template_uuid,
-            )
-        except Exception:
-            self.read_breaker.failed()
-            raise
-        self.read_breaker.succeeded()
+        block = await self._get_context(
+            user, query, timeout=self.settings.retrieval_budget, budget=budget
+        )
         await self.cache.write(
             self._redis(),
             app=who.app,

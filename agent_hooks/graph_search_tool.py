@@ -170,6 +170,5 @@ class ZepGraphSearchTool(BaseTool):
         if self.graph_uuid:
             return self.graph_uuid
         memory = self.memory
-        _, reads = await memory.identities(ctx)
-        user = await memory.user_of(Who.of(ctx), reads)
+        user = await memory.user_of(Who.of(ctx), await memory.reads(ctx))
         return user.graph_uuid if user else None

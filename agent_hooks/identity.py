@@ -3,8 +3,9 @@ then a per-call resolver, then session state, then the registry the worker fills
 
 Options and resolvers are the application's code and are trusted. Session state is not:
 ADK's API server lets clients write it (``state_delta``), so a pin found there is checked
-(``TurnMemory`` for the user and graph, the worker for the thread) unless the settings
-say only the application writes it (``trust_state_identity``)."""
+unless the settings say only the application writes it (``trust_state_identity``): a user
+or graph against the registry before a read (``ContextReader.checked``), and never put on
+a write (``Pins.writes``); a thread by the worker, against the backend, before a write."""
 
 from __future__ import annotations
 
@@ -58,6 +59,28 @@ class ZepIdentity:
         )
 
 
+@dataclass(frozen=True, slots=True)
+class Pins:
+    """What a turn is pinned to: by the application (options, resolver: trusted) and by
+    session state (client-writable, so checked before use unless ``trusted``)."""
+
+    app: ZepIdentity = ZepIdentity()
+    state: ZepIdentity = ZepIdentity()
+    trusted: bool = False
+    """Only the application writes session state (``trust_state_identity``)."""
+
+    @property
+    def writes(self) -> ZepIdentity:
+        """Whose memory the turn writes, known without a lookup: its messages are queued
+        before anything that can wait or fail (W0). Of untrusted state only the thread is
+        kept, and the worker writes there only once the backend says it is the user's;
+        a user or graph pinned there is left out, and the worker takes the registry's
+        user, the only one such a pin may name."""
+        if self.trusted:
+            return self.app.filled_from(self.state)
+        return self.app.filled_from(ZepIdentity(thread_uuid=self.state.thread_uuid))
+
+
 IdentityResolver = Callable[[ReadonlyContext], ZepIdentity | Awaitable[ZepIdentity | None] | None]
 
 
@@ -72,14 +95,19 @@ def display_name(ctx: ReadonlyContext) -> str | None:
     return " ".join(p for p in parts if isinstance(p, str) and p) or None
 
 
-async def resolve(
-    ctx: ReadonlyContext, *, explicit: ZepIdentity, resolver: IdentityResolver | None
-) -> ZepIdentity:
-    """Explicit options, then the resolver, part by part: what the application pinned."""
+async def pins_of(
+    ctx: ReadonlyContext,
+    *,
+    explicit: ZepIdentity,
+    resolver: IdentityResolver | None,
+    trust_state: bool,
+) -> Pins:
+    """Explicit options, then the resolver, part by part (what the application pinned);
+    and what session state pins."""
     found = explicit
     if resolver is not None:
         value = resolver(ctx)
         if inspect.isawaitable(value):
             value = await value
         found = found.filled_from(value)
-    return found
+    return Pins(app=found, state=from_state(ctx), trusted=trust_state)

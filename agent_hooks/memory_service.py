@@ -18,6 +18,7 @@ from typing_extensions import override
 
 from afterthought.agent_hooks.messages import messages_from_events, said_text
 from afterthought.agent_hooks.turn_memory import TurnMemory, Who
+from afterthought.agent_hooks.turn_recorder import settled
 from afterthought.contract import checksum
 from afterthought.search import SearchHit, SearchRequest
 from afterthought.settings import Settings
@@ -65,8 +66,7 @@ class ZepMemoryService(BaseMemoryService):
             session_id=session_id,
             assistant_name=self.settings.assistant_name,
         )
-        for start in range(0, len(messages), 100):  # a few round trips, not one per message
-            await self.memory.enqueuer.enqueue(messages[start : start + 100])
+        await settled(self.memory.recorder.record(messages))
         log.info("session queued for memory messages=%d", len(messages))
 
     @override

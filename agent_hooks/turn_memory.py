@@ -11,7 +11,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Awaitable
 from contextvars import ContextVar
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from google.adk.agents.callback_context import CallbackContext
@@ -21,30 +21,31 @@ from google.adk.models.llm_response import LlmResponse
 from afterthought.agent_hooks.context_reader import ContextBuilder, ContextInput, ContextReader
 from afterthought.agent_hooks.identity import (
     IdentityResolver,
+    Pins,
     Who,
     ZepIdentity,
     display_name,
-    from_state,
-    resolve,
+    pins_of,
 )
 from afterthought.agent_hooks.injection import DEFAULT_CONTEXT_TEMPLATE, Injection, inject, render
 from afterthought.agent_hooks.messages import said_text
-from afterthought.agent_hooks.turn_recorder import TurnRecorder
+from afterthought.agent_hooks.turn_recorder import TurnRecorder, settled
 from afterthought.backends import open_backend
 from afterthought.backends.base import BackendError, MemoryBackend, UserRef
-from afterthought.contract import Kind, QueuedMessage, Role
+from afterthought.contract import Kind, Role
 from afterthought.direct_write import DirectWriter
 from afterthought.enqueue import Enqueuer
-from afterthought.identity import Identity, IdentityRegistry
+from afterthought.identity import Identity
 from afterthought.settings import Settings
 from afterthought.shared_store import StoreWatch
-from afterthought.telemetry import identity_pins_ignored
 
 __all__ = ["ContextBuilder", "ContextInput", "TurnMemory", "Who"]
 
 log = logging.getLogger("afterthought.hooks")
 T = TypeVar("T")
 
+#: Why a message is dropped when the application's resolver gave no identity for it.
+UNRESOLVED = "identity unresolved"
 #: Invocations remembered per process (for block reuse and message ordinals).
 MAX_TRACKED_INVOCATIONS = 4096
 #: While no worker has announced its store, an agent compares stores again this often.
@@ -62,7 +63,9 @@ _TOOL_STEP: ContextVar[str | None] = ContextVar("afterthought_tool_step", defaul
 @dataclass(slots=True)
 class _Turn:
     block: asyncio.Future[str]
-    identity: ZepIdentity
+    identity: ZepIdentity | None = None
+    """Whose memory its messages go to; None until known (the application's resolver
+    failed, or has not answered yet): a message made meanwhile is dropped, counted."""
     ordinals: dict[Role, int] = field(default_factory=dict)
 
     def next_ordinal(self, role: Role) -> int:
@@ -149,9 +152,17 @@ class TurnMemory:
                 # First model call of the invocation: queue the user's message while the
                 # block is read, so the turn waits for the slower of the two, not both.
                 turn, write = await self._start_turn(callback_context, llm_request)
-                block, _, _ = await asyncio.gather(turn.block, write, self.check_store_once())
+                # Shielded: however the turn ends, the write runs on. A read that fails
+                # in any way, even cancelled, is a turn without memory (R1).
+                found, _, _ = await asyncio.gather(
+                    turn.block,
+                    asyncio.shield(write),
+                    self.check_store_once(),
+                    return_exceptions=True,
+                )
             else:  # later calls (after a tool step) reuse the block: tool steps keep memory
-                block = await turn.block
+                (found,) = await asyncio.gather(turn.block, return_exceptions=True)
+            block = found if isinstance(found, str) else ""
             if block:
                 inject(llm_request, render(block, self.context_template), self.injection)
         except Exception as exc:  # R1: memory never breaks the turn
@@ -165,18 +176,19 @@ class TurnMemory:
     async def _start_turn(
         self, ctx: CallbackContext, llm_request: LlmRequest
     ) -> tuple[_Turn, Awaitable[bool]]:
+        """W0: the user's message is handed to the recorder first; only then is the block
+        read (the registry check of session state's pins is part of the read)."""
         who = Who.of(ctx)
-        identity, reads = await self.identities(ctx)
         text = said_text(ctx.user_content)
-        block = asyncio.ensure_future(self.reader.read(who, ctx, llm_request, reads, text))
-        turn = _Turn(block=block, identity=identity)
-        self._remember(who, turn)
-        if not text:
-            return turn, _done(True)
-        message = self._message(who, turn, "user", text, ctx, at=_user_event_time(ctx))
-        if message is None:
-            return turn, _done(False)
-        return turn, self.recorder.record([message])
+        # Remembered at once: a later model call of the invocation queues nothing again.
+        turn = self._remember(who, _Turn(block=_done("")))
+        try:
+            pins = await self._pins(ctx)
+            turn.identity = pins.writes
+        finally:  # queued, or (the resolver failed: whose is it?) counted dropped
+            write = self._record(who, turn, "user", text, ctx, at=_user_event_time(ctx))
+        turn.block = asyncio.ensure_future(self.reader.read(who, ctx, llm_request, pins, text))
+        return turn, write
 
     async def identity_of(self, who: Who, identity: ZepIdentity) -> Identity:
         return await self.reader.identity_of(who, identity)
@@ -200,14 +212,13 @@ class TurnMemory:
             if not text.strip():  # function-call-only, thought-only or empty
                 return None
             who = Who.of(callback_context)
-            turn = self._turns.get(who)
-            if turn is None:
-                identity, _ = await self.identities(callback_context)
-                turn = _Turn(block=_done(""), identity=identity)
-                self._remember(who, turn)
-            message = self._message(who, turn, "assistant", text, callback_context, at=None)
-            if message is not None:
-                await self.recorder.record([message])
+            turn = self._turns.get(who) or self._remember(who, _Turn(block=_done("")))
+            try:
+                if turn.identity is None:  # no model call of it seen, or its resolver failed
+                    turn.identity = (await self._pins(callback_context)).writes
+            finally:  # queued, or counted dropped
+                write = self._record(who, turn, "assistant", text, callback_context, at=None)
+            await settled(write)
         except Exception as exc:
             log.warning(
                 "after_model failed invocation=%s error=%s",
@@ -240,37 +251,30 @@ class TurnMemory:
         )
 
     async def current_block(self, ctx: CallbackContext, query: str) -> str:
-        """The block the turn path would inject now (for the model-called context tool)."""
-        _, reads = await self.identities(ctx)
-        return await self.reader.read(Who.of(ctx), ctx, None, reads, query)
+        """The block the turn path would inject now (for the model-called context tool);
+        empty on any failure, the application's resolver's too (R1)."""
+        try:
+            pins = await self._pins(ctx)
+        except Exception as exc:
+            log.warning("memory read skipped error=%s", type(exc).__name__)
+            return ""
+        return await self.reader.read(Who.of(ctx), ctx, None, pins, query)
+
+    async def reads(self, ctx: CallbackContext) -> ZepIdentity:
+        """Whose memory the turn reads (session state's pins checked, see
+        ``ContextReader.checked``)."""
+        return await self.reader.checked(Who.of(ctx), await self._pins(ctx))
 
     # --- shared -------------------------------------------------------------------------
-    async def identities(self, ctx: CallbackContext) -> tuple[ZepIdentity, ZepIdentity]:
-        """Whose memory the turn writes, and whose it reads: the application's pins, then
-        session state's. A user or graph pinned in state is kept only if it is the one the
-        registry holds for this ADK user (a client could have written another user's
-        there). A thread pinned in state is written only after the worker checks it, so
-        until then reads (a context builder) are not handed it."""
-        pinned = await resolve(ctx, explicit=self.identity, resolver=self.resolve_identity)
-        state = from_state(ctx)
-        if self.settings.trust_state_identity:
-            found = pinned.filled_from(state)
-            return found, found
-        if state.user_uuid or state.graph_uuid:
-            registry = IdentityRegistry(self.enqueuer.redis(), self.settings)
-            known = await registry.lookup_user(app=ctx.session.app_name, user_id=ctx.user_id)
-            if (
-                known is None
-                or state.user_uuid not in (None, known.user_uuid)
-                or state.graph_uuid not in (None, known.graph_uuid)
-            ):
-                identity_pins_ignored.add(1)
-                log.warning(
-                    "identity pin ignored invocation=%s: not this user's", ctx.invocation_id
-                )
-                state = replace(state, user_uuid=None, graph_uuid=None)
-        writes = pinned.filled_from(state)
-        return writes, pinned.filled_from(replace(state, thread_uuid=None))
+    async def _pins(self, ctx: CallbackContext) -> Pins:
+        """The turn's pins: the application's (options, then the resolver) and session
+        state's. No lookup: only the application's resolver may wait or fail here."""
+        return await pins_of(
+            ctx,
+            explicit=self.identity,
+            resolver=self.resolve_identity,
+            trust_state=self.settings.trust_state_identity,
+        )
 
     def _nested(self, ctx: CallbackContext) -> bool:
         """W8: a nested run (an ``AgentTool``'s child runner) is not the user's turn: it
@@ -283,7 +287,7 @@ class TurnMemory:
             ctx.state[OWNER_KEY] = ctx.session.id  # also fixes a marker copied by seeding
         return False
 
-    def _message(
+    def _record(
         self,
         who: Who,
         turn: _Turn,
@@ -292,9 +296,16 @@ class TurnMemory:
         ctx: CallbackContext,
         *,
         at: float | None,
-    ) -> QueuedMessage | None:
+    ) -> Awaitable[bool]:
+        """Hand what was said to the recorder (its enqueue under way when this returns);
+        True once queued. A message that cannot be made is counted dropped."""
+        if not text:
+            return _done(True)
+        if turn.identity is None:
+            self.enqueuer.drop(1, why=UNRESOLVED)
+            return _done(False)
         name = self.settings.assistant_name if role == "assistant" else display_name(ctx)
-        return self.recorder.message(
+        message = self.recorder.message(
             who,
             identity=turn.identity,
             role=role,
@@ -303,11 +314,13 @@ class TurnMemory:
             name=name,
             at=at,
         )
+        return _done(False) if message is None else self.recorder.record([message])
 
-    def _remember(self, who: Who, turn: _Turn) -> None:
+    def _remember(self, who: Who, turn: _Turn) -> _Turn:
         self._turns[who] = turn
         while len(self._turns) > MAX_TRACKED_INVOCATIONS:
             self._turns.popitem(last=False)
+        return turn
 
     async def check_store_once(self) -> None:
         """At a turn or a search, at most every ``STORE_RECHECK_SECONDS``: warn when no

@@ -1,18 +1,29 @@
 """The write half of the turn path: every message and memory change becomes one queued
-message, enqueued in one Redis round trip (the worker stores it, after the thought)."""
+message, enqueued in one Redis round trip (the worker stores it, after the thought).
+
+W0: a message is handed over before anything that can wait or fail, and its enqueue runs
+on a task of its own, so nothing that happens to the caller afterwards (a failed read, a
+timeout, a cancellation) stops it: every message made is queued, buffered, or counted in
+``Enqueuer.dropped``, and so is every one that could not be made."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from collections.abc import Awaitable, Sequence
 
 from afterthought.agent_hooks.identity import Who, ZepIdentity
 from afterthought.contract import MEMORY_SESSION, InvalidIds, Kind, QueuedMessage, Role
 from afterthought.direct_write import DirectWriter
 from afterthought.enqueue import Enqueuer
 from afterthought.settings import Settings
-from afterthought.telemetry import queue_failures
 
 log = logging.getLogger("afterthought.hooks")
+
+#: Messages one enqueue carries (a replayed session: a few round trips, not one each).
+RECORD_CHUNK = 100
+#: Why a message is dropped whose ids cannot name a thread.
+INVALID_IDS = "invalid ids"
 
 
 class TurnRecorder:
@@ -31,7 +42,7 @@ class TurnRecorder:
         name: str | None,
         at: float | None,
     ) -> QueuedMessage | None:
-        """The message to queue; None (counted) when an id cannot name a thread."""
+        """The message to queue; None (counted dropped) when an id cannot name a thread."""
         try:
             return QueuedMessage.build(
                 app=who.app,
@@ -48,13 +59,28 @@ class TurnRecorder:
                 zep_thread_uuid=identity.thread_uuid,
             )
         except InvalidIds as exc:
-            queue_failures.add(1, {"outcome": "refused"})
             log.error("message refused invocation=%s reason=%s", who.invocation_id, exc)
+            self.enqueuer.drop(1, why=INVALID_IDS)
             return None
 
-    async def record(self, messages: list[QueuedMessage]) -> bool:
-        """Queue the messages; False if they could not be queued nor buffered."""
-        return await self.enqueuer.enqueue(messages)
+    def record(self, messages: Sequence[QueuedMessage]) -> asyncio.Task[bool]:
+        """Queue messages of one thread, in order, on a task of their own: it runs to its
+        end whatever becomes of the caller (which awaits it with ``settled``). The task starts
+        before the caller can be resumed, so before a cancellation can reach the caller.
+        Its result: False if they wait in the buffer or were dropped (counted)."""
+        return asyncio.ensure_future(self._enqueue(list(messages)))
+
+    async def _enqueue(self, messages: list[QueuedMessage]) -> bool:
+        queued = True
+        for start in range(0, len(messages), RECORD_CHUNK):
+            try:
+                queued = (
+                    await self.enqueuer.enqueue(messages[start : start + RECORD_CHUNK]) and queued
+                )
+            except asyncio.CancelledError:  # the loop is closing: this chunk is held, and
+                self.enqueuer.hold(messages[start + RECORD_CHUNK :])  # the rest behind it
+                raise
+        return queued
 
     async def queue_change(
         self,
@@ -68,23 +94,36 @@ class TurnRecorder:
         trust: str | None = None,
     ) -> bool:
         """Queue a fact to store or a memory to forget. ``source`` names the change (an
-        invocation, or the content itself), so the same change queued twice stays one."""
-        message = QueuedMessage.build(
-            app=app,
-            user_id=user_id,
-            session_id=MEMORY_SESSION,
-            invocation_id=f"{kind}:{source}",
-            role="user",
-            ordinal=0,
-            content=content,
-            kind=kind,
-            trust=trust,
-            zep_user_uuid=identity.user_uuid,
-            zep_graph_uuid=identity.graph_uuid,
-        )
-        return await self.enqueuer.enqueue([message])
+        invocation, or the content itself), so the same change queued twice stays one.
+        Raises ``InvalidIds`` (counted dropped) for ids that cannot name anything."""
+        try:
+            message = QueuedMessage.build(
+                app=app,
+                user_id=user_id,
+                session_id=MEMORY_SESSION,
+                invocation_id=f"{kind}:{source}",
+                role="user",
+                ordinal=0,
+                content=content,
+                kind=kind,
+                trust=trust,
+                zep_user_uuid=identity.user_uuid,
+                zep_graph_uuid=identity.graph_uuid,
+            )
+        except InvalidIds:
+            self.enqueuer.drop(1, why=INVALID_IDS)
+            raise
+        return await settled(self.record([message]))
 
     async def aclose(self) -> None:
         """Send what the outage buffer still holds and close this loop's connections."""
         await self.enqueuer.drain_buffer()
         await self.enqueuer.aclose()
+
+
+async def settled(write: Awaitable[bool]) -> bool:
+    """Wait for a write handed to the recorder; True once queued. Shielded: a cancelled
+    caller leaves it running. A write cut short itself (its messages are held) is False,
+    never an error for the caller."""
+    (done,) = await asyncio.gather(asyncio.shield(write), return_exceptions=True)
+    return done is True

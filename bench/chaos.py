@@ -6,6 +6,11 @@ the user's lines and the model's replies, must be in the fake exactly once, in o
 
     python bench/chaos.py --messages 10000 --sessions 30 --workers 4 --kills 20 --fault-rate 0.2
 
+With ``--pin-identity`` every session's state pins its Zep user and thread
+(``zep_user_uuid``, ``zep_thread_uuid``, untrusted: ``trust_state_identity`` off), as an
+application that provisions its own users does: the turn path has a registry check of
+those pins to make, and the worker an owner check of the thread.
+
 The agent only runs turns: it never retries, never calls enqueue itself, and is not closed
 before the check; the run waits (bounded) for the deployment to settle while its loop stays
 alive, as a long-running agent server's would. Prints one JSON object (see ``run``). Uses
@@ -32,7 +37,7 @@ import urllib.request
 import uuid
 from collections import Counter
 from collections.abc import AsyncGenerator, Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +58,7 @@ from google.genai import types  # noqa: E402
 from afterthought.agent_hooks import create_callbacks  # noqa: E402
 from afterthought.agent_hooks.messages import said_text  # noqa: E402
 from afterthought.agent_hooks.turn_memory import TurnMemory  # noqa: E402
+from afterthought.backends import open_backend  # noqa: E402
 from afterthought.backends.base import MESSAGE_KEY_FIELD  # noqa: E402
 from afterthought.connections import connect, connect_sync  # noqa: E402
 from afterthought.contract import QueuedMessage  # noqa: E402
@@ -140,6 +146,13 @@ class Conversation:
     session_id: str
     user_id: str
     turns: int
+    pins: tuple[str, str] | None = None
+    """(user, thread) UUIDs its session state pins, if any."""
+
+    def state(self) -> dict[str, str]:
+        if self.pins is None:
+            return {}
+        return {"zep_user_uuid": self.pins[0], "zep_thread_uuid": self.pins[1]}
 
     def expected(self) -> list[tuple[str, str]]:
         """(role, content) of every message it should leave in the backend, in order."""
@@ -186,8 +199,11 @@ class FakeProcess:
                 raise RuntimeError("the Zep fake did not start")
             time.sleep(0.05)
         config = {"client_timeout": BACKEND_TIMEOUT, "hang_overshoot": HANG_OVERSHOOT}
-        self._call("/_fake/config", config)
+        self.configure(config)
         return self
+
+    def configure(self, config: JSON) -> None:
+        self._call("/_fake/config", config)
 
     def __exit__(self, *exc: object) -> None:
         self._process.terminate()
@@ -398,7 +414,7 @@ async def _converse(
     """One slot: its conversations in turn, each turn a line said and a reply heard."""
     for chat in chats:
         await runner.session_service.create_session(
-            app_name=APP, user_id=chat.user_id, session_id=chat.session_id
+            app_name=APP, user_id=chat.user_id, session_id=chat.session_id, state=chat.state()
         )
         for n in range(chat.turns):
             async for _ in runner.run_async(
@@ -495,7 +511,8 @@ async def _verify(
     seen_total = 0
     for chat in chats:
         known = await registry.lookup(app=APP, user_id=chat.user_id, session_id=chat.session_id)
-        stored = fake.messages(known.thread_uuid) if known.thread_uuid else []
+        thread = chat.pins[1] if chat.pins else known.thread_uuid
+        stored = fake.messages(thread) if thread else []
         seen_total += len(stored)
         before = (found.lost, found.duplicated, found.out_of_order)
         _check(chat, stored, where, found)
@@ -548,6 +565,31 @@ def _committed_anyway(fake: FakeProcess, observed: ObservedEnqueuer) -> int:
     return sum(1 for key, seq in lowest.items() if seq <= observed.failed_at[key])
 
 
+async def _pinned(
+    settings: Settings, fake: FakeProcess, slots: list[list[Conversation]], fault_rate: float
+) -> list[list[Conversation]]:
+    """The conversations, each pinned to a Zep user (registered, as the worker would) and
+    a thread of its own, made while the fake injects no faults (set-up, not under test)."""
+    fake.configure({"fault_rate": 0.0})
+    client = connect(settings.redis_url)
+    registry = IdentityRegistry(client, settings)
+    backend = open_backend(settings)
+    try:
+        pinned = []
+        for slot in slots:
+            chats = []
+            for chat in slot:
+                user, _ = await registry.ensure_user(backend, app=APP, user_id=chat.user_id)
+                thread = await backend.create_thread(user=user, idempotency_key=chat.session_id)
+                chats.append(replace(chat, pins=(user.user_uuid, thread)))
+            pinned.append(chats)
+        return pinned
+    finally:
+        await backend.aclose()
+        await client.aclose()
+        fake.configure({"fault_rate": fault_rate})
+
+
 def _settings(redis_url: str | None, fake: FakeProcess, **overrides: Any) -> Settings:
     values: dict[str, Any] = {
         "redis_url": redis_url or os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0"),
@@ -578,13 +620,15 @@ def run(
     threads: int | None = None,
     failover: Callable[[], object] | None = None,
     failovers: int = 1,
+    pin_identity: bool = False,
     **overrides: Any,
 ) -> JSON:
     """One run; ``timeout`` bounds the wait for the deployment to settle. ``think``: the
     mean pause, in seconds, between a reply and the user's next line. ``threads`` is the
     old name of ``sessions``. ``failover``: called ``failovers`` times, one after another on
     a thread of its own, as the turns done pass evenly spaced points (one: a third of the
-    way; a Redis master killed and replaced, say); ``overrides``: settings of the agent and
+    way; a Redis master killed and replaced, say); ``pin_identity``: sessions pin their user
+    and thread in state (see the module's text); ``overrides``: settings of the agent and
     the workers.
 
     Reports ``lost``, ``duplicated`` (extra copies), ``out_of_order`` (messages stored
@@ -599,8 +643,7 @@ def run(
     sessions = threads or sessions
     rng = random.Random(seed)
     slots = plan(messages, sessions, turns_per_session)
-    chats = [chat for slot in slots for chat in slot]
-    turns = sum(chat.turns for chat in chats)
+    turns = sum(chat.turns for slot in slots for chat in slot)
     progress = Progress()
     with contextlib.ExitStack() as stack:  # undone in reverse: workers, keys, logging, fake
         fake = stack.enter_context(
@@ -608,6 +651,9 @@ def run(
         )
         settings = _settings(redis_url, fake, **overrides)
         stack.callback(lambda: asyncio.run(cleanup(settings)))
+        if pin_identity:
+            slots = asyncio.run(_pinned(settings, fake, slots, fault_rate))
+        chats = [chat for slot in slots for chat in slot]
         tally = stack.enter_context(_tallying(logging.getLogger("afterthought")))
         pool = Workers(settings, workers)
         stack.callback(pool.stop)
@@ -678,6 +724,7 @@ def run(
         "stalls": {"count": progress.stalls, "seconds": round(progress.stalled, 1)},
         "fault_rate": fault_rate,
         "honor_idempotency": honor_idempotency,
+        "pin_identity": pin_identity,
         "lost": found.lost,
         "duplicated": found.duplicated,
         "out_of_order": found.out_of_order,
@@ -720,6 +767,9 @@ def main() -> None:
     parser.add_argument("--think", type=float, default=0.05, help="mean seconds between turns")
     parser.add_argument("--settle-timeout", type=float, default=120.0)
     parser.add_argument("--seed", type=int)
+    parser.add_argument(
+        "--pin-identity", action="store_true", help="sessions pin user and thread in state"
+    )
     args = parser.parse_args()
     print(
         json.dumps(
@@ -735,6 +785,7 @@ def main() -> None:
                 think=args.think,
                 seed=args.seed,
                 timeout=args.settle_timeout,
+                pin_identity=args.pin_identity,
             )
         )
     )

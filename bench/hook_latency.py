@@ -8,7 +8,14 @@ Added latency = a percentile of turns with memory minus the same percentile of a
 agent. afterthought warm: the context cache holds the user's block; cold: every turn
 misses it and reads through; query: ``context_mode="query"``, the block retrieved for each
 message — from the local store (SQLite in this process, the user holding ``--history``
-messages) and from the Zep fake. Prints one JSON object. Uses REDIS_URL or 127.0.0.1:6379."""
+messages) and from the Zep fake. Prints one JSON object. Uses REDIS_URL or 127.0.0.1:6379.
+
+    python bench/hook_latency.py --hang 150
+
+measures a backend hang instead: the fake stops answering (requests wait, as behind a
+stalled load balancer) while every turn misses the cache; reported are the turns that
+waited out the budget before the read breaker opened, the added latency of the turns
+after it opened, and the half-open probes among them."""
 
 from __future__ import annotations
 
@@ -136,7 +143,9 @@ async def _fill(settings: Settings, user: str, history: int) -> None:
     await backend.aclose()
 
 
-async def ours(settings: Settings, n: int, *, warm: bool, history: int = 0) -> list[float]:
+async def _provisioned(settings: Settings, history: int = 0) -> tuple[Runner, str]:
+    """A runner with our hooks, and a user the worker provisioned (its block cached),
+    connections and scripts warmed."""
     memory = create_callbacks(settings=settings)
     runner = _runner(
         before_model_callback=memory.before_model_callback,
@@ -152,16 +161,60 @@ async def ours(settings: Settings, n: int, *, warm: bool, history: int = 0) -> l
         worker.wait(timeout=30)
     if history:
         await _fill(settings, user, history)
-    client = aioredis.Redis.from_url(settings.redis_url)
+    await _turns(runner, user, 5)
+    return runner, user
+
+
+def _forgetting(settings: Settings, client: aioredis.Redis) -> Callable[[], Any]:
+    """Drops every cached block: the next turn misses the cache."""
 
     async def forget_block() -> None:
         async for key in client.scan_iter(match=f"{settings.key_prefix}:ctx:*"):
             await client.delete(key)
 
-    await _turns(runner, user, 5)  # connections and scripts warmed
-    took = await _turns(runner, user, n, before_each=None if warm else forget_block)
+    return forget_block
+
+
+async def ours(settings: Settings, n: int, *, warm: bool, history: int = 0) -> list[float]:
+    runner, user = await _provisioned(settings, history)
+    client = aioredis.Redis.from_url(settings.redis_url)
+    forget = None if warm else _forgetting(settings, client)
+    took = await _turns(runner, user, n, before_each=forget)
     await client.aclose()
     return took
+
+
+async def hung(settings: Settings, fake: ZepFake, seconds: float) -> list[float]:
+    """Cache-missing turns for ``seconds`` while the fake hangs (it answers nothing)."""
+    runner, user = await _provisioned(settings)
+    client = aioredis.Redis.from_url(settings.redis_url)
+    forget = _forgetting(settings, client)
+    fake.latency = 24 * 3600.0  # requests wait, unanswered, until the client gives up
+    took: list[float] = []
+    until = time.monotonic() + seconds
+    while time.monotonic() < until:
+        took += await _turns(runner, user, 10, before_each=forget)
+    await client.aclose()
+    return took
+
+
+def _hang_report(baseline: list[float], took: list[float], budget: float) -> dict[str, Any]:
+    """Turns that waited out the budget before the breaker opened, then the others."""
+    waited = [t >= budget for t in took]
+    opened = waited.index(False) if False in waited else len(took)
+    after = took[opened:]
+    base = _percentiles(baseline)
+    got = _percentiles(after) if after else {"p50_ms": 0.0, "p99_ms": 0.0}
+    return {
+        "turns": len(took),
+        "budget_s": budget,
+        "turns_before_breaker_opened": opened,
+        "after_open": {
+            "turns": len(after),
+            "added": {k: round(got[k] - base[k], 3) for k in got},
+            "probes": sum(waited[opened:]),
+        },
+    }
 
 
 async def zep_adk(base_url: str, n: int) -> list[float]:
@@ -186,6 +239,9 @@ def main() -> None:
     parser.add_argument("--latency", type=float, default=0.15)
     parser.add_argument("--history", type=int, default=10_000, help="local query mode's store")
     parser.add_argument("--zep-budget", type=float, default=0.5, help="Zep query mode's budget")
+    parser.add_argument(
+        "--hang", type=float, metavar="SECONDS", help="measure a backend hang this long instead"
+    )
     args = parser.parse_args()
     few = max(20, args.turns // 10)
     with ZepFake(latency=args.latency) as fake, tempfile.TemporaryDirectory() as tmp:
@@ -202,6 +258,15 @@ def main() -> None:
                 "local_db_path": Path(tmp) / "memory.sqlite3",
             }
         )
+        if args.hang:
+            try:
+                baseline = asyncio.run(bare(args.turns))
+                took = asyncio.run(hung(settings, fake, args.hang))
+            finally:
+                asyncio.run(cleanup(settings))
+            report = _hang_report(baseline, took, settings.retrieval_budget)
+            print(json.dumps({"hang_s": args.hang, "bare_turn": _percentiles(baseline), **report}))
+            return
         try:
             baseline = asyncio.run(bare(args.turns))
             warm = asyncio.run(ours(settings, args.turns, warm=True))

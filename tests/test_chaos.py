@@ -37,3 +37,30 @@ def test_a_stalling_agent_with_killed_workers_and_ambiguous_faults_loses_nothing
     assert result["settled"], report
     found = (result["lost"], result["duplicated"], result["out_of_order"], result["stray"])
     assert found == (0, 0, 0, 0), report
+
+
+@pytest.mark.timeout(300)
+def test_sessions_pinning_identity_in_state_on_a_stalling_loop_lose_nothing() -> None:
+    """Issue 21: every session's first message was lost when its state pinned a user and
+    thread (untrusted) and the loop stalled during the pins' registry check. One turn a
+    session, so every message said is a session's first."""
+    result = chaos.run(
+        messages=240,
+        sessions=16,
+        turns_per_session=1,
+        workers=2,
+        kills=1,
+        fault_rate=0.1,
+        stall=True,
+        think=0.05,
+        seed=8,
+        redis_url=REDIS_URL,
+        timeout=60,
+        pin_identity=True,
+    )
+    report = json.dumps(result)
+    assert result["stalls"]["count"] > 0 and result["pin_identity"], report
+    assert result["settled"], report
+    found = (result["lost"], result["duplicated"], result["out_of_order"], result["stray"])
+    assert found == (0, 0, 0, 0), report
+    assert result["hooks"]["dropped"] == 0, report

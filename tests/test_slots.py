@@ -23,7 +23,7 @@ from google.genai import types
 
 from afterthought.agent_hooks.backfill import Backfill, jsonl_source
 from afterthought.agent_hooks.context_reader import ContextReader
-from afterthought.agent_hooks.identity import Who, ZepIdentity
+from afterthought.agent_hooks.identity import Pins, Who
 from afterthought.audit import AuditLog, Entry
 from afterthought.backends import open_backend
 from afterthought.backends.base import MemoryBackend, OutgoingMessage
@@ -194,14 +194,14 @@ async def _scenario(settings: Settings, recorder: Recorder, tmp: Path) -> None:
             )
         await cache.read(redis, app=APP, user_id="alice", session_id="s1")
         who = Who(APP, "alice", "s1", "inv-read")
-        assert await reader.read(who, no_ctx, None, ZepIdentity(), "where do I live?")
+        assert await reader.read(who, no_ctx, None, Pins(), "where do I live?")
 
         recorder.phase("cache invalidate")
         await cache.invalidate(redis, app=APP, user_id="alice", graph_uuid=alice.graph_uuid)
 
         recorder.phase("cache read-through")
         fresh = Who(APP, "alice", "s9", "inv-miss")
-        assert await reader.read(fresh, no_ctx, None, ZepIdentity(), "where do I live?")
+        assert await reader.read(fresh, no_ctx, None, Pins(), "where do I live?")
 
         # Said since the worker synthesized what it stored, so there is something to write.
         thread = (await registry.lookup(app=APP, user_id="alice", session_id="s1")).thread_uuid

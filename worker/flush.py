@@ -1230,8 +1230,9 @@ class Flusher:
     async def _pinned_user(
         self, message: QueuedMessage, epoch: _Epoch, registered: Identity
     ) -> UserRef:
-        """Whose the pinned thread must be: the pinned user (the agent keeps only pins its
-        application set, or that match the registry), else the ADK user's."""
+        """Whose the pinned thread must be: the pinned user (the agent sends only pins its
+        application set, or session state it is trusted with), else the ADK user's: the
+        registry's, the only one a user pinned in untrusted state may name."""
         if message.zep_user_uuid:
             return UserRef(message.zep_user_uuid, message.zep_graph_uuid or "")
         if registered.user is not None:
