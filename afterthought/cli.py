@@ -164,6 +164,7 @@ def _reach(settings: Settings) -> None:
 
 
 def _status(args: argparse.Namespace) -> int:
+    from afterthought.spool import Spool
     from afterthought.status import snapshot
 
     async def work(settings: Settings, client: aioredis.Redis) -> int:
@@ -180,6 +181,7 @@ def _status(args: argparse.Namespace) -> int:
         finally:
             if jobs is not None:
                 await jobs.aclose()
+        status = status.model_copy(update={"spooled": Spool.of(settings).waiting()})
         print(status.model_dump_json(indent=2) if args.json else _describe(status))
         return OK if not status.problems else ATTENTION
 
@@ -243,6 +245,7 @@ def _describe(status: Status) -> str:
         f"  threads     due {q.due}, leased {q.leased}, deferred {q.deferred}, "
         f"stranded {q.stranded}; {q.jobs_waiting} jobs waiting",
         f"dead letters  {status.dead_letters}",
+        f"spool here    {status.spooled} messages",
         *_shard_lines(status),
         f"paused        {paused}",
         f"workers       {len(status.workers)} live",

@@ -5,6 +5,7 @@ next agent process or a worker of the machine."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import stat
@@ -27,7 +28,7 @@ from afterthought.spool import APPEND_LOCK, LIVE, Spool, frame, replay_into, unf
 from afterthought.testing import RedisServer, ZepFake
 from afterthought.worker import metrics
 from afterthought.worker.jobs import replay_spool
-from tests.conftest import drain, queued, where
+from tests.conftest import drain, queued, run_cli, where
 
 ROOT = Path(__file__).resolve().parent.parent
 #: Generous for a loaded machine, far below what exit took before the spool (the drain's
@@ -395,3 +396,13 @@ async def test_a_worker_replays_and_counts_what_is_damaged(
     await replay_spool(spool, ThreadQueue(redis, settings))
     assert metrics.SPOOL_MESSAGES.labels("damaged")._value.get() == before + 1
     assert await _pending(settings, queued("m0", 0)) == ["m0"]
+
+
+def test_status_says_how_many_messages_wait_in_this_machines_spool(
+    make_settings: Callable[..., Settings],
+) -> None:
+    settings = make_settings()
+    Spool.of(settings).append([queued("m0", 0), queued("m1", 1)])
+    done = run_cli(settings, "status", "--json")
+    assert json.loads(done.stdout)["spooled"] == 2, done.stderr
+    assert "spool here    2 messages" in run_cli(settings, "status").stdout
