@@ -144,6 +144,9 @@ class Enqueuer:
         self._replay_due = True
         """The spool may hold messages: replayed once Redis answers (at the first contact,
         another process's of an earlier run)."""
+        self._replay_first = not self.spool.empty()
+        """The spool held messages when this process began (an earlier process's turns,
+        perhaps of a session this one goes on with): nothing is queued before they are."""
         self._layout_known = False
         """The deployment's layout was found to be this process's (checked once)."""
         self._mislaid = False
@@ -188,7 +191,7 @@ class Enqueuer:
             return False
         with self._lock:
             # The thread's earlier messages still wait, in the buffer or the spool.
-            behind = thread in self._held or thread in self._spooled
+            behind = thread in self._held or thread in self._spooled or self._replay_first
         if behind or not self.breaker.allow():
             self._hold(messages)
             return False
@@ -382,13 +385,17 @@ class Enqueuer:
 
     async def _drain(self, queue: ThreadQueue, *, until: float, replay: bool = True) -> None:
         """Send what the buffer holds until it is empty (or ``until``, monotonic), then,
-        with ``replay``, what the spool holds."""
+        with ``replay``, what the spool holds; the spool first if it held messages when
+        this process began (without ``replay`` the buffer then waits, to be spooled
+        behind them)."""
         backoff = BACKOFF_START_SECONDS
-        while (self.buffered or (replay and self._replay_due)) and time.monotonic() < until:
-            if self.buffered:
+        while time.monotonic() < until:
+            if self.buffered and not self._replay_first:
                 wait = await self.drain_step(queue, backoff=backoff)
-            else:
+            elif replay and self._replay_due:
                 wait = await self.replay_step(queue, backoff=backoff)
+            else:
+                return
             backoff = min(backoff * 2, MAX_DRAIN_BACKOFF_SECONDS) if wait else BACKOFF_START_SECONDS
             if wait:
                 await asyncio.sleep(min(wait, until - time.monotonic()))
@@ -476,7 +483,8 @@ class Enqueuer:
         if result.damaged:
             self._drop(result.damaged, why=SPOOL_DAMAGED)
         if self._mislaid:
-            self._replay_due = False  # the spool is another layout's: left for its processes
+            # The spool is another layout's: left for its processes.
+            self._replay_due = self._replay_first = False
             return 0.0
         if result.busy:
             return FULL_RETRY_SECONDS  # another process replays: this one looks again later
@@ -485,7 +493,7 @@ class Enqueuer:
         with self._spool_lock:  # no message of this process is spooled meanwhile
             if self.spool.empty():
                 self._spooled.clear()
-                self._replay_due = False
+                self._replay_due = self._replay_first = False
         return 0.0
 
     def wait_empty(self, timeout: float) -> bool:
@@ -582,6 +590,11 @@ class _Drainer:
                 loop.run_until_complete(client.aclose())
             loop.close()
 
+    @property
+    def alive(self) -> bool:
+        thread = self._thread
+        return thread is not None and thread.is_alive()
+
     def stop(self) -> None:
         """End the thread after its current step (its buffer is empty): its loop and
         connection are closed."""
@@ -609,11 +622,11 @@ watch_buffer(lambda: sum(e.buffered for e in list(_ENQUEUERS)))
 
 @atexit.register
 def _spool_at_exit() -> None:
-    """Every buffer gets its ``exit_flush_seconds``, together, to reach Redis; what is
-    left then is spooled, whether or not its drain thread is still waiting on Redis (a
-    copy it sends after all is one the replay skips)."""
+    """Every buffer gets its ``exit_flush_seconds``, together, to reach Redis (and a
+    replay under way, to end); what is left then is spooled, whether or not its drain
+    thread is still waiting on Redis (a copy it sends after all is one the replay skips)."""
     start = time.monotonic()
-    held = [e for e in list(_ENQUEUERS) if e.buffered]
+    held = [e for e in list(_ENQUEUERS) if e.buffered or (e._replay_due and e._drainer.alive)]
     for enqueuer in held:
         enqueuer._drainer._closing_until = start + enqueuer._settings.exit_flush_seconds
         enqueuer._drainer._wake.set()

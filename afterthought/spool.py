@@ -149,8 +149,12 @@ class Spool:
         return [*self._claimed(), self.directory / LIVE]
 
     def empty(self) -> bool:
-        """Nothing to replay (a cheap look: no file, no claim)."""
-        return not (self.directory / LIVE).exists() and not self._claimed()
+        """Nothing to replay (a cheap look: no file, no claim); a spool that cannot be
+        looked at holds nothing this process could replay."""
+        try:
+            return not (self.directory / LIVE).exists() and not self._claimed()
+        except OSError:
+            return True
 
     def size(self) -> int:
         """Bytes of records waiting to be replayed (replayed parts of a claim included)."""
