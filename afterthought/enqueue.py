@@ -8,9 +8,8 @@ never holds up another user), never waiting for another turn, and once more at e
 What Redis has not taken when the process exits (after ``exit_flush_seconds``), or when
 the buffer is full, goes to the machine's spool (:mod:`afterthought.spool`), which this
 process's drain thread replays once Redis answers, as do the workers of this machine.
-Every message handed to
-:meth:`Enqueuer.enqueue` is in Redis, in the buffer (``buffered``, also a gauge), in the
-spool (``spooled``), or counted in ``dropped``."""
+Every message handed to :meth:`Enqueuer.enqueue` is in Redis, in the buffer
+(``buffered``, also a gauge), in the spool (``spooled``), or counted in ``dropped``."""
 
 from __future__ import annotations
 
@@ -383,13 +382,16 @@ class Enqueuer:
             if not self._count:
                 self._emptied.notify_all()
 
-    async def _drain(self, queue: ThreadQueue, *, until: float, replay: bool = True) -> None:
-        """Send what the buffer holds until it is empty (or ``until``, monotonic), then,
-        with ``replay``, what the spool holds; the spool first if it held messages when
-        this process began (without ``replay`` the buffer then waits, to be spooled
-        behind them)."""
+    async def _drain(
+        self, queue: ThreadQueue, *, until: float, replay: bool, halt: threading.Event
+    ) -> None:
+        """Send what the buffer holds until it is empty (or ``until``, monotonic, or
+        ``halt``), then, with ``replay``, what the spool holds; the spool first if it held
+        messages when this process began (without ``replay`` the buffer then waits, to be
+        spooled behind them). Its waits block: the drain thread's loop runs nothing else,
+        and ``halt`` ends them at once."""
         backoff = BACKOFF_START_SECONDS
-        while time.monotonic() < until:
+        while time.monotonic() < until and not halt.is_set():
             if self.buffered and not self._replay_first:
                 wait = await self.drain_step(queue, backoff=backoff)
             elif replay and self._replay_due:
@@ -398,7 +400,7 @@ class Enqueuer:
                 return
             backoff = min(backoff * 2, MAX_DRAIN_BACKOFF_SECONDS) if wait else BACKOFF_START_SECONDS
             if wait:
-                await asyncio.sleep(min(wait, until - time.monotonic()))
+                halt.wait(max(0.0, min(wait, until - time.monotonic())))
 
     async def drain_step(self, queue: ThreadQueue, *, backoff: float) -> float:
         """One step of draining: the next thread's oldest held messages, sent once. Returns
@@ -542,14 +544,16 @@ class _Drainer:
         self._enqueuer = weakref.ref(enqueuer)
         self._settings = enqueuer._settings
         self._wake = threading.Event()
+        self._halt = threading.Event()
+        """Set by :meth:`stop` (cleared by a wake after it): the drain ends its current
+        step, waits no more, and the thread ends."""
         self._thread: threading.Thread | None = None
         self._closing_until: float | None = None
         self._start = threading.Lock()
-        self._stopping = False
 
     def wake(self) -> None:
         with self._start:
-            self._stopping = False
+            self._halt.clear()
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(
                     target=self._main, name="afterthought-drain", daemon=True
@@ -571,7 +575,7 @@ class _Drainer:
                             return
                 self._wake.clear()
                 with self._start:  # a wake() after stop() clears the flag: keep draining
-                    if self._stopping:
+                    if self._halt.is_set():
                         self._thread = None
                         return
                 enqueuer = self._enqueuer()
@@ -579,7 +583,9 @@ class _Drainer:
                     return
                 closing = self._closing_until
                 until = float("inf") if closing is None else closing
-                loop.run_until_complete(enqueuer._drain(queue, until=until, replay=closing is None))
+                loop.run_until_complete(
+                    enqueuer._drain(queue, until=until, replay=closing is None, halt=self._halt)
+                )
                 if self._closing_until is not None:
                     return
                 del enqueuer
@@ -602,7 +608,7 @@ class _Drainer:
             thread = self._thread
             if thread is None or not thread.is_alive():
                 return
-            self._stopping = True
+            self._halt.set()
         self._wake.set()
         thread.join(STOP_SECONDS)
 

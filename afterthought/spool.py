@@ -164,14 +164,20 @@ class Spool:
                 total += path.stat().st_size
         return total
 
-    def waiting(self) -> int:
-        """Records waiting to be replayed (counted in the files: for ``status``)."""
-        count = 0
+    def _lines(self) -> Iterator[bytes]:
+        """The lines waiting to be replayed, oldest first."""
         for path in self._files():
             with contextlib.suppress(FileNotFoundError), path.open("rb") as f:
                 f.seek(_done(path))
-                count += sum(1 for line in f if line.endswith(b"\n"))
-        return count
+                yield from f
+
+    def waiting(self) -> int:
+        """Records waiting to be replayed (counted in the files: for ``status``)."""
+        return sum(1 for line in self._lines() if line.endswith(b"\n"))
+
+    def messages(self) -> list[QueuedMessage]:
+        """The messages waiting to be replayed, oldest first (to inspect it)."""
+        return [m for m in map(unframe, self._lines()) if m is not None]
 
     def append(self, messages: Sequence[QueuedMessage]) -> Appended:
         """Write messages at the end, in order, durably; those past ``max_bytes`` are not

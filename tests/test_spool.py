@@ -318,15 +318,24 @@ async def test_a_full_buffer_spills_to_the_spool_in_order(
         server.close()
 
 
-async def test_close_spools_what_redis_did_not_take(
+async def test_close_spools_what_redis_did_not_take_and_ends_its_drain_thread(
     make_settings: Callable[..., Settings],
 ) -> None:
-    settings = make_settings(redis_url="redis://127.0.0.1:1/0", exit_flush_seconds=0)
+    """``aclose`` waits ``exit_flush_seconds`` (none here), spools the rest, and its drain
+    thread ends although it was waiting out an open breaker (or Redis)."""
+    settings = make_settings(
+        redis_url="redis://127.0.0.1:1/0",
+        exit_flush_seconds=0,
+        breaker_failures=1,
+        breaker_seconds=300,
+    )
     enqueuer = Enqueuer(settings)
     assert not await enqueuer.enqueue([queued("m0", 0), queued("m1", 1)])
+    assert enqueuer._drainer.alive
     await enqueuer.aclose()
     assert (enqueuer.buffered, enqueuer.spooled, enqueuer.dropped) == (0, 2, 0)
     assert enqueuer.spool.waiting() == 2
+    assert not enqueuer._drainer.alive
 
 
 async def test_a_full_spool_drops_and_counts(
