@@ -5,10 +5,17 @@ the turn has ended, then exits. ``python -m tests.one_shot_agent USER TEXT``"""
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
 import sys
+import time
+from pathlib import Path
 
 from afterthought.agent_hooks import create_callbacks
+from afterthought.settings import Settings
 from tests.adk_support import make_runner, new_session, say
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 async def main(user_id: str, text: str) -> None:
@@ -16,6 +23,29 @@ async def main(user_id: str, text: str) -> None:
     session = await new_session(runner, user_id)
     await say(runner, user_id, session, text)
     print("turn done", flush=True)
+
+
+def one_shot(settings: Settings, user: str, text: str) -> tuple[float, int]:
+    """Run one turn in a process of its own, configured like ``settings``; (seconds from
+    the end of its turn to its exit, exit code)."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tests.one_shot_agent", user, text],
+        cwd=ROOT,
+        env={**os.environ, **settings.as_env()},
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None
+    try:
+        for line in proc.stdout:
+            if line.strip() == "turn done":
+                break
+        ended = time.monotonic()
+        code = proc.wait(timeout=120)
+        return time.monotonic() - ended, code
+    finally:
+        proc.kill()
+        proc.wait()
 
 
 if __name__ == "__main__":

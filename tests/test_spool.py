@@ -14,7 +14,6 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 import pytest
 import redis.asyncio as aioredis
@@ -29,34 +28,11 @@ from afterthought.testing import RedisServer, ZepFake
 from afterthought.worker import metrics
 from afterthought.worker.jobs import replay_spool
 from tests.conftest import drain, queued, run_cli, where
+from tests.one_shot_agent import one_shot
 
-ROOT = Path(__file__).resolve().parent.parent
 #: Generous for a loaded machine, far below what exit took before the spool (the drain's
 #: fixed 5 s plus a second): the bound is ``exit_flush_seconds`` plus the interpreter's exit.
 EXIT_SLACK_SECONDS = 4.0
-
-
-def _one_shot(settings: Settings, user: str, text: str) -> tuple[float, int]:
-    """Run one turn in a process of its own; (seconds from the end of its turn to its
-    exit, exit code)."""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "tests.one_shot_agent", user, text],
-        cwd=ROOT,
-        env={**os.environ, **settings.as_env()},
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    assert proc.stdout is not None
-    try:
-        for line in proc.stdout:
-            if line.strip() == "turn done":
-                break
-        ended = time.monotonic()
-        code = proc.wait(timeout=120)
-        return time.monotonic() - ended, code
-    finally:
-        proc.kill()
-        proc.wait()
 
 
 async def _pending(settings: Settings, message: QueuedMessage) -> list[str]:
@@ -101,7 +77,7 @@ async def test_a_one_shot_agent_with_redis_down_exits_in_time_and_its_turn_is_st
             server.stop()
         else:
             os.kill(pid, signal.SIGSTOP)
-        took, code = _one_shot(settings, "ada", "I keep bees in Porto")
+        took, code = one_shot(settings, "ada", "I keep bees in Porto")
         assert code == 0
         assert took < settings.exit_flush_seconds + EXIT_SLACK_SECONDS
         assert spool.waiting() == 2  # the user's message and the reply
@@ -138,13 +114,13 @@ async def test_the_next_agent_process_replays_the_spool_once_it_reaches_redis(
     spool = Spool.of(settings)
     try:
         server.stop()
-        assert _one_shot(settings, "ada", "first, while Redis is down")[1] == 0
+        assert one_shot(settings, "ada", "first, while Redis is down")[1] == 0
         assert spool.waiting() == 2
         server = RedisServer(port=server.port)
         server.start()
         # Long enough for the replay on any machine: the exit ends as soon as it is done.
         later = settings.model_copy(update={"exit_flush_seconds": 60.0})
-        assert _one_shot(later, "ada", "second, Redis is back")[1] == 0
+        assert one_shot(later, "ada", "second, Redis is back")[1] == 0
         assert spool.empty()  # replayed by the agent: no worker has run yet
         await drain(settings)
         stored = _stored(zep_fake)
