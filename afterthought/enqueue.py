@@ -137,15 +137,13 @@ class Enqueuer:
         self._spool_lock = threading.Lock()
         """Held to spool a thread's messages or to find the spool replayed (before
         ``_lock``, never inside it)."""
-        self._spooled: set[str] = set()
-        """Threads this process spooled messages of: their next ones go to the spool too,
-        behind them, until a replay finds the spool empty."""
+        self._spooled: set[str] = self.spool.threads()
+        """Threads with messages in the spool, this process's or (found as it began) an
+        earlier process's, perhaps of a session this one goes on with: their next messages
+        go to the spool too, behind them, until a replay finds the spool empty."""
         self._replay_due = True
         """The spool may hold messages: replayed once Redis answers (at the first contact,
         another process's of an earlier run)."""
-        self._replay_first = not self.spool.empty()
-        """The spool held messages when this process began (an earlier process's turns,
-        perhaps of a session this one goes on with): nothing is queued before they are."""
         self._layout_known = False
         """The deployment's layout was found to be this process's (checked once)."""
         self._mislaid = False
@@ -190,7 +188,7 @@ class Enqueuer:
             return False
         with self._lock:
             # The thread's earlier messages still wait, in the buffer or the spool.
-            behind = thread in self._held or thread in self._spooled or self._replay_first
+            behind = thread in self._held or thread in self._spooled
         if behind or not self.breaker.allow():
             self._hold(messages)
             return False
@@ -386,13 +384,12 @@ class Enqueuer:
         self, queue: ThreadQueue, *, until: float, replay: bool, halt: threading.Event
     ) -> None:
         """Send what the buffer holds until it is empty (or ``until``, monotonic, or
-        ``halt``), then, with ``replay``, what the spool holds; the spool first if it held
-        messages when this process began (without ``replay`` the buffer then waits, to be
-        spooled behind them). Its waits block: the drain thread's loop runs nothing else,
-        and ``halt`` ends them at once."""
+        ``halt``), then, with ``replay``, what the spool holds (the two hold different
+        threads). Its waits block: the drain thread's loop runs nothing else, and ``halt``
+        ends them at once."""
         backoff = BACKOFF_START_SECONDS
         while time.monotonic() < until and not halt.is_set():
-            if self.buffered and not self._replay_first:
+            if self.buffered:
                 wait = await self.drain_step(queue, backoff=backoff)
             elif replay and self._replay_due:
                 wait = await self.replay_step(queue, backoff=backoff)
@@ -486,7 +483,7 @@ class Enqueuer:
             self._drop(result.damaged, why=SPOOL_DAMAGED)
         if self._mislaid:
             # The spool is another layout's: left for its processes.
-            self._replay_due = self._replay_first = False
+            self._replay_due = False
             return 0.0
         if result.busy:
             return FULL_RETRY_SECONDS  # another process replays: this one looks again later
@@ -495,7 +492,7 @@ class Enqueuer:
         with self._spool_lock:  # no message of this process is spooled meanwhile
             if self.spool.empty():
                 self._spooled.clear()
-                self._replay_due = self._replay_first = False
+                self._replay_due = False
         return 0.0
 
     def wait_empty(self, timeout: float) -> bool:

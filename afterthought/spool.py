@@ -179,6 +179,14 @@ class Spool:
         """The messages waiting to be replayed, oldest first (to inspect it)."""
         return [m for m in map(unframe, self._lines()) if m is not None]
 
+    def threads(self) -> set[str]:
+        """The threads of the messages waiting (none, when the spool cannot be read: this
+        process could not replay it either)."""
+        try:
+            return {m.thread_key for m in self.messages()}
+        except OSError:
+            return set()
+
     def append(self, messages: Sequence[QueuedMessage]) -> Appended:
         """Write messages at the end, in order, durably; those past ``max_bytes`` are not
         written (the caller counts them dropped)."""

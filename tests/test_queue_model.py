@@ -458,7 +458,7 @@ class WritePath:
     async def drain_step(self, enqueuer: Any, queue: Any) -> float | None:
         """One step of the agent's drain, as its thread takes them (the buffer, then the
         spool); how long it asks to wait (None: no drain)."""
-        if enqueuer.buffered and not enqueuer._replay_first:
+        if enqueuer.buffered:
             wait: float = await enqueuer.drain_step(queue, backoff=0.05)
         elif enqueuer._replay_due:
             wait = await enqueuer.replay_step(queue, backoff=0.05)

@@ -397,12 +397,14 @@ async def test_a_session_the_next_process_goes_on_with_keeps_its_order(
     make_settings: Callable[..., Settings],
 ) -> None:
     """A one-shot agent spooled turn 1 of a session; the next process says turn 2 with
-    Redis up. Turn 2 waits for turn 1's replay: queued after it, never before."""
+    Redis up. Turn 2 waits for turn 1's replay: queued after it, never before. Another
+    session's message is queued at once."""
     settings = make_settings()
     Spool.of(settings).append([queued("turn 1", 1), queued("reply 1", 1, role="assistant")])
     enqueuer = Enqueuer(settings)
     try:
-        await enqueuer.enqueue([queued("turn 2", 2)])
+        assert await enqueuer.enqueue([queued("elsewhere", 0, session="s2")])
+        assert not await enqueuer.enqueue([queued("turn 2", 2)])
         deadline = time.monotonic() + 60
         while enqueuer.buffered or enqueuer._replay_due:
             assert time.monotonic() < deadline, "the spool was not replayed"
