@@ -413,3 +413,17 @@ async def test_a_session_the_next_process_goes_on_with_keeps_its_order(
         assert await enqueuer.enqueue([queued("turn 3", 3)])  # straight into Redis again
     finally:
         await enqueuer.aclose()
+
+
+async def test_a_message_redis_may_hold_already_is_spooled_unsure(
+    make_settings: Callable[..., Settings],
+) -> None:
+    """Its enqueue's reply was lost: when it is replayed after the thread's queue has
+    forgotten its key (128 keys, a day), the worker still checks the backend first."""
+    settings = make_settings(redis_url="redis://127.0.0.1:1/0", exit_flush_seconds=0)
+    enqueuer = Enqueuer(settings)
+    enqueuer._hold([queued("maybe queued", 0)], maybe_queued=True)
+    enqueuer._hold([queued("surely not", 0, session="s2")])
+    await enqueuer.aclose()
+    spooled = {m.content: m.unsure for m in enqueuer.spool.messages()}
+    assert spooled == {"maybe queued": True, "surely not": False}
