@@ -165,6 +165,7 @@ def _reach(settings: Settings) -> None:
 
 
 def _status(args: argparse.Namespace) -> int:
+    from afterthought.spool import Spool
     from afterthought.status import snapshot
 
     async def work(settings: Settings, client: aioredis.Redis) -> int:
@@ -181,6 +182,7 @@ def _status(args: argparse.Namespace) -> int:
         finally:
             if jobs is not None:
                 await jobs.aclose()
+        status = status.model_copy(update={"spooled": Spool.of(settings).waiting()})
         print(status.model_dump_json(indent=2) if args.json else _describe(status))
         return OK if not status.problems else ATTENTION
 
@@ -245,6 +247,7 @@ def _describe(status: Status) -> str:
         f"stranded {q.stranded}; {q.jobs_waiting} jobs waiting",
         f"dead letters  {status.dead_letters}",
         *_lost_data_line(status),
+        f"spool here    {status.spooled} messages",
         *_shard_lines(status),
         f"paused        {paused}",
         f"workers       {len(status.workers)} live",

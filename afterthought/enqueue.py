@@ -5,8 +5,11 @@ keys a thread already holds, so sending a message again is always safe (W2). Wha
 not be queued at once waits in a bounded in-process buffer that a drain thread empties as
 soon as Redis answers: in order within a thread, fair across threads (a full thread
 never holds up another user), never waiting for another turn, and once more at exit (W7).
-Every message handed to :meth:`Enqueuer.enqueue` is in Redis, in the buffer (``buffered``,
-also a gauge), or counted in ``dropped``."""
+What Redis has not taken when the process exits (after ``exit_flush_seconds``), or when
+the buffer is full, goes to the machine's spool (:mod:`afterthought.spool`), which this
+process's drain thread replays once Redis answers, as do the workers of this machine.
+Every message handed to :meth:`Enqueuer.enqueue` is in Redis, in the buffer
+(``buffered``, also a gauge), in the spool (``spooled``), or counted in ``dropped``."""
 
 from __future__ import annotations
 
@@ -32,7 +35,8 @@ from afterthought.layout import LayoutMismatch, check_layout
 from afterthought.loops import PerLoop
 from afterthought.queue import FORGOTTEN, REFUSED, ThreadQueue
 from afterthought.settings import Settings
-from afterthought.telemetry import queue_failures, watch_buffer
+from afterthought.spool import Appended, Spool
+from afterthought.telemetry import queue_failures, spool_events, watch_buffer
 
 log = logging.getLogger("afterthought.enqueue")
 
@@ -44,11 +48,15 @@ REDIS_REFUSED = "redis refused"
 NOT_SENT = "redis not reached"
 #: The deployment's queue is laid out otherwise (``redis_shards``): nothing is queued.
 MISLAID = "layout mismatch"
-#: Why messages still buffered when the process exits are dropped: the drain ran out of
-#: time before Redis took them (Redis down, or answering too slowly).
-EXIT_UNSENT = "exit before Redis took them"
 #: Why a message made before its user was forgotten is dropped (the enqueue script refused it).
 SAID_BEFORE_FORGET = "made before its user was forgotten"
+#: Why messages meant for the spool were dropped: it holds ``spool_max_bytes`` already, or
+#: its file cannot be written (a full disk, a directory of someone else's).
+SPOOL_FULL = "spool full"
+SPOOL_FAILED = "spool not writable"
+#: Why a spooled message was dropped on replay: its record is torn (a process killed as it
+#: wrote it) or damaged.
+SPOOL_DAMAGED = "spool record damaged"
 #: Messages one drain round trip carries.
 DRAIN_CHUNK = 100
 #: The drain thread is off the turn path, so it can wait longer for a reply than a turn.
@@ -58,8 +66,8 @@ FULL_RETRY_SECONDS = 1.0
 #: Backoff of the drain thread while Redis fails, from this long up to the next.
 BACKOFF_START_SECONDS = 0.05
 MAX_DRAIN_BACKOFF_SECONDS = 1.0
-#: At close and at interpreter exit, how long the buffer may take to drain.
-CLOSE_DRAIN_SECONDS = 5.0
+#: How long closing waits for a drain thread whose buffer is empty to end.
+STOP_SECONDS = 5.0
 #: An idle drain thread ends after this long (the next held message starts another).
 IDLE_EXIT_SECONDS = 30.0
 
@@ -72,6 +80,16 @@ class _Held:
     the queued copy too)."""
     maybe_stored: bool = False
     """A direct write of it may have landed: queued as ``unsure``, so the worker reconciles."""
+    sending: bool = False
+    """The drain thread is sending it: spooled now, it may be queued as well."""
+
+    def to_send(self) -> QueuedMessage:
+        """The message as it is queued (or spooled): ``unsure`` when a copy may already
+        be queued or stored, so the worker reconciles it even after the thread's queue
+        has forgotten its key."""
+        if self.maybe_stored or self.maybe_queued or self.sending:
+            return self.message.model_copy(update={"unsure": True})
+        return self.message
 
 
 def _may_have_run(exc: BaseException) -> bool:
@@ -111,8 +129,24 @@ class Enqueuer:
             failures=settings.breaker_failures, seconds=settings.breaker_seconds
         )
         self.dropped = 0
-        """Messages lost to a full buffer, an oversized text, exit or a layout mismatch, and
-        messages made before their user was forgotten (refused): counted, and logged."""
+        """Messages lost to an oversized text, a layout mismatch, a full spool or a damaged
+        spool record, and messages made before their user was forgotten (refused): counted,
+        and logged."""
+        self.spool = Spool.of(settings)
+        self.spooled = 0
+        """Messages this process wrote to the spool."""
+        self.replayed = 0
+        """Messages this process replayed from the spool into Redis (any process's)."""
+        self._spool_lock = threading.Lock()
+        """Held to spool a thread's messages or to find the spool replayed (before
+        ``_lock``, never inside it)."""
+        self._spooled: set[str] = self.spool.threads()
+        """Threads with messages in the spool, this process's or (found as it began) an
+        earlier process's, perhaps of a session this one goes on with: their next messages
+        go to the spool too, behind them, until a replay finds the spool empty."""
+        self._replay_due = True
+        """The spool may hold messages: replayed once Redis answers (at the first contact,
+        another process's of an earlier run)."""
         self._layout_known = False
         """The deployment's layout was found to be this process's (checked once)."""
         self._mislaid = False
@@ -156,7 +190,8 @@ class Enqueuer:
             self._drop(len(messages), why=MISLAID, quiet=True)
             return False
         with self._lock:
-            behind = thread in self._held  # the thread's earlier messages still wait
+            # The thread's earlier messages still wait, in the buffer or the spool.
+            behind = thread in self._held or thread in self._spooled
         if behind or not self.breaker.allow():
             self._hold(messages)
             return False
@@ -166,6 +201,8 @@ class Enqueuer:
             self.hold(messages)
             raise
         if why is None:
+            if self._replay_due:
+                self._drainer.wake()  # Redis answers: the drain thread replays the spool
             return True
         if why == MISLAID:
             self._drop(len(messages), why=MISLAID, quiet=True)
@@ -263,19 +300,56 @@ class Enqueuer:
         self._drop(count, why=why)
 
     def _hold(self, messages: Sequence[QueuedMessage], *, maybe_queued: bool = False) -> None:
-        """Into the buffer behind the thread's earlier messages; what does not fit is
-        dropped and counted. Wakes the drain thread."""
-        queue_failures.add(len(messages), {"outcome": "buffered"})
+        """Into the buffer behind the thread's earlier messages. When they do not fit, or
+        the thread's earlier messages are spooled, the thread goes on in the spool: its
+        buffered messages first, so a replay keeps its order (a file write on the turn
+        path, only while the buffer is full). Wakes the drain thread."""
         thread = messages[0].thread_key
-        with self._lock:
-            room = max(0, self._settings.buffer_size - self._count)
-            kept = [_Held(m, maybe_queued=maybe_queued) for m in messages[:room]]
-            if kept:
-                self._held.setdefault(thread, deque()).extend(kept)
-                self._count += len(kept)
-        if len(messages) > len(kept):
-            self._drop(len(messages) - len(kept), why="buffer full")
+        held = [_Held(m, maybe_queued=maybe_queued) for m in messages]
+        with self._spool_lock:
+            with self._lock:
+                spooling = thread in self._spooled
+                room = 0 if spooling else max(0, self._settings.buffer_size - self._count)
+                if len(held) <= room:
+                    self._held.setdefault(thread, deque()).extend(held)
+                    self._count += len(held)
+                    spill = []
+                else:
+                    spill = [*self._take(thread), *held]
+            if spill:
+                self._spool(spill)
+        if not spill:
+            queue_failures.add(len(messages), {"outcome": "buffered"})
         self._drainer.wake()
+
+    def _take(self, thread: str) -> deque[_Held]:
+        """A thread's held messages, out of the buffer (holding ``_lock``)."""
+        items = self._held.pop(thread, deque())
+        self._count -= len(items)
+        self._retry_at.pop(thread, None)
+        if not self._count:
+            self._emptied.notify_all()
+        return items
+
+    def _spool(self, held: Sequence[_Held]) -> None:
+        """Into the spool, durably (holding ``_spool_lock``); what it cannot take is
+        dropped and counted."""
+        try:
+            written = self.spool.append([h.to_send() for h in held])
+            why = SPOOL_FULL
+        except OSError as exc:
+            log.error("spool write failed error=%s errno=%s", type(exc).__name__, exc.errno)
+            written, why = Appended(0, len(held)), SPOOL_FAILED
+        if written.spooled:
+            with self._lock:
+                self.spooled += written.spooled
+                self._spooled.update(h.message.thread_key for h in held[: written.spooled])
+            self._replay_due = True
+            queue_failures.add(written.spooled, {"outcome": "spooled"})
+            spool_events.add(written.spooled, {"event": "spooled"})
+            log.warning("enqueue spooled=%d spooled_total=%d", written.spooled, self.spooled)
+        if written.full:
+            self._drop(written.full, why=why)
 
     def _drop(self, count: int, *, why: str, quiet: bool = False) -> None:
         """Count messages lost; ``quiet``: the cause was logged once already."""
@@ -326,27 +400,40 @@ class Enqueuer:
             waits = [max(0.0, self._retry_at.get(t, 0.0) - now) for t in self._held]
         return min(waits, default=0.0)
 
-    def _release(self, thread: str, count: int) -> None:
-        """The oldest ``count`` held messages of a thread are in Redis (or stored)."""
+    def _release(self, thread: str, done: list[_Held]) -> None:
+        """The oldest held messages of a thread, ``done``, are in Redis (or stored): out
+        of the buffer, unless they were spooled meanwhile (the spool's copy is a no-op)."""
         with self._lock:
-            items = self._held[thread]
-            for _ in range(count):
+            items = self._held.get(thread)
+            for h in done:
+                if not items or items[0] is not h:
+                    break
                 items.popleft()
-            self._count -= count
+                self._count -= 1
             self._retry_at.pop(thread, None)
-            if not items:
+            if items is not None and not items:
                 del self._held[thread]
             if not self._count:
                 self._emptied.notify_all()
 
-    async def _drain(self, queue: ThreadQueue, *, until: float) -> None:
-        """Send what the buffer holds until it is empty (or ``until``, monotonic)."""
+    async def _drain(
+        self, queue: ThreadQueue, *, until: float, replay: bool, halt: threading.Event
+    ) -> None:
+        """Send what the buffer holds until it is empty (or ``until``, monotonic, or
+        ``halt``), then, with ``replay``, what the spool holds (the two hold different
+        threads). Its waits block: the drain thread's loop runs nothing else, and ``halt``
+        ends them at once."""
         backoff = BACKOFF_START_SECONDS
-        while self.buffered and time.monotonic() < until:
-            wait = await self.drain_step(queue, backoff=backoff)
+        while time.monotonic() < until and not halt.is_set():
+            if self.buffered:
+                wait = await self.drain_step(queue, backoff=backoff)
+            elif replay and self._replay_due:
+                wait = await self.replay_step(queue, backoff=backoff)
+            else:
+                return
             backoff = min(backoff * 2, MAX_DRAIN_BACKOFF_SECONDS) if wait else BACKOFF_START_SECONDS
             if wait:
-                await asyncio.sleep(min(wait, until - time.monotonic()))
+                halt.wait(max(0.0, min(wait, until - time.monotonic())))
 
     async def drain_step(self, queue: ThreadQueue, *, backoff: float) -> float:
         """One step of draining: the next thread's oldest held messages, sent once. Returns
@@ -363,11 +450,17 @@ class Enqueuer:
             h.message.model_copy(update={"unsure": True}) if h.maybe_stored else h.message
             for h in held
         ]
-        why = await self._send(queue, messages, DRAIN_TIMEOUT_SECONDS)
+        for h in held:
+            h.sending = True
+        try:
+            why = await self._send(queue, messages, DRAIN_TIMEOUT_SECONDS)
+        finally:
+            for h in held:
+                h.sending = False
         if why == MISLAID:  # the buffer was dropped
             return 0.0
         if why is None:
-            self._release(thread, len(held))
+            self._release(thread, held)
             log.info(
                 "buffer drained thread=%s messages=%d left=%d", thread, len(held), self.buffered
             )
@@ -399,8 +492,44 @@ class Enqueuer:
             for h in certain:
                 h.maybe_stored = True
             return False
-        self._release(thread, len(certain))
+        self._release(thread, certain)
         return True
+
+    async def replay_step(self, queue: ThreadQueue, *, backoff: float) -> float:
+        """Replay the spool (every process's of this machine) through the enqueue script,
+        once the buffer is empty: its messages are older than any held now. Returns how
+        long to wait before the next step (0: go on at once)."""
+        if not self.breaker.allow():
+            return self.breaker.retry_in() or backoff
+
+        async def send(messages: list[QueuedMessage]) -> bool:
+            return await self._send(queue, messages, DRAIN_TIMEOUT_SECONDS) is None
+
+        try:
+            result = await self.spool.replay(send, blocking=True)  # the drain thread's loop
+        except OSError as exc:
+            log.error("spool replay failed error=%s errno=%s", type(exc).__name__, exc.errno)
+            return MAX_DRAIN_BACKOFF_SECONDS
+        if result.replayed:
+            with self._lock:
+                self.replayed += result.replayed
+            spool_events.add(result.replayed, {"event": "replayed"})
+            log.info("spool replayed=%d", result.replayed)
+        if result.damaged:
+            self._drop(result.damaged, why=SPOOL_DAMAGED)
+        if self._mislaid:
+            # The spool is another layout's: left for its processes.
+            self._replay_due = False
+            return 0.0
+        if result.busy:
+            return FULL_RETRY_SECONDS  # another process replays: this one looks again later
+        if not result.finished:
+            return backoff
+        with self._spool_lock:  # no message of this process is spooled meanwhile
+            if self.spool.empty():
+                self._spooled.clear()
+                self._replay_due = False
+        return 0.0
 
     def wait_empty(self, timeout: float) -> bool:
         """Block until the buffer is empty or ``timeout`` passes; True when empty."""
@@ -411,29 +540,33 @@ class Enqueuer:
         with self._lock:
             return self._emptied.wait_for(lambda: not self._count, timeout)
 
-    async def drain_buffer(self, timeout: float = CLOSE_DRAIN_SECONDS) -> bool:
-        """Wait (off the loop) until the drain thread has emptied the buffer; True if so."""
+    async def drain_buffer(self, timeout: float | None = None) -> bool:
+        """Wait (off the loop) until the drain thread has emptied the buffer, at most
+        ``timeout`` (``exit_flush_seconds``); True if so."""
+        if timeout is None:
+            timeout = self._settings.exit_flush_seconds
         return await asyncio.to_thread(self.wait_empty, timeout)
 
     async def aclose(self) -> None:
-        """Drain the buffer (bounded), then close this loop's connections."""
-        if await self.drain_buffer():
-            # The drain thread holds a loop and a connection until it idles out; an app
-            # that opens and closes memories (a test suite, a batch job) must not pile
-            # them up. What is still buffered keeps its thread, to drain or be counted.
-            await asyncio.to_thread(self._drainer.stop)
+        """Drain the buffer for up to ``exit_flush_seconds`` and spool what is left, then
+        close this loop's connections."""
+        if not await self.drain_buffer():
+            await asyncio.to_thread(self._spool_all)
+        # The drain thread holds a loop and a connection until it idles out; an app that
+        # opens and closes memories (a test suite, a batch job) must not pile them up.
+        await asyncio.to_thread(self._drainer.stop)
         held = self._client.pop_current()
         if held is not None and self._given is None:
             await held[0].aclose()
 
-    def _abandon(self) -> None:
-        """At exit: what is still held now will never be sent; count it as dropped."""
-        with self._lock:
-            left, self._count = self._count, 0
-            self._held.clear()
-            self._emptied.notify_all()
-        if left:
-            self._drop(left, why=EXIT_UNSENT)
+    def _spool_all(self) -> None:
+        """What is still held now goes to the spool (at close and exit: the drain's time
+        is up), each thread's messages in order."""
+        with self._spool_lock:
+            with self._lock:
+                held = [h for thread in list(self._held) for h in self._take(thread)]
+            if held:
+                self._spool(held)
 
 
 class _Drainer:
@@ -444,20 +577,21 @@ class _Drainer:
         self._enqueuer = weakref.ref(enqueuer)
         self._settings = enqueuer._settings
         self._wake = threading.Event()
+        self._halt = threading.Event()
+        """Set by :meth:`stop` (cleared by a wake after it): the drain ends its current
+        step, waits no more, and the thread ends."""
         self._thread: threading.Thread | None = None
         self._closing_until: float | None = None
         self._start = threading.Lock()
-        self._stopping = False
 
     def wake(self) -> None:
         with self._start:
-            self._stopping = False
+            self._halt.clear()
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(
                     target=self._main, name="afterthought-drain", daemon=True
                 )
                 self._thread.start()
-                _DRAINERS.add(self)
         self._wake.set()
 
     def _main(self) -> None:
@@ -474,14 +608,17 @@ class _Drainer:
                             return
                 self._wake.clear()
                 with self._start:  # a wake() after stop() clears the flag: keep draining
-                    if self._stopping:
+                    if self._halt.is_set():
                         self._thread = None
                         return
                 enqueuer = self._enqueuer()
                 if enqueuer is None:
                     return
-                until = self._closing_until or float("inf")
-                loop.run_until_complete(enqueuer._drain(queue, until=until))
+                closing = self._closing_until
+                until = float("inf") if closing is None else closing
+                loop.run_until_complete(
+                    enqueuer._drain(queue, until=until, replay=closing is None, halt=self._halt)
+                )
                 if self._closing_until is not None:
                     return
                 del enqueuer
@@ -492,41 +629,46 @@ class _Drainer:
                 loop.run_until_complete(client.aclose())
             loop.close()
 
+    @property
+    def alive(self) -> bool:
+        thread = self._thread
+        return thread is not None and thread.is_alive()
+
     def stop(self) -> None:
-        """End the thread now (its buffer is empty): its loop and connection are closed."""
+        """End the thread after its current step (its buffer is empty): its loop and
+        connection are closed."""
         with self._start:
             thread = self._thread
             if thread is None or not thread.is_alive():
                 return
-            self._stopping = True
+            self._halt.set()
         self._wake.set()
-        thread.join(CLOSE_DRAIN_SECONDS)
+        thread.join(STOP_SECONDS)
 
     def close(self, until: float) -> None:
-        """Drain until ``until`` (monotonic), then stop; what is left is counted dropped."""
+        """Drain until ``until`` (monotonic), then stop."""
         thread = self._thread
         if thread is None or not thread.is_alive():
             return
         self._closing_until = until
         self._wake.set()
-        thread.join(max(0.0, until - time.monotonic()) + 1)
-        enqueuer = self._enqueuer()
-        if enqueuer is not None:
-            enqueuer._abandon()
+        thread.join(max(0.0, until - time.monotonic()))
 
 
 _ENQUEUERS: weakref.WeakSet[Enqueuer] = weakref.WeakSet()
-_DRAINERS: weakref.WeakSet[_Drainer] = weakref.WeakSet()
 watch_buffer(lambda: sum(e.buffered for e in list(_ENQUEUERS)))
 
 
 @atexit.register
-def _drain_at_exit() -> None:
-    """Every buffer gets the same few seconds, together, to reach Redis."""
-    until = time.monotonic() + CLOSE_DRAIN_SECONDS
-    drainers = list(_DRAINERS)
-    for drainer in drainers:
-        drainer._closing_until = until
-        drainer._wake.set()
-    for drainer in drainers:
-        drainer.close(until)
+def _spool_at_exit() -> None:
+    """Every buffer gets its ``exit_flush_seconds``, together, to reach Redis (and a
+    replay under way, to end); what is left then is spooled, whether or not its drain
+    thread is still waiting on Redis (a copy it sends after all is one the replay skips)."""
+    start = time.monotonic()
+    held = [e for e in list(_ENQUEUERS) if e.buffered or (e._replay_due and e._drainer.alive)]
+    for enqueuer in held:
+        enqueuer._drainer._closing_until = start + enqueuer._settings.exit_flush_seconds
+        enqueuer._drainer._wake.set()
+    for enqueuer in held:
+        enqueuer._drainer.close(start + enqueuer._settings.exit_flush_seconds)
+        enqueuer._spool_all()

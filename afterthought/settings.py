@@ -10,6 +10,7 @@ import math
 import os
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 from platformdirs import user_data_path
 from pydantic import (
@@ -29,7 +30,7 @@ from pydantic_settings import (
 )
 
 from afterthought.connections import parse as parse_redis_url
-from afterthought.keys import MAX_SHARDS
+from afterthought.keys import MAX_SHARDS, digest
 
 log = logging.getLogger("afterthought.settings")
 
@@ -58,6 +59,15 @@ def _default_store(key_prefix: str) -> Path:
     """One file per deployment on a machine: two deployments never share a memory."""
     name = "memory" if key_prefix == "afterthought" else f"memory-{key_prefix}"
     return user_data_path("afterthought") / f"{name}.sqlite3"
+
+
+def _default_spool(key_prefix: str, redis_url: str) -> Path:
+    """One directory per deployment and Redis on a machine: two deployments (or one
+    deployment's two Redis) never replay each other's messages. Named by a digest of the
+    prefix and the URL without its credentials."""
+    parts = urlsplit(redis_url)
+    where = digest(key_prefix, parts.scheme, parts.netloc.rpartition("@")[2].lower(), parts.path)
+    return user_data_path("afterthought") / "spool" / f"{key_prefix}-{where[:16]}"
 
 
 class _Environment(EnvSettingsSource):
@@ -233,7 +243,21 @@ class Settings(BaseSettings):
     checked in one slot, without reading the others'), so one busy shard may push back
     while the deployment as a whole is below this."""
     buffer_size: int = Field(10_000, ge=0)
-    """Messages an agent process keeps in memory while Redis is unreachable."""
+    """Messages an agent process keeps in memory while Redis is unreachable; more go to
+    the spool."""
+    exit_flush_seconds: float = Field(1.0, ge=0, le=60)
+    """At exit (and ``aclose``), how long the buffer may take to reach Redis before what
+    is left is spooled."""
+    spool_path: Path = Field(
+        default_factory=lambda fields: _default_spool(
+            fields.get("key_prefix", "afterthought"), fields.get("redis_url", "")
+        )
+    )
+    """Directory of the spool: the messages this machine's agents could not hand to Redis
+    (at exit, or past ``buffer_size``), replayed by the next agent process or a worker
+    here. The default is one per deployment and Redis, in the user data directory."""
+    spool_max_bytes: int = Field(64 * 1024 * 1024, ge=4096)
+    """Largest the spool may grow; messages past it are dropped and counted."""
     breaker_failures: int = Field(3, ge=1)
     """Consecutive Redis failures that open the enqueue circuit breaker."""
     breaker_seconds: float = Field(5.0, gt=0)
@@ -387,6 +411,12 @@ class Settings(BaseSettings):
         if value is not None:
             parse_redis_url(value)
         return value
+
+    @field_validator("spool_path")
+    @classmethod
+    def _absolute_spool(cls, value: Path) -> Path:
+        # An agent and a worker started in other directories must name the same spool.
+        return value.expanduser().absolute()
 
     @field_validator("local_db_path")
     @classmethod

@@ -145,6 +145,9 @@ class Status(BaseModel):
     deployment's memory between files."""
     redis_shards: int = 0
     """The virtual shards the queue is laid out in; 0: the flat layout of one Redis."""
+    spooled: int = 0
+    """Messages waiting in the spool of the machine ``afterthought status`` runs on (what
+    its agents could not queue; its workers replay them); 0 in a worker's gauges."""
     shards: list[ShardStatus] = Field(default_factory=list)
     """Each shard's part of ``queue``, ``dead_letters`` and ``lost_messages`` (which are
     their totals); empty in the flat layout."""

@@ -40,7 +40,12 @@ identity_pins_ignored = _meter.create_counter(
 )
 queue_failures = _meter.create_counter(
     "afterthought.queue.failures",
-    description="Writes not queued at once, by outcome: buffered, dropped, refused.",
+    description="Writes not queued at once, by outcome: buffered, spooled, dropped, refused.",
+)
+spool_events = _meter.create_counter(
+    "afterthought.queue.spool",
+    description="Messages this process wrote to the machine's spool (spooled) and replayed"
+    " from it into Redis (replayed).",
 )
 store_problems = _meter.create_counter(
     "afterthought.store.problems",

@@ -45,11 +45,13 @@ pytest_plugins = ["afterthought.testing.pytest_plugin"]
 
 
 @pytest.fixture(autouse=True)
-def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Tests build their settings explicitly; the developer's environment must not leak in."""
+def _clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Tests build their settings explicitly; the developer's environment must not leak in.
+    The user data directory (default stores and spools) is the test's own."""
     for name in list(os.environ):
         if name.startswith("AFTERTHOUGHT_") or name in {"REDIS_URL", "ZEP_API_KEY", "ZEP_BASE_URL"}:
             monkeypatch.delenv(name)
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
 
 
 @pytest.fixture
@@ -84,6 +86,7 @@ def make_settings(prefix: str, tmp_path: Path, redis_shards: int) -> Callable[..
             "redis_shards": redis_shards,
             "key_prefix": prefix,
             "local_db_path": tmp_path / "memory.sqlite3",
+            "spool_path": tmp_path / "spool",
             "backend": "local",
             "synthesis_idle_seconds": 0,
             "context_settle_seconds": 0,

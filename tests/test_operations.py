@@ -78,6 +78,7 @@ STATUS_SHAPE = {
     "forgets": {"pending": int, "oldest_age_seconds": (float, type(None))},
     "local_stores": int,
     "redis_shards": int,
+    "spooled": int,
     "shards": list,
     "problems": list,
 }

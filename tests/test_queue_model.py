@@ -459,13 +459,23 @@ class WritePath:
         await enqueuer.enqueue(messages)
 
     async def drain_step(self, enqueuer: Any, queue: Any) -> float | None:
-        """One step of the agent's drain; how long it asks to wait (None: no drain)."""
-        wait: float = await enqueuer.drain_step(queue, backoff=0.05)
+        """One step of the agent's drain, as its thread takes them (the buffer, then the
+        spool); how long it asks to wait (None: no drain)."""
+        if enqueuer.buffered:
+            wait: float = await enqueuer.drain_step(queue, backoff=0.05)
+        elif enqueuer._replay_due:
+            wait = await enqueuer.replay_step(queue, backoff=0.05)
+        else:
+            wait = 0.0
         return wait
 
     def buffered(self, enqueuer: Any) -> list[str]:
         with enqueuer._lock:
             return [h.message.key for held in enqueuer._held.values() for h in held]
+
+    def spooled(self, enqueuer: Any) -> list[str]:
+        """What waits in the spool (a full buffer's threads go on there)."""
+        return [m.key for m in enqueuer.spool.messages()]
 
     def flusher(
         self,
@@ -514,6 +524,7 @@ class Snapshot:
     dead: list[DeadLetter]
     lost: int
     buffered: list[str]
+    spooled: list[str]
     stored: dict[str, list[StoredMessage]]
 
 
@@ -714,6 +725,7 @@ class QueueModel(RuleBasedStateMachine):
             dead=[DeadLetter.parse(r) for r in letters],
             lost=lost,
             buffered=self.path.buffered(self.enqueuer),
+            spooled=self.path.spooled(self.enqueuer),
             stored={t: list(ms) for t, ms in self.backend.threads.items()},
         )
 
@@ -1016,6 +1028,9 @@ class QueueModel(RuleBasedStateMachine):
             assert letter.reason, "a dead letter without a reason"
             dead[QueuedMessage.decode(letter.item).key] += 1
         buffered = Counter(snap.buffered)
+        spooled = Counter(snap.spooled)
+        spooled_twice = [self._name(k) for k, c in spooled.items() if c > 1]
+        assert not spooled_twice, f"spooled twice: {spooled_twice}"
 
         doubled = [self._name(k) for k, c in stored.items() if c > 1]
         assert not doubled, f"stored twice: {doubled}"
@@ -1025,10 +1040,16 @@ class QueueModel(RuleBasedStateMachine):
         assert not dead_twice, f"dead-lettered twice: {dead_twice}"
         keys = [m.key for said in self.said for m in said]
         if not final:
-            gone = [k for k in keys if not (stored[k] or queued[k] or dead[k] or buffered[k])]
-            self._dropped_only(gone, "gone (neither stored, queued, buffered nor dead-lettered)")
+            gone = [
+                k
+                for k in keys
+                if not (stored[k] or queued[k] or dead[k] or buffered[k] or spooled[k])
+            ]
+            self._dropped_only(
+                gone, "gone (neither stored, queued, buffered, spooled nor dead-lettered)"
+            )
             return
-        waiting = [self._name(k) for k in keys if queued[k] or buffered[k]]
+        waiting = [self._name(k) for k in keys if queued[k] or buffered[k] or spooled[k]]
         assert not waiting, f"still waiting after the drain: {waiting}"
         never = [k for k in keys if not (stored[k] or dead[k])]
         self._dropped_only(never, "never stored nor dead-lettered")
@@ -1068,7 +1089,7 @@ class QueueModel(RuleBasedStateMachine):
                 self._restart(worker)
         for _ in range(10):
             for _ in range(10):
-                if not self.path.buffered(self.enqueuer):
+                if not (self.path.buffered(self.enqueuer) or self.path.spooled(self.enqueuer)):
                     break
                 wait = await self.path.drain_step(self.enqueuer, self.agent_queue)
                 if wait is None:  # no drain of its own: only another enqueue would send
@@ -1083,7 +1104,7 @@ class QueueModel(RuleBasedStateMachine):
             snap = await self._snapshot()
             ready = [await self.raw.zcard(self.keys.ready(s)) for s in self.shards]
             idle = not any(snap.pending) and not any(ready)
-            if idle and (not snap.buffered or not self.path.drains):
+            if idle and (not (snap.buffered or snap.spooled) or not self.path.drains):
                 return
 
     async def _flush_quietly(self, worker: int, lease: Any) -> None:

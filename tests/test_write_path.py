@@ -259,15 +259,17 @@ async def test_closing_an_enqueuer_ends_its_drain_thread(
         server.close()
 
 
-async def test_buffer_overflow_is_dropped_and_counted(
+async def test_buffer_overflow_is_spooled_and_counted(
     make_settings: Callable[..., Settings], caplog: pytest.LogCaptureFixture
 ) -> None:
+    """Past the buffer the thread goes on in the spool, buffered messages first (see
+    tests/test_spool.py): nothing is dropped while the spool has room."""
     settings = make_settings(redis_url="redis://127.0.0.1:1/0", buffer_size=2)
     enqueuer = Enqueuer(settings)
     for i in range(3):
         await enqueuer.enqueue([queued(f"m{i}", i)])
-    assert enqueuer.buffered == 2 and enqueuer.dropped == 1
-    assert "dropped=1" in caplog.text
+    assert (enqueuer.buffered, enqueuer.spooled, enqueuer.dropped) == (0, 3, 0)
+    assert "enqueue spooled=3" in caplog.text
 
 
 async def test_queue_caps_push_back(

@@ -31,6 +31,7 @@ from afterthought.layout import check_layout
 from afterthought.queue import ThreadQueue
 from afterthought.settings import Settings
 from afterthought.shared_store import announce, announce_forever, withdraw
+from afterthought.spool import Spool, replay_into
 from afterthought.status import HEALTH_INTERVAL_SECONDS, RedisStatus, redis_status
 from afterthought.worker import metrics
 from afterthought.worker.extract import synthesizes
@@ -62,6 +63,8 @@ SHUTDOWN_WAIT_SECONDS = 5.0
 DISPATCH_MARK_MS = 2000
 #: Jobs asked for after users' batches that a process remembers before it forgets those due.
 MAX_REMEMBERED_JOBS = 10_000
+#: How often a worker replays its machine's spool (what agents here could not queue).
+SPOOL_REPLAY_SECONDS = 10.0
 
 
 def json_dumps(value: Any) -> bytes:
@@ -280,6 +283,32 @@ async def _check_markers_forever(markers: Markers) -> None:
             outage.failed(exc)
 
 
+async def replay_spool(spool: Spool, queue: ThreadQueue) -> None:
+    """Queue what the machine's agents spooled (W7); a file that cannot be read is logged,
+    and tried again at the next replay."""
+    try:
+        result = await replay_into(spool, queue)
+    except OSError as exc:
+        log.error("spool replay failed error=%s errno=%s", type(exc).__name__, exc.errno)
+        return
+    metrics.SPOOL_MESSAGES.labels("replayed").inc(result.replayed)
+    metrics.SPOOL_MESSAGES.labels("damaged").inc(result.damaged)
+    metrics.SPOOL_MESSAGES.labels("forgotten").inc(result.forgotten)
+    if result.replayed or result.damaged or result.forgotten:
+        log.info(
+            "spool replayed=%d damaged=%d forgotten=%d",
+            result.replayed,
+            result.damaged,
+            result.forgotten,
+        )
+
+
+async def _replay_spool_forever(spool: Spool, queue: ThreadQueue) -> None:
+    while True:
+        await asyncio.sleep(SPOOL_REPLAY_SECONDS)
+        await replay_spool(spool, queue)
+
+
 async def check_redis(redis: Redis) -> RedisStatus:
     """W9: queued messages must never be evicted, and should survive a restart; warn
     when either is not so. Draining goes on at ``maxmemory``."""
@@ -431,6 +460,11 @@ def worker_settings(
         )
         markers = Markers(flusher.queue)
         await markers.check()  # before this worker's first batch: what it found is known
+
+        spool, queue = Spool.of(s), flusher.queue
+        await replay_spool(spool, queue)  # before the first drain: a burst sends it too
+        if not burst:
+            tasks.append(asyncio.create_task(_replay_spool_forever(spool, queue)))
         await dispatch_or_drain(jobs, keys, flusher)
         if not burst:
             tasks.append(asyncio.create_task(_dispatch_forever(jobs, keys, flusher)))

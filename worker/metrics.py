@@ -69,6 +69,13 @@ BACKEND_SECONDS = Histogram(
     ["operation", "outcome"],
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
 )
+SPOOL_MESSAGES = Counter(
+    "afterthought_spool_messages",
+    "Messages of this machine's spool (what its agents could not queue) the worker queued "
+    "(replayed), skipped as torn or damaged (damaged), or dropped as made before their "
+    "user's forget (forgotten, counted among replayed too).",
+    ["event"],
+)
 QUEUE_MESSAGES = Gauge("afterthought_queue_messages", "Messages queued across all threads.")
 QUEUE_THREADS = Gauge(
     "afterthought_queue_threads",
