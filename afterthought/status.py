@@ -129,6 +129,13 @@ class Status(BaseModel):
     lost_messages: int = 0
     """Messages Redis lost after accepting them (sequence gaps: eviction, a failover
     without persistence), found by workers or in queued threads now."""
+    late_copies: int = 0
+    """Copies of stored messages that calls committing late made (a backend that ignores
+    idempotency keys, or a worker paused past its lease), found and repaired: deleted,
+    or on Zep marked (``afterthought_copy_of``) and skipped by every read of history."""
+    late_watched: int = 0
+    """Backend threads read back about once a minute for such copies, until no call of
+    theirs can commit any more (``late_commit_seconds``)."""
     pause: PauseStatus
     workers: list[WorkerStatus] = Field(default_factory=list)
     """Live worker processes (their health reports have not expired)."""
@@ -199,9 +206,11 @@ async def snapshot(
         pipe.get(keys.rate_limit)
         pipe.hvals(keys.forgets)
         pipe.hgetall(keys.stores)
+        pipe.get(keys.late_copies)
+        pipe.zcard(keys.late)
         replies = await pipe.execute()
     per_shard = len(keys.shard_ids) * 4
-    paused, paused_ttl, rate, forgets, stores = replies[per_shard:]
+    paused, paused_ttl, rate, forgets, stores, late_copies, late_watched = replies[per_shard:]
     arq_queue = await jobs.zrangebyscore(keys.queue, "-inf", "+inf", withscores=True)
 
     queue = ThreadQueue(redis, settings)
@@ -242,6 +251,8 @@ async def snapshot(
         ),
         dead_letters=total("dead_letters"),
         lost_messages=total("lost_messages"),
+        late_copies=int(late_copies or 0),
+        late_watched=int(late_watched),
         pause=pause,
         workers=await _workers(jobs, keys),
         synthesis=SynthesisStatus(

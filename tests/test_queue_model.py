@@ -374,6 +374,11 @@ class FakeBackend(MemoryBackend):
             raise BackendError("timeout")
         return list(reversed(self.threads.get(thread_uuid, [])))[:limit]
 
+    async def remove_copies(self, *, thread_uuid: str, copies: Sequence[tuple[str, str]]) -> str:
+        gone = {copy for copy, _ in copies}
+        self.threads[thread_uuid] = [m for m in self.threads[thread_uuid] if m.uuid not in gone]
+        return "deleted"
+
     # The rest of the port is never called by the write path.
     async def ensure_user(self, **kwargs: Any) -> Any:
         raise NotImplementedError

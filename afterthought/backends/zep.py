@@ -27,6 +27,7 @@ from zep_cloud.core.parse_error import ParsingError
 from zep_cloud.core.request_options import RequestOptions
 
 from afterthought.backends.base import (
+    COPY_OF_FIELD,
     MESSAGE_KEY_FIELD,
     BackendError,
     Capabilities,
@@ -343,11 +344,12 @@ class ZepBackend(MemoryBackend):
         extra: dict[str, Any] = {"ignore_roles": list(ignore_roles)} if ignore_roles else {}
         if return_context:
             extra["return_context"] = True
-        # The key covers the whole body: the same messages sent again with other options
-        # (a retry that is now the last call, so asks for context) are another request,
-        # never a reuse of the key with another body (a conflict, or a replay of a reply
-        # that was not for it).
-        key = f"{idempotency_key}:{digest(str(return_context), *sorted(ignore_roles), size=12)}"
+        # The key covers the whole body, so that it is never reused with another one (a
+        # conflict, or a replay of a reply that was not for it): the messages are in the
+        # caller's key, ``ignore_roles`` (a setting) here. ``return_context`` is not: the
+        # worker asks it of every call alike, so that the resend of a call whose outcome
+        # is unknown carries the first attempt's key whichever calls are left to send.
+        key = f"{idempotency_key}:{digest(*sorted(ignore_roles), size=12)}"
         result = await self._call(
             lambda z: z.thread.add_messages(
                 thread_uuid,
@@ -358,6 +360,18 @@ class ZepBackend(MemoryBackend):
             )
         )
         return str(result.context or "").strip() if return_context else None
+
+    async def remove_copies(self, *, thread_uuid: str, copies: Sequence[tuple[str, str]]) -> str:
+        """Zep v4 deletes no single message (only its thread or user): a copy is marked in
+        its metadata (merged by Zep), and history read through this adapter skips it. What
+        Zep's graph took in from it stays there, as a second mention of the same words."""
+        for copy_uuid, kept_uuid in copies:
+            await self._call(
+                lambda z, c=copy_uuid, k=kept_uuid: z.thread.message.update(  # type: ignore[misc]
+                    thread_uuid, c, metadata={COPY_OF_FIELD: k}, request_options=self._options()
+                )
+            )
+        return "marked"
 
     async def recent_messages(
         self, *, thread_uuid: str, limit: int, timeout: float | None = None
@@ -575,7 +589,7 @@ class ZepBackend(MemoryBackend):
             position = 0
             async for m in _classified(pager):
                 position += 1
-                if position <= seen.get(uuid_, 0):
+                if position <= seen.get(uuid_, 0) or COPY_OF_FIELD in (m.metadata or {}):
                     continue
                 key = str((m.metadata or {}).get(MESSAGE_KEY_FIELD) or m.uuid_)
                 found.append(
