@@ -546,6 +546,8 @@ class Flusher:
                 age > self.settings.retry_max_age_seconds
                 or (
                     attempts >= self.settings.retry_max_attempts
+                    # A call of it may still commit: it would be stored and dead-lettered.
+                    and (not decision.unknown_outcome or age >= self.settings.late_commit_seconds)
                     and await self._backend_ok_since(since)
                 )
             ):
