@@ -154,6 +154,41 @@ async def test_a_call_served_minutes_late_is_stored_once_where_keys_are_honoured
     assert not await redis.llen(Keys.of(settings).pending(said[0].thread_key))
 
 
+async def test_a_batch_cut_anew_after_a_refusal_is_resent_as_cut_by_another_worker(
+    make_settings: Callable[..., Settings], fake: ZepFake, clock: Clock, redis: aioredis.Redis
+) -> None:
+    """Zep refused the batch as too large, so it went in two calls of two; the first of
+    them is served 150 s late. Another worker process, which knows nothing of the thread,
+    takes it over: it resends the same call of two under its key (the cut is recorded with
+    the batch), not four messages in one call under another key."""
+    settings = _settings(make_settings, fake, batch_size=4)
+    said = [queued(f"line {n}", n) for n in range(4)]
+    await enqueue(settings, *said)
+    fake.inject(Fault(match=ADDS, status=413))
+    fake.inject(Fault(match=ADDS, late=LATE))
+    await _flusher(settings, redis, clock).drain(budget=30)
+    for _ in range(3):  # new processes, one after another
+        await _due_again(redis, settings, said[0].thread_key)
+        clock.now += 5
+        await _flusher(settings, redis, clock).drain(budget=30)
+    clock.now += LATE
+    await _due_again(redis, settings, said[0].thread_key)
+    await _flusher(settings, redis, clock).drain(budget=30)
+    assert _verdict(fake, {"s1": [m.content for m in said]}) == {
+        "lost": 0,
+        "duplicated": 0,
+        "reordered": 0,
+        "raw": 0,
+    }
+    sizes = [
+        len(r.body["messages"])
+        for r in fake.requests
+        if r.method == "POST" and r.path.endswith("/messages")
+    ]
+    assert sizes == [4] + [2] * (len(sizes) - 1), sizes  # refused whole, then calls of two
+    assert len(set(_adds_of(fake, "line 0")[1:])) == 1
+
+
 # --- keys ignored: the late copy is found and repaired --------------------------------------
 async def test_a_copy_a_late_commit_makes_where_keys_are_ignored_is_repaired(
     make_settings: Callable[..., Settings], fake: ZepFake, clock: Clock, redis: aioredis.Redis

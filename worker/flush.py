@@ -677,7 +677,13 @@ class Flusher:
         first, last = batch[0].seq or 0, batch[-1].seq or 0
         said = (batch[0].app, batch[0].user_id, batch[0].session_id)
         if whose != said:  # read for another user (never, short of a digest collision)
-            head = Head(items=raw_items, inflight=inflight, attempts=head.attempts)
+            head = Head(
+                items=raw_items,
+                inflight=inflight,
+                attempts=head.attempts,
+                cut=head.cut,
+                failing_since_ms=head.failing_since_ms,
+            )
             self._whose[tk] = said
             while len(self._whose) > MAX_KNOWN_THREADS:
                 self._whose.pop(next(iter(self._whose)))
