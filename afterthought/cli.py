@@ -243,6 +243,7 @@ def _describe(status: Status) -> str:
         f"  threads     due {q.due}, leased {q.leased}, deferred {q.deferred}, "
         f"stranded {q.stranded}; {q.jobs_waiting} jobs waiting",
         f"dead letters  {status.dead_letters}",
+        f"late copies   {status.late_copies} repaired, {status.late_watched} threads watched",
         *_shard_lines(status),
         f"paused        {paused}",
         f"workers       {len(status.workers)} live",

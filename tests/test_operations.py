@@ -60,6 +60,8 @@ STATUS_SHAPE = {
     },
     "dead_letters": int,
     "lost_messages": int,
+    "late_copies": int,
+    "late_watched": int,
     "pause": {
         "paused": bool,
         "reason": (str, type(None)),
