@@ -346,10 +346,10 @@ class ZepBackend(MemoryBackend):
             extra["return_context"] = True
         # The key covers the whole body, so that it is never reused with another one (a
         # conflict, or a replay of a reply that was not for it): the messages are in the
-        # caller's key, ``ignore_roles`` (a setting) here. ``return_context`` is not: the
-        # worker asks it of every call alike, so that the resend of a call whose outcome
-        # is unknown carries the first attempt's key whichever calls are left to send.
-        key = f"{idempotency_key}:{digest(*sorted(ignore_roles), size=12)}"
+        # caller's key, the options here. Callers keep the body of a call the same at
+        # every attempt (the worker asks ``return_context`` of every call alike,
+        # ``batching.asks_context``), so every attempt carries the first one's key.
+        key = f"{idempotency_key}:{digest(str(return_context), *sorted(ignore_roles), size=12)}"
         result = await self._call(
             lambda z: z.thread.add_messages(
                 thread_uuid,
