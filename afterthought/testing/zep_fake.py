@@ -386,9 +386,14 @@ class ZepFake:
 
     def outcomes(self) -> JSON:
         """The counters, copied at one moment: ``injected`` faults and ``ambiguous``
-        outcomes, each by kind."""
+        outcomes, each by kind, and the requests ``held`` to be served late."""
         with self._lock:
-            return {"injected": dict(self.injected), "ambiguous": dict(self.ambiguous)}
+            self._land_late()
+            return {
+                "injected": dict(self.injected),
+                "ambiguous": dict(self.ambiguous),
+                "held": len(self._state.held),
+            }
 
     def config(self) -> JSON:
         """The switches as they are now (what ``/_fake/config`` sets)."""
@@ -1293,6 +1298,8 @@ class _Handler(BaseHTTPRequestHandler):
         fake = self.server_fake
         if method == "GET" and path == "/_fake/state":
             self._reply(200, fake.snapshot())
+        elif method == "GET" and path == "/_fake/outcomes":
+            self._reply(200, fake.outcomes())
         elif method == "POST" and path == "/_fake/reset":
             fake.reset()
             self._reply(200, {})
