@@ -408,7 +408,8 @@ class ZepFake:
         ``delete_pending_seconds`` 1, ``delete_outcome`` ``succeeded``,
         ``ingestion_lag_calls`` 1 (as Zep: a write shows from the next call on),
         ``ingestion_lag_seconds`` 0, ``max_page_size`` 50, ``search_unmatched``
-        ``include``, ``search_score`` ``score``."""
+        ``include``, ``search_score`` ``score``, ``late_commit_rate`` 0,
+        ``late_commit_max_seconds`` 120."""
         unknown = set(body) - set(_SWITCHES) - {"faults"}
         if unknown:
             raise ValueError(f"unknown switches: {sorted(unknown)}")
