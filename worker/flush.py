@@ -591,25 +591,30 @@ class Flusher:
             if entry[2] <= noted_before:  # noted long enough ago
                 watched.setdefault(entry[0], []).append(entry)
         for thread_uuid, entries in watched.items():
+            repaired: list[str] = []
             try:
                 found = await self._late_copies(thread_uuid, seq=min(e[1] for e in entries))
-                if found:
-                    action = await self.backend.remove_copies(thread_uuid=thread_uuid, copies=found)
-                    await self.queue.count_late_copies(len(found))
-                    metrics.LATE_COPIES.labels(action).inc(len(found))
-                    stats[f"copies_{action}"] += len(found)
-                    log.warning(
-                        "late copies repaired thread_uuid=%s copies=%d action=%s uuids=%s",
-                        thread_uuid,
-                        len(found),
-                        action,
-                        ",".join(copy for copy, _ in found),
+                for copy in found:  # one at a time: each is counted once it is repaired
+                    action = await self.backend.remove_copies(
+                        thread_uuid=thread_uuid, copies=[copy]
                     )
+                    await self.queue.count_late_copies(1)
+                    metrics.LATE_COPIES.labels(action).inc()
+                    stats[f"copies_{action}"] += 1
+                    repaired.append(copy[0])
             except BackendError as exc:
                 if exc.kind != "not_found":  # a thread deleted since has nothing to repair
                     stats["unread"] += 1
                     log.warning("late copies unread thread_uuid=%s error=%s", thread_uuid, exc)
                     continue
+            finally:
+                if repaired:
+                    log.warning(
+                        "late copies repaired thread_uuid=%s copies=%d uuids=%s",
+                        thread_uuid,
+                        len(repaired),
+                        ",".join(repaired),
+                    )
             stats["threads"] += 1
             await self.queue.late_over([e for e in entries if e[2] <= now_ms], now_ms=now_ms)
         return stats
