@@ -216,6 +216,10 @@ class FakeProcess:
     def outcomes(self) -> JSON:
         return self._call("/_fake/outcomes")
 
+    def heal(self) -> None:
+        """No more faults, nothing more served late (what is held still lands)."""
+        self._call("/_fake/config", {"fault_rate": 0.0, "late_commit_rate": 0.0})
+
     def messages(self, thread_uuid: str | None = None) -> list[JSON]:
         """Stored messages, read once when first asked (the run has settled by then)."""
         if self._state is None:
@@ -436,10 +440,12 @@ async def _settle(settings: Settings, enqueuer: Enqueuer, timeout: float) -> boo
 async def _land_and_repair(
     settings: Settings, fake: FakeProcess, enqueuer: Enqueuer, timeout: float
 ) -> JSON:
-    """Wait (bounded) until the fake has served every request it holds for late and the
-    queue has settled again, then run the late-copy repair as the workers' cron does, every
-    noted thread counted as noted long enough ago, again while a read of it fails; what
-    it did."""
+    """Heal the fake (its faults and late serving stop, as the repair's reads and marks
+    would otherwise be served late too), wait (bounded) until it has served every request
+    it holds and the queue has settled again, then run the late-copy repair as the
+    workers' cron does, every noted thread counted as noted long enough ago, again while
+    a read of it fails; what it did."""
+    fake.heal()
     deadline = time.monotonic() + timeout
     while fake.outcomes()["held"] and time.monotonic() < deadline:
         await asyncio.sleep(1.0)
@@ -628,8 +634,9 @@ def run(
     old name of ``sessions``. ``failover``: called once, on a thread of its own, when a
     third of the turns are done (a Redis master killed and replaced, say); ``overrides``:
     settings of the agent and the workers. ``late_rate``: the share of writes the fake
-    serves late, up to ``late_max`` seconds after their client gave up (the run then waits
-    for every one to land, and runs the late-copy repair as its cron would).
+    serves late, up to ``late_max`` seconds after their client gave up (once the turns are
+    done and the queue has settled, the fake is healed, the run waits for every one to
+    land, and runs the late-copy repair as its cron would).
 
     Reports ``lost``, ``duplicated`` (extra copies), ``out_of_order`` (messages stored
     before one said earlier), ``stray`` (stored where no session's messages belong),
