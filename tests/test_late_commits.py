@@ -357,3 +357,11 @@ async def test_traffic_with_requests_served_up_to_minutes_late_loses_doubles_reo
     }, verdict
     if honor:  # every resend carried its first attempt's key: no copy was ever stored
         assert verdict["raw"] == 0, verdict
+
+
+def test_every_worker_runs_the_repair_each_minute(make_settings: Callable[..., Settings]) -> None:
+    from afterthought.worker.jobs import repair_late, worker_settings
+
+    crons = worker_settings(make_settings())["cron_jobs"]
+    (late,) = [c for c in crons if c.name.endswith(":cron:late")]
+    assert late.coroutine is repair_late and late.minute is None and late.second == 0
