@@ -207,22 +207,28 @@ async def test_a_copy_a_late_commit_makes_where_keys_are_ignored_is_repaired(
     contents = [m["content"] for m in fake.messages()]
     assert contents == ["I live in Lisbon.", "I like tea.", "I moved to Porto.", *contents[:2]]
 
+    everything = {"s1": [m.content for m in said + later]}
+    backend = open_backend(settings)
+    assert isinstance(backend, ZepBackend)
+    user, cursor, history = await _user(backend, settings), None, []
+    while True:  # page by page, as synthesis reads: each message once, before any repair
+        page, cursor = await backend.user_messages(user=user, after=cursor, limit=2)
+        if not page:
+            break
+        history += [m.content for m in page]
+    assert history == everything["s1"]
+
     early = await flusher.repair_late(now_ms=_wall_ms(1))  # noted just now: not read yet
     assert early["threads"] == 0
     stats = await flusher.repair_late(now_ms=_wall_ms(60))
     assert stats["copies_marked"] == 2
-    everything = {"s1": [m.content for m in said + later]}
     assert _verdict(fake, everything) == {"lost": 0, "duplicated": 0, "reordered": 0, "raw": 2}
     (thread,) = fake.threads()
     copies = [m for m in fake.messages(thread["uuid"]) if COPY_OF_FIELD in m["metadata"]]
     assert [m["content"] for m in copies] == ["I live in Lisbon.", "I like tea."]
 
-    backend = open_backend(settings)
-    assert isinstance(backend, ZepBackend)
-    history, _ = await backend.user_messages(
-        user=await _user(backend, settings), after=None, limit=10
-    )
-    assert [m.content for m in history] == everything["s1"]  # reads skip the copies
+    marked, _ = await backend.user_messages(user=user, after=None, limit=10)
+    assert [m.content for m in marked] == everything["s1"]  # reads skip the marked copies
     status = await snapshot(redis, settings)
     assert status.late_copies == 2 and status.late_watched == 1
 

@@ -568,15 +568,16 @@ class ZepBackend(MemoryBackend):
     async def user_messages(
         self, *, user: UserRef, after: str | None, limit: int
     ) -> tuple[list[HistoryMessage], str | None]:
-        """All the user's threads, oldest first. The cursor is how many messages of each
-        thread were read before (a JSON map), so a run resumes where the last one ended."""
+        """All the user's threads, oldest first, late copies skipped (marked, or the same
+        key and text again). The cursor is how many messages of each thread were read past
+        (a JSON map), so a run resumes where the last one ended."""
         seen: dict[str, int] = json.loads(after) if after else {}
         threads = await self._call(
             lambda z: z.thread.list(
                 user_uuid=user.user_uuid, page_size=PAGE_SIZE, request_options=self._options()
             )
         )
-        found: list[tuple[str, str, HistoryMessage]] = []
+        found: list[tuple[str, str, int, HistoryMessage]] = []
         async for thread in _classified(threads):
             if thread.user_uuid and thread.user_uuid != user.user_uuid:
                 continue  # a server that ignores the filter must not mix users
@@ -587,15 +588,21 @@ class ZepBackend(MemoryBackend):
                 )
             )
             position = 0
+            said: set[tuple[str, str]] = set()
             async for m in _classified(pager):
                 position += 1
-                if position <= seen.get(uuid_, 0) or COPY_OF_FIELD in (m.metadata or {}):
+                metadata = m.metadata or {}
+                key = str(metadata.get(MESSAGE_KEY_FIELD) or m.uuid_)
+                # A late copy is skipped, marked or not yet (the same key and text again).
+                copy = COPY_OF_FIELD in metadata or (key, m.content or "") in said
+                said.add((key, m.content or ""))
+                if position <= seen.get(uuid_, 0) or copy:
                     continue
-                key = str((m.metadata or {}).get(MESSAGE_KEY_FIELD) or m.uuid_)
                 found.append(
                     (
                         str(m.created_at or ""),
                         uuid_,
+                        position,
                         HistoryMessage(
                             key,
                             str(m.role or ""),
@@ -608,9 +615,9 @@ class ZepBackend(MemoryBackend):
         taken = found[:limit]
         if not taken:
             return [], None
-        for _, uuid_, _message in taken:
-            seen[uuid_] = seen.get(uuid_, 0) + 1
-        return [message for _, _, message in taken], json.dumps(seen, sort_keys=True)
+        for _, uuid_, position, _message in taken:  # copies before it are read past too
+            seen[uuid_] = max(seen.get(uuid_, 0), position)
+        return [message for _, _, _, message in taken], json.dumps(seen, sort_keys=True)
 
     async def list_facts(self, *, user: UserRef) -> list[StoredFact]:
         """Every edge of the user's graph: ours carry their fields and provenance in
