@@ -10,25 +10,40 @@ from array import array
 from bisect import bisect_left
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from afterthought.backends.base import MESSAGE_KEY_FIELD, OutgoingMessage, StoredMessage
 from afterthought.contract import QueuedMessage, checksum, split_content
 from afterthought.keys import digest
 
+if TYPE_CHECKING:
+    from afterthought.settings import Settings
+
 
 @dataclass(frozen=True, slots=True)
 class Call:
-    """One ``add_messages`` call."""
+    """One ``add_messages`` call. A call resent after an unknown outcome is the same
+    messages under the same key (never a batch cut anew), so where keys are honoured a
+    late commit of the first attempt and the resend store it once."""
 
     messages: list[OutgoingMessage]
 
     @property
     def idempotency_key(self) -> str:
-        """From each message's key and text: the same call again gets the same key, and
-        no other call can (two texts under one reused key are two calls)."""
+        """From each message's key and text only, nothing that could differ between two
+        attempts at one call: the same call again gets the same key, and no other call
+        can (two texts under one reused key are two calls)."""
         return "batch:" + digest(
             *(f"{m.metadata[MESSAGE_KEY_FIELD]}:{checksum(m.content)}" for m in self.messages)
         )
+
+
+def asks_context(settings: Settings) -> bool:
+    """Whether calls ask for the context block (``return_context``): every call alike,
+    unless a template renders the block (``return_context`` knows none). Never by a call's
+    place among those left to send, which changes between attempts: the body under one
+    idempotency key must be the same at every attempt."""
+    return settings.context_template_uuid is None
 
 
 def parts(batch: Sequence[QueuedMessage], part_chars: int) -> list[OutgoingMessage]:

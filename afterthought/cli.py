@@ -248,6 +248,7 @@ def _describe(status: Status) -> str:
         f"dead letters  {status.dead_letters}",
         *_lost_data_line(status),
         f"spool here    {status.spooled} messages",
+        f"late copies   {status.late_copies} repaired, {status.late_watched} threads watched",
         *_shard_lines(status),
         f"paused        {paused}",
         f"workers       {len(status.workers)} live",

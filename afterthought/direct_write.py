@@ -11,7 +11,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 
 from afterthought.backends.base import MemoryBackend, ignored_roles
-from afterthought.batching import missing, pack, parts
+from afterthought.batching import asks_context, missing, pack, parts
 from afterthought.contract import QueuedMessage
 from afterthought.settings import Settings
 
@@ -49,6 +49,7 @@ class DirectWriter:
                 messages=call.messages,
                 idempotency_key=call.idempotency_key,
                 ignore_roles=ignored_roles(self._settings, self._backend),
+                return_context=asks_context(self._settings),  # the worker's body for the key
             )
         log.warning(
             "redis down: wrote directly thread=%s messages=%d",

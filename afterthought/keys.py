@@ -165,6 +165,20 @@ class Keys:
         return f"{self._in(shard)}:dead"
 
     @property
+    def late(self) -> str:
+        """ZSET ``thread_uuid:seq`` -> ms until which a call of that thread, from message
+        ``seq`` on, may still commit late (its outcome was unknown, or a worker that lost
+        the thread may still send it); read back for copies until then. Entries go once
+        their time is past; the key expires a horizon after its last entry was added."""
+        return f"{self.prefix}:late"
+
+    @property
+    def late_copies(self) -> str:
+        """Counter of late copies found and repaired; durable, so ``status`` keeps
+        reporting it until reset."""
+        return f"{self.prefix}:late_copies"
+
+    @property
     def layout(self) -> str:
         """STRING: the number of shards the deployment's keys are laid out in (durable):
         a process configured with another number refuses to start."""

@@ -6,8 +6,10 @@ A thread's state lives in four keys (names in :mod:`afterthought.keys`):
   enqueue script writes in front: ``{"seq":N,"epoch":E,"queued_ms":T,...``.
 - ``thread``: HASH. ``seq`` is the last sequence number handed out; ``done`` the highest
   one resolved (stored, dead-lettered or dropped as forgotten); ``persisted`` the highest
-  stored; ``inflight`` (``first:last``) the batch a worker is sending; ``attempts`` and
-  ``failing_since`` (ms) the head's failed attempts.
+  stored; ``inflight`` (``first:last``) the batch a worker is sending and ``cut``
+  (``per_call:part_chars``) how it is cut into calls, so every later attempt, by any
+  worker, sends the same calls under the same keys; ``attempts`` and ``failing_since``
+  (ms) the head's failed attempts.
 - ``seen``: ZSET ``key:checksum`` -> seq of the thread's latest messages, bounded and
   expiring, so a re-push of a message whose enqueue reply was lost adds nothing (W2).
 - ``lease``: STRING token of the worker holding the thread.
@@ -100,7 +102,7 @@ end
 local function finish(thread, last)
   local inflight = redis.call('HGET', thread, 'inflight')
   local upto = inflight and tonumber(string.match(inflight, ':(%d+)$'))
-  redis.call('HDEL', thread, 'inflight', 'attempts', 'failing_since')
+  redis.call('HDEL', thread, 'inflight', 'cut', 'attempts', 'failing_since')
   if upto and last and upto > last then
     redis.call('HSET', thread, 'inflight', (last + 1) .. ':' .. upto)
   end
@@ -218,31 +220,34 @@ return 1
 # KEYS pending, thread, then (when the worker knows whose thread it is) the user's epoch,
 # forgetting mark, registry user and registry session, all in the user's slot; ARGV count.
 # Everything a worker reads before it sends a batch, in one round trip: the first
-# ``count`` payloads, the in-flight record and the head's failed attempts, then the user's
-# deletion epoch and forgetting mark and the registry's user_uuid, graph_uuid and thread.
+# ``count`` payloads, the in-flight record, its cut and the head's failed attempts and
+# since when, then the user's deletion epoch and forgetting mark and the registry's
+# user_uuid, graph_uuid and thread (false when not asked: a reply has no holes).
 HEAD_LUA = """
 local out = {redis.call('LRANGE', KEYS[1], 0, tonumber(ARGV[1]) - 1)}
-local state = redis.call('HMGET', KEYS[2], 'inflight', 'attempts')
-out[2], out[3] = state[1], state[2]
+local state = redis.call('HMGET', KEYS[2], 'inflight', 'attempts', 'cut', 'failing_since')
+out[2], out[3], out[4], out[5] = state[1], state[2], state[3], state[4]
+out[6], out[7], out[8], out[9], out[10] = false, false, false, false, false
 if KEYS[3] then
-  out[4], out[5] = redis.call('GET', KEYS[3]), redis.call('GET', KEYS[4])
+  out[6], out[7] = redis.call('GET', KEYS[3]), redis.call('GET', KEYS[4])
   local user = redis.call('HMGET', KEYS[5], 'user_uuid', 'graph_uuid')
-  out[6], out[7], out[8] = user[1], user[2], redis.call('GET', KEYS[6])
+  out[8], out[9], out[10] = user[1], user[2], redis.call('GET', KEYS[6])
 end
 return out
 """
 
 # KEYS lease, thread, then optionally the user's epoch and forgetting mark; ARGV token,
-# ``first:last``, then the epoch the batch was read under. Records the batch about to be
-# sent, so an attempt after a crash rebuilds exactly it: 1, 0 if the lease is lost, -1 if
-# the user was forgotten since ``epoch`` was read or is being forgotten (nothing recorded).
+# ``first:last``, ``per_call:part_chars``, then the epoch the batch was read under. Records
+# the batch about to be sent and its cut into calls, so an attempt after a crash or by
+# another worker sends exactly its calls again: 1, 0 if the lease is lost, -1 if the user
+# was forgotten since ``epoch`` was read or is being forgotten (nothing recorded).
 BEGIN_LUA = """
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
-if KEYS[3] and (tonumber(redis.call('GET', KEYS[3]) or '0') ~= tonumber(ARGV[3])
+if KEYS[3] and (tonumber(redis.call('GET', KEYS[3]) or '0') ~= tonumber(ARGV[4])
     or redis.call('GET', KEYS[4]) == 'pending') then
   return -1
 end
-redis.call('HSET', KEYS[2], 'inflight', ARGV[2])
+redis.call('HSET', KEYS[2], 'inflight', ARGV[2], 'cut', ARGV[3])
 return 1
 """
 
@@ -351,6 +356,17 @@ redis.call('PEXPIRE', KEYS[2], ARGV[4])
 return {1, found}
 """
 
+# KEYS late; ARGV now_ms, members. Removes each member whose time is past.
+LATE_OVER_LUA = """
+for i = 2, #ARGV do
+  local until_ms = redis.call('ZSCORE', KEYS[1], ARGV[i])
+  if until_ms and tonumber(until_ms) <= tonumber(ARGV[1]) then
+    redis.call('ZREM', KEYS[1], ARGV[i])
+  end
+end
+return 0
+"""
+
 # KEYS dead. Empties a shard's dead letters; how many there were.
 DROP_DEAD_LUA = """
 local n = redis.call('LLEN', KEYS[1])
@@ -403,6 +419,9 @@ class Head:
     items: list[bytes]
     inflight: bytes | None
     attempts: int
+    cut: tuple[int, int] | None = None
+    """How the in-flight batch is cut into calls: messages per call, characters per part."""
+    failing_since_ms: int | None = None
     epoch: int | None = None
     forgetting: bytes | None = None
     user_uuid: str | None = None
@@ -456,6 +475,8 @@ class ThreadQueue:
         self._failed = redis.register_script(flag + FAILED_LUA)
         self._drop_dead = redis.register_script(DROP_DEAD_LUA)
         self._marker = redis.register_script(flag + MARKER_LUA)
+
+        self._late_over = redis.register_script(flag + LATE_OVER_LUA)
         self._threads: AsyncScript = redis.register_script(THREADS_LUA)
         self._view: SentinelView | None = None
         self._view_at = -math.inf
@@ -680,13 +701,18 @@ class ThreadQueue:
                 k.session(app, user_id, session_id),
             ]
         reply = await self._head(keys=keys, args=[count])
-        reply += [None] * (8 - len(reply))
-        items, inflight, attempts, epoch, forgetting, user_uuid, graph_uuid, thread = reply
+        reply += [None] * (10 - len(reply))
+        items, inflight, attempts, cut, since, epoch, forgetting, user_uuid, graph_uuid, thread = (
+            reply
+        )
         text = [None if v is None else v.decode() for v in (user_uuid, graph_uuid, thread)]
+        per_call, _, part_chars = (cut or b"").decode().partition(":")
         return Head(
             items=list(items),
             inflight=inflight,
             attempts=int(attempts or 0),
+            cut=(int(per_call), int(part_chars)) if part_chars else None,
+            failing_since_ms=int(since) if since else None,
             epoch=None if user is None else int(epoch or 0),
             forgetting=forgetting,
             user_uuid=text[0],
@@ -701,15 +727,18 @@ class ThreadQueue:
         *,
         first: int,
         last: int,
+        cut: tuple[int, int],
         epoch: tuple[str, str, int] | None = None,
     ) -> int:
-        """Record the batch about to be sent: after a failover, a next attempt reads back
-        what it may have stored instead of sending it twice. With ``epoch`` (the user's
-        epoch key, forgetting key, and the epoch the batch was read under), only if the
-        user was not forgotten since and is not being forgotten. 1 when recorded, 0 when
-        the lease is lost, -1 when the user was (being) forgotten."""
+        """Record the batch about to be sent and its ``cut`` (messages per call,
+        characters per part): after a failover, a crash or a lost lease, a next attempt
+        reads back what it may have stored and resends the same calls under the same keys
+        instead of sending it twice. With ``epoch`` (the user's epoch key, forgetting key,
+        and the epoch the batch was read under), only if the user was not forgotten since
+        and is not being forgotten. 1 when recorded, 0 when the lease is lost, -1 when the
+        user was (being) forgotten."""
         keys = [self.keys.lease(ref), self.keys.thread(ref)]
-        args: list[Any] = [token, f"{first}:{last}"]
+        args: list[Any] = [token, f"{first}:{last}", f"{cut[0]}:{cut[1]}"]
         if epoch is not None:
             keys += [epoch[0], epoch[1]]
             args.append(epoch[2])
@@ -779,6 +808,38 @@ class ThreadQueue:
                 args=[ref, before_epoch],
             )
         )
+
+    async def expect_late(
+        self, thread_uuid: str, *, seq: int, now_ms: int, horizon_ms: int
+    ) -> None:
+        """Note that calls of a backend thread, from message ``seq`` on, may commit until
+        ``horizon_ms`` from ``now_ms``: its copies are looked for until then
+        (:attr:`Keys.late`)."""
+        key = self.keys.late
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.zadd(key, {f"{thread_uuid}:{seq}": now_ms + horizon_ms}, gt=True)
+            pipe.pexpire(key, 2 * horizon_ms)  # outlives every entry it holds
+            await pipe.execute()
+
+    async def expected_late(self, *, limit: int) -> list[tuple[str, int, int]]:
+        """Up to ``limit`` threads that may see late commits, those whose time ends first
+        first: ``(thread_uuid, seq, until_ms)``."""
+        found = await self.redis.zrange(self.keys.late, 0, limit - 1, withscores=True)
+        out = []
+        for member, until in found:
+            thread_uuid, _, seq = member.decode().rpartition(":")
+            out.append((thread_uuid, int(seq), int(until)))
+        return out
+
+    async def late_over(self, entries: Sequence[tuple[str, int, int]], *, now_ms: int) -> None:
+        """Drop entries whose time is past ``now_ms``: one noted again since with a later
+        time stays (the score is compared in the same step as the removal)."""
+        if entries:
+            members = [f"{thread_uuid}:{seq}" for thread_uuid, seq, _ in entries]
+            await self._late_over(keys=[self.keys.late], args=[now_ms, *members])
+
+    async def count_late_copies(self, copies: int) -> None:
+        await self.redis.incrby(self.keys.late_copies, copies)
 
     async def failed_attempt(self, ref: str, *, now_ms: int) -> tuple[int, int]:
         """Count a failed attempt at the head; ``(attempts, failing_since_ms)``."""

@@ -205,6 +205,12 @@ class Settings(BaseSettings):
     backend_settle_seconds: float = Field(2.0, ge=0, le=10)
     """After a call whose outcome is unknown (a timeout, a lost reply), how long the server
     may still commit it: the worker waits this long before reading back what landed."""
+    late_commit_seconds: float = Field(900.0, ge=0, le=7 * 86400)
+    """How long after a call whose outcome was unknown (or one a worker that lost its
+    lease may still send) the backend may still commit it. Until then the thread is read
+    back, about once a minute, for copies of its messages, which are repaired; and a batch
+    that keeps failing is not cut into other calls (narrowed to its first message) before
+    it has been failing this long, as a call cut otherwise carries another key."""
     retry_max_attempts: int = Field(10, ge=1)
     """Failed attempts after which a message that keeps failing is dead-lettered, once the
     backend has taken other writes meanwhile (an outage dead-letters nothing)."""

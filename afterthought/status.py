@@ -133,6 +133,13 @@ class Status(BaseModel):
     """Unix time a worker last found that Redis had lost a shard's data (its marker gone:
     a restart without persistence, a flush), within the last week: what was queued there
     before then is lost, and not in ``lost_messages`` (nothing is left to count)."""
+    late_copies: int = 0
+    """Copies of stored messages that calls committing late made (a backend that ignores
+    idempotency keys, or a worker paused past its lease), found and repaired: deleted,
+    or on Zep marked (``afterthought_copy_of``) and skipped by every read of history."""
+    late_watched: int = 0
+    """Backend threads read back about once a minute for such copies, until no call of
+    theirs can commit any more (``late_commit_seconds``)."""
     pause: PauseStatus
     workers: list[WorkerStatus] = Field(default_factory=list)
     """Live worker processes (their health reports have not expired)."""
@@ -210,10 +217,12 @@ async def snapshot(
         pipe.get(keys.rate_limit)
         pipe.hvals(keys.forgets)
         pipe.hgetall(keys.stores)
+        pipe.get(keys.late_copies)
+        pipe.zcard(keys.late)
         replies = await pipe.execute()
     per_shard = len(keys.shard_ids) * 4
-    lost_at = [int(at) for found in replies[per_shard:-5] for at in found]
-    paused, paused_ttl, rate, forgets, stores = replies[-5:]
+    lost_at = [int(at) for found in replies[per_shard:-7] for at in found]
+    paused, paused_ttl, rate, forgets, stores, late_copies, late_watched = replies[-7:]
     arq_queue = await jobs.zrangebyscore(keys.queue, "-inf", "+inf", withscores=True)
 
     queue = ThreadQueue(redis, settings)
@@ -255,6 +264,8 @@ async def snapshot(
         dead_letters=total("dead_letters"),
         lost_messages=total("lost_messages"),
         redis_lost_data_at=max(lost_at) / 1000 if lost_at else None,
+        late_copies=int(late_copies or 0),
+        late_watched=int(late_watched),
         pause=pause,
         workers=await _workers(jobs, keys),
         synthesis=SynthesisStatus(

@@ -59,7 +59,7 @@ from afterthought.agent_hooks import create_callbacks  # noqa: E402
 from afterthought.agent_hooks.messages import said_text  # noqa: E402
 from afterthought.agent_hooks.turn_memory import TurnMemory  # noqa: E402
 from afterthought.backends import open_backend  # noqa: E402
-from afterthought.backends.base import MESSAGE_KEY_FIELD  # noqa: E402
+from afterthought.backends.base import COPY_OF_FIELD, MESSAGE_KEY_FIELD  # noqa: E402
 from afterthought.connections import connect, connect_sync  # noqa: E402
 from afterthought.contract import QueuedMessage  # noqa: E402
 from afterthought.direct_write import DirectWriter  # noqa: E402
@@ -71,6 +71,7 @@ from afterthought.queue import ThreadQueue  # noqa: E402
 from afterthought.settings import Settings  # noqa: E402
 from afterthought.testing.processes import cleanup, spawn_worker, wait_settled  # noqa: E402
 from afterthought.testing.redis_server import free_port, listening  # noqa: E402
+from afterthought.worker.flush import Flusher  # noqa: E402
 
 APP = "chaos"
 JSON = dict[str, Any]
@@ -181,7 +182,15 @@ class FakeProcess:
     """The Zep fake in a process of its own, as real Zep is: its timing (when a hung
     request commits) must not depend on the agent's process, whose loop the bench stalls."""
 
-    def __init__(self, *, fault_rate: float, honor_idempotency: bool, seed: int | None) -> None:
+    def __init__(
+        self,
+        *,
+        fault_rate: float,
+        honor_idempotency: bool,
+        seed: int | None,
+        late_rate: float = 0.0,
+        late_max: float = 0.0,
+    ) -> None:
         port = free_port()
         command = [sys.executable, "-m", "afterthought.testing", "--port", str(port)]
         command += ["--latency", "0.01", "--fault-rate", str(fault_rate)]
@@ -191,6 +200,7 @@ class FakeProcess:
         self._root = f"http://127.0.0.1:{port}"
         self.base_url = f"{self._root}/api/v4"
         self._state: JSON | None = None
+        self._late = {"late_commit_rate": late_rate, "late_commit_max_seconds": late_max}
 
     def __enter__(self) -> FakeProcess:
         deadline = time.monotonic() + 30
@@ -198,7 +208,7 @@ class FakeProcess:
             if time.monotonic() > deadline or self._process.poll() is not None:
                 raise RuntimeError("the Zep fake did not start")
             time.sleep(0.05)
-        config = {"client_timeout": BACKEND_TIMEOUT, "hang_overshoot": HANG_OVERSHOOT}
+        config = {"client_timeout": BACKEND_TIMEOUT, "hang_overshoot": HANG_OVERSHOOT, **self._late}
         self.configure(config)
         return self
 
@@ -219,8 +229,11 @@ class FakeProcess:
         return found
 
     def outcomes(self) -> JSON:
-        state = self._call("/_fake/state")
-        return {"injected": state["injected"], "ambiguous": state["ambiguous"]}
+        return self._call("/_fake/outcomes")
+
+    def heal(self) -> None:
+        """No more faults, nothing more served late (what is held still lands)."""
+        self._call("/_fake/config", {"fault_rate": 0.0, "late_commit_rate": 0.0})
 
     def messages(self, thread_uuid: str | None = None) -> list[JSON]:
         """Stored messages, read once when first asked (the run has settled by then)."""
@@ -439,6 +452,35 @@ async def _settle(settings: Settings, enqueuer: Enqueuer, timeout: float) -> boo
     return True
 
 
+async def _land_and_repair(
+    settings: Settings, fake: FakeProcess, enqueuer: Enqueuer, timeout: float
+) -> JSON:
+    """Heal the fake (its faults and late serving stop, as the repair's reads and marks
+    would otherwise be served late too), wait (bounded) until it has served every request
+    it holds and the queue has settled again, then run the late-copy repair as the
+    workers' cron does, every noted thread counted as noted long enough ago, again while
+    a read of it fails; what it did."""
+    fake.heal()
+    deadline = time.monotonic() + timeout
+    while fake.outcomes()["held"] and time.monotonic() < deadline:
+        await asyncio.sleep(1.0)
+    await _settle(settings, enqueuer, timeout)
+    client = connect(settings.redis_url)
+    backend = open_backend(settings)
+    done: Counter[str] = Counter()
+    try:
+        flusher = Flusher(settings, client, backend)
+        for _ in range(10):  # a read the fake failed is read at the cron's next run
+            run = await flusher.repair_late(now_ms=int(time.time() * 1000) + 60_000)
+            done.update(run)
+            if not run["unread"]:
+                break
+    finally:
+        await backend.aclose()
+        await client.aclose()
+    return dict(done)
+
+
 @dataclass
 class Findings:
     lost: int = 0
@@ -451,6 +493,8 @@ class Findings:
     duplicated_how: Counter[str] = field(default_factory=Counter)
     out_of_order_how: Counter[str] = field(default_factory=Counter)
     committed_anyway: int = 0
+    repaired: int = 0
+    """Late copies found marked (``afterthought_copy_of``): repaired, skipped by reads."""
 
 
 @dataclass(frozen=True)
@@ -529,6 +573,9 @@ def _check(chat: Conversation, stored: list[JSON], where: _Whereabouts, found: F
     place = {said: i for i, said in enumerate(expected)}
     seqs: dict[tuple[str, str], list[Any]] = {}  # the queue's sequence number of each copy
     for m in stored:
+        if COPY_OF_FIELD in m["metadata"]:  # a late copy, repaired: every read skips it
+            found.repaired += 1
+            continue
         seqs.setdefault((str(m["role"]), str(m["content"])), []).append(
             m["metadata"].get("afterthought_seq")
         )
@@ -621,6 +668,8 @@ def run(
     failover: Callable[[], object] | None = None,
     failovers: int = 1,
     pin_identity: bool = False,
+    late_rate: float = 0.0,
+    late_max: float = 0.0,
     **overrides: Any,
 ) -> JSON:
     """One run; ``timeout`` bounds the wait for the deployment to settle. ``think``: the
@@ -629,7 +678,10 @@ def run(
     a thread of its own, as the turns done pass evenly spaced points (one: a third of the
     way; a Redis master killed and replaced, say); ``pin_identity``: sessions pin their user
     and thread in state (see the module's text); ``overrides``: settings of the agent and
-    the workers.
+    the workers. ``late_rate``: the share of writes the fake serves late, up to
+    ``late_max`` seconds after their client gave up (once the turns are done and the queue
+    has settled, the fake is healed, the run waits for every one to land, and runs the
+    late-copy repair as its cron would).
 
     Reports ``lost``, ``duplicated`` (extra copies), ``out_of_order`` (messages stored
     before one said earlier), ``stray`` (stored where no session's messages belong),
@@ -647,7 +699,13 @@ def run(
     progress = Progress()
     with contextlib.ExitStack() as stack:  # undone in reverse: workers, keys, logging, fake
         fake = stack.enter_context(
-            FakeProcess(fault_rate=fault_rate, honor_idempotency=honor_idempotency, seed=seed)
+            FakeProcess(
+                fault_rate=fault_rate,
+                honor_idempotency=honor_idempotency,
+                seed=seed,
+                late_rate=late_rate,
+                late_max=late_max,
+            )
         )
         settings = _settings(redis_url, fake, **overrides)
         stack.callback(lambda: asyncio.run(cleanup(settings)))
@@ -693,6 +751,9 @@ def run(
                 await asyncio.gather(*(_converse(runner, c, progress, pause) for c in slots))
                 produced = time.monotonic() - started
                 settled = await _settle(settings, observed, timeout)
+                repair = {}
+                if late_rate:
+                    repair = await _land_and_repair(settings, fake, observed, late_max + timeout)
                 # As the wait ended: closing the hooks (below) sends what they still hold.
                 at_end: JSON = {
                     "settled": settled,
@@ -700,6 +761,7 @@ def run(
                     "seconds": round(time.monotonic() - started, 1),
                     **fake.outcomes(),
                     "hooks": {"dropped": observed.dropped, "buffered": observed.buffered},
+                    "repair": repair,
                     "log": tally.counts(),
                 }
             finally:
@@ -739,6 +801,14 @@ def run(
             "enqueue_failed_but_queued": found.committed_anyway,
         },
         "hooks": at_end["hooks"],
+        "late": {
+            "rate": late_rate,
+            "max_seconds": late_max,
+            "served_late": at_end["ambiguous"].get("late", 0),
+            "held_left": at_end["held"],
+            "repair": at_end["repair"],
+            "copies_marked_found": found.repaired,
+        },
         "diagnosis": {
             "sessions_hit": found.sessions_hit,
             "lost_where": dict(found.lost_where),
@@ -763,6 +833,8 @@ def main() -> None:
     parser.add_argument("--kills", type=int, default=20)
     parser.add_argument("--fault-rate", type=float, default=0.2)
     parser.add_argument("--ignore-idempotency", action="store_true")
+    parser.add_argument("--late-rate", type=float, default=0.0, help="share of writes served late")
+    parser.add_argument("--late-max", type=float, default=90.0, help="at most this many s late")
     parser.add_argument("--stall", action=argparse.BooleanOptionalAction, default=True)
     parser.add_argument("--think", type=float, default=0.05, help="mean seconds between turns")
     parser.add_argument("--settle-timeout", type=float, default=120.0)
@@ -786,6 +858,8 @@ def main() -> None:
                 seed=args.seed,
                 timeout=args.settle_timeout,
                 pin_identity=args.pin_identity,
+                late_rate=args.late_rate,
+                late_max=args.late_max,
             )
         )
     )

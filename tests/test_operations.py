@@ -61,6 +61,8 @@ STATUS_SHAPE = {
     "dead_letters": int,
     "lost_messages": int,
     "redis_lost_data_at": (float, type(None)),
+    "late_copies": int,
+    "late_watched": int,
     "pause": {
         "paused": bool,
         "reason": (str, type(None)),

@@ -4,11 +4,14 @@ with two workers, and injects a fault at any step: a Redis call that times out b
 after it ran, Redis refusing writes or connections, a worker killed between any two of its
 Redis calls, a failed heartbeat, a worker stalled past its lease while the other takes the
 thread over (between its steps, or while one of its backend calls hangs), a backend call
-that fails, commits and then fails, commits late, or refuses a message; an operator replays
-dead letters. After every step it checks that each message said is stored once, queued
-once, buffered, dead-lettered with a reason, or counted dropped: never gone, never twice,
-stored in the order said. At the end it heals every fault, drains everything and checks
-that each message is stored once, in order, or dead-lettered.
+that fails, commits and then fails, commits late (within the settle period, or minutes
+later, past every lease), or refuses a message; an operator replays dead letters; the
+late-copy repair runs. After every step it checks that each message said is stored once,
+queued once, buffered, dead-lettered with a reason, or counted dropped: never gone, never
+twice (but for a copy a call committing minutes late made where keys are ignored, in a
+thread watched for the repair), stored in the order said. At the end it heals every
+fault, drains everything, lets every late call land and the repair run, and checks that
+each message is stored once, in order, or dead-lettered.
 
 Deterministic: the steps come from a derandomized Hypothesis run, and nothing reads or waits
 on the wall clock. Time is a simulated clock: the flusher's ``clock`` and ``sleep``, the
@@ -277,7 +280,10 @@ OUTCOMES = (
     "commits_then_5xx",  # stored; then a 502
     "slow_commits_never",  # the client waits out its timeout; nothing is stored
     "slow_commits_late",  # the client waits out its timeout; stored a settle period later
+    "slow_commits_minutes_late",  # ... stored minutes later: past every lease and settle time
 )
+#: How late a call that commits minutes late commits.
+MINUTES_LATE = 200.0
 
 
 class FakeBackend(MemoryBackend):
@@ -349,10 +355,11 @@ class FakeBackend(MemoryBackend):
         refused = any(REFUSED_MARK in m.content for m in messages)
         if outcome.startswith("slow"):
             await self._wait_out(timeout)
-            if outcome == "slow_commits_late" and not refused:
-                # The server commits within the settle period after the client gave up:
-                # the bound the worker relies on (``backend_settle_seconds``).
-                at = self.clock.now + self._settle
+            if outcome != "slow_commits_never" and not refused:
+                # The server commits within the settle period after the client gave up
+                # (``backend_settle_seconds``), or minutes later (``late_commit_seconds``).
+                late = MINUTES_LATE if outcome == "slow_commits_minutes_late" else self._settle
+                at = self.clock.now + late
                 self.late.append((at, thread_uuid, list(messages), idempotency_key))
             raise BackendError("timeout")
         if refused:
@@ -373,6 +380,11 @@ class FakeBackend(MemoryBackend):
         if outcome != "ok":  # a read has no side effect: every failure is just a failure
             raise BackendError("timeout")
         return list(reversed(self.threads.get(thread_uuid, [])))[:limit]
+
+    async def remove_copies(self, *, thread_uuid: str, copies: Sequence[tuple[str, str]]) -> str:
+        gone = {copy for copy, _ in copies}
+        self.threads[thread_uuid] = [m for m in self.threads[thread_uuid] if m.uuid not in gone]
+        return "deleted"
 
     # The rest of the port is never called by the write path (of messages not replayed).
     async def message_page(self, **kwargs: Any) -> Any:
@@ -526,6 +538,8 @@ class Snapshot:
     buffered: list[str]
     spooled: list[str]
     stored: dict[str, list[StoredMessage]]
+    watched: set[str]
+    """Backend threads noted for the late-copy repair."""
 
 
 REDIS_FAULTS = ("timeout_before", "timeout_after", "oom", "kill")
@@ -711,6 +725,7 @@ class QueueModel(RuleBasedStateMachine):
                 pipe.hmget(self.keys.thread(tk), "seq", "done")
             replies = await pipe.execute()
         letters = await self._dead_letters()
+        noted = await self.raw.zrange(self.keys.late, 0, -1)
         lost = 0
         if self.path.counts_done:  # the same scripts count what Redis lost
             lost = sum([int(await self.raw.get(self.keys.lost(s)) or 0) for s in self.shards])
@@ -727,6 +742,7 @@ class QueueModel(RuleBasedStateMachine):
             buffered=self.path.buffered(self.enqueuer),
             spooled=self.path.spooled(self.enqueuer),
             stored={t: list(ms) for t, ms in self.backend.threads.items()},
+            watched={m.decode().rpartition(":")[0] for m in noted},
         )
 
     @property
@@ -994,6 +1010,20 @@ class QueueModel(RuleBasedStateMachine):
         finally:
             plan.disarm()
 
+    @rule(fault=WORKER_FAULT)
+    def repair(self, fault: tuple[int, str] | None) -> None:
+        """The late-copy repair's cron runs on a worker (a Redis fault at any of its calls)."""
+        self._step()
+        self.plans[0].arm(fault)
+        try:
+            self.run(self.flushers[0].repair_late())
+        except Killed:
+            self._restart(0)
+        except RedisError:
+            pass
+        finally:
+            self.plans[0].disarm()
+
     # --- what must hold ------------------------------------------------------------------
     @invariant()
     def every_message_is_somewhere_once(self) -> None:
@@ -1003,15 +1033,22 @@ class QueueModel(RuleBasedStateMachine):
     def _check(self, snap: Snapshot, *, final: bool) -> None:
         stored: Counter[str] = Counter()
         for thread_uuid, messages in snap.stored.items():
-            positions = []
+            positions, here = [], Counter[str]()
             for m in messages:
                 key = str(m.metadata[MESSAGE_KEY_FIELD])
                 thread, n = self.where[key]
                 assert thread_uuid == f"thread-{thread}", f"T{thread} #{n} stored in {thread_uuid}"
-                stored[key] += 1
-                if key not in self.replayed:
+                here[key] += 1
+                if key not in self.replayed and here[key] == 1:  # a copy: judged below
                     positions.append(n)
             assert positions == sorted(positions), f"{thread_uuid} stored out of order: {positions}"
+            copies = [self._name(k) for k, c in here.items() if c > 1]
+            if copies and not final and not self.backend.honour_keys:
+                # Where keys are ignored a call committing minutes late stores copies: they
+                # must be in a thread the repair watches (and are gone at the end).
+                assert thread_uuid in snap.watched, f"copies nobody repairs: {copies}"
+                here = Counter(dict.fromkeys(here, 1))
+            stored.update(here)
         queued: Counter[str] = Counter()
         for thread, items in enumerate(snap.pending):
             positions = [self.where[m.key][1] for m in items if m.key not in self.replayed]
@@ -1088,6 +1125,7 @@ class QueueModel(RuleBasedStateMachine):
             if plan.dead:
                 self._restart(worker)
         for _ in range(10):
+            await self.advance(MINUTES_LATE)  # every call committing late has landed
             for _ in range(10):
                 if not (self.path.buffered(self.enqueuer) or self.path.spooled(self.enqueuer)):
                     break
@@ -1103,9 +1141,14 @@ class QueueModel(RuleBasedStateMachine):
                 await self._flush_quietly(0, lease)
             snap = await self._snapshot()
             ready = [await self.raw.zcard(self.keys.ready(s)) for s in self.shards]
-            idle = not any(snap.pending) and not any(ready)
+            idle = not any(snap.pending) and not any(ready) and not self.backend.late
             if idle and (not (snap.buffered or snap.spooled) or not self.path.drains):
-                return
+                break
+        # The repair's cron, once the copies it watches for can have landed, and again once
+        # their time is past.
+        for _ in range(2):
+            await self.advance(self.settings.late_commit_seconds)
+            await self.flushers[0].repair_late()
 
     async def _flush_quietly(self, worker: int, lease: Any) -> None:
         self.flushing = (worker, lease, False)

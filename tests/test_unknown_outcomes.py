@@ -243,8 +243,9 @@ async def test_a_message_that_never_succeeds_is_dead_lettered_and_its_thread_goe
     make_settings: Callable[..., Settings], redis: aioredis.Redis
 ) -> None:
     """Another user's messages succeed meanwhile: this is a poisoned message, not an
-    outage. Time is moved by hand (the deferred thread is made due again)."""
-    settings = make_settings(retry_max_attempts=4)
+    outage. Time is moved by hand (the deferred thread is made due again). No call of this
+    backend commits late, so the batch may be cut anew as soon as it keeps failing."""
+    settings = make_settings(retry_max_attempts=4, late_commit_seconds=0)
     keys = Keys(settings.key_prefix)
     mine = [queued("before", 1), queued("POISON pill", 2), queued("after", 3)]
     await enqueue(settings, *mine)
@@ -579,12 +580,17 @@ async def test_a_batch_narrowed_after_an_unknown_outcome_is_not_sent_again(
 ) -> None:
     """The batch was stored by a call whose reply was lost; read-backs then kept failing
     until the batch was narrowed to its head. The rest of it must still be read back before
-    it is sent (found by the chaos bench)."""
+    it is sent (found by the chaos bench). Narrowing cuts the batch anew, which waits until
+    no call of it can commit late: here, at once."""
     from afterthought.backends import open_backend
 
     zep_fake.honor_idempotency = honor
     settings = make_settings(
-        backend="zep", zep_api_key="k", zep_base_url=zep_fake.base_url, backend_settle_seconds=0.1
+        backend="zep",
+        zep_api_key="k",
+        zep_base_url=zep_fake.base_url,
+        backend_settle_seconds=0.1,
+        late_commit_seconds=0,
     )
     keys = Keys(settings.key_prefix)
     said = [queued(f"line {n}", n) for n in range(4)]

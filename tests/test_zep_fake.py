@@ -255,3 +255,29 @@ async def _try_users(zep: AsyncZep, count: int) -> None:
     for n in range(count):
         with contextlib.suppress(ApiError, httpx.TransportError):
             await zep.user.create(user_id=f"u{n}")
+
+
+@pytest.mark.parametrize("honor", [True, False], ids=["keys-honoured", "keys-ignored"])
+async def test_a_request_served_late_lands_when_the_fakes_clock_says(honor: bool) -> None:
+    """Dropped at once, done minutes later on a clock the test moves: after a resend under
+    the same key, once where keys are honoured, twice where they are ignored; a message
+    update (the only one v4 has) merges metadata."""
+    now = [0.0]
+    with ZepFake(clock=lambda: now[0], honor_idempotency=honor, key_in_flight="run_both") as fake:
+        zep = AsyncZep(api_key="k", base_url=fake.base_url, max_retries=0)
+        user = await zep.user.create(user_id="u1")
+        thread = str((await zep.thread.create(user_uuid=str(user.uuid_))).uuid_)
+        fake.inject(Fault(match="POST /threads/.*/messages", late=120.0))
+        said = [AddMessage(role="user", content="hi")]
+        with pytest.raises(httpx.TransportError):
+            await zep.thread.add_messages(thread, messages=said, idempotency_key="k1")
+        assert fake.held() == 1 and fake.messages(thread) == []
+        await zep.thread.add_messages(thread, messages=said, idempotency_key="k1")
+        now[0] = 119.0
+        assert len(fake.messages(thread)) == 1 and fake.held() == 1
+        now[0] = 120.0
+        stored = fake.messages(thread)
+        assert [m["content"] for m in stored] == ["hi"] * (1 if honor else 2)
+        assert fake.held() == 0 and fake.outcomes()["ambiguous"] == {"late": 1}
+        await zep.thread.message.update(thread, stored[-1]["uuid"], metadata={"copy": "yes"})
+        assert fake.messages(thread)[-1]["metadata"] == {"copy": "yes"}

@@ -3,9 +3,13 @@ acknowledge by sequence number. The queue's scripts live in ``afterthought.queue
 to do after each kind of error, in ``worker.retry``.
 
 Every timeout is an unknown outcome: a call that failed ambiguously may still be stored,
-so the next attempt waits for the server to settle and reads back what landed (W2). No
-backend call outlives the lease that covers it, so a worker that loses its lease can never
-send beside the next holder (W3)."""
+so the next attempt waits for the server to settle, reads back what landed, and sends what
+is missing as the same calls under the same idempotency keys, never as calls cut anew
+(W2). No backend call outlives the lease that covers it on this worker's clock (W3). A
+call that commits later than that all the same (minutes late, on a server that ignores
+keys; or sent by a worker paused past its lease) makes copies: each thread that may see
+one is read back until it no longer can, and its copies are repaired
+(:meth:`Flusher.repair_late`)."""
 
 from __future__ import annotations
 
@@ -32,7 +36,7 @@ from afterthought.backends.base import (
     UserRef,
     ignored_roles,
 )
-from afterthought.batching import Call, StoredIndex, missing, pack, parts
+from afterthought.batching import Call, StoredIndex, asks_context, missing, pack, parts
 from afterthought.connections import FAILURES
 from afterthought.context_cache import PENDING, ContextCache, now_version
 from afterthought.contract import MalformedPayload, QueuedMessage, split_content
@@ -64,6 +68,16 @@ RECENT_MARGIN = 30
 #: Replayed threads' histories a worker keeps between leases hold at most this many
 #: messages in all (8 bytes each); the least recently used go first, the one in use never.
 MAX_KEPT_MESSAGES = 2_000_000
+#: A thread is read back for late copies at most this many messages deep.
+LATE_LOOKBACK = 5000
+#: Threads read back for late copies per :meth:`Flusher.repair_late` run.
+LATE_THREADS_PER_RUN = 500
+#: A thread whose call may commit late is first read back for copies this long after: the
+#: worker's own read-back covers the first seconds, and a copy found later is no worse.
+LATE_FIRST_READ_MS = 30_000
+#: A thread is read back for late copies this far past the first message that may have
+#: one: messages stored before it (and a copy of theirs) are not read.
+LATE_MARGIN = 100
 #: How often a job looks for more due threads while it has free slots.
 CLAIM_INTERVAL = 0.05
 #: In a sharded layout, a shard that had nothing due is polled again after this long, not
@@ -86,6 +100,12 @@ MAX_KNOWN_THREADS = 10_000
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
+
+
+def _seq_of(message: StoredMessage) -> int:
+    """The queue's sequence number a stored message carries; -1 for one stored otherwise."""
+    value = message.metadata.get("afterthought_seq")
+    return value if isinstance(value, int) else -1
 
 
 def _covers(inflight: bytes, first: int, last: int) -> bool:
@@ -291,6 +311,15 @@ class _History:
         self.index.add_sent(messages)
 
 
+@dataclass(frozen=True, slots=True)
+class _Cut:
+    """How a batch is cut into calls (``calls``: messages per call, characters per part)
+    and the recorded in-flight range it is recorded with."""
+
+    calls: tuple[int, int]
+    record: tuple[int, int]
+
+
 @dataclass
 class _Sending:
     """One batch of messages on its way to one thread."""
@@ -307,6 +336,10 @@ class _Sending:
     """Read the backend itself, not ``history``: a call may have landed unseen."""
     replay: bool
     """A replayed session: reconciled by key and by role and text."""
+    cut: tuple[int, int]
+    """Messages per call and characters per part, as recorded with the batch."""
+    record: tuple[int, int]
+    """The recorded in-flight range (``first``, ``last``): the cut is recorded with it."""
     context: str | None = None
     """The context block the last successful call brought back."""
     stored_calls: set[str] = field(default_factory=set)
@@ -359,6 +392,43 @@ class Flusher:
         self._settle_now = asyncio.Event()
         self._histories: dict[str, _History] = {}
         """Replayed threads' stored messages, by thread uuid (see :class:`_History`)."""
+
+    @property
+    def _default_cut(self) -> tuple[int, int]:
+        return self.settings.batch_size, self.settings.max_message_chars
+
+    def _may_recut(self, head: Head) -> bool:
+        """Whether a batch that keeps failing may be cut into other calls: only once it has
+        failed for longer than a call may commit late. Before, an attempt at its calls may
+        still land, and a call cut otherwise carries another key: both would be stored."""
+        since = head.failing_since_ms
+        return since is None or _now_ms() - since >= self.settings.late_commit_seconds * 1000
+
+    async def _recut(self, sending: _Sending, cut: tuple[int, int]) -> None:
+        """Record a new cut of the in-flight batch (after a too-large refusal, a certain
+        outcome): the next attempt, by any worker, sends these calls."""
+        began = await self.queue.begin(
+            sending.lease.tk,
+            sending.lease.token,
+            first=sending.record[0],
+            last=sending.record[1],
+            cut=cut,
+            epoch=(*sending.epoch.keys, sending.epoch.seen),
+        )
+        if not began:
+            raise _LeaseLost
+        if began < 0:
+            raise _Forgotten
+        sending.cut = cut
+
+    async def _expect_late(self, thread_uuid: str, *, seq: int) -> None:
+        """A call of the thread, from message ``seq`` on, may commit late: look for copies
+        until ``late_commit_seconds`` have passed (:meth:`repair_late`)."""
+        horizon_ms = int(self.settings.late_commit_seconds * 1000)
+        if horizon_ms:
+            await self.queue.expect_late(
+                thread_uuid, seq=seq, now_ms=_now_ms(), horizon_ms=horizon_ms
+            )
 
     @property
     def claiming(self) -> bool:
@@ -512,6 +582,8 @@ class Flusher:
                 age > self.settings.retry_max_age_seconds
                 or (
                     attempts >= self.settings.retry_max_attempts
+                    # A call of it may still commit: it would be stored and dead-lettered.
+                    and (not decision.unknown_outcome or age >= self.settings.late_commit_seconds)
                     and await self._backend_ok_since(since)
                 )
             ):
@@ -538,6 +610,77 @@ class Flusher:
         await self._dead_letter(lease, count, reason=str(exc), attempts=attempts, last=last)
         stats["dead"] += count
         return now
+
+    async def repair_late(self, *, now_ms: int | None = None) -> Counter[str]:
+        """Read back each thread a call may still commit to late (:attr:`Keys.late`) and
+        repair the copies found: the first copy of a message (by key and text) stays,
+        every later one is deleted, or marked where the backend cannot delete one (Zep).
+        The first copies are in the order said: no message is sent before the ones
+        before it are known stored. A thread is watched until its time is past and it was
+        read back after that (a late commit has landed by then); one that cannot be read
+        now is read at the next run. Runs as a cron, about once a minute."""
+        now_ms = _now_ms() if now_ms is None else now_ms
+        noted_before = now_ms + int(self.settings.late_commit_seconds * 1000) - LATE_FIRST_READ_MS
+        stats: Counter[str] = Counter()
+        watched: dict[str, list[tuple[str, int, int]]] = {}
+        for entry in await self.queue.expected_late(limit=LATE_THREADS_PER_RUN):
+            if entry[2] <= noted_before:  # noted long enough ago
+                watched.setdefault(entry[0], []).append(entry)
+        for thread_uuid, entries in watched.items():
+            repaired: list[str] = []
+            try:
+                found = await self._late_copies(thread_uuid, seq=min(e[1] for e in entries))
+                for copy in found:  # one at a time: each is counted once it is repaired
+                    action = await self.backend.remove_copies(
+                        thread_uuid=thread_uuid, copies=[copy]
+                    )
+                    await self.queue.count_late_copies(1)
+                    metrics.LATE_COPIES.labels(action).inc()
+                    stats[f"copies_{action}"] += 1
+                    repaired.append(copy[0])
+            except BackendError as exc:
+                if exc.kind != "not_found":  # a thread deleted since has nothing to repair
+                    stats["unread"] += 1
+                    log.warning("late copies unread thread_uuid=%s error=%s", thread_uuid, exc)
+                    continue
+            finally:
+                if repaired:
+                    log.warning(
+                        "late copies repaired thread_uuid=%s copies=%d uuids=%s",
+                        thread_uuid,
+                        len(repaired),
+                        ",".join(repaired),
+                    )
+            stats["threads"] += 1
+            await self.queue.late_over([e for e in entries if e[2] <= now_ms], now_ms=now_ms)
+        return stats
+
+    async def _late_copies(self, thread_uuid: str, *, seq: int) -> list[tuple[str, str]]:
+        """The late copies in a thread (``(copy uuid, kept uuid)``), among its messages
+        from ``LATE_MARGIN`` before message ``seq`` on: what a late call can have copied
+        was sent from ``seq`` on, and stored after it."""
+        limit = 2 * LATE_MARGIN
+        while True:
+            stored = await self.backend.recent_messages(
+                thread_uuid=thread_uuid, limit=limit, timeout=self.settings.backend_timeout
+            )
+            older = stored[-LATE_MARGIN:]
+            before = all(_seq_of(m) < seq for m in older)
+            if len(stored) < limit or (before and len(older) == LATE_MARGIN):
+                break
+            if limit >= LATE_LOOKBACK:
+                log.warning("late copies: read back as far as allowed thread_uuid=%s", thread_uuid)
+                break
+            limit = min(4 * limit, LATE_LOOKBACK)
+        kept: dict[tuple[str, str], str] = {}
+        copies: list[tuple[str, str]] = []
+        for m in reversed(stored):  # oldest first
+            if m.key is None or m.is_copy:
+                continue
+            first = kept.setdefault((m.key, m.content), m.uuid)
+            if first != m.uuid:
+                copies.append((m.uuid, first))
+        return copies
 
     async def _stored_after_all(self, lease: _Lease, head: QueuedMessage) -> bool:
         """Whether a message whose last attempt had an unknown outcome is stored: read
@@ -569,13 +712,19 @@ class Flusher:
             await self._dead_letter(lease, 1, reason=f"malformed: {exc}", attempts=0)
             stats["dead"] += 1
             return True
-        if head.attempts >= NARROW_AFTER:  # keeps failing: find which message
+        if head.attempts >= NARROW_AFTER and self._may_recut(head):  # find which message
             batch = batch[:1]
         lease.batch, lease.thread_uuid = batch, None
         first, last = batch[0].seq or 0, batch[-1].seq or 0
         said = (batch[0].app, batch[0].user_id, batch[0].session_id)
         if whose != said:  # read for another user (never, short of a digest collision)
-            head = Head(items=raw_items, inflight=inflight, attempts=head.attempts)
+            head = Head(
+                items=raw_items,
+                inflight=inflight,
+                attempts=head.attempts,
+                cut=head.cut,
+                failing_since_ms=head.failing_since_ms,
+            )
             self._whose[tk] = said
             while len(self._whose) > MAX_KNOWN_THREADS:
                 self._whose.pop(next(iter(self._whose)))
@@ -599,14 +748,23 @@ class Flusher:
         # BEGIN compares the epoch too (atomically with recording the batch): the check
         # before the first backend call, unless something that takes time comes between.
         checked = (*epoch.keys, epoch.seen)
+        # A recorded batch is sent as it was cut, whatever the settings say now.
+        cut = head.cut if recorded and head.cut else self._default_cut
+        record = (first, last)
+        if recorded:
+            low, high = (int(x) for x in (inflight or b"").decode().split(":"))
+            record = (low, high)
         if not recorded:
-            began = await self.queue.begin(tk, lease.token, first=first, last=last, epoch=checked)
+            began = await self.queue.begin(
+                tk, lease.token, first=first, last=last, cut=cut, epoch=checked
+            )
         elif self.settings.redis_wait_replicas:
             # The record may be one a master wrote and never replicated before it was
             # replaced (a failed attempt's): written again, the same, and confirmed before
             # it is relied on, or the new master's workers would send the batch again.
-            low, high = (int(x) for x in (inflight or b"").decode().split(":"))
-            began = await self.queue.begin(tk, lease.token, first=low, last=high, epoch=checked)
+            began = await self.queue.begin(
+                tk, lease.token, first=record[0], last=record[1], cut=cut, epoch=checked
+            )
         else:
             began = 2  # nothing written, nothing compared: the first check reads
         if not began:
@@ -621,7 +779,9 @@ class Flusher:
             thread_uuid=head.thread_uuid,
         )
         try:
-            return await self._flush_checked(lease, batch, stats, epoch, inflight, known)
+            return await self._flush_checked(
+                lease, batch, stats, epoch, inflight, known, _Cut(cut, record)
+            )
         except _Forgotten:  # the user was forgotten meanwhile: what is left goes
             return await self._drop_forgotten(lease, batch, stats)
         except _IdentityMismatch:
@@ -645,6 +805,7 @@ class Flusher:
         epoch: _Epoch,
         inflight: bytes | None,
         known: Identity,
+        cut: _Cut,
     ) -> bool:
         """The batch, its user not forgotten when it was read; every backend step below
         checks that again first (``_Epoch.check``), since a forget may start at any time.
@@ -655,6 +816,10 @@ class Flusher:
             return await self._apply_memory_changes(lease, batch, stats, epoch, known)
         user, thread_uuid = await self._identity(batch[0], epoch, known)
         lease.thread_uuid = thread_uuid
+        if inflight is not None:
+            # Whoever sent it before (this worker's last job, or one that lost the thread
+            # and may be paused in the middle of a call) may still have it committed.
+            await self._expect_late(thread_uuid, seq=cut.record[0])
         replay = any(m.replay for m in batch)
         sending = _Sending(
             thread_uuid=thread_uuid,
@@ -666,6 +831,8 @@ class Flusher:
             reconcile=inflight is not None or replay or any(m.unsure for m in batch),
             fresh=inflight is not None,
             replay=replay,
+            cut=cut.calls,
+            record=cut.record,
         )
         stored, refused = await self._deliver(sending, batch)
         if refused is not None:
@@ -878,8 +1045,8 @@ class Flusher:
     async def _send_resplitting(self, sending: _Sending, batch: list[QueuedMessage]) -> None:
         """Send the batch; when the backend says too large, send fewer messages per call,
         then smaller parts, before giving up (413 / 400 too long)."""
-        per_call, part_chars = self.settings.batch_size, self.settings.max_message_chars
         while True:
+            per_call, part_chars = sending.cut
             calls = pack(parts(batch, part_chars), per_call)
             try:
                 await self._send_all(sending, calls)
@@ -893,6 +1060,7 @@ class Flusher:
                     part_chars //= 2
                 else:
                     raise
+                await self._recut(sending, (per_call, part_chars))
                 sending.reconcile = True  # the calls before the refused one were stored
                 sending.stats["resplit"] += 1
                 log.warning(
@@ -905,10 +1073,11 @@ class Flusher:
     async def _send_all(self, sending: _Sending, calls: list[Call]) -> None:
         """Send with in-job retries. Whenever an earlier attempt may have reached the
         backend unseen (a crash, a timeout, a lost reply) or the batch replays a session,
-        read back first and send only what it lacks (W2): this holds whether or not the
-        backend honours idempotency keys. After a certain failure (a 429) only the calls
-        not yet acknowledged are sent again, without a read."""
-        templated = self.settings.context_template_uuid is not None
+        read back first and send only the calls it lacks, each as it was (W2). After a
+        certain failure (a 429) only the calls not yet acknowledged are sent again, without
+        a read. Every call asks for the context block alike (unless a template renders
+        it), so a call's body, and so its key, is the same at every attempt."""
+        return_context = asks_context(self.settings)
         settle = self.settings.backend_settle_seconds
 
         def wait(state: RetryCallState) -> float:
@@ -958,7 +1127,7 @@ class Flusher:
                             messages=call.messages,
                             idempotency_key=call.idempotency_key,
                             ignore_roles=self.ignore_roles,
-                            return_context=call is todo[-1] and not templated,
+                            return_context=return_context,
                             timeout=timeout,
                         )
                     except BackendError as exc:
@@ -967,6 +1136,8 @@ class Flusher:
                         if decide(exc).unknown_outcome:
                             sending.reconcile = sending.fresh = True
                             sending.stats["unknown_outcomes"] += 1
+                            seq = int(call.messages[0].metadata.get("afterthought_seq") or 0)
+                            await self._expect_late(sending.thread_uuid, seq=seq)
                         raise
                     await self._raced(sending.epoch)
                     sending.stored_calls.add(call.idempotency_key)
@@ -980,9 +1151,12 @@ class Flusher:
                 sending.fresh = False
 
     async def _missing(self, sending: _Sending, calls: list[Call]) -> list[Call]:
-        """What the backend lacks of ``calls``; a replay is checked against the whole
-        thread (:class:`_History`), brought up to date once per lease and after an unknown
-        outcome (``sending.fresh``: a call may have landed unseen)."""
+        """The calls of ``calls`` the backend lacks. One it lacks wholly is sent again as it
+        was: a late commit of an earlier attempt and the resend are then one request where
+        keys are honoured. One it holds part of (a batch cut otherwise before, e.g.
+        narrowed) is sent for the rest only. A replay is checked against the whole thread
+        (:class:`_History`), brought up to date once per lease and after an unknown outcome
+        (``sending.fresh``: a call may have landed unseen)."""
         wanted = [m for c in calls for m in c.messages]
         if sending.replay:
             history = sending.history = sending.history or self._keep(sending.thread_uuid)
@@ -998,11 +1172,11 @@ class Flusher:
             sending.stats["reconciled"] += 1
             sending.epoch.stale()  # a backend call lies between BEGIN and the first send
             lacking = missing(wanted, stored, replay=False)
+        unsent = {id(m) for m in lacking}
         if sending.history is not None:  # found stored: a replay of it later is too
-            unsent = {id(m) for m in lacking}
             sending.history.sent(m for m in wanted if id(m) not in unsent)
-        per_call = max(len(c.messages) for c in calls)  # as resplitting left it
-        return pack(lacking, per_call)
+        rests = [(c, [m for m in c.messages if id(m) in unsent]) for c in calls]
+        return [c if rest == c.messages else Call(rest) for c, rest in rests if rest]
 
     def _kept(self, thread_uuid: str) -> _History | None:
         """The history this worker keeps of the thread, if any (now the most recently

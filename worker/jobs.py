@@ -123,6 +123,14 @@ async def resume_forgets(ctx: dict[str, Any]) -> dict[str, int]:
     return {"resumed": len(done), "pending": sum(d.pending for d in done)}
 
 
+@metrics.metered
+async def repair_late(ctx: dict[str, Any]) -> dict[str, int]:
+    """Every minute: read back the threads a call may still commit to late, and repair
+    the copies such calls made (``Flusher.repair_late``)."""
+    flusher: Flusher = ctx["flusher"]
+    return dict(await flusher.repair_late())
+
+
 async def dispatch_once(
     redis: Redis, jobs: ArqRedis, keys: Keys, pacing: Pacing | None = None
 ) -> bool:
@@ -507,6 +515,12 @@ def worker_settings(
             cron(
                 resume_forgets,
                 name=keys.job_id("cron", "forgets"),
+                keep_result=60,
+                timeout=FLUSH_TIMEOUT_SECONDS * 10,
+            ),
+            cron(
+                repair_late,
+                name=keys.job_id("cron", "late"),
                 keep_result=60,
                 timeout=FLUSH_TIMEOUT_SECONDS * 10,
             ),

@@ -52,6 +52,12 @@ RETRIES = Counter(
     "Backend retries: in_job (the batch is retried at once) or deferred (the thread later).",
     ["kind"],
 )
+LATE_COPIES = Counter(
+    "afterthought_late_copies",
+    "Copies of stored messages a late commit made, found and repaired: deleted, or marked"
+    " where the backend deletes no single message.",
+    ["action"],
+)
 SIDE_EFFECT_FAILURES = Counter(
     "afterthought_side_effect_failures",
     "Writes that follow a stored batch and were skipped (audit, cache, synthesis scheduling), "

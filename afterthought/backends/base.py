@@ -16,6 +16,9 @@ if TYPE_CHECKING:
 
 #: Metadata key that carries our message key into the backend (reconciliation reads it).
 MESSAGE_KEY_FIELD = "afterthought_key"
+#: Metadata key that marks a late copy of a message, where the backend cannot delete one
+#: message (Zep v4): the uuid of the copy that stays. Reads of history skip what carries it.
+COPY_OF_FIELD = "afterthought_copy_of"
 
 ErrorKind = Literal[
     "timeout",
@@ -81,6 +84,11 @@ class StoredMessage:
     def key(self) -> str | None:
         value = self.metadata.get(MESSAGE_KEY_FIELD)
         return value if isinstance(value, str) else None
+
+    @property
+    def is_copy(self) -> bool:
+        """A late copy of another message, marked as such (:data:`COPY_OF_FIELD`)."""
+        return COPY_OF_FIELD in self.metadata
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,6 +156,12 @@ class MemoryBackend(abc.ABC):
         """Append messages in order; a replay with the same key adds nothing. With
         ``return_context``, the thread's context block after the call (else None).
         ``timeout``: seconds before the call counts as timed out (its outcome unknown)."""
+
+    @abc.abstractmethod
+    async def remove_copies(self, *, thread_uuid: str, copies: Sequence[tuple[str, str]]) -> str:
+        """Take late copies of messages out of a thread, each a ``(copy uuid, uuid of the
+        copy that stays)`` pair: deleted where the backend can delete one message, else
+        marked with :data:`COPY_OF_FIELD`. Returns what was done: ``deleted`` or ``marked``."""
 
     @abc.abstractmethod
     async def recent_messages(

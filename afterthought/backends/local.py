@@ -499,6 +499,21 @@ class LocalBackend(MemoryBackend):
         if self._embedder is not None and texts:
             self._store_vectors(db, self._embedder, indexed, texts)
 
+    async def remove_copies(self, *, thread_uuid: str, copies: Sequence[tuple[str, str]]) -> str:
+        """Deleted. The store's unique message key keeps a late call from storing a copy
+        at all; one found all the same (written by another tool) goes like any other."""
+
+        def work(db: sqlite3.Connection) -> None:
+            for copy_uuid, _ in copies:
+                db.execute(
+                    "DELETE FROM messages WHERE uuid = ? AND thread_uuid = ?",
+                    (copy_uuid, thread_uuid),
+                )
+
+        await self._run(work)
+        await self._scrub()
+        return "deleted"
+
     async def recent_messages(
         self, *, thread_uuid: str, limit: int, timeout: float | None = None
     ) -> list[StoredMessage]:

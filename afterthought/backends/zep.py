@@ -27,6 +27,7 @@ from zep_cloud.core.parse_error import ParsingError
 from zep_cloud.core.request_options import RequestOptions
 
 from afterthought.backends.base import (
+    COPY_OF_FIELD,
     MESSAGE_KEY_FIELD,
     BackendError,
     Capabilities,
@@ -352,10 +353,11 @@ class ZepBackend(MemoryBackend):
         extra: dict[str, Any] = {"ignore_roles": list(ignore_roles)} if ignore_roles else {}
         if return_context:
             extra["return_context"] = True
-        # The key covers the whole body: the same messages sent again with other options
-        # (a retry that is now the last call, so asks for context) are another request,
-        # never a reuse of the key with another body (a conflict, or a replay of a reply
-        # that was not for it).
+        # The key covers the whole body, so that it is never reused with another one (a
+        # conflict, or a replay of a reply that was not for it): the messages are in the
+        # caller's key, the options here. Callers keep the body of a call the same at
+        # every attempt (the worker asks ``return_context`` of every call alike,
+        # ``batching.asks_context``), so every attempt carries the first one's key.
         key = f"{idempotency_key}:{digest(str(return_context), *sorted(ignore_roles), size=12)}"
         result = await self._call(
             lambda z: z.thread.add_messages(
@@ -367,6 +369,18 @@ class ZepBackend(MemoryBackend):
             )
         )
         return str(result.context or "").strip() if return_context else None
+
+    async def remove_copies(self, *, thread_uuid: str, copies: Sequence[tuple[str, str]]) -> str:
+        """Zep v4 deletes no single message (only its thread or user): a copy is marked in
+        its metadata (merged by Zep), and history read through this adapter skips it. What
+        Zep's graph took in from it stays there, as a second mention of the same words."""
+        for copy_uuid, kept_uuid in copies:
+            await self._call(
+                lambda z, c=copy_uuid, k=kept_uuid: z.thread.message.update(  # type: ignore[misc]
+                    thread_uuid, c, metadata={COPY_OF_FIELD: k}, request_options=self._options()
+                )
+            )
+        return "marked"
 
     async def recent_messages(
         self, *, thread_uuid: str, limit: int, timeout: float | None = None
@@ -571,15 +585,16 @@ class ZepBackend(MemoryBackend):
     async def user_messages(
         self, *, user: UserRef, after: str | None, limit: int
     ) -> tuple[list[HistoryMessage], str | None]:
-        """All the user's threads, oldest first. The cursor is how many messages of each
-        thread were read before (a JSON map), so a run resumes where the last one ended."""
+        """All the user's threads, oldest first, late copies skipped (marked, or the same
+        key and text again). The cursor is how many messages of each thread were read past
+        (a JSON map), so a run resumes where the last one ended."""
         seen: dict[str, int] = json.loads(after) if after else {}
         threads = await self._call(
             lambda z: z.thread.list(
                 user_uuid=user.user_uuid, page_size=PAGE_SIZE, request_options=self._options()
             )
         )
-        found: list[tuple[str, str, HistoryMessage]] = []
+        found: list[tuple[str, str, int, HistoryMessage]] = []
         async for thread in _classified(threads):
             if thread.user_uuid and thread.user_uuid != user.user_uuid:
                 continue  # a server that ignores the filter must not mix users
@@ -590,15 +605,21 @@ class ZepBackend(MemoryBackend):
                 )
             )
             position = 0
+            said: set[tuple[str, str]] = set()
             async for m in _classified(pager):
                 position += 1
-                if position <= seen.get(uuid_, 0):
+                metadata = m.metadata or {}
+                key = str(metadata.get(MESSAGE_KEY_FIELD) or m.uuid_)
+                # A late copy is skipped, marked or not yet (the same key and text again).
+                copy = COPY_OF_FIELD in metadata or (key, m.content or "") in said
+                said.add((key, m.content or ""))
+                if position <= seen.get(uuid_, 0) or copy:
                     continue
-                key = str((m.metadata or {}).get(MESSAGE_KEY_FIELD) or m.uuid_)
                 found.append(
                     (
                         str(m.created_at or ""),
                         uuid_,
+                        position,
                         HistoryMessage(
                             key,
                             str(m.role or ""),
@@ -611,9 +632,9 @@ class ZepBackend(MemoryBackend):
         taken = found[:limit]
         if not taken:
             return [], None
-        for _, uuid_, _message in taken:
-            seen[uuid_] = seen.get(uuid_, 0) + 1
-        return [message for _, _, message in taken], json.dumps(seen, sort_keys=True)
+        for _, uuid_, position, _message in taken:  # copies before it are read past too
+            seen[uuid_] = max(seen.get(uuid_, 0), position)
+        return [message for _, _, _, message in taken], json.dumps(seen, sort_keys=True)
 
     async def list_facts(self, *, user: UserRef) -> list[StoredFact]:
         """Every edge of the user's graph: ours carry their fields and provenance in

@@ -8,6 +8,11 @@ show them yet) and Zep extracts edges of its own from them, and lists come in pa
 larger than the server's maximum. Where Zep's behaviour is unknown (repeated
 ``Idempotency-Key``s), a switch offers every option; the defaults are the worst plausible.
 
+A request may also be served late (``Fault(late=...)``, ``late_commit_rate``): its
+connection is dropped at once and its work done when the fake's clock (``clock``, which a
+test may drive by hand) has moved on by up to minutes, as behind a stalled load balancer;
+keys are checked then, as a request served late would be.
+
 It records every request with its key and injects latency and faults (status codes with
 ``Retry-After``, hangs, dropped connections, lost replies). It counts the faults it
 injected and the ambiguous outcomes: mutations it committed whose client got no success
@@ -70,6 +75,9 @@ class Fault:
     hang: bool = False
     """Sleep past the client's timeout (:attr:`ZepFake.client_timeout` plus
     :attr:`ZepFake.hang_overshoot`), then do the work: it commits after the client gave up."""
+    late: float | None = None
+    """Drop the connection now and do the work this many seconds later on the fake's clock
+    (:attr:`ZepFake.clock`): a request served long after its client gave up."""
     times: int = 1
 
     @property
@@ -78,6 +86,8 @@ class Fault:
         ``_after_commit`` when the work is done first."""
         if self.hang:
             return "hang"
+        if self.late is not None:
+            return "late"
         what = "drop" if self.drop else str(self.status) if self.status else "delay"
         return f"{what}_after_commit" if self.after_commit and what != "delay" else what
 
@@ -126,6 +136,18 @@ class _Kept:
     at: float
 
 
+@dataclass(frozen=True)
+class _Held:
+    """A request to be served late: when (the fake's clock), and what."""
+
+    due: float
+    method: str
+    path: str
+    query: JSON
+    body: Any
+    key: str | None
+
+
 @dataclass
 class _State:
     users: dict[str, JSON] = field(default_factory=dict)
@@ -140,6 +162,8 @@ class _State:
     tasks: dict[str, JSON] = field(default_factory=dict)
     unprocessed: list[JSON] = field(default_factory=list)
     """Messages and episodes not yet ingested, oldest first."""
+    held: list[_Held] = field(default_factory=list)
+    """Requests to be served late, in the order they arrived."""
 
 
 def _now() -> str:
@@ -175,7 +199,13 @@ class ZepFake:
         hang_overshoot: float = 0.5,
         search_unmatched: str = "include",
         search_score: str = "score",
+        late_commit_rate: float = 0.0,
+        late_commit_max_seconds: float = 120.0,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        self.clock = clock
+        """Seconds, for everything the fake times: key windows, ingestion and delete lags,
+        late requests. A test may pass its own and move it by hand."""
         self.latency = latency
         self.honor_idempotency = honor_idempotency
         """Whether keyed mutations are replayed at all (False: every request runs)."""
@@ -220,6 +250,11 @@ class ZepFake:
         those that do, scored lower (Zep's semantic and graph-neighbour retrieval may return
         them; whether it does for an unrelated query is not documented), or ``exclude``."""
         self.search_score = search_score
+        self.late_commit_rate = late_commit_rate
+        """Share of mutations served late (dropped now, done up to
+        ``late_commit_max_seconds`` later on :attr:`clock`, uniformly drawn)."""
+        self.late_commit_max_seconds = late_commit_max_seconds
+        self._landing = False
         """``score`` on every search result, higher first (the SDK documents "the ranking
         score returned with every search result"; this fake's is reciprocal rank fusion,
         k = 60, about 0.016..0.033; Zep's scale is not documented), or ``omit`` it."""
@@ -354,9 +389,14 @@ class ZepFake:
 
     def outcomes(self) -> JSON:
         """The counters, copied at one moment: ``injected`` faults and ``ambiguous``
-        outcomes, each by kind."""
+        outcomes, each by kind, and the requests ``held`` to be served late."""
         with self._lock:
-            return {"injected": dict(self.injected), "ambiguous": dict(self.ambiguous)}
+            self._land_late()
+            return {
+                "injected": dict(self.injected),
+                "ambiguous": dict(self.ambiguous),
+                "held": len(self._state.held),
+            }
 
     def config(self) -> JSON:
         """The switches as they are now (what ``/_fake/config`` sets)."""
@@ -371,7 +411,8 @@ class ZepFake:
         ``delete_pending_seconds`` 1, ``delete_outcome`` ``succeeded``,
         ``ingestion_lag_calls`` 1 (as Zep: a write shows from the next call on),
         ``ingestion_lag_seconds`` 0, ``max_page_size`` 50, ``search_unmatched``
-        ``include``, ``search_score`` ``score``."""
+        ``include``, ``search_score`` ``score``, ``late_commit_rate`` 0,
+        ``late_commit_max_seconds`` 120."""
         unknown = set(body) - set(_SWITCHES) - {"faults"}
         if unknown:
             raise ValueError(f"unknown switches: {sorted(unknown)}")
@@ -396,6 +437,14 @@ class ZepFake:
                         self.faults.remove(fault)
                     self.injected[fault.kind] += 1
                     return fault
+            if (
+                method in _MUTATING
+                and self.late_commit_rate
+                and self._random.random() < self.late_commit_rate
+            ):
+                late = Fault(late=self._random.uniform(0.0, self.late_commit_max_seconds))
+                self.injected[late.kind] += 1
+                return late
             if self.fault_rate and self._random.random() < self.fault_rate:
                 drawn = self._random.choice(RANDOM_FAULTS)
                 self.injected[drawn.kind] += 1
@@ -429,6 +478,11 @@ class ZepFake:
             return
         with self._lock:
             held = self._keys_in_flight.setdefault((method, path, key), threading.Lock())
+            # One served late is still running: a repeat gets 409, or (``wait``, which
+            # cannot wait for a clock a test moves) runs, and the late one replays it.
+            late = any((h.method, h.path, h.key) == (method, path, key) for h in self._state.held)
+        if late and self.key_in_flight == "409":
+            raise _error(409, "idempotency_conflict", "a request with this key is in progress")
         if not held.acquire(blocking=self.key_in_flight == "wait"):
             raise _error(409, "idempotency_conflict", "a request with this key is in progress")
         try:
@@ -476,22 +530,54 @@ class ZepFake:
                 except _Reply as error:
                     return error
                 if keyed and status < 300:
-                    self._state.replies[scope] = _Kept(status, reply, request, time.monotonic())
+                    self._state.replies[scope] = _Kept(status, reply, request, self.clock())
                 committed = method in _MUTATING and status < 300 and handler not in _READ_ONLY
                 return _Reply(status, reply, committed=committed)
         return _error(404, "not_found", f"no route {method} {path}")
+
+    def hold(
+        self, fault: Fault, method: str, path: str, query: JSON, body: Any, key: str | None
+    ) -> None:
+        """Serve this request ``fault.late`` seconds from now (:meth:`_land_late`)."""
+        with self._lock:
+            due = self.clock() + (fault.late or 0.0)
+            self._state.held.append(_Held(due, method, path, query, body, key))
+
+    def held(self) -> int:
+        """Requests waiting to be served late."""
+        with self._lock:
+            return len(self._state.held)
+
+    def _land_late(self) -> None:
+        """Serve the held requests whose time has come, earliest first (at every request
+        and every inspection)."""
+        if self._landing:
+            return
+        self._landing = True
+        try:
+            now = self.clock()
+            due = sorted((h for h in self._state.held if h.due <= now), key=lambda h: h.due)
+            for held in due:
+                self._state.held.remove(held)
+                reply = self.handle(held.method, held.path, held.query, held.body, held.key)
+                if reply.committed:
+                    self.ambiguous["late"] += 1
+        finally:
+            self._landing = False
 
     def _honoured(self, kept: _Kept) -> bool:
         if not self.honor_idempotency:
             return False
         window = self.idempotency_window
-        return window is None or time.monotonic() - kept.at < window
+        return window is None or self.clock() - kept.at < window
 
     # --- time passing: ingestion and delete tasks ----------------------------------------
     def _settle(self) -> None:
         """Ingest what is due (episodes, and edges extracted from them) and finish the
-        delete tasks whose time has come. Runs at every request and every inspection."""
-        now = time.monotonic()
+        delete tasks whose time has come, after serving what was held for late. Runs at
+        every request and every inspection."""
+        self._land_late()
+        now = self.clock()
         while self._state.unprocessed:
             item = self._state.unprocessed[0]
             if (
@@ -564,7 +650,7 @@ class ZepFake:
             "type": kind,
             "status": "pending",
             "created_at": _now(),
-            "_at": time.monotonic(),
+            "_at": self.clock(),
             "_polls": 0,
         }
         self._state.tasks[task["uuid"]] = task
@@ -707,7 +793,7 @@ class ZepFake:
                 "processed": False,
                 "_ingested": m.get("role") not in ignored,
                 "_call": self._calls,
-                "_at": time.monotonic(),
+                "_at": self.clock(),
             }
             self._state.messages[thread_uuid].append(stored)
             self._state.unprocessed.append(stored)
@@ -717,6 +803,21 @@ class ZepFake:
         if body.get("return_context"):
             reply["context"] = self._context_for(thread["user_uuid"], "", 4000)
         return 202, reply
+
+    def _update_message(
+        self, thread_uuid: str, message_uuid: str, *, query: JSON, body: JSON
+    ) -> tuple[int, JSON]:
+        """Metadata merged; a null value deletes its key (the only field v4 updates)."""
+        self._thread(thread_uuid)
+        for message in self._state.messages[thread_uuid]:
+            if message["uuid"] == message_uuid:
+                merged = {**(message.get("metadata") or {}), **(body.get("metadata") or {})}
+                merged = {k: v for k, v in merged.items() if v is not None}
+                if len(merged) > 10:
+                    raise _error(400, "invalid_request", "at most 10 metadata keys")
+                message["metadata"] = merged
+                return 200, _public(message)
+        raise _error(404, "not_found", "message not found")
 
     def _page(self, items: list[JSON], query: JSON) -> JSON:
         """One page: at most ``page_size`` (capped at the server's maximum) items after the
@@ -887,7 +988,7 @@ class ZepFake:
             "thread_uuid": None,
             "processed": False,
             "_call": self._calls,
-            "_at": time.monotonic(),
+            "_at": self.clock(),
         }
         self._state.episodes.setdefault(owner["uuid"], []).append(episode)
         self._state.unprocessed.append(episode)
@@ -1043,6 +1144,8 @@ _SWITCHES: dict[str, tuple[Any, ...]] = {
     "hang_overshoot": (),
     "search_unmatched": ("include", "exclude"),
     "search_score": ("score", "omit"),
+    "late_commit_rate": (),
+    "late_commit_max_seconds": (),
 }
 
 _Handler_t = Callable[..., tuple[int, JSON]]
@@ -1056,6 +1159,7 @@ _ROUTES: list[tuple[str, str, _Handler_t]] = [
     ("DELETE", r"/threads/([\w-]+)", ZepFake._delete_thread),
     ("POST", r"/threads/([\w-]+)/messages", ZepFake._add_messages),
     ("GET", r"/threads/([\w-]+)/messages", ZepFake._list_messages),
+    ("PATCH", r"/threads/([\w-]+)/messages/([\w-]+)", ZepFake._update_message),
     ("GET", r"/threads/([\w-]+)/context", ZepFake._thread_context),
     ("POST", r"/graphs/([\w-]+)/context", ZepFake._graph_context),
     ("POST", r"/graphs/([\w-]+)/search/(edges|nodes|episodes|observations)", ZepFake._search),
@@ -1145,7 +1249,14 @@ class _Handler(BaseHTTPRequestHandler):
             seen.status = 401
             self._reply(401, {"error": {"code": "unauthorized", "message": "missing key"}})
             return
+        with fake._lock:
+            fake._land_late()  # a repeat of a request due by now finds it served
         fault = fake._take_fault(method, path)
+        if fault is not None and fault.late is not None:
+            fake.hold(fault, method, path, query, body, key)
+            self.close_connection = True
+            self.connection.close()
+            return
         replay = fake.key_in_flight != "run_both" or fake.known_key(method, path, key)
         try:
             with fake.holding_key(method, path, key):
@@ -1194,6 +1305,8 @@ class _Handler(BaseHTTPRequestHandler):
         fake = self.server_fake
         if method == "GET" and path == "/_fake/state":
             self._reply(200, fake.snapshot())
+        elif method == "GET" and path == "/_fake/outcomes":
+            self._reply(200, fake.outcomes())
         elif method == "POST" and path == "/_fake/reset":
             fake.reset()
             self._reply(200, {})
