@@ -399,6 +399,7 @@ DURABLE = (
     ":quarantine",
     ":audit",
     ":layout",
+    ":marker",  # named durable state: it tells a Redis that lost its data
 )
 
 
