@@ -47,6 +47,12 @@ class ZepIdentity:
     """The user's graph, or a shared (non-user) graph to read from."""
     thread_uuid: str | None = None
 
+    @property
+    def for_changes(self) -> ZepIdentity:
+        """Where a fact the user's memory gains (or loses) is written: a graph pinned without
+        its user is a shared graph to read from, never one user's facts' place."""
+        return self if self.user_uuid else replace(self, graph_uuid=None)
+
     def filled_from(self, other: ZepIdentity | None) -> ZepIdentity:
         """Parts of ``self`` win; ``other`` fills the gaps."""
         if other is None:

@@ -239,7 +239,8 @@ class TurnMemory:
         trust: str | None = None,
         identity: ZepIdentity | None = None,
     ) -> bool:
-        """Queue a fact to store or a memory to forget (``TurnRecorder.queue_change``)."""
+        """Queue a fact to store or a memory to forget (``TurnRecorder.queue_change``), in
+        the user's own graph (:attr:`ZepIdentity.for_changes`)."""
         return await self.recorder.queue_change(
             app=app,
             user_id=user_id,
@@ -247,7 +248,7 @@ class TurnMemory:
             content=content,
             source=source,
             trust=trust,
-            identity=identity or self.identity,
+            identity=(identity or self.identity).for_changes,
         )
 
     async def current_block(self, ctx: CallbackContext, query: str) -> str:

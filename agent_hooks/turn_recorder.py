@@ -68,9 +68,20 @@ class TurnRecorder:
         end whatever becomes of the caller (which awaits it with ``settled``). The task starts
         before the caller can be resumed, so before a cancellation can reach the caller.
         Its result: False if they wait in the buffer or were dropped (counted)."""
-        return asyncio.ensure_future(self._enqueue(list(messages)))
+        batch, began = list(messages), asyncio.Event()
+        task = asyncio.ensure_future(self._enqueue(batch, began))
 
-    async def _enqueue(self, messages: list[QueuedMessage]) -> bool:
+        def cut_before_it_began(done: asyncio.Task[bool]) -> None:
+            # A task cancelled before its first step (a shutdown that cancels every task
+            # in the same loop iteration) runs none of its code, its handler included.
+            if done.cancelled() and not began.is_set():
+                self.enqueuer.hold(batch)
+
+        task.add_done_callback(cut_before_it_began)
+        return task
+
+    async def _enqueue(self, messages: list[QueuedMessage], began: asyncio.Event) -> bool:
+        began.set()
         queued = True
         for start in range(0, len(messages), RECORD_CHUNK):
             try:
