@@ -109,7 +109,7 @@ class ContextReader:
                 ):
                     await self.user_of(who, identity)  # learn the thread for outage writes
                 if self.settings.context_mode == "query" and query.strip():
-                    queried = await self._queried(who, identity, query, started)
+                    queried = await self._queried(who, identity, query, started, budget)
                     if queried is not None:
                         return queried
                 return await self._cached(who, identity, query, found, budget)
@@ -168,7 +168,7 @@ class ContextReader:
         return block or ""
 
     async def _queried(
-        self, who: Who, identity: ZepIdentity, query: str, started: float
+        self, who: Who, identity: ZepIdentity, query: str, started: float, budget: asyncio.Timeout
     ) -> str | None:
         """The block retrieved for ``query``, or None to fall back to the cached block. It
         gets what is left of the budget minus a reserve for the fallback, so a slow
@@ -185,7 +185,7 @@ class ContextReader:
             context_queries.add(1, {"result": "no_time"})
             return None
         try:
-            block = await self._get_context(user, query, timeout=left)
+            block = await self._get_context(user, query, timeout=left, budget=budget)
         except TimeoutError:
             context_queries.add(1, {"result": "timeout"})
             return None
@@ -201,12 +201,21 @@ class ContextReader:
     async def _get_context(
         self, user: UserRef, query: str, *, timeout: float, budget: asyncio.Timeout | None = None
     ) -> str:
-        """One backend read, cut at ``timeout``, its outcome told to the read breaker. A
-        timeout is a failure, and so is the expiry of the turn's ``budget`` during the call
-        (it cancels the call before ``timeout`` can fire): so a backend that hangs opens
-        the breaker, and from then on costs a turn nothing until a probe."""
+        """One backend read, cut at ``timeout`` or at the end of the turn's ``budget``,
+        whichever comes first; its outcome told to the read breaker. Whatever does not
+        answer by that deadline is a failure, however it surfaces: a TimeoutError; a
+        cancellation by either deadline (when a loop stall carries the loop past both, the
+        inner ``asyncio.timeout`` re-raises the cancellation, the outer one turns it into
+        the TimeoutError); an answer that comes after it (a stall can pass the deadline
+        before its timer runs). So a backend that hangs opens the breaker, and from then on
+        costs a turn nothing until a probe. A cancellation from elsewhere (the turn's)
+        always propagates; while the call still had time it tells the breaker nothing."""
+        loop = asyncio.get_running_loop()
+        ends = budget.when() if budget is not None else None
+        due = loop.time() + timeout if ends is None else min(loop.time() + timeout, ends)
+        deadline = asyncio.timeout_at(due)
         try:
-            async with asyncio.timeout(timeout):
+            async with deadline:
                 block = await self._backend().get_context(
                     user=user,
                     query=query,
@@ -215,13 +224,17 @@ class ContextReader:
                     template_uuid=self.settings.context_template_uuid,
                 )
         except asyncio.CancelledError:
-            if budget is not None and budget.expired():
+            expired = deadline.expired() or (budget is not None and budget.expired())
+            if expired or loop.time() >= due:
                 self.read_breaker.failed()
             raise
         except Exception:
             self.read_breaker.failed()
             raise
-        self.read_breaker.succeeded()
+        if loop.time() > due:
+            self.read_breaker.failed()  # it answered, but past the deadline
+        else:
+            self.read_breaker.succeeded()
         return block
 
     async def _fetch(

@@ -19,12 +19,15 @@ from typing_extensions import override
 from afterthought.agent_hooks.messages import messages_from_events, said_text
 from afterthought.agent_hooks.turn_memory import TurnMemory, Who
 from afterthought.agent_hooks.turn_recorder import settled
-from afterthought.contract import checksum
+from afterthought.contract import InvalidIds, QueuedMessage, checksum
 from afterthought.search import SearchHit, SearchRequest
 from afterthought.settings import Settings
 from afterthought.validation import detect
 
 log = logging.getLogger("afterthought.hooks")
+
+#: Why a memory entry is refused (and counted dropped) that holds no text to store.
+NO_TEXT = "no text"
 
 
 class ZepMemoryService(BaseMemoryService):
@@ -80,19 +83,35 @@ class ZepMemoryService(BaseMemoryService):
     ) -> None:
         """Queued fact writes (trust ``app``); the same text added twice is stored once.
         The worker validates each like every other write and quarantines what it refuses
-        (``afterthought quarantine list``)."""
-        for entry in memories:
+        (``afterthought quarantine list``). Every entry is made into its message first, then
+        all are handed to the recorder at once, so a cancelled caller loses none. An entry
+        that cannot be made (no text; ids that name nothing) is counted dropped, the others
+        are queued all the same, and the caller gets a ValueError naming each refused one."""
+        made: list[QueuedMessage] = []
+        refused: list[str] = []
+        for index, entry in enumerate(memories):
             text = said_text(entry.content).strip()
             if not text:
-                raise ValueError("a memory entry needs text content")
-            await self.memory.queue_change(
-                app=app_name,
-                user_id=user_id,
-                kind="fact",
-                content=text,
-                source=checksum(text),
-                trust="app",
-            )
+                self.memory.enqueuer.drop(1, why=NO_TEXT)
+                refused.append(f"memories[{index}]: {NO_TEXT}")
+                continue
+            try:
+                made.append(
+                    self.memory.recorder.change(
+                        app=app_name,
+                        user_id=user_id,
+                        kind="fact",
+                        content=text,
+                        source=checksum(text),
+                        identity=self.memory.identity,
+                        trust="app",
+                    )
+                )
+            except InvalidIds as exc:
+                refused.append(f"memories[{index}]: {exc}")
+        await settled(self.memory.recorder.record(made))
+        if refused:
+            raise ValueError("; ".join(refused))
 
     @override
     async def delete_memory(

@@ -93,7 +93,7 @@ class TurnRecorder:
                 raise
         return queued
 
-    async def queue_change(
+    def change(
         self,
         *,
         app: str,
@@ -103,12 +103,12 @@ class TurnRecorder:
         source: str,
         identity: ZepIdentity,
         trust: str | None = None,
-    ) -> bool:
-        """Queue a fact to store or a memory to forget. ``source`` names the change (an
-        invocation, or the content itself), so the same change queued twice stays one.
-        Raises ``InvalidIds`` (counted dropped) for ids that cannot name anything."""
+    ) -> QueuedMessage:
+        """The message of a fact to store or a memory to forget. ``source`` names the
+        change (an invocation, or the content itself), so the same change queued twice
+        stays one. Raises ``InvalidIds`` (counted dropped) for ids that cannot name anything."""
         try:
-            message = QueuedMessage.build(
+            return QueuedMessage.build(
                 app=app,
                 user_id=user_id,
                 session_id=MEMORY_SESSION,
@@ -124,6 +124,28 @@ class TurnRecorder:
         except InvalidIds:
             self.enqueuer.drop(1, why=INVALID_IDS)
             raise
+
+    async def queue_change(
+        self,
+        *,
+        app: str,
+        user_id: str,
+        kind: Kind,
+        content: str,
+        source: str,
+        identity: ZepIdentity,
+        trust: str | None = None,
+    ) -> bool:
+        """Queue one change (see :meth:`change`); True once queued."""
+        message = self.change(
+            app=app,
+            user_id=user_id,
+            kind=kind,
+            content=content,
+            source=source,
+            identity=identity,
+            trust=trust,
+        )
         return await settled(self.record([message]))
 
     async def aclose(self) -> None:

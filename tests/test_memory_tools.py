@@ -177,6 +177,38 @@ async def test_memory_service_adds_searches_and_deletes(any_settings: Settings) 
         await service.delete_memory(app_name=APP, user_id="alice")
 
 
+async def test_add_memory_queues_the_valid_entries_and_names_the_empty_one(
+    local_settings: Settings,
+) -> None:
+    """An entry without text among others: the others are queued, it is counted dropped,
+    and the caller's error names it (ADK's services raise ValueError for such an entry)."""
+    service = ZepMemoryService(settings=local_settings)
+    said = ["Alice drinks tea.", "  ", "Alice has a cat."]
+    entries = [MemoryEntry(content=types.UserContent(f)) for f in said]
+    with pytest.raises(ValueError, match=r"memories\[1\]"):
+        await service.add_memory(app_name=APP, user_id="alice", memories=entries)
+    dropped = service.memory.enqueuer.dropped
+    await service.memory.aclose()
+    await drain(local_settings)
+    found = await service.search_memory(app_name=APP, user_id="alice", query="tea cat")
+    texts = {(m.content.parts or [])[0].text for m in found.memories}
+    assert {"Alice drinks tea.", "Alice has a cat."} <= texts, texts
+    assert dropped == 1
+
+
+async def test_add_memory_for_an_invalid_id_counts_every_entry(local_settings: Settings) -> None:
+    """An id that cannot name anything (a lone surrogate, from a JavaScript client) makes
+    every entry of the call count dropped, and the caller gets the error."""
+    service = ZepMemoryService(settings=local_settings)
+    facts = ["Alice drinks tea.", "Alice lives in Lisbon.", "Alice has a cat."]
+    entries = [MemoryEntry(content=types.UserContent(f)) for f in facts]
+    with pytest.raises(ValueError):
+        await service.add_memory(app_name=APP, user_id="alice\ud800", memories=entries)
+    dropped = service.memory.enqueuer.dropped
+    await service.memory.aclose()
+    assert dropped == len(facts), f"{len(facts)} entries, none queued, {dropped} counted dropped"
+
+
 @pytest.mark.parametrize(
     ("template", "fragment"),
     [

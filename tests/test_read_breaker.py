@@ -6,17 +6,26 @@ ADK Runner and Redis; the breaker's clock is the test's."""
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+import time
+from typing import Any, cast
 
 import pytest
+from google.adk.agents.callback_context import CallbackContext
 
 from afterthought.agent_hooks import TurnMemory, ZepIdentity, create_callbacks
+from afterthought.agent_hooks.identity import Pins, Who
 from afterthought.breaker import CircuitBreaker
 from afterthought.settings import Settings
 from tests.adk_support import make_runner, new_session, say
 
 FAILURES = 3
 OPEN_SECONDS = 10.0
+#: A short budget, and a loop stall that outlasts it (and every deadline within it): the
+#: stall is a ``time.sleep`` inside the backend call, so however loaded the machine, both
+#: deadlines have passed before the loop runs again — no outcome hangs on timing.
+BUDGET = 0.1
+STALL = 2 * BUDGET
+PINNED = ZepIdentity(user_uuid="u-1", graph_uuid="g-1")
 
 
 class Clock:
@@ -38,9 +47,7 @@ async def test_a_hanging_backend_opens_the_read_breaker(
             "read_breaker_failures": FAILURES,
         }
     )
-    memory = TurnMemory.create(
-        settings=settings, identity=ZepIdentity(user_uuid="u-1", graph_uuid="g-1")
-    )
+    memory = TurnMemory.create(settings=settings, identity=PINNED)
     entered: list[str] = []
 
     async def hang(**_: Any) -> str:
@@ -79,3 +86,112 @@ async def test_a_hanging_backend_opens_the_read_breaker(
     assert len(model.requests) == turns + 9  # every turn went on, without memory
     await memory.aclose()
     await runner.close()
+
+
+def _stalling(
+    local_settings: Settings, mode: str, budget: float = BUDGET
+) -> tuple[TurnMemory, Clock]:
+    """Turn memory with the given context mode, a short budget, and a read breaker on the
+    test's clock (it stays open until the test moves the clock)."""
+    settings = local_settings.model_copy(
+        update={
+            "context_mode": mode,
+            "retrieval_budget": budget,
+            "read_breaker_failures": FAILURES,
+        }
+    )
+    memory = TurnMemory.create(settings=settings, identity=PINNED)
+    clock = Clock()
+    memory.reader.read_breaker = CircuitBreaker(
+        failures=FAILURES, seconds=OPEN_SECONDS, clock=clock
+    )
+    return memory, clock
+
+
+@pytest.mark.parametrize("mode", ["cached", "query"])
+async def test_a_loop_stall_past_both_deadlines_opens_the_read_breaker(
+    mode: str, local_settings: Settings
+) -> None:
+    """The backend hangs, and the loop stalls during each call past both the call's own
+    deadline and the turn's budget: both cancel the read, and the inner ``asyncio.timeout``
+    re-raises the cancellation instead of a TimeoutError. That expiry is a failure too: after
+    ``read_breaker_failures`` turns no turn calls the backend (or waits for it)."""
+    memory, _ = _stalling(local_settings, mode)
+    calls: list[int] = []
+
+    async def hang(**_: Any) -> str:
+        calls.append(turn)
+        time.sleep(STALL)  # the loop stalls: another coroutine hogs it
+        await asyncio.Event().wait()  # a backend that stopped answering
+        return ""
+
+    memory.backend.get_context = hang  # type: ignore[method-assign]
+    runner, model = make_runner(create_callbacks(memory))
+    for turn in range(8):
+        await say(runner, "alice", await new_session(runner, "alice"), f"hello {turn}")
+    failures = memory.reader.read_breaker.failures
+    await memory.aclose()
+    await runner.close()
+    assert calls == list(range(FAILURES)), (
+        f"8 turns on a hung backend: turns {calls} called it, breaker failures={failures}"
+    )
+    assert len(model.requests) == 8  # every turn went on, without memory
+
+
+@pytest.mark.parametrize("mode", ["cached", "query"])
+async def test_an_answer_after_the_deadline_counts_as_a_failure(
+    mode: str, local_settings: Settings
+) -> None:
+    """A stall can carry the loop past the deadline before its timer gets to run, so that
+    an answer ready by then comes through although the deadline passed: the call cost the
+    turn more than its budget, and counts as a failure like one cut at the deadline."""
+    memory, _ = _stalling(local_settings, mode)
+    calls: list[int] = []
+
+    async def late(**_: Any) -> str:
+        calls.append(turn)
+        time.sleep(STALL)  # past the deadline, before any timer can fire
+        return "lives in: Lisbon"
+
+    memory.backend.get_context = late  # type: ignore[method-assign]
+    runner, _ = make_runner(create_callbacks(memory))
+    for turn in range(6):
+        await say(runner, "alice", await new_session(runner, "alice"), f"hello {turn}")
+    await memory.aclose()
+    await runner.close()
+    assert calls == list(range(FAILURES)), f"turns {calls} called a backend late every time"
+
+
+@pytest.mark.parametrize("mode", ["cached", "query"])
+@pytest.mark.parametrize("overdue", [False, True])
+async def test_a_cancelled_read_propagates_and_counts_only_once_overdue(
+    mode: str, overdue: bool, local_settings: Settings
+) -> None:
+    """A cancellation that is not the read's own (the turn is cancelled) always reaches the
+    caller; it tells the breaker nothing while the call still had time, and a failure once
+    the call's deadline has passed (the loop stalled past it, the timers not yet run)."""
+    memory, _ = _stalling(local_settings, mode, BUDGET if overdue else 30.0)
+    entered = asyncio.Event()
+
+    async def hang(**_: Any) -> str:
+        task = asyncio.current_task()
+        assert task is not None
+        asyncio.get_running_loop().call_soon(task.cancel)  # the turn is cancelled
+        if overdue:
+            time.sleep(STALL)
+        entered.set()
+        await asyncio.Event().wait()
+        return ""
+
+    memory.backend.get_context = hang  # type: ignore[method-assign]
+    who = Who("memtest", "alice", "s-1", "inv-1")
+    pins = Pins(app=PINNED, trusted=True)
+    reading = asyncio.ensure_future(
+        memory.reader.read(who, cast(CallbackContext, None), None, pins, "where do I live?")
+    )
+    with pytest.raises(asyncio.CancelledError):
+        await reading
+    assert entered.is_set()
+    failures = memory.reader.read_breaker.failures
+    await memory.aclose()
+    assert failures == (1 if overdue else 0)

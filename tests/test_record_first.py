@@ -40,6 +40,7 @@ from afterthought.agent_hooks.messages import messages_from_events
 from afterthought.backends import open_backend
 from afterthought.connections import connect
 from afterthought.contract import MEMORY_SESSION, checksum, message_key
+from afterthought.enqueue import Enqueuer
 from afterthought.identity import IdentityRegistry
 from afterthought.keys import Keys
 from afterthought.settings import Settings
@@ -347,3 +348,37 @@ async def test_a_failing_resolver_drops_each_message_once_counted(
     assert await _queued(local_settings, "alice", {session.id}) == []
     await memory.aclose()
     await runner.close()
+
+
+async def test_a_cancelled_add_memory_still_queues_every_entry(
+    local_settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``add_memory`` cancelled while its enqueue's round trip is under way (a request
+    deadline, a client gone): the cancellation reaches the caller, and every entry is
+    queued all the same — none waits on the round trip of another to be made."""
+    sent = Enqueuer.send
+    under_way, answer = asyncio.Event(), asyncio.Event()
+
+    async def slow_send(self: Enqueuer, messages: Any) -> Any:
+        under_way.set()
+        await answer.wait()  # Redis answers only once the caller is cancelled
+        return await sent(self, messages)
+
+    monkeypatch.setattr(Enqueuer, "send", slow_send)
+    service = ZepMemoryService(settings=local_settings)
+    user = f"user-{uuid.uuid4().hex[:8]}"
+    facts = ["Alice drinks tea.", "Alice lives in Lisbon.", "Alice has a cat."]
+    entries = [MemoryEntry(content=types.UserContent(f)) for f in facts]
+    adding = asyncio.ensure_future(service.add_memory(app_name=APP, user_id=user, memories=entries))
+    await under_way.wait()
+    adding.cancel()
+    answer.set()
+    with pytest.raises(asyncio.CancelledError):
+        await adding
+    expected = [(MEMORY_SESSION, _fact_key(user, f"fact:{checksum(f)}")) for f in facts]
+    deadline = time.monotonic() + 30  # a bound for a loaded machine, not a measurement
+    while (queued := await _queued(local_settings, user, {MEMORY_SESSION})) != expected:
+        assert time.monotonic() < deadline, f"queued {queued} of {expected}"
+        await asyncio.sleep(0.05)
+    assert service.memory.enqueuer.dropped == 0
+    await service.memory.aclose()
