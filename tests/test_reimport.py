@@ -370,3 +370,24 @@ async def test_a_reply_after_a_non_model_agent_spoke_is_re_added_under_its_key(
     assert sorted(stored) == sorted(
         ["Where is my order?", "Your order ships tomorrow.", "Where is it now?", "It left Lisbon."]
     )
+
+
+async def test_a_re_added_session_pinned_to_another_users_thread_writes_nothing_there(
+    zep_settings: Settings, redis: aioredis.Redis
+) -> None:
+    """Session state is client-writable: a session whose state pins another user's thread
+    is replayed with that pin, and the worker's owner check keeps every message of it out
+    of that thread, as it keeps the live turns out."""
+    backend = open_backend(zep_settings)
+    registry = IdentityRegistry(redis, zep_settings)
+    await registry.ensure_user(backend, app=APP, user_id="alice")
+    bob, _ = await registry.ensure_user(backend, app=APP, user_id="bob")
+    bobs = await backend.create_thread(user=bob, idempotency_key="bobs-thread")
+    session = _session(6).model_copy(update={"state": {"zep_thread_uuid": bobs}})
+    service = ZepMemoryService(settings=zep_settings)
+    await service.add_session_to_memory(session)
+    await service.memory.aclose()
+    await drain(zep_settings)
+    held = await backend.recent_messages(thread_uuid=bobs, limit=100)
+    await backend.aclose()
+    assert held == []
