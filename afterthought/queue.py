@@ -9,7 +9,8 @@ A thread's state lives in four keys (names in :mod:`afterthought.keys`):
   stored; ``inflight`` (``first:last``) the batch a worker is sending and ``cut``
   (``per_call:part_chars``) how it is cut into calls, so every later attempt, by any
   worker, sends the same calls under the same keys; ``attempts`` and ``failing_since``
-  (ms) the head's failed attempts.
+  (ms) the head's failed attempts; ``forget`` (``seq:said_ms``) the last forget queued in
+  it (``ENQUEUE_LUA``).
 - ``seen``: ZSET ``key:checksum`` -> seq of the thread's latest messages, bounded and
   expiring, so a re-push of a message whose enqueue reply was lost adds nothing (W2).
 - ``lease``: STRING token of the worker holding the thread.
@@ -143,7 +144,10 @@ end
 
 # KEYS pending, thread, ready, depth, epoch, user threads, seen, forgot
 # ARGV seen_keys, seen_ttl_ms, ref, now_ms, thread_cap, shard_cap, n, keys[n], payloads[n],
-# margin_ms, keep_ms. Returns how many were appended (0: all were already there), -1 / -2
+# margin_ms, keep_ms. A key ``seen`` holds from before the thread's last queued forget
+# (``forget``: its seq and said_ms) is appended again when the message was made after that
+# forget: a fact deleted and then added again is a new change, a re-push of the add made
+# before the delete is not. Returns how many were appended (0: all were already there), -1 / -2
 # when a cap refuses, or -4 (nothing appended) when a new one was made before the user's
 # latest forget began (plus the clock margin) or longer ago than a forget is remembered:
 # it is the forgotten user's, whether it comes from a buffer, a spool or a retry.
@@ -153,22 +157,37 @@ ENQUEUE_LUA = (
 local n = tonumber(ARGV[7])
 local forgot = tonumber(redis.call('GET', KEYS[8]) or '')
 local now, margin, keep = tonumber(ARGV[4]), tonumber(ARGV[8 + 2 * n]), tonumber(ARGV[9 + 2 * n])
-local keys, items, taken = {}, {}, {}
+local last = redis.call('HGET', KEYS[2], 'forget')
+local forget_seq = last and tonumber(string.match(last, '^(%d+):'))
+local forget_ms = last and tonumber(string.match(last, ':(%d+)$'))
+local keys, items, taken, forgets = {}, {}, {}, {}
 for i = 1, n do
   local key = ARGV[7 + i]
-  if not taken[key] and not redis.call('ZSCORE', KEYS[7], key) then
-    local item = ARGV[7 + n + i]
-    local said = tonumber(string.match(item, '^{"v":%d+,"said_ms":(%d+),'))
+  local item = ARGV[7 + n + i]
+  local said = tonumber(string.match(item, '^{"v":%d+,"said_ms":(%d+),'))
+  local at = tonumber(redis.call('ZSCORE', KEYS[7], key) or '')
+  -- Seen before the thread's last forget, made after it: a new change, not a re-push.
+  local again = at and forget_seq and said and at < forget_seq and said >= forget_ms
+  if not taken[key] and (not at or again) then
     if said and ((forgot and said < forgot + margin) or now - said > keep) then return -4 end
     taken[key] = true
     keys[#keys + 1] = key
     items[#items + 1] = item
+    -- Only a real field matches: a quote inside a JSON string is escaped.
+    if string.find(item, ',"kind":"forget",', 1, true) then forgets[#items] = said or now end
   end
 end
 if #items == 0 then return 0 end
 local full = room(KEYS[1], KEYS[4], #items, tonumber(ARGV[5]), tonumber(ARGV[6]))
 if full < 0 then return full end
-push(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], ARGV[3], ARGV[4], keys, items)
+local seq = push(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], ARGV[3], ARGV[4],
+  keys, items)
+for i = #items, 1, -1 do
+  if forgets[i] then
+    redis.call('HSET', KEYS[2], 'forget', (seq - #items + i) .. ':' .. forgets[i])
+    break
+  end
+end
 return #items
 """
 )

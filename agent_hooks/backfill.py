@@ -18,6 +18,7 @@ import redis.asyncio as aioredis
 from google.adk.sessions import Session
 from pydantic import ValidationError
 
+from afterthought.agent_hooks.identity import Pins, from_state
 from afterthought.agent_hooks.messages import messages_from_events
 from afterthought.contract import QueuedMessage
 from afterthought.enqueue import NOT_SENT, UNREACHABLE, Enqueuer
@@ -177,12 +178,16 @@ class Backfill:
         return report
 
     async def _queue(self, session: Session) -> list[QueuedMessage] | None:
+        # Pinned as its turns were by the session's state (checked by the worker as theirs
+        # were), so the replay is reconciled against the thread they went to.
+        pins = Pins(state=from_state(session.state), trusted=self._settings.trust_state_identity)
         messages = messages_from_events(
             session.events,
             app=session.app_name,
             user_id=session.user_id,
             session_id=session.id,
             assistant_name=self._settings.assistant_name,
+            identity=pins.writes,
         )
         if any(len(m.content) > self._settings.max_queued_chars for m in messages):
             log.warning("backfill refused session=%s reason=message too long", session.id)

@@ -10,11 +10,12 @@ a write (``Pins.writes``); a thread by the worker, against the backend, before a
 from __future__ import annotations
 
 import inspect
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, fields, replace
 
 from google.adk.agents.callback_context import CallbackContext
 from google.adk.agents.readonly_context import ReadonlyContext
+from google.adk.sessions.state import State
 
 #: Session-state keys an application may set to pin a session to Zep UUIDs it stores.
 STATE_KEYS = {
@@ -90,8 +91,9 @@ class Pins:
 IdentityResolver = Callable[[ReadonlyContext], ZepIdentity | Awaitable[ZepIdentity | None] | None]
 
 
-def from_state(ctx: ReadonlyContext) -> ZepIdentity:
-    values = {name: ctx.state.get(key) for name, key in STATE_KEYS.items()}
+def from_state(state: State | Mapping[str, object]) -> ZepIdentity:
+    """What session state pins (a turn's state, or a stored session's)."""
+    values = {name: state.get(key) for name, key in STATE_KEYS.items()}
     return ZepIdentity(**{k: v for k, v in values.items() if isinstance(v, str) and v})
 
 
@@ -116,4 +118,4 @@ async def pins_of(
         if inspect.isawaitable(value):
             value = await value
         found = found.filled_from(value)
-    return Pins(app=found, state=from_state(ctx), trusted=trust_state)
+    return Pins(app=found, state=from_state(ctx.state), trusted=trust_state)

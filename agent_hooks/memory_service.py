@@ -16,6 +16,7 @@ from google.adk.sessions.session import Session
 from google.genai import types
 from typing_extensions import override
 
+from afterthought.agent_hooks.identity import Pins, from_state
 from afterthought.agent_hooks.messages import messages_from_events, said_text
 from afterthought.agent_hooks.turn_memory import TurnMemory, Who
 from afterthought.agent_hooks.turn_recorder import settled
@@ -43,7 +44,9 @@ class ZepMemoryService(BaseMemoryService):
 
     @override
     async def add_session_to_memory(self, session: Session) -> None:
-        await self._queue(session.app_name, session.user_id, session.id, session.events)
+        await self._queue(
+            session.app_name, session.user_id, session.id, session.events, session.state
+        )
 
     @override
     async def add_events_to_memory(
@@ -57,17 +60,32 @@ class ZepMemoryService(BaseMemoryService):
     ) -> None:
         if session_id is None:
             raise ValueError("add_events_to_memory needs the session_id the events belong to")
-        await self._queue(app_name, user_id, session_id, events)
+        await self._queue(app_name, user_id, session_id, events, {})
 
     async def _queue(
-        self, app: str, user_id: str, session_id: str, events: Sequence[Event]
+        self,
+        app: str,
+        user_id: str,
+        session_id: str,
+        events: Sequence[Event],
+        state: Mapping[str, object],
     ) -> None:
+        """The events as replays, pinned as the session's turns were (the application's
+        options and the session state's pins; a resolver needs a turn's context, so what
+        it pins is not known here), so that they are checked against the thread the turns
+        went to."""
+        pins = Pins(
+            app=self.memory.identity,
+            state=from_state(state),
+            trusted=self.settings.trust_state_identity,
+        )
         messages = messages_from_events(
             events,
             app=app,
             user_id=user_id,
             session_id=session_id,
             assistant_name=self.settings.assistant_name,
+            identity=pins.writes,
         )
         await settled(self.memory.recorder.record(messages))
         log.info("session queued for memory messages=%d", len(messages))

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from google.adk.agents.callback_context import CallbackContext
+from google.adk.events.event import Event
 from google.adk.models.llm_request import LlmRequest
 from google.adk.models.llm_response import LlmResponse
 
@@ -28,7 +29,7 @@ from afterthought.agent_hooks.identity import (
     pins_of,
 )
 from afterthought.agent_hooks.injection import DEFAULT_CONTEXT_TEMPLATE, Injection, inject, render
-from afterthought.agent_hooks.messages import said_text
+from afterthought.agent_hooks.messages import said_text, stamp
 from afterthought.agent_hooks.turn_recorder import TurnRecorder, settled
 from afterthought.backends import open_backend
 from afterthought.backends.base import BackendError, MemoryBackend, UserRef
@@ -67,6 +68,8 @@ class _Turn:
     """Whose memory its messages go to; None until known (the application's resolver
     failed, or has not answered yet): a message made meanwhile is dropped, counted."""
     ordinals: dict[Role, int] = field(default_factory=dict)
+    speakers: set[str] = field(default_factory=set)
+    """Agents that made a model call in it: their events are replies."""
 
     def next_ordinal(self, role: Role) -> int:
         n = self.ordinals.get(role, 0)
@@ -143,7 +146,7 @@ class TurnMemory:
         self, *, callback_context: CallbackContext, llm_request: LlmRequest
     ) -> LlmResponse | None:
         try:
-            if self._nested(callback_context):
+            if self.nested(callback_context):
                 return None
             if _TOOL_STEP.get() == callback_context.session.id:
                 _TOOL_STEP.set(None)  # its tool step is over
@@ -161,6 +164,7 @@ class TurnMemory:
                     return_exceptions=True,
                 )
             else:  # later calls (after a tool step) reuse the block: tool steps keep memory
+                turn.speakers.add(callback_context.agent_name)
                 (found,) = await asyncio.gather(turn.block, return_exceptions=True)
             block = found if isinstance(found, str) else ""
             if block:
@@ -182,6 +186,7 @@ class TurnMemory:
         text = said_text(ctx.user_content)
         # Remembered at once: a later model call of the invocation queues nothing again.
         turn = self._remember(who, _Turn(block=_done("")))
+        turn.speakers.add(ctx.agent_name)
         try:
             pins = await self._pins(ctx)
             turn.identity = pins.writes
@@ -196,29 +201,18 @@ class TurnMemory:
     async def user_of(self, who: Who, identity: ZepIdentity) -> UserRef | None:
         return await self.reader.user_of(who, identity)
 
-    # --- after the model ----------------------------------------------------------------
+    # --- after the model ---------------------------------------------------------------
     async def after_model(
         self, *, callback_context: CallbackContext, llm_response: LlmResponse
     ) -> LlmResponse | None:
+        """Queue the reply (final text only), stamped with its ordinal (``stamp``)."""
         try:
             if llm_response.partial:  # W8: chunks are display hints; the aggregate follows
                 return None
-            if self._nested(callback_context):
+            if self.nested(callback_context):
                 return None
-            content = llm_response.content
-            if content and any(p.function_call for p in content.parts or ()):
-                _TOOL_STEP.set(callback_context.session.id)  # its tools run next
-            text = said_text(content)
-            if not text.strip():  # function-call-only, thought-only or empty
-                return None
-            who = Who.of(callback_context)
-            turn = self._turns.get(who) or self._remember(who, _Turn(block=_done("")))
-            try:
-                if turn.identity is None:  # no model call of it seen, or its resolver failed
-                    turn.identity = (await self._pins(callback_context)).writes
-            finally:  # queued, or counted dropped
-                write = self._record(who, turn, "assistant", text, callback_context, at=None)
-            await settled(write)
+            self.mark_tool_step(callback_context, llm_response)
+            await self._reply(callback_context, llm_response)
         except Exception as exc:
             log.warning(
                 "after_model failed invocation=%s error=%s",
@@ -226,6 +220,42 @@ class TurnMemory:
                 type(exc).__name__,
             )
         return None
+
+    def mark_tool_step(self, ctx: CallbackContext, llm_response: LlmResponse) -> None:
+        """A response that calls tools: its session's tools run next (see ``_nested``)."""
+        content = llm_response.content
+        if content and any(p.function_call for p in content.parts or ()):
+            _TOOL_STEP.set(ctx.session.id)
+
+    async def after_event(self, ctx: CallbackContext, event: Event) -> None:
+        """Queue what an agent of a model call said, as the user is shown it (after every
+        rewrite of the response), stamped with its ordinal: ``MemoryPlugin``'s reply."""
+        try:
+            if event.partial or self.nested(ctx):
+                return
+            turn = self._turns.get(Who.of(ctx))
+            if turn is None or event.author not in turn.speakers:
+                return  # the user's, or an agent's that made no model call: not a reply
+            await self._reply(ctx, event)
+        except Exception as exc:
+            log.warning(
+                "after_event failed invocation=%s error=%s",
+                ctx.invocation_id,
+                type(exc).__name__,
+            )
+
+    async def _reply(self, ctx: CallbackContext, response: LlmResponse) -> None:
+        text = said_text(response.content)
+        if not text.strip():  # function-call-only, thought-only or empty
+            return
+        who = Who.of(ctx)
+        turn = self._turns.get(who) or self._remember(who, _Turn(block=_done("")))
+        try:
+            if turn.identity is None:  # no model call of it seen, or its resolver failed
+                turn.identity = (await self._pins(ctx)).writes
+        finally:  # queued, or counted dropped
+            write = self._record(who, turn, "assistant", text, ctx, at=None, mark=response)
+        await settled(write)
 
     # --- memory changes (tools, memory service) --------------------------------------------
     async def queue_change(
@@ -277,7 +307,7 @@ class TurnMemory:
             trust_state=self.settings.trust_state_identity,
         )
 
-    def _nested(self, ctx: CallbackContext) -> bool:
+    def nested(self, ctx: CallbackContext) -> bool:
         """W8: a nested run (an ``AgentTool``'s child runner) is not the user's turn: it
         runs inside another session's tool step, in a session whose state was copied from
         that one."""
@@ -297,20 +327,25 @@ class TurnMemory:
         ctx: CallbackContext,
         *,
         at: float | None,
+        mark: LlmResponse | None = None,
     ) -> Awaitable[bool]:
         """Hand what was said to the recorder (its enqueue under way when this returns);
-        True once queued. A message that cannot be made is counted dropped."""
+        True once queued. A message that cannot be made is counted dropped. ``mark``, the
+        reply said, is stamped with the message's ordinal."""
         if not text:
             return _done(True)
         if turn.identity is None:
             self.enqueuer.drop(1, why=UNRESOLVED)
             return _done(False)
         name = self.settings.assistant_name if role == "assistant" else display_name(ctx)
+        ordinal = turn.next_ordinal(role)
+        if mark is not None:
+            stamp(mark, ordinal)
         message = self.recorder.message(
             who,
             identity=turn.identity,
             role=role,
-            ordinal=turn.next_ordinal(role),
+            ordinal=ordinal,
             text=text,
             name=name,
             at=at,

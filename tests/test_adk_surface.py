@@ -5,17 +5,23 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 import redis.asyncio as aioredis
 from google.adk.agents import LlmAgent, SequentialAgent
+from google.adk.agents.callback_context import CallbackContext
 from google.adk.apps import App
+from google.adk.models.llm_response import LlmResponse
+from google.adk.plugins.base_plugin import BasePlugin
 from google.adk.runners import Runner
 from google.adk.sessions import InMemorySessionService
+from google.genai import types
 
 from afterthought.agent_hooks import (
     ContextInput,
@@ -27,7 +33,9 @@ from afterthought.agent_hooks import (
 )
 from afterthought.agent_hooks.injection import transient_content_supported
 from afterthought.agent_hooks.provisioning import ensure_thread, ensure_user
+from afterthought.backends import open_backend
 from afterthought.context_cache import ContextCache
+from afterthought.identity import IdentityRegistry
 from afterthought.keys import Keys
 from afterthought.settings import Settings
 from afterthought.testing import ZepFake
@@ -71,6 +79,61 @@ async def test_plugin_gives_every_agent_of_an_app_memory(
         ("assistant", "Step two."),
     ]
     await runner.close()
+
+
+class _Redact(BasePlugin):
+    """A guardrail that rewrites every reply (as a PII redaction does)."""
+
+    async def after_model_callback(
+        self, *, callback_context: CallbackContext, llm_response: LlmResponse
+    ) -> LlmResponse | None:
+        text = "".join(p.text or "" for p in (llm_response.content or types.Content()).parts or [])
+        if not text:
+            return None
+        return LlmResponse(content=types.ModelContent(text.replace("4321", "[redacted]")))
+
+
+@pytest.mark.parametrize("memory_first", [True, False], ids=["memory-first", "redact-first"])
+async def test_the_plugin_records_the_reply_the_user_is_shown_whatever_the_order(
+    local_settings: Settings,
+    redis: aioredis.Redis,
+    memory_first: bool,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """ADK stops at the first plugin whose ``after_model_callback`` returns a response: a
+    rewriting plugin listed first hid the reply from ``MemoryPlugin``, listed after it had
+    the unredacted text stored. Either way the redacted reply (what the user saw) is queued
+    once; out of first place the plugin warns."""
+    memory = MemoryPlugin(settings=local_settings)
+    redact = _Redact(name="redact")
+    agent = LlmAgent(name="helper", model=StandInLlm(script=["Your code is 4321."] * 2))
+    plugins = [memory, redact] if memory_first else [redact, memory]
+    runner = Runner(
+        app=App(name=APP, root_agent=agent, plugins=plugins),
+        session_service=InMemorySessionService(),
+    )
+    caplog.set_level(logging.WARNING, logger="afterthought.hooks")
+    session = await new_session(runner, "alice")
+    await say(runner, "alice", session, "What is my code?")
+    await say(runner, "alice", session, "Again?")
+    dropped = memory.memory.enqueuer.dropped
+    await runner.close()
+    await drain(local_settings)
+
+    backend = open_backend(local_settings)
+    known = await IdentityRegistry(redis, local_settings).lookup(
+        app=APP, user_id="alice", session_id=session
+    )
+    assert known.thread_uuid is not None
+    newest_first = await backend.recent_messages(thread_uuid=known.thread_uuid, limit=10)
+    stored = [m.content for m in reversed(newest_first)]
+    await backend.aclose()
+    assert (stored, dropped) == (
+        ["What is my code?", "Your code is [redacted].", "Again?", "Your code is [redacted]."],
+        0,
+    )
+    warned = [r for r in caplog.records if "not the first plugin" in r.getMessage()]
+    assert len(warned) == (0 if memory_first else 1)
 
 
 async def test_context_tool_is_never_declared_and_keeps_memory_across_tool_steps(

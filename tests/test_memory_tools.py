@@ -19,7 +19,7 @@ from afterthought.agent_hooks.graph_search_tool import NO_RESULTS, UNAVAILABLE, 
 from afterthought.agent_hooks.memory_tools import create_memory_tools
 from afterthought.agent_hooks.messages import messages_from_events
 from afterthought.backends import open_backend
-from afterthought.contract import to_role
+from afterthought.contract import MEMORY_SESSION, QueuedMessage, checksum, to_role
 from afterthought.settings import Settings
 from afterthought.templates import TemplateError, create_template, get_template, problems
 from afterthought.testing import Fault, ZepFake
@@ -207,6 +207,57 @@ async def test_add_memory_for_an_invalid_id_counts_every_entry(local_settings: S
     dropped = service.memory.enqueuer.dropped
     await service.memory.aclose()
     assert dropped == len(facts), f"{len(facts)} entries, none queued, {dropped} counted dropped"
+
+
+async def test_a_fact_deleted_and_added_again_is_stored_again_and_a_late_retry_is_not(
+    any_settings: Settings,
+) -> None:
+    """The fact's key comes from its text, so the same text added twice is stored once:
+    ``seen``, the local store's unique index and Zep's idempotency key all hold it out.
+    Deleted and then added again it is a new add and is stored; a re-push of the add made
+    before the delete (a buffer or spool draining late) is a replay and stays out."""
+    service = ZepMemoryService(settings=any_settings)
+    user = "user-readd"
+    fact = "Alice is vegetarian."
+    entry = [MemoryEntry(content=types.UserContent(fact))]
+
+    async def found() -> list[str]:
+        got = await service.search_memory(app_name=APP, user_id=user, query="vegetarian")
+        return [
+            m.id or ""
+            for m in got.memories
+            if m.custom_metadata["kind"] == "fact"
+            and fact in "".join(p.text or "" for p in (m.content.parts or []))
+        ]
+
+    first = QueuedMessage.build(  # what add_memory queues for the fact
+        app=APP,
+        user_id=user,
+        session_id=MEMORY_SESSION,
+        invocation_id=f"fact:{checksum(fact)}",
+        role="user",
+        ordinal=0,
+        content=fact,
+        kind="fact",
+        trust="app",
+    )
+    assert await service.memory.enqueuer.enqueue([first])
+    await service.add_memory(app_name=APP, user_id=user, memories=entry)  # the same again
+    await drain(any_settings)
+    (stored,) = await found()
+    await service.delete_memory(app_name=APP, user_id=user, memory_id=stored)
+    await drain(any_settings)
+    assert await service.memory.enqueuer.enqueue([first])  # a late re-push of the first add
+    await drain(any_settings)
+    assert await found() == []
+
+    await service.add_memory(app_name=APP, user_id=user, memories=entry)  # added again
+    await service.add_memory(app_name=APP, user_id=user, memories=entry)  # and once more
+    await drain(any_settings)
+    again = await found()
+    dropped = service.memory.enqueuer.dropped
+    await service.memory.aclose()
+    assert (len(again), dropped) == (1, 0)
 
 
 @pytest.mark.parametrize(

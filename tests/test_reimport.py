@@ -8,17 +8,22 @@ of the thread itself is cut short."""
 from __future__ import annotations
 
 import asyncio
+import warnings
 from collections import Counter
+from collections.abc import AsyncGenerator
 from pathlib import Path
 from typing import Any, cast
 
 import pytest
 import redis.asyncio as aioredis
+from google.adk.agents import BaseAgent, LlmAgent, SequentialAgent
+from google.adk.agents.invocation_context import InvocationContext
 from google.adk.events.event import Event
-from google.adk.sessions import Session
+from google.adk.runners import Runner
+from google.adk.sessions import InMemorySessionService, Session
 from google.genai import types
 
-from afterthought.agent_hooks import TurnMemory, ZepMemoryService
+from afterthought.agent_hooks import TurnMemory, ZepMemoryService, create_callbacks
 from afterthought.agent_hooks.backfill import Backfill, jsonl_source
 from afterthought.backends import open_backend
 from afterthought.backends.base import MemoryBackend
@@ -26,7 +31,9 @@ from afterthought.identity import IdentityRegistry
 from afterthought.keys import Keys
 from afterthought.settings import Settings
 from afterthought.testing import Fault, ZepFake
+from afterthought.testing.stand_in_model import StandInLlm
 from afterthought.worker.flush import Flusher
+from tests.conftest import drain
 
 APP = "memtest"
 ADDS = "POST /threads/.*/messages"
@@ -252,3 +259,135 @@ async def test_a_read_of_the_thread_cut_short_goes_on_where_it_stopped(
         assert backend.pages - pages <= whole + 4  # not the first 50 pages again
     else:
         assert backend.pages - pages >= 50 + whole
+
+
+async def _run(runner: Runner, user: str, session_id: str, text: str) -> None:
+    async for _ in runner.run_async(
+        user_id=user, session_id=session_id, new_message=types.UserContent(text)
+    ):
+        pass
+
+
+async def _held(runner: Runner, user: str, session_id: str) -> Session:
+    held = await runner.session_service.get_session(
+        app_name=APP, user_id=user, session_id=session_id
+    )
+    assert held is not None
+    return held
+
+
+@IMPORTS
+async def test_a_session_pinned_to_its_thread_is_re_imported_into_that_thread(
+    zep_settings: Settings, redis: aioredis.Redis, tmp_path: Path, reimport: Any
+) -> None:
+    """Session state pins the user's own thread (untrusted state: the worker writes there
+    once the backend says it is the user's). Its turns went there, so its replay is checked
+    against that thread: nothing stored again, nothing in a thread of the registry's.
+    70 turns: past the queue's ``seen`` window (128 keys), which alone hid the rest."""
+    user = "user-pinned-replay"
+    backend = open_backend(zep_settings)
+    registry = IdentityRegistry(redis, zep_settings)
+    ref, _ = await registry.ensure_user(backend, app=APP, user_id=user)
+    pinned = await backend.create_thread(user=ref, idempotency_key="pinned-thread-of-the-app")
+    turns = 70
+    memory = TurnMemory.create(settings=zep_settings)
+    pair = create_callbacks(memory)
+    agent = LlmAgent(
+        name="helper",
+        model=StandInLlm(script=[f"Reply number {i}." for i in range(turns)]),
+        before_model_callback=pair.before_model_callback,
+        after_model_callback=pair.after_model_callback,
+    )
+    runner = Runner(app_name=APP, agent=agent, session_service=InMemorySessionService())
+    session = await runner.session_service.create_session(
+        app_name=APP, user_id=user, state={"zep_thread_uuid": pinned}
+    )
+    for i in range(turns):
+        await _run(runner, user, session.id, f"Message number {i}.")
+    await memory.aclose()
+    await drain(zep_settings)
+    assert len(await backend.recent_messages(thread_uuid=pinned, limit=10_000)) == 2 * turns
+
+    await reimport(zep_settings, redis, tmp_path, await _held(runner, user, session.id))
+    await drain(zep_settings)
+    known = await registry.lookup(app=APP, user_id=user, session_id=session.id)
+    stored = [m.content for m in await backend.recent_messages(thread_uuid=pinned, limit=10_000)]
+    await backend.aclose()
+    assert known.thread_uuid in (None, pinned)  # no thread of the registry's was made
+    assert len(stored) == 2 * turns and len(set(stored)) == 2 * turns
+
+
+class _Banner(BaseAgent):
+    """An agent without a model that greets before the memory agent replies."""
+
+    async def _run_async_impl(self, ctx: InvocationContext) -> AsyncGenerator[Event, None]:
+        yield Event(
+            author=self.name,
+            invocation_id=ctx.invocation_id,
+            branch=ctx.branch,
+            content=types.ModelContent("Welcome to the help desk."),
+        )
+
+
+async def test_a_reply_after_a_non_model_agent_spoke_is_re_added_under_its_key(
+    local_settings: Settings, redis: aioredis.Redis
+) -> None:
+    """A ``SequentialAgent`` of a banner (no model) and the memory agent: the hooks record
+    the reply as the invocation's first (they never see the banner); re-adding the session
+    finds it under that key, not as a second reply after the banner."""
+    memory = TurnMemory.create(settings=local_settings)
+    pair = create_callbacks(memory)
+    helper = LlmAgent(
+        name="helper",
+        model=StandInLlm(script=["Your order ships tomorrow.", "It left Lisbon."]),
+        before_model_callback=pair.before_model_callback,
+        after_model_callback=pair.after_model_callback,
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # its successor takes no LlmAgent
+        root = SequentialAgent(name="desk", sub_agents=[_Banner(name="banner"), helper])
+    runner = Runner(app_name=APP, agent=root, session_service=InMemorySessionService())
+    user = "user-banner"
+    session = await runner.session_service.create_session(app_name=APP, user_id=user)
+    await _run(runner, user, session.id, "Where is my order?")
+    await _run(runner, user, session.id, "Where is it now?")
+    await memory.aclose()
+    await drain(local_settings)
+
+    service = ZepMemoryService(settings=local_settings)
+    await service.add_session_to_memory(await _held(runner, user, session.id))
+    await service.memory.aclose()
+    await drain(local_settings)
+    known = await IdentityRegistry(redis, local_settings).lookup(
+        app=APP, user_id=user, session_id=session.id
+    )
+    assert known.thread_uuid is not None
+    backend = open_backend(local_settings)
+    stored = [
+        m.content for m in await backend.recent_messages(thread_uuid=known.thread_uuid, limit=100)
+    ]
+    await backend.aclose()
+    assert sorted(stored) == sorted(
+        ["Where is my order?", "Your order ships tomorrow.", "Where is it now?", "It left Lisbon."]
+    )
+
+
+async def test_a_re_added_session_pinned_to_another_users_thread_writes_nothing_there(
+    zep_settings: Settings, redis: aioredis.Redis
+) -> None:
+    """Session state is client-writable: a session whose state pins another user's thread
+    is replayed with that pin, and the worker's owner check keeps every message of it out
+    of that thread, as it keeps the live turns out."""
+    backend = open_backend(zep_settings)
+    registry = IdentityRegistry(redis, zep_settings)
+    await registry.ensure_user(backend, app=APP, user_id="alice")
+    bob, _ = await registry.ensure_user(backend, app=APP, user_id="bob")
+    bobs = await backend.create_thread(user=bob, idempotency_key="bobs-thread")
+    session = _session(6).model_copy(update={"state": {"zep_thread_uuid": bobs}})
+    service = ZepMemoryService(settings=zep_settings)
+    await service.add_session_to_memory(session)
+    await service.memory.aclose()
+    await drain(zep_settings)
+    held = await backend.recent_messages(thread_uuid=bobs, limit=100)
+    await backend.aclose()
+    assert held == []

@@ -1302,6 +1302,7 @@ class Flusher:
                         key=item.key,
                         trust=item.trust or "app",
                         reference_time=item.reference_time,
+                        said_ms=item.said_ms,
                     )
                     await self._raced(epoch)
                 else:

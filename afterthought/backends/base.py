@@ -207,9 +207,18 @@ class MemoryBackend(abc.ABC):
 
     @abc.abstractmethod
     async def add_fact(
-        self, *, user: UserRef, text: str, key: str, trust: str, reference_time: str
+        self,
+        *,
+        user: UserRef,
+        text: str,
+        key: str,
+        trust: str,
+        reference_time: str,
+        said_ms: int | None = None,
     ) -> None:
-        """Store a fact about the user, with provenance; a replay of ``key`` adds nothing."""
+        """Store a fact about the user, with provenance; a replay of ``key`` adds nothing
+        while the fact is held. ``said_ms`` (when the add was made) tells a new add of a
+        fact deleted since from a replay of the one before."""
 
     @abc.abstractmethod
     async def delete_memory(self, *, user: UserRef, memory_uuid: str) -> bool:

@@ -714,8 +714,17 @@ class LocalBackend(MemoryBackend):
         return [int(r[0]) for r in rows]
 
     async def add_fact(
-        self, *, user: UserRef, text: str, key: str, trust: str, reference_time: str
+        self,
+        *,
+        user: UserRef,
+        text: str,
+        key: str,
+        trust: str,
+        reference_time: str,
+        said_ms: int | None = None,
     ) -> None:
+        # ``facts_unique`` holds the replay out while the fact is held; once deleted, its
+        # row is gone and the fact added again is a row again: ``said_ms`` is not needed.
         await self._run(
             lambda db: db.execute(
                 "INSERT OR IGNORE INTO facts (uuid, user_uuid, subject, predicate, value, kind,"

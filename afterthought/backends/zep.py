@@ -466,14 +466,25 @@ class ZepBackend(MemoryBackend):
         )
 
     async def add_fact(
-        self, *, user: UserRef, text: str, key: str, trust: str, reference_time: str
+        self,
+        *,
+        user: UserRef,
+        text: str,
+        key: str,
+        trust: str,
+        reference_time: str,
+        said_ms: int | None = None,
     ) -> None:
         """In ``zep`` mode an episode Zep extracts from; in ``managed`` mode, where only
         what we validated may reach the graph, edges carrying our provenance. Text longer
-        than an episode takes goes in ordered parts, cut between sentences or words."""
+        than an episode takes goes in ordered parts, cut between sentences or words. The
+        idempotency key names the add (``said_ms``): Zep keeps a key past a delete, so a
+        fact added again after one would be taken for a replay of the first add."""
         pieces = split_text(text, EPISODE_LIMIT)
+        add = key if said_ms is None else f"{key}@{said_ms}"
         for i, piece in enumerate(pieces):
             part_key = key if len(pieces) == 1 else f"{key}:{i}"
+            idempotency = f"fact:{add}" if len(pieces) == 1 else f"fact:{add}:{i}"
             metadata: dict[str, Any] = {MESSAGE_KEY_FIELD: part_key, "trust": trust}
             if len(pieces) > 1:
                 metadata["afterthought_part"] = f"{i + 1}/{len(pieces)}"
@@ -496,23 +507,23 @@ class ZepBackend(MemoryBackend):
                     metadata=metadata,
                 )
                 await self._call(
-                    lambda z, e=edge, k=part_key: z.graph.edge.add(  # type: ignore[misc]
+                    lambda z, e=edge, k=idempotency: z.graph.edge.add(  # type: ignore[misc]
                         user.graph_uuid,
                         edges=[e],
-                        idempotency_key=f"fact:{k}",
+                        idempotency_key=k,
                         request_options=self._options(),
                     )
                 )
                 continue
             await self._call(
-                lambda z, p=piece, m=metadata, k=part_key: z.graph.episode.add(  # type: ignore[misc]
+                lambda z, p=piece, m=metadata, k=idempotency: z.graph.episode.add(  # type: ignore[misc]
                     user.graph_uuid,
                     data=p,
                     type="text",
                     source_description=f"afterthought {trust}",
                     reference_time=reference_time,
                     metadata=m,
-                    idempotency_key=f"fact:{k}",
+                    idempotency_key=k,
                     request_options=self._options(),
                 )
             )
