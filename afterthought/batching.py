@@ -7,7 +7,7 @@ from __future__ import annotations
 import hashlib
 import heapq
 from array import array
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -65,6 +65,7 @@ def parts(batch: Sequence[QueuedMessage], part_chars: int) -> list[OutgoingMessa
                     reference_time=m.reference_time,
                     name=m.name,
                     metadata=metadata,
+                    saying=m.saying,
                 )
             )
     return out
@@ -92,15 +93,24 @@ class StoredIndex:
     replayed session also by role and text for messages stored without our key (written
     before afterthought, e.g. by zep-adk). 8 bytes a stored message in a sorted array, so
     a long thread's history fits in a worker (10^5 messages: under 1 MB), plus at most
-    :data:`MERGE_AT` recent digests in a set."""
+    :data:`MERGE_AT` recent digests in a set.
+
+    A message stored without our key stands for one saying: its role-and-text digest is
+    kept once per stored message (a sorted array with repeats, plus its uuid's digest so a
+    page read twice counts it once). A replayed message that is the n-th saying of its role
+    and text in its session (``saying``) is taken as stored only if the thread holds n of
+    them: a user who said "yes" twice, once before afterthought, keeps the second, whichever
+    batch or worker replays it."""
 
     def __init__(self, *, replay: bool) -> None:
         self.replay = replay
         self._sorted = array("Q")
         self._recent: set[int] = set()
+        self._said = array("Q")
+        self._said_recent: list[int] = []
 
     def __len__(self) -> int:
-        return len(self._sorted) + len(self._recent)
+        return len(self._sorted) + len(self._recent) + len(self._said) + len(self._said_recent)
 
     def __contains__(self, digest: int) -> bool:
         if digest in self._recent:
@@ -108,24 +118,38 @@ class StoredIndex:
         at = bisect_left(self._sorted, digest)
         return at < len(self._sorted) and self._sorted[at] == digest
 
-    def _add(self, digest: int) -> None:
+    def _add(self, digest: int) -> bool:
+        """Whether ``digest`` is new."""
         if digest in self:
-            return
+            return False
         self._recent.add(digest)
         if len(self._recent) >= MERGE_AT:
             # A merge of two sorted runs: never all the digests as Python ints at once.
             self._sorted = array("Q", heapq.merge(self._sorted, sorted(self._recent)))
             self._recent.clear()
+        return True
+
+    def _merge_said(self) -> None:
+        if self._said_recent:
+            self._said = array("Q", heapq.merge(self._said, sorted(self._said_recent)))
+            self._said_recent.clear()
+
+    def _said_count(self, digest: int) -> int:
+        """How many messages stored without our key have this role-and-text digest."""
+        self._merge_said()
+        return bisect_right(self._said, digest) - bisect_left(self._said, digest)
 
     def add_stored(self, stored: Iterable[StoredMessage]) -> None:
         for m in stored:
             if m.key:
                 self._add(_digest("key", m.key, m.content))
-            elif self.replay:
+            elif self.replay and self._add(_digest("uuid", m.uuid, "")):
                 # Only what was stored without our key (by another integration) is matched
                 # by text: ours are matched by key, or a user who says "yes" twice would
                 # lose one.
-                self._add(_digest("said", m.role, m.content))
+                self._said_recent.append(_digest("said", m.role, m.content))
+                if len(self._said_recent) >= MERGE_AT:
+                    self._merge_said()
 
     def add_sent(self, sent: Iterable[OutgoingMessage]) -> None:
         """Messages a call stored (its reply came)."""
@@ -142,10 +166,11 @@ class StoredIndex:
             key = _digest("key", str(m.metadata[MESSAGE_KEY_FIELD]), m.content)
             if key in taken or key in self:
                 continue
-            if self.replay and m.role and _digest("said", m.role, m.content) in self:
-                continue
-            lacking.append(m)
             taken.add(key)
+            if self.replay and m.role:
+                if self._said_count(_digest("said", m.role, m.content)) >= m.saying:
+                    continue
+            lacking.append(m)
         return lacking
 
 

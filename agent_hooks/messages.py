@@ -27,8 +27,11 @@ def messages_from_events(
     assistant_name: str | None,
 ) -> list[QueuedMessage]:
     """Finished events with something said, keyed like the callbacks key them; marked as
-    replays, so the worker sends only what the backend does not hold yet."""
+    replays, so the worker sends only what the backend does not hold yet; each said at
+    its event's time (``said_ms``), and counted among the sayings of its role and text
+    (``saying``)."""
     ordinals: dict[tuple[str, str], int] = {}
+    sayings: dict[tuple[str, str], int] = {}
     messages: list[QueuedMessage] = []
     for event in events:
         text = said_text(event.content)
@@ -39,6 +42,8 @@ def messages_from_events(
         slot = (event.invocation_id, role or "")
         ordinal = ordinals.get(slot, 0)
         ordinals[slot] = ordinal + 1
+        said = (role or "", text)
+        sayings[said] = sayings.get(said, 0) + 1
         messages.append(
             QueuedMessage.build(
                 app=app,
@@ -51,6 +56,7 @@ def messages_from_events(
                 name=assistant_name if role == "assistant" else None,
                 at=event.timestamp,
                 replay=True,
+                saying=sayings[said],
             )
         )
     return messages
