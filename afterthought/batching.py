@@ -8,7 +8,7 @@ import hashlib
 import heapq
 from array import array
 from bisect import bisect_left, bisect_right
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -58,6 +58,7 @@ def parts(batch: Sequence[QueuedMessage], part_chars: int) -> list[OutgoingMessa
             }
             if len(pieces) > 1:
                 metadata["afterthought_part"] = f"{i + 1}/{len(pieces)}"
+                metadata[WHOLE_FIELD] = m.checksum
             out.append(
                 OutgoingMessage(
                     role=m.role,
@@ -69,6 +70,11 @@ def parts(batch: Sequence[QueuedMessage], part_chars: int) -> list[OutgoingMessa
                 )
             )
     return out
+
+
+#: A part's metadata: the checksum of the whole message, so a thread read back knows a
+#: message by its base key and text whatever ``max_message_chars`` split it.
+WHOLE_FIELD = "afterthought_whole"
 
 
 def pack(messages: Sequence[OutgoingMessage], per_call: int) -> list[Call]:
@@ -108,6 +114,8 @@ class StoredIndex:
         self._recent: set[int] = set()
         self._said = array("Q")
         self._said_recent: list[int] = []
+        # Parts seen of split messages not read whole yet: (base key, checksum, count).
+        self._partial: dict[tuple[str, str, int], set[int]] = {}
 
     def __len__(self) -> int:
         return len(self._sorted) + len(self._recent) + len(self._said) + len(self._said_recent)
@@ -139,10 +147,28 @@ class StoredIndex:
         self._merge_said()
         return bisect_right(self._said, digest) - bisect_left(self._said, digest)
 
+    def _add_keyed(self, key: str, content: str, metadata: Mapping[str, object]) -> None:
+        """A message (or part) stored under our key: by key and text, and, once all its
+        parts are in, the whole message by base key and checksum."""
+        self._add(_digest("key", key, content))
+        part, whole = metadata.get("afterthought_part"), metadata.get(WHOLE_FIELD)
+        if part is None:
+            self._add(_digest("whole", key, checksum(content)))
+            return
+        number, _, count = str(part).partition("/")
+        if not (isinstance(whole, str) and number.isdigit() and count.isdigit()):
+            return  # a part without its whole's checksum is known by its own key only
+        split = (key.rpartition(":")[0], whole, int(count))
+        seen = self._partial.setdefault(split, set())
+        seen.add(int(number))
+        if len(seen) == split[2]:
+            del self._partial[split]
+            self._add(_digest("whole", split[0], whole))
+
     def add_stored(self, stored: Iterable[StoredMessage]) -> None:
         for m in stored:
             if m.key:
-                self._add(_digest("key", m.key, m.content))
+                self._add_keyed(m.key, m.content, m.metadata)
             elif self.replay and self._add(_digest("uuid", m.uuid, "")):
                 # Only what was stored without our key (by another integration) is matched
                 # by text: ours are matched by key, or a user who says "yes" twice would
@@ -154,7 +180,7 @@ class StoredIndex:
     def add_sent(self, sent: Iterable[OutgoingMessage]) -> None:
         """Messages a call stored (its reply came)."""
         for m in sent:
-            self._add(_digest("key", str(m.metadata[MESSAGE_KEY_FIELD]), m.content))
+            self._add_keyed(str(m.metadata[MESSAGE_KEY_FIELD]), m.content, m.metadata)
 
     def lacking(self, wanted: Sequence[OutgoingMessage]) -> list[OutgoingMessage]:
         """What of ``wanted`` the thread lacks, each once (a replay may repeat a turn queued
@@ -164,14 +190,24 @@ class StoredIndex:
         taken: set[int] = set()
         for m in wanted:
             key = _digest("key", str(m.metadata[MESSAGE_KEY_FIELD]), m.content)
-            if key in taken or key in self:
+            if key in taken or key in self or _whole_digest(m) in self:
                 continue
             taken.add(key)
-            if self.replay and m.role:
-                if self._said_count(_digest("said", m.role, m.content)) >= m.saying:
-                    continue
+            said = _digest("said", m.role, m.content) if self.replay and m.role else None
+            if said is not None and self._said_count(said) >= m.saying:
+                continue
             lacking.append(m)
         return lacking
+
+
+def _whole_digest(m: OutgoingMessage) -> int:
+    """The message ``m`` is (a part of), by its base key and checksum: the same however it
+    is split."""
+    key = str(m.metadata[MESSAGE_KEY_FIELD])
+    whole = m.metadata.get(WHOLE_FIELD)
+    if whole is None:
+        return _digest("whole", key, checksum(m.content))
+    return _digest("whole", key.rpartition(":")[0], str(whole))
 
 
 def missing(
