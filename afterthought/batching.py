@@ -95,7 +95,8 @@ def _digest(kind: str, name: str, content: str) -> int:
 
 
 class StoredIndex:
-    """What a thread holds, as one 64-bit digest a message: by message key and text; for a
+    """What a thread holds, as one 64-bit digest a message: by message key and checksum (a
+    part by its key and text, and its split, once all in, as one message); for a
     replayed session also by role and text for messages stored without our key (written
     before afterthought, e.g. by zep-adk). 8 bytes a stored message in a sorted array, so
     a long thread's history fits in a worker (10^5 messages: under 1 MB), plus at most
@@ -148,13 +149,13 @@ class StoredIndex:
         return bisect_right(self._said, digest) - bisect_left(self._said, digest)
 
     def _add_keyed(self, key: str, content: str, metadata: Mapping[str, object]) -> None:
-        """A message (or part) stored under our key: by key and text, and, once all its
-        parts are in, the whole message by base key and checksum."""
-        self._add(_digest("key", key, content))
+        """A message stored under our key, by key and checksum; a part by its own key and
+        text, and, once all its split's parts are in, its whole message as one unsplit."""
         part, whole = metadata.get("afterthought_part"), metadata.get(WHOLE_FIELD)
         if part is None:
             self._add(_digest("whole", key, checksum(content)))
             return
+        self._add(_digest("key", key, content))
         number, _, count = str(part).partition("/")
         if not (isinstance(whole, str) and number.isdigit() and count.isdigit()):
             return  # a part without its whole's checksum is known by its own key only
@@ -189,10 +190,15 @@ class StoredIndex:
         lacking: list[OutgoingMessage] = []
         taken: set[int] = set()
         for m in wanted:
-            key = _digest("key", str(m.metadata[MESSAGE_KEY_FIELD]), m.content)
-            if key in taken or key in self or _whole_digest(m) in self:
+            whole = _whole_digest(m)
+            part = (
+                _digest("key", str(m.metadata[MESSAGE_KEY_FIELD]), m.content)
+                if WHOLE_FIELD in m.metadata
+                else whole
+            )
+            if part in taken or part in self or whole in self:
                 continue
-            taken.add(key)
+            taken.add(part)
             said = _digest("said", m.role, m.content) if self.replay and m.role else None
             if said is not None and self._said_count(said) >= m.saying:
                 continue
@@ -202,7 +208,7 @@ class StoredIndex:
 
 def _whole_digest(m: OutgoingMessage) -> int:
     """The message ``m`` is (a part of), by its base key and checksum: the same however it
-    is split."""
+    is split, and an unsplit message's only digest."""
     key = str(m.metadata[MESSAGE_KEY_FIELD])
     whole = m.metadata.get(WHOLE_FIELD)
     if whole is None:
