@@ -94,10 +94,17 @@ class QueuedMessage(BaseModel):
     v: int = PAYLOAD_VERSION
     """Payload version."""
     said_ms: int | None = None
-    """When the agent made the message (its wall clock, ms), set once by :meth:`build` and
-    carried as it is by the buffer, a spool and every retry: the enqueue script refuses it
-    if the user was forgotten after that (``afterthought.queue``). Right after ``v`` in the
-    JSON, where the script reads it. None: made by a version that did not stamp it."""
+    """When the words were said (ms), set once by :meth:`build` and carried as it is by the
+    buffer, a spool and every retry: the agent's clock for a live turn; for a replay (a
+    session imported again, said long before) its event's time, never later than now, so
+    words said before a forget are refused however late they are re-imported. The enqueue
+    script refuses it if the user was forgotten after that (``afterthought.queue``). Right
+    after ``v`` in the JSON, where the script reads it. None: made by a version that did
+    not stamp it."""
+    saying: int = Field(default=1, ge=1)
+    """Which saying of its role and text in its session this is (from 1), for a replay: it
+    is taken as stored by another integration (without our key) only if the thread holds
+    that many such messages (``afterthought.batching.StoredIndex``)."""
     seq: int | None = None
     """Per-thread sequence number, assigned by the enqueue script."""
     queued_ms: int | None = None
@@ -159,6 +166,7 @@ class QueuedMessage(BaseModel):
         name: str | None = None,
         at: float | None = None,
         replay: bool = False,
+        saying: int = 1,
         kind: Kind = "message",
         trust: str | None = None,
         zep_user_uuid: str | None = None,
@@ -172,8 +180,10 @@ class QueuedMessage(BaseModel):
         if repaired:
             text_repaired.add(repaired)
         when = datetime.fromtimestamp(at, UTC) if at is not None else datetime.now(UTC)
+        now_ms = int(time.time() * 1000)
         return cls(
-            said_ms=int(time.time() * 1000),
+            said_ms=min(now_ms, int(at * 1000)) if replay and at is not None else now_ms,
+            saying=saying,
             key=message_key(
                 app=app,
                 user_id=user_id,

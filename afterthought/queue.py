@@ -149,8 +149,12 @@ end
 # forget: a fact deleted and then added again is a new change, a re-push of the add made
 # before the delete is not. Returns how many were appended (0: all were already there), -1 / -2
 # when a cap refuses, or -4 (nothing appended) when a new one was made before the user's
-# latest forget began (plus the clock margin) or longer ago than a forget is remembered:
-# it is the forgotten user's, whether it comes from a buffer, a spool or a retry.
+# latest forget began (plus the clock margin) or, live, longer ago than a forget is
+# remembered: it is the forgotten user's, whether it comes from a buffer, a spool or a
+# retry. A replay's ``said_ms`` is its event's time (months old, for an import of old
+# sessions): it is held to a forget still remembered only; the time limit would refuse
+# every import of old history. (``,"replay":true,`` is found in the JSON's structure
+# only: inside a string every quote is escaped.)
 ENQUEUE_LUA = (
     _COMMON
     + """
@@ -169,7 +173,10 @@ for i = 1, n do
   -- Seen before the thread's last forget, made after it: a new change, not a re-push.
   local again = at and forget_seq and said and at < forget_seq and said >= forget_ms
   if not taken[key] and (not at or again) then
-    if said and ((forgot and said < forgot + margin) or now - said > keep) then return -4 end
+    local live = not string.find(item, ',"replay":true,', 1, true)
+    if said and ((forgot and said < forgot + margin) or (live and now - said > keep)) then
+      return -4
+    end
     taken[key] = true
     keys[#keys + 1] = key
     items[#items + 1] = item
@@ -425,8 +432,8 @@ REFUSED = {-1: "thread queue full", -2: "queue full"}
 GONE = -3
 #: What the enqueue script returns when a message was made before its user was forgotten.
 FORGOTTEN = -4
-#: How long a forget's time is kept (``Keys.forgot``): a message made longer ago than this
-#: reaches Redis only to be refused, since a forget of its user may no longer be known.
+#: How long a forget's time is kept (``Keys.forgot``): a live message made longer ago than
+#: this reaches Redis only to be refused, since a forget of its user may no longer be known.
 FORGOT_KEEP_MS = 7 * 24 * 3600 * 1000
 
 

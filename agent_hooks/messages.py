@@ -46,9 +46,10 @@ def messages_from_events(
     identity: ZepIdentity | None = None,
 ) -> list[QueuedMessage]:
     """Finished events with something said, keyed like the callbacks key them; marked as
-    replays, so the worker sends only what the backend does not hold yet. ``identity`` is
-    what the session's turns were written with (its pins, ``Pins.writes``): the replay is
-    reconciled against the thread they went to.
+    replays, so the worker sends only what the backend does not hold yet; each said at
+    its event's time (``said_ms``), and counted among the sayings of its role and text
+    (``saying``). ``identity`` is what the session's turns were written with (its pins,
+    ``Pins.writes``): the replay is reconciled against the thread they went to.
 
     In an invocation where the hooks stamped replies, only those are theirs, under the
     ordinal they were recorded with; in one without stamps (recorded before stamps, or
@@ -61,6 +62,7 @@ def messages_from_events(
     stamped = {event.invocation_id for event in said if _stamped(event) is not None}
     pins = identity or ZepIdentity()
     ordinals: dict[tuple[str, str], int] = {}
+    sayings: dict[tuple[str, str], int] = {}
     messages: list[QueuedMessage] = []
     for event in said:
         said_by = event.content.role if event.content else None
@@ -73,6 +75,9 @@ def messages_from_events(
             if mark is None:
                 continue  # not something the hooks recorded
             ordinal = mark
+        text = said_text(event.content)
+        spoken = (role or "", text)
+        sayings[spoken] = sayings.get(spoken, 0) + 1
         messages.append(
             QueuedMessage.build(
                 app=app,
@@ -81,13 +86,14 @@ def messages_from_events(
                 invocation_id=event.invocation_id,
                 role=role,
                 ordinal=ordinal,
-                content=said_text(event.content),
+                content=text,
                 name=assistant_name if role == "assistant" else None,
                 at=event.timestamp,
                 replay=True,
                 zep_user_uuid=pins.user_uuid,
                 zep_graph_uuid=pins.graph_uuid,
                 zep_thread_uuid=pins.thread_uuid,
+                saying=sayings[spoken],
             )
         )
     return messages

@@ -11,12 +11,20 @@ A stopped process is modelled in the process: the writer waits at a gate while i
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Sequence
+import sqlite3
+import time
+from collections import Counter
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, cast
 
 import pytest
 import redis.asyncio as aioredis
+from google.adk.events.event import Event
+from google.adk.sessions import Session
+from google.genai import types
 
+from afterthought.agent_hooks import TurnMemory, ZepMemoryService
+from afterthought.agent_hooks.backfill import Backfill, Report, Source
 from afterthought.backends import open_backend
 from afterthought.backends.base import HistoryMessage, MemoryBackend
 from afterthought.contract import QueuedMessage
@@ -467,3 +475,97 @@ async def test_a_synthesis_process_sigstopped_past_its_mark_writes_nothing_after
 
     await _swept(settings, redis, WORDS)
     assert not await redis.exists(Keys.of(settings).synthesized(APP, "alice"))
+
+
+def _adk_session(sid: str, texts: list[str], *, at: float = 1_700_000_000.0) -> Session:
+    """Alice's ADK session: user turns and replies alternating, one invocation per pair."""
+    events = [
+        Event(
+            author="user" if i % 2 == 0 else "assistant",
+            invocation_id=f"{sid}-inv-{i // 2}",
+            content=(types.UserContent if i % 2 == 0 else types.ModelContent)(text),
+            timestamp=at + i,
+        )
+        for i, text in enumerate(texts)
+    ]
+    return Session(
+        id=sid, app_name=APP, user_id="alice", events=events, last_update_time=at + len(texts)
+    )
+
+
+def _rows_saying(settings: Settings, word: str) -> int:
+    """Messages in the local store that hold ``word``."""
+    with sqlite3.connect(settings.local_db_path) as db:
+        return int(
+            db.execute(
+                "SELECT count(*) FROM messages WHERE content LIKE ?", (f"%{word}%",)
+            ).fetchone()[0]
+        )
+
+
+async def _no_sleep(seconds: float) -> None:
+    await asyncio.sleep(0)
+
+
+async def _drain_all(worker: Flusher) -> Counter[str]:
+    keys, stats = Keys.of(worker.settings), Counter[str]()
+    for _ in range(50):
+        if not any([await worker.redis.zcard(keys.ready(s)) for s in keys.shard_ids]):
+            break
+        stats += await worker.drain(budget=60)
+    return stats
+
+
+async def test_a_backfill_running_through_a_forget_stores_nothing_said_before_it(
+    local_settings: Settings, redis: aioredis.Redis
+) -> None:
+    """``afterthought backfill`` runs over a source it listed before the forget (a session
+    database); `afterthought forget --yes` for alice completes while it runs; the run
+    builds her next session's messages after the forget: said at their events' time,
+    before the forget, they are refused."""
+    settings = local_settings
+    words = ["marzipan"]
+    backend = open_backend(settings)
+    forgetter = Forgetter(settings, redis, backend)
+    old = _adk_session("old1", ["I'm allergic to peanuts.", "Noted."])
+    later = _adk_session("old2", ["I'm allergic to marzipan.", "Noted."])
+
+    async def sessions(report: Report) -> AsyncIterator[Session]:
+        yield old
+        done = await forgetter.forget_user(app=APP, user_id="alice")
+        assert not done.pending
+        await asyncio.sleep(1.2)  # a backfill of many sessions takes longer than the margin
+        yield later
+
+    source = Source(name="db:test", total=2, sessions=sessions)
+    await Backfill(settings, redis, source).run()
+    stats = await _drain_all(Flusher(settings, redis, backend, sleep=_no_sleep))
+    assert (_rows_saying(settings, "marzipan"), stats["messages"]) == (0, 0)
+    assert await redis_hits(redis, settings.key_prefix, words) == {}
+    assert file_hits(settings, words) == {}
+
+
+async def test_add_session_to_memory_after_a_forget_stores_nothing_said_before_it(
+    local_settings: Settings, redis: aioredis.Redis
+) -> None:
+    """An agent holds alice's session (said before the forget); after `forget --yes`
+    completes, ADK's ``add_session_to_memory`` of that session (end of session) queues
+    every event again: said at their events' time, before the forget, they are refused."""
+    settings = local_settings
+    words = ["marzipan"]
+    backend = open_backend(settings)
+    lines = ["I'm allergic to marzipan.", "Noted.", "And to hazelnuts.", "Noted too."]
+    at = time.time() - 60
+    service = ZepMemoryService(memory=TurnMemory.create(settings=settings))
+    await service.add_session_to_memory(_adk_session("s1", lines[:2], at=at))
+    await _drain_all(Flusher(settings, redis, backend, sleep=_no_sleep))
+    # The session went on (all of it said before the forget); then alice is forgotten.
+    said = _adk_session("s1", lines, at=at)
+    done = await Forgetter(settings, redis, backend).forget_user(app=APP, user_id="alice")
+    assert not done.pending
+    await asyncio.sleep(1.2)
+    await service.add_session_to_memory(said)  # the session ends: ADK adds it to memory
+    stats = await _drain_all(Flusher(settings, redis, backend, sleep=_no_sleep))
+    assert (_rows_saying(settings, "marzipan"), stats["messages"]) == (0, 0)
+    assert await redis_hits(redis, settings.key_prefix, words) == {}
+    assert file_hits(settings, words) == {}

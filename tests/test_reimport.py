@@ -8,6 +8,7 @@ of the thread itself is cut short."""
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 import warnings
 from collections import Counter
 from collections.abc import AsyncGenerator
@@ -391,3 +392,137 @@ async def test_a_re_added_session_pinned_to_another_users_thread_writes_nothing_
     held = await backend.recent_messages(thread_uuid=bobs, limit=100)
     await backend.aclose()
     assert held == []
+
+
+# --- short sessions re-imported ---------------------------------------------------------
+
+
+async def _drain_all(worker: Flusher) -> Counter[str]:
+    keys, stats = Keys.of(worker.settings), Counter[str]()
+    for _ in range(50):
+        if not any([await worker.redis.zcard(keys.ready(s)) for s in keys.shard_ids]):
+            break
+        stats += await worker.drain(budget=60)
+    return stats
+
+
+def _said_session(sid: str, texts: list[str], *, at: float = 1_700_000_000.0) -> Session:
+    """Alice's session: user turns and replies alternating, one invocation per pair."""
+    events = [
+        Event(
+            author="user" if i % 2 == 0 else "assistant",
+            invocation_id=f"{sid}-inv-{i // 2}",
+            content=(types.UserContent if i % 2 == 0 else types.ModelContent)(text),
+            timestamp=at + i,
+        )
+        for i, text in enumerate(texts)
+    ]
+    return Session(
+        id=sid, app_name=APP, user_id="alice", events=events, last_update_time=at + len(texts)
+    )
+
+
+async def _thread_texts(settings: Settings, backend: MemoryBackend, sid: str) -> list[str]:
+    client = aioredis.Redis.from_url(settings.redis_url)
+    try:
+        known = await IdentityRegistry(client, settings).lookup(
+            app=APP, user_id="alice", session_id=sid
+        )
+    finally:
+        await client.aclose()
+    assert known.thread_uuid is not None
+    newest_first = await backend.recent_messages(thread_uuid=known.thread_uuid, limit=10**6)
+    return [m.content for m in reversed(newest_first)]
+
+
+async def _strip_keys(settings: Settings, request: pytest.FixtureRequest) -> None:
+    """Every stored message loses its metadata (as zep-adk or another integration stored
+    them: without our key)."""
+    if settings.backend == "local":
+        with sqlite3.connect(settings.local_db_path) as db:
+            db.execute("UPDATE messages SET metadata = '{}'")
+        return
+    fake: ZepFake = request.getfixturevalue("zep_fake")
+    with fake._lock:
+        for thread in fake._state.messages.values():
+            for message in thread:
+                message["metadata"] = {}
+
+
+async def test_a_text_said_again_is_stored_when_its_first_saying_was_stored_without_our_key(
+    any_settings: Settings, redis: aioredis.Redis, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """A session stored without our key (as zep-adk stored it before the migration),
+    grown by a turn in which the user says again what they said before ("yes"), then
+    backfilled and flushed by another worker (which never saw the first "yes" replayed:
+    ``seen`` skipped it): the one unkeyed "yes" stands for the first saying only, so the
+    second is stored. The thread reads as the session."""
+    settings = any_settings
+    backend = open_backend(settings)
+    worker = Flusher(settings, redis, backend, sleep=_no_sleep)
+    first = ["yes", "Noted.", "and tea", "Tea it is."]
+    export = tmp_path / "s.jsonl"
+    export.write_text(_said_session("mig", first).model_dump_json() + "\n")
+    await Backfill(settings, redis, jsonl_source(export)).run()
+    await _drain_all(worker)
+    assert await _thread_texts(settings, backend, "mig") == first
+    # As another integration stored them: the same messages, without our metadata key.
+    await _strip_keys(settings, request)
+    # The session grows: the user says "yes" again, and the assistant answers.
+    grown = [*first, "yes", "Done."]
+    export.write_text(_said_session("mig", grown).model_dump_json() + "\n")
+    await Backfill(settings, redis, jsonl_source(export)).run()
+    await _drain_all(Flusher(settings, redis, backend, sleep=_no_sleep))  # another worker
+    stored = await _thread_texts(settings, backend, "mig")
+    assert stored == grown, {"stored": stored, "lost": len(grown) - len(stored)}
+
+
+async def test_a_long_message_split_otherwise_since_is_recognised_on_reimport(
+    make_settings: Any, redis: aioredis.Redis, tmp_path: Path
+) -> None:
+    """A session with a 6,000-character message is imported on the free plan's
+    ``max_message_chars`` = 2500 (stored as 3 keyed parts, ``key:0..2``). The operator
+    upgrades to a paid plan and sets 14000, as the README's settings table says; the
+    grown session is backfilled again: the long message is one part now, under the bare
+    key with the whole text; its stored parts, all present and carrying the whole's
+    checksum, are recognised as it: nothing is stored twice."""
+    long_text = " ".join(f"word{i:04d}" for i in range(660))  # ~6,000 characters
+    free = make_settings(max_message_chars=2500)
+    backend = open_backend(free)
+    export = tmp_path / "s.jsonl"
+    first = [long_text, "Noted."]
+    export.write_text(_said_session("up", first).model_dump_json() + "\n")
+    await Backfill(free, redis, jsonl_source(export)).run()
+    await _drain_all(Flusher(free, redis, backend, sleep=_no_sleep))
+    before = await _thread_texts(free, backend, "up")
+    assert "".join(before[:-1]) == long_text and len(before) == 4  # 3 parts and the reply
+
+    # A day later (the enqueue script's recent keys, ``seen``, have expired: 24 h).
+    keys = Keys.of(free)
+    await redis.delete(keys.seen(keys.thread_ref(APP, "alice", "up")))
+    paid = make_settings(max_message_chars=14000)
+    export.write_text(
+        _said_session("up", [*first, "and one more", "Sure."]).model_dump_json() + "\n"
+    )
+    await Backfill(paid, redis, jsonl_source(export)).run()
+    await _drain_all(Flusher(paid, redis, open_backend(paid), sleep=_no_sleep))
+    after = await _thread_texts(paid, backend, "up")
+    assert after == [*before, "and one more", "Sure."], {
+        "rows": len(after),
+        "long_text_copies": after.count(long_text) + 1,
+    }
+
+
+async def test_a_reimport_of_sessions_said_in_2023_is_stored(
+    any_settings: Settings, redis: aioredis.Redis, tmp_path: Path
+) -> None:
+    """A replay is said at its events' time (months ago here), and no forget is known: the
+    enqueue script's age limit holds live messages only, so old history is imported."""
+    backend = open_backend(any_settings)
+    export = tmp_path / "s.jsonl"
+    said = ["I keep bees.", "Noted.", "And a goat.", "Noted too."]
+    export.write_text(_said_session("y23", said, at=1_680_000_000.0).model_dump_json() + "\n")
+    report = await Backfill(any_settings, redis, jsonl_source(export)).run()
+    stats = await _drain_all(Flusher(any_settings, redis, backend, sleep=_no_sleep))
+    assert (report.messages, stats["messages"]) == (4, 4)
+    assert await _thread_texts(any_settings, backend, "y23") == said

@@ -71,6 +71,8 @@ class OutgoingMessage:
     reference_time: str
     name: str | None = None
     metadata: Mapping[str, str | int] = field(default_factory=dict)
+    saying: int = 1
+    """Not sent: which saying of its role and text in its session (``QueuedMessage.saying``)."""
 
 
 @dataclass(frozen=True, slots=True)
