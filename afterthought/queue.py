@@ -30,14 +30,16 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import threading
 import time
 import uuid
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
 import redis.asyncio as aioredis
-from redis.asyncio.cluster import PipelineCommand, RedisCluster
+from redis.asyncio.cluster import RedisCluster
 from redis.commands.core import AsyncScript
 from redis.exceptions import ConnectionError, MovedError, NoScriptError, RedisError, ResponseError
 
@@ -51,6 +53,7 @@ from afterthought.connections import (
 from afterthought.contract import QueuedMessage
 from afterthought.keys import Keys
 from afterthought.settings import Settings
+from afterthought.telemetry import lost_messages
 
 log = logging.getLogger("afterthought.queue")
 
@@ -66,6 +69,33 @@ class NotReplicated(RedisError):  # type: ignore[misc]
 SEEN_KEYS = 128
 #: ... and for how long after the thread's last enqueue.
 SEEN_TTL_MS = 24 * 3600 * 1000
+#: Threads whose last handed-out sequence number a process remembers (the most recently
+#: written), to find a thread's counter gone back (:meth:`ThreadQueue.enqueue`).
+HANDED_OUT_THREADS = 10_000
+
+
+class _HandedOut:
+    """The highest sequence number this process was handed for each thread, by the Redis
+    URL and the thread's ``pending`` key; shared by every queue of the process, as its
+    loops, its drain thread and spool replays write the same threads."""
+
+    def __init__(self) -> None:
+        self._last: OrderedDict[tuple[str, str], int] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, thread: tuple[str, str]) -> int:
+        with self._lock:
+            return self._last.get(thread, 0)
+
+    def note(self, thread: tuple[str, str], seq: int) -> None:
+        with self._lock:
+            self._last[thread] = max(seq, self._last.get(thread, 0))
+            self._last.move_to_end(thread)
+            if len(self._last) > HANDED_OUT_THREADS:
+                self._last.popitem(last=False)
+
+
+_HANDED_OUT = _HandedOut()
 
 # Shared helpers. head_seq reads a payload's sequence number without decoding its JSON.
 # take pops up to ``count`` items off the head whose seq is at most ``last`` (nil: any),
@@ -112,7 +142,13 @@ local function room(pending, depth, n, thread_cap, global_cap)
   if tonumber(redis.call('GET', depth) or '0') + n > global_cap then return -2 end
   return 0
 end
-local function push(pending, thread, ready, depth, epoch_key, threads, seen, ref, now, keys, items)
+-- ``known``: the highest number the caller was handed for this thread (0: none). A
+-- counter below it went back with the messages after it (a failover to a replica that
+-- lagged, a restart without the last writes): it goes on after ``known``, so the numbers
+-- Redis lost are a gap the worker counts as lost, and none is handed out twice. Returns
+-- the last number handed out and how many the counter skipped.
+local function push(pending, thread, ready, depth, epoch_key, threads, seen, ref, now, keys, items,
+    known)
   local seq = tonumber(redis.call('HGET', thread, 'seq') or '0')
   if seq == 0 then
     -- A new thread, or one whose counter Redis lost (evicted) while messages wait: go on
@@ -121,6 +157,8 @@ local function push(pending, thread, ready, depth, epoch_key, threads, seen, ref
     seq = tail and head_seq(tail) or 0
     if seq == 0 then redis.call('HSETNX', thread, 'done', 0) end
   end
+  local skipped = math.max(0, known - seq)
+  seq = seq + skipped
   local epoch = redis.call('GET', epoch_key) or '0'
   for i = 1, #items do
     seq = seq + 1
@@ -137,16 +175,18 @@ local function push(pending, thread, ready, depth, epoch_key, threads, seen, ref
   redis.call('INCRBY', depth, #items)
   -- NX keeps the score of a claimed or deferred thread: its holder re-checks on release.
   redis.call('ZADD', ready, 'NX', now, ref)
-  return seq
+  return {seq, skipped}
 end
 """
 
 # KEYS pending, thread, ready, depth, epoch, user threads, seen, forgot
 # ARGV seen_keys, seen_ttl_ms, ref, now_ms, thread_cap, shard_cap, n, keys[n], payloads[n],
-# margin_ms, keep_ms. Returns how many were appended (0: all were already there), -1 / -2
-# when a cap refuses, or -4 (nothing appended) when a new one was made before the user's
-# latest forget began (plus the clock margin) or longer ago than a forget is remembered:
-# it is the forgotten user's, whether it comes from a buffer, a spool or a retry.
+# margin_ms, keep_ms, known (push's). Returns {outcome, last number handed out (0: none),
+# numbers skipped (push's)}; the outcome is how many were appended (0: all were already
+# there), -1 / -2 when a cap refuses, or -4 (nothing appended) when a new one was made
+# before the user's latest forget began (plus the clock margin) or longer ago than a
+# forget is remembered: it is the forgotten user's, whether it comes from a buffer, a spool
+# or a retry.
 ENQUEUE_LUA = (
     _COMMON
     + """
@@ -165,11 +205,12 @@ for i = 1, n do
     items[#items + 1] = item
   end
 end
-if #items == 0 then return 0 end
+if #items == 0 then return {0, 0, 0} end
 local full = room(KEYS[1], KEYS[4], #items, tonumber(ARGV[5]), tonumber(ARGV[6]))
-if full < 0 then return full end
-push(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], ARGV[3], ARGV[4], keys, items)
-return #items
+if full < 0 then return {full, 0, 0} end
+local pushed = push(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], ARGV[3],
+  ARGV[4], keys, items, tonumber(ARGV[10 + 2 * n]))
+return {#items, pushed[1], pushed[2]}
 """
 )
 
@@ -185,7 +226,7 @@ local full = room(KEYS[1], KEYS[4], 1, tonumber(ARGV[5]), tonumber(ARGV[6]))
 if full < 0 then return full end
 if redis.call('LREM', KEYS[8], 1, ARGV[7]) == 0 then return -3 end
 push(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], ARGV[3], ARGV[4],
-  {ARGV[8]}, {ARGV[9]})
+  {ARGV[8]}, {ARGV[9]}, 0)
 return 1
 """
 )
@@ -480,6 +521,8 @@ class ThreadQueue:
         self._threads: AsyncScript = redis.register_script(THREADS_LUA)
         self._view: SentinelView | None = None
         self._view_at = -math.inf
+        self._replica_counts: dict[str, int] = {}
+        """How many replicas each Cluster master's last ``ROLE`` listed, by node name."""
 
     async def _replicated(
         self, script: AsyncScript, *, keys: list[str], args: list[Any], wait_ms: int
@@ -510,6 +553,7 @@ class ThreadQueue:
                 args=args,
                 wanted=wanted,
                 wait_ms=wait_ms,
+                replica_counts=self._replica_counts,
             )
             problem = _unconfirmed(before, waited, after, must=_attached(before), wanted=wanted)
             if problem is not None:
@@ -539,7 +583,9 @@ class ThreadQueue:
             result, before = written
             if isinstance(result, Exception):
                 raise result
-            must = _attached(before) | (view.replicas if view else frozenset())
+            # Every replica the master has, but one no failover could promote (the
+            # sentinels have it down), and every replica the sentinels could promote.
+            must = (_attached(before) - view.down) | view.replicas if view else _attached(before)
             waited, after = await _pipelined(
                 connection, ("WAIT", max(wanted, len(must)), wait_ms), ("ROLE",)
             )
@@ -598,27 +644,42 @@ class ThreadQueue:
         ``now_ms``: the caller's clock, the one the messages' ``said_ms`` were made by."""
         head = messages[0]
         ref = self.ref_of(head)
-        return int(
-            await self._replicated(
-                self._enqueue,
-                # Half the budget: a replica that lags must not turn every turn's write
-                # into a timeout (the message is queued; it is the copy that is late).
-                wait_ms=max(1, int(self.settings.enqueue_timeout * 500)),
-                keys=[*self._append_keys(ref, head), self.keys.forgot(head.app, head.user_id)],
-                args=[
-                    *self._seen_args(),
-                    ref,
-                    now_ms,
-                    self.settings.thread_queue_cap,
-                    self.shard_cap,
-                    len(messages),
-                    *(_seen_member(m) for m in messages),
-                    *(m.encode() for m in messages),
-                    int(self.settings.forget_clock_margin_seconds * 1000),
-                    FORGOT_KEEP_MS,
-                ],
-            )
+        thread = (self.settings.redis_url, self.keys.pending(ref))
+        outcome, last, skipped = await self._replicated(
+            self._enqueue,
+            # Half the budget: a replica that lags must not turn every turn's write
+            # into a timeout (the message is queued; it is the copy that is late).
+            wait_ms=max(1, int(self.settings.enqueue_timeout * 500)),
+            keys=[*self._append_keys(ref, head), self.keys.forgot(head.app, head.user_id)],
+            args=[
+                *self._seen_args(),
+                ref,
+                now_ms,
+                self.settings.thread_queue_cap,
+                self.shard_cap,
+                len(messages),
+                *(_seen_member(m) for m in messages),
+                *(m.encode() for m in messages),
+                int(self.settings.forget_clock_margin_seconds * 1000),
+                FORGOT_KEEP_MS,
+                _HANDED_OUT.get(thread),
+            ],
         )
+        if skipped:
+            # Only the messages this process saw accepted and Redis no longer holds are
+            # known lost; the gap they leave is counted in the shard's ``lost`` too.
+            lost_messages.add(int(skipped))
+            upto = int(last) - int(outcome)
+            log.error(
+                "redis lost queued messages thread=%s lost=%d seqs=%d..%d",
+                ref,
+                skipped,
+                upto - int(skipped) + 1,
+                upto,
+            )
+        if last:
+            _HANDED_OUT.note(thread, int(last))
+        return int(outcome)
 
     async def replay(self, letter: bytes, message: QueuedMessage, *, now_ms: int) -> int:
         """Re-queue one dead letter (of the dead letters of its thread's shard) at its
@@ -889,40 +950,51 @@ async def _on_master_of(
     args: list[Any],
     wanted: int,
     wait_ms: int,
+    replica_counts: dict[str, int],
 ) -> tuple[Any, Any, Any, Any]:
     """A script, ``ROLE``, ``WAIT`` and ``ROLE`` again, sent together on one connection to
     the master of the keys' slot: a cluster client has no connection to lend
     (``client()``), and WAIT counts the replicas holding the writes of the connection it
-    runs on. ``WAIT`` asks for every replica the client knows the slot to have (the
-    check that follows needs each attached one), at least ``wanted``. Returns the script's
-    result and the other three replies (an error as its exception); the script is loaded
-    on that master when it does not know it yet."""
+    runs on. The check that follows needs every replica the master's ``ROLE`` lists, so
+    ``WAIT`` asks for as many as that master's last ``ROLE`` listed (``replica_counts``,
+    by node; the client's slot cache the first time: it may be a layout learned during an
+    outage), at least ``wanted``; when the ``ROLE`` of this round trip lists more, one
+    more ``WAIT`` and ``ROLE`` follow on the same connection. Returns the script's result
+    and the other three replies (an error as its exception); the script is loaded on that
+    master when it does not know it yet."""
     await cluster.initialize()  # a no-op once the slots are known
     master = cluster.get_node_from_key(keys[0])
-    replicas = cluster.nodes_manager.slots_cache.get(cluster.keyslot(keys[0]), [])[1:]
-    for _ in range(2):
-        commands = [
-            PipelineCommand(0, "EVALSHA", script.sha, len(keys), *keys, *args),
-            PipelineCommand(1, "ROLE"),
-            PipelineCommand(2, "WAIT", max(wanted, len(replicas)), wait_ms),
-            PipelineCommand(3, "ROLE"),
-        ]
-        try:
-            await master.execute_pipeline(commands)
-            ran, before, waited, after = (command.result for command in commands)
-            if isinstance(ran, NoScriptError):
-                await master.execute_command("SCRIPT", "LOAD", script.script)
-                continue
-        except AttributeError as exc:  # redis-py, on a connection another command dropped
-            raise lost_connection(exc) from exc
-        if isinstance(ran, MovedError | ConnectionError):
-            # The slot has another master now (a failover, a reshard): the client learns
-            # the new layout before its next command, as it does after its own MOVED.
-            await cluster.aclose()
-        if isinstance(ran, Exception):
-            raise ran
-        return ran, before, waited, after
-    raise NoScriptError("the script could not be loaded")
+    cached = len(cluster.nodes_manager.slots_cache.get(cluster.keyslot(keys[0]), [])[1:])
+    count = max(wanted, replica_counts.get(master.name, cached))
+    connection = master.acquire_connection()
+    try:
+        for _ in range(2):
+            command = ("EVALSHA", script.sha, len(keys), *keys, *args)
+            ran, before, waited, after = await _pipelined(
+                connection, command, ("ROLE",), ("WAIT", count, wait_ms), ("ROLE",)
+            )
+            if not isinstance(ran, NoScriptError):
+                break
+            await _pipelined(connection, ("SCRIPT", "LOAD", script.script))
+        else:
+            raise NoScriptError("the script could not be loaded")
+        if not isinstance(ran, Exception) and not isinstance(before, Exception):
+            attached = len(_attached(before))
+            replica_counts[master.name] = attached
+            if attached > count and not isinstance(waited, Exception) and int(waited) < attached:
+                # WAIT was sized short and returned at the first acknowledgements.
+                waited, after = await _pipelined(connection, ("WAIT", attached, wait_ms), ("ROLE",))
+    except AttributeError as exc:  # redis-py, on a connection another command dropped
+        raise lost_connection(exc) from exc
+    finally:
+        master._free.append(connection)
+    if isinstance(ran, MovedError | ConnectionError):
+        # The slot has another master now (a failover, a reshard): the client learns
+        # the new layout before its next command, as it does after its own MOVED.
+        await cluster.aclose()
+    if isinstance(ran, Exception):
+        raise ran
+    return ran, before, waited, after
 
 
 async def _pipelined(connection: aioredis.Connection, *commands: tuple[Any, ...]) -> list[Any]:
