@@ -17,6 +17,9 @@ A thread's state lives in four keys (names in :mod:`afterthought.keys`):
 Invariant, kept by every script: ``pending`` holds exactly the sequence numbers
 ``done+1 .. seq``. Anything else means Redis lost data (eviction, a failover without
 persistence): the difference is counted in the ``lost`` counter of the thread's shard (W9).
+A Redis gone back in time (a replica that lagged promoted, an AOF cut short) lost ``seq``
+with the messages: the process that was handed the lost numbers tells the enqueue script
+at the thread's next message, which goes on past them and so leaves the gap.
 
 Every script touches the keys of one shard only (its thread's keys and the shard's
 ``ready``, ``depth``, ``dead`` and ``lost``), so on a Redis Cluster each runs in one slot.
@@ -537,8 +540,9 @@ class ThreadQueue:
         node that took it, and in a ``SENTINEL FAILOVER`` the old master goes on taking
         writes for a second after one replica was promoted, while the others, not yet
         re-pointed, acknowledge them — and lose them as they resync from the new master.
-        A write counts only when every replica the master had as it ran and every replica
-        the sentinels could promote hold it (``ROLE`` before and after ``WAIT``): the
+        A write counts only when every replica the master had as it ran (but one every
+        sentinel has down: none can promote it) and every replica the sentinels could
+        promote hold it (``ROLE`` before and after ``WAIT``): the
         promoted one has left the old master, so nothing the old master takes after the
         promotion counts; and the sentinels promote the replica that is furthest along,
         which holds whatever any other replica held. See docs/DESIGN.md."""
