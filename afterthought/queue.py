@@ -72,33 +72,31 @@ class NotReplicated(RedisError):  # type: ignore[misc]
 SEEN_KEYS = 128
 #: ... and for how long after the thread's last enqueue.
 SEEN_TTL_MS = 24 * 3600 * 1000
-#: Threads whose last handed-out sequence number a process remembers (the most recently
+#: Threads whose last handed-out sequence number a writer remembers (the most recently
 #: written), to find a thread's counter gone back (:meth:`ThreadQueue.enqueue`).
 HANDED_OUT_THREADS = 10_000
 
 
-class _HandedOut:
-    """The highest sequence number this process was handed for each thread, by the Redis
-    URL and the thread's ``pending`` key; shared by every queue of the process, as its
-    loops, its drain thread and spool replays write the same threads."""
+class HandedOut:
+    """The highest sequence number a writer was handed for each thread (by reference), to
+    find a thread's counter gone back. One writer's queues share one (an agent's loops
+    and its drain thread write the same threads); thread-safe."""
 
     def __init__(self) -> None:
-        self._last: OrderedDict[tuple[str, str], int] = OrderedDict()
+        self._last: OrderedDict[str, int] = OrderedDict()
         self._lock = threading.Lock()
 
-    def get(self, thread: tuple[str, str]) -> int:
+    def get(self, thread: str) -> int:
         with self._lock:
             return self._last.get(thread, 0)
 
-    def note(self, thread: tuple[str, str], seq: int) -> None:
+    def note(self, thread: str, seq: int) -> None:
         with self._lock:
             self._last[thread] = max(seq, self._last.get(thread, 0))
             self._last.move_to_end(thread)
             if len(self._last) > HANDED_OUT_THREADS:
                 self._last.popitem(last=False)
 
-
-_HANDED_OUT = _HandedOut()
 
 # Shared helpers. head_seq reads a payload's sequence number without decoding its JSON.
 # take pops up to ``count`` items off the head whose seq is at most ``last`` (nil: any),
@@ -495,13 +493,20 @@ class ThreadQueue:
     shard (the thread's, or the one it is asked about).
 
     ``allow_oom``: mark the worker's scripts so Redis runs them at ``maxmemory`` (Redis 7
-    script flags; off for servers that do not know them, e.g. fakeredis)."""
+    script flags; off for servers that do not know them, e.g. fakeredis). ``handed_out``:
+    the sequence numbers this writer's enqueues were handed (its own by default)."""
 
     def __init__(
-        self, redis: aioredis.Redis, settings: Settings, *, allow_oom: bool = True
+        self,
+        redis: aioredis.Redis,
+        settings: Settings,
+        *,
+        allow_oom: bool = True,
+        handed_out: HandedOut | None = None,
     ) -> None:
         self.redis = redis
         self.settings = settings
+        self.handed_out = handed_out if handed_out is not None else HandedOut()
         self.keys = Keys.of(settings)
         # Each shard's cap is checked inside its own slot: the deployment's share of it.
         self.shard_cap = math.ceil(settings.queue_cap / max(1, settings.redis_shards))
@@ -648,7 +653,6 @@ class ThreadQueue:
         ``now_ms``: the caller's clock, the one the messages' ``said_ms`` were made by."""
         head = messages[0]
         ref = self.ref_of(head)
-        thread = (self.settings.redis_url, self.keys.pending(ref))
         outcome, last, skipped = await self._replicated(
             self._enqueue,
             # Half the budget: a replica that lags must not turn every turn's write
@@ -666,7 +670,7 @@ class ThreadQueue:
                 *(m.encode() for m in messages),
                 int(self.settings.forget_clock_margin_seconds * 1000),
                 FORGOT_KEEP_MS,
-                _HANDED_OUT.get(thread),
+                self.handed_out.get(ref),
             ],
         )
         if skipped:
@@ -682,7 +686,7 @@ class ThreadQueue:
                 upto,
             )
         if last:
-            _HANDED_OUT.note(thread, int(last))
+            self.handed_out.note(ref, int(last))
         return int(outcome)
 
     async def replay(self, letter: bytes, message: QueuedMessage, *, now_ms: int) -> int:

@@ -1348,7 +1348,8 @@ async def test_messages_a_restarted_redis_lost_are_counted_at_the_threads_next_e
         proc = start()
 
         client = aioredis.Redis(port=port)
-        queue = ThreadQueue(client, settings)  # the same process: what it was handed stays
+        # The same writer: what it was handed stays.
+        queue = ThreadQueue(client, settings, handed_out=queue.handed_out)
         ref = queue.ref_of(queued("x", 0))
         assert await client.llen(queue.keys.pending(ref)) == 1  # two are gone
         assert await queue.enqueue([queued("secret three", 4)], now_ms=4) == 1
