@@ -200,7 +200,9 @@ for i = 1, n do
   if not taken[key] and not redis.call('ZSCORE', KEYS[7], key) then
     local item = ARGV[7 + n + i]
     local said = tonumber(string.match(item, '^{"v":%d+,"said_ms":(%d+),'))
-    if said and ((forgot and said < forgot + margin) or now - said > keep) then return -4 end
+    if said and ((forgot and said < forgot + margin) or now - said > keep) then
+      return {-4, 0, 0}
+    end
     taken[key] = true
     keys[#keys + 1] = key
     items[#items + 1] = item
