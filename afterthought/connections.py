@@ -180,6 +180,13 @@ class SentinelView:
     master: tuple[str, int] | None
     """The master, when the set is settled: every sentinel answered, all name the same
     master and none is failing it over. Else None."""
+    down: frozenset[tuple[str, int]] = frozenset()
+    """Replicas no failover can promote now: every sentinel answered, and none of them
+    sees the replica up (each that lists it has it down, disconnected or cut off too
+    long). A master lists a frozen replica until its ``repl-timeout`` (60 s); the
+    sentinels drop it after ``down-after-milliseconds``, and a write need not wait for
+    it. Empty while any sentinel is silent: that one might see it up and lead a
+    failover."""
 
 
 async def sentinel_view(client: aioredis.Redis) -> SentinelView | None:
@@ -214,9 +221,11 @@ async def sentinel_view(client: aioredis.Redis) -> SentinelView | None:
         <= PROMOTABLE_LINK_DOWN * master.get("down-after-milliseconds", 0)
     ]
     followers = {_address(e) for e in up if e.get("role-reported") == "slave"}
+    listed = {_address(entry) for _, entries in heard for entry in entries}
     return SentinelView(
         replicas=frozenset(followers if settled else {_address(e) for e in up}),
         master=next(iter(masters)) if settled else None,
+        down=frozenset(listed - {_address(e) for e in up} if len(heard) == len(answers) else ()),
     )
 
 

@@ -33,7 +33,7 @@ from afterthought.contract import QueuedMessage
 from afterthought.direct_write import DirectWriter
 from afterthought.layout import LayoutMismatch, check_layout
 from afterthought.loops import PerLoop
-from afterthought.queue import FORGOTTEN, REFUSED, ThreadQueue
+from afterthought.queue import FORGOTTEN, REFUSED, HandedOut, ThreadQueue
 from afterthought.settings import Settings
 from afterthought.spool import Appended, Spool
 from afterthought.telemetry import queue_failures, spool_events, watch_buffer
@@ -119,6 +119,9 @@ class Enqueuer:
         self._settings = settings
         self.direct = direct
         self._given = redis
+        self.handed_out = HandedOut()
+        """What Redis handed this process's enqueues, on every loop and the drain thread:
+        a thread's counter found below it means Redis lost that thread's last messages."""
         self._client: PerLoop[tuple[aioredis.Redis, ThreadQueue]] = PerLoop(self._connect)
         self._held: OrderedDict[str, deque[_Held]] = OrderedDict()
         self._count = 0
@@ -158,7 +161,7 @@ class Enqueuer:
         client = self._given or connect(
             self._settings.redis_url, timeout=self._settings.enqueue_timeout
         )
-        return client, ThreadQueue(client, self._settings)
+        return client, ThreadQueue(client, self._settings, handed_out=self.handed_out)
 
     def redis(self) -> aioredis.Redis:
         """The running loop's client (the turn path's registry reads share it)."""
@@ -576,6 +579,7 @@ class _Drainer:
     def __init__(self, enqueuer: Enqueuer) -> None:
         self._enqueuer = weakref.ref(enqueuer)
         self._settings = enqueuer._settings
+        self._handed_out = enqueuer.handed_out
         self._wake = threading.Event()
         self._halt = threading.Event()
         """Set by :meth:`stop` (cleared by a wake after it): the drain ends its current
@@ -599,7 +603,9 @@ class _Drainer:
         client = None
         try:
             client = connect(self._settings.redis_url, timeout=DRAIN_TIMEOUT_SECONDS)
-            queue = ThreadQueue(client, self._settings)  # connects on first use, on this loop
+            queue = ThreadQueue(  # connects on first use, on this loop
+                client, self._settings, handed_out=self._handed_out
+            )
             while True:
                 if not self._wake.wait(IDLE_EXIT_SECONDS):
                     with self._start:  # wake() sees this thread gone, or it sees the event

@@ -18,6 +18,9 @@ A thread's state lives in four keys (names in :mod:`afterthought.keys`):
 Invariant, kept by every script: ``pending`` holds exactly the sequence numbers
 ``done+1 .. seq``. Anything else means Redis lost data (eviction, a failover without
 persistence): the difference is counted in the ``lost`` counter of the thread's shard (W9).
+A Redis gone back in time (a replica that lagged promoted, an AOF cut short) lost ``seq``
+with the messages: the process that was handed the lost numbers tells the enqueue script
+at the thread's next message, which goes on past them and so leaves the gap.
 
 Every script touches the keys of one shard only (its thread's keys and the shard's
 ``ready``, ``depth``, ``dead`` and ``lost``), so on a Redis Cluster each runs in one slot.
@@ -31,14 +34,16 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import threading
 import time
 import uuid
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
 import redis.asyncio as aioredis
-from redis.asyncio.cluster import PipelineCommand, RedisCluster
+from redis.asyncio.cluster import RedisCluster
 from redis.commands.core import AsyncScript
 from redis.exceptions import ConnectionError, MovedError, NoScriptError, RedisError, ResponseError
 
@@ -52,6 +57,7 @@ from afterthought.connections import (
 from afterthought.contract import QueuedMessage
 from afterthought.keys import Keys
 from afterthought.settings import Settings
+from afterthought.telemetry import lost_messages
 
 log = logging.getLogger("afterthought.queue")
 
@@ -67,6 +73,31 @@ class NotReplicated(RedisError):  # type: ignore[misc]
 SEEN_KEYS = 128
 #: ... and for how long after the thread's last enqueue.
 SEEN_TTL_MS = 24 * 3600 * 1000
+#: Threads whose last handed-out sequence number a writer remembers (the most recently
+#: written), to find a thread's counter gone back (:meth:`ThreadQueue.enqueue`).
+HANDED_OUT_THREADS = 10_000
+
+
+class HandedOut:
+    """The highest sequence number a writer was handed for each thread (by reference), to
+    find a thread's counter gone back. One writer's queues share one (an agent's loops
+    and its drain thread write the same threads); thread-safe."""
+
+    def __init__(self) -> None:
+        self._last: OrderedDict[str, int] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, thread: str) -> int:
+        with self._lock:
+            return self._last.get(thread, 0)
+
+    def note(self, thread: str, seq: int) -> None:
+        with self._lock:
+            self._last[thread] = max(seq, self._last.get(thread, 0))
+            self._last.move_to_end(thread)
+            if len(self._last) > HANDED_OUT_THREADS:
+                self._last.popitem(last=False)
+
 
 # Shared helpers. head_seq reads a payload's sequence number without decoding its JSON.
 # take pops up to ``count`` items off the head whose seq is at most ``last`` (nil: any),
@@ -113,7 +144,13 @@ local function room(pending, depth, n, thread_cap, global_cap)
   if tonumber(redis.call('GET', depth) or '0') + n > global_cap then return -2 end
   return 0
 end
-local function push(pending, thread, ready, depth, epoch_key, threads, seen, ref, now, keys, items)
+-- ``known``: the highest number the caller was handed for this thread (0: none). A
+-- counter below it went back with the messages after it (a failover to a replica that
+-- lagged, a restart without the last writes): it goes on after ``known``, so the numbers
+-- Redis lost are a gap the worker counts as lost, and none is handed out twice. Returns
+-- the last number handed out and how many the counter skipped.
+local function push(pending, thread, ready, depth, epoch_key, threads, seen, ref, now, keys, items,
+    known)
   local seq = tonumber(redis.call('HGET', thread, 'seq') or '0')
   if seq == 0 then
     -- A new thread, or one whose counter Redis lost (evicted) while messages wait: go on
@@ -122,6 +159,8 @@ local function push(pending, thread, ready, depth, epoch_key, threads, seen, ref
     seq = tail and head_seq(tail) or 0
     if seq == 0 then redis.call('HSETNX', thread, 'done', 0) end
   end
+  local skipped = math.max(0, known - seq)
+  seq = seq + skipped
   local epoch = redis.call('GET', epoch_key) or '0'
   for i = 1, #items do
     seq = seq + 1
@@ -138,23 +177,24 @@ local function push(pending, thread, ready, depth, epoch_key, threads, seen, ref
   redis.call('INCRBY', depth, #items)
   -- NX keeps the score of a claimed or deferred thread: its holder re-checks on release.
   redis.call('ZADD', ready, 'NX', now, ref)
-  return seq
+  return {seq, skipped}
 end
 """
 
 # KEYS pending, thread, ready, depth, epoch, user threads, seen, forgot
 # ARGV seen_keys, seen_ttl_ms, ref, now_ms, thread_cap, shard_cap, n, keys[n], payloads[n],
-# margin_ms, keep_ms. A key ``seen`` holds from before the thread's last queued forget
-# (``forget``: its seq and said_ms) is appended again when the message was made after that
-# forget: a fact deleted and then added again is a new change, a re-push of the add made
-# before the delete is not. Returns how many were appended (0: all were already there), -1 / -2
-# when a cap refuses, or -4 (nothing appended) when a new one was made before the user's
-# latest forget began (plus the clock margin) or, live, longer ago than a forget is
-# remembered: it is the forgotten user's, whether it comes from a buffer, a spool or a
-# retry. A replay's ``said_ms`` is its event's time (months old, for an import of old
-# sessions): it is held to a forget still remembered only; the time limit would refuse
-# every import of old history. (``,"replay":true,`` is found in the JSON's structure
-# only: inside a string every quote is escaped.)
+# margin_ms, keep_ms, known (push's). A key ``seen`` holds from before the thread's last
+# queued forget (``forget``: its seq and said_ms) is appended again when the message was
+# made after that forget: a fact deleted and then added again is a new change, a re-push
+# of the add made before the delete is not. Returns {outcome, last number handed out (0:
+# none), numbers skipped (push's)}; the outcome is how many were appended (0: all were
+# already there), -1 / -2 when a cap refuses, or -4 (nothing appended) when a new one was
+# made before the user's latest forget began (plus the clock margin) or, live, longer ago
+# than a forget is remembered: it is the forgotten user's, whether it comes from a buffer,
+# a spool or a retry. A replay's ``said_ms`` is its event's time (months old, for an
+# import of old sessions): it is held to a forget still remembered only; the time limit
+# would refuse every import of old history. (``,"replay":true,`` is found in the JSON's
+# structure only: inside a string every quote is escaped.)
 ENQUEUE_LUA = (
     _COMMON
     + """
@@ -175,7 +215,7 @@ for i = 1, n do
   if not taken[key] and (not at or again) then
     local live = not string.find(item, ',"replay":true,', 1, true)
     if said and ((forgot and said < forgot + margin) or (live and now - said > keep)) then
-      return -4
+      return {-4, 0, 0}
     end
     taken[key] = true
     keys[#keys + 1] = key
@@ -184,18 +224,18 @@ for i = 1, n do
     if string.find(item, ',"kind":"forget",', 1, true) then forgets[#items] = said or now end
   end
 end
-if #items == 0 then return 0 end
+if #items == 0 then return {0, 0, 0} end
 local full = room(KEYS[1], KEYS[4], #items, tonumber(ARGV[5]), tonumber(ARGV[6]))
-if full < 0 then return full end
-local seq = push(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], ARGV[3], ARGV[4],
-  keys, items)
+if full < 0 then return {full, 0, 0} end
+local pushed = push(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], ARGV[3],
+  ARGV[4], keys, items, tonumber(ARGV[10 + 2 * n]))
 for i = #items, 1, -1 do
   if forgets[i] then
-    redis.call('HSET', KEYS[2], 'forget', (seq - #items + i) .. ':' .. forgets[i])
+    redis.call('HSET', KEYS[2], 'forget', (pushed[1] - #items + i) .. ':' .. forgets[i])
     break
   end
 end
-return #items
+return {#items, pushed[1], pushed[2]}
 """
 )
 
@@ -211,7 +251,7 @@ local full = room(KEYS[1], KEYS[4], 1, tonumber(ARGV[5]), tonumber(ARGV[6]))
 if full < 0 then return full end
 if redis.call('LREM', KEYS[8], 1, ARGV[7]) == 0 then return -3 end
 push(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], ARGV[3], ARGV[4],
-  {ARGV[8]}, {ARGV[9]})
+  {ARGV[8]}, {ARGV[9]}, 0)
 return 1
 """
 )
@@ -477,13 +517,20 @@ class ThreadQueue:
     shard (the thread's, or the one it is asked about).
 
     ``allow_oom``: mark the worker's scripts so Redis runs them at ``maxmemory`` (Redis 7
-    script flags; off for servers that do not know them, e.g. fakeredis)."""
+    script flags; off for servers that do not know them, e.g. fakeredis). ``handed_out``:
+    the sequence numbers this writer's enqueues were handed (its own by default)."""
 
     def __init__(
-        self, redis: aioredis.Redis, settings: Settings, *, allow_oom: bool = True
+        self,
+        redis: aioredis.Redis,
+        settings: Settings,
+        *,
+        allow_oom: bool = True,
+        handed_out: HandedOut | None = None,
     ) -> None:
         self.redis = redis
         self.settings = settings
+        self.handed_out = handed_out if handed_out is not None else HandedOut()
         self.keys = Keys.of(settings)
         # Each shard's cap is checked inside its own slot: the deployment's share of it.
         self.shard_cap = math.ceil(settings.queue_cap / max(1, settings.redis_shards))
@@ -506,6 +553,8 @@ class ThreadQueue:
         self._threads: AsyncScript = redis.register_script(THREADS_LUA)
         self._view: SentinelView | None = None
         self._view_at = -math.inf
+        self._replica_counts: dict[str, int] = {}
+        """How many replicas each Cluster master's last ``ROLE`` listed, by node name."""
 
     async def _replicated(
         self, script: AsyncScript, *, keys: list[str], args: list[Any], wait_ms: int
@@ -520,8 +569,9 @@ class ThreadQueue:
         node that took it, and in a ``SENTINEL FAILOVER`` the old master goes on taking
         writes for a second after one replica was promoted, while the others, not yet
         re-pointed, acknowledge them — and lose them as they resync from the new master.
-        A write counts only when every replica the master had as it ran and every replica
-        the sentinels could promote hold it (``ROLE`` before and after ``WAIT``): the
+        A write counts only when every replica the master had as it ran (but one every
+        sentinel has down: none can promote it) and every replica the sentinels could
+        promote hold it (``ROLE`` before and after ``WAIT``): the
         promoted one has left the old master, so nothing the old master takes after the
         promotion counts; and the sentinels promote the replica that is furthest along,
         which holds whatever any other replica held. See docs/DESIGN.md."""
@@ -536,6 +586,7 @@ class ThreadQueue:
                 args=args,
                 wanted=wanted,
                 wait_ms=wait_ms,
+                replica_counts=self._replica_counts,
             )
             problem = _unconfirmed(before, waited, after, must=_attached(before), wanted=wanted)
             if problem is not None:
@@ -565,7 +616,9 @@ class ThreadQueue:
             result, before = written
             if isinstance(result, Exception):
                 raise result
-            must = _attached(before) | (view.replicas if view else frozenset())
+            # Every replica the master has, but one no failover could promote (the
+            # sentinels have it down), and every replica the sentinels could promote.
+            must = (_attached(before) - view.down) | view.replicas if view else _attached(before)
             waited, after = await _pipelined(
                 connection, ("WAIT", max(wanted, len(must)), wait_ms), ("ROLE",)
             )
@@ -624,27 +677,41 @@ class ThreadQueue:
         ``now_ms``: the caller's clock, the one the messages' ``said_ms`` were made by."""
         head = messages[0]
         ref = self.ref_of(head)
-        return int(
-            await self._replicated(
-                self._enqueue,
-                # Half the budget: a replica that lags must not turn every turn's write
-                # into a timeout (the message is queued; it is the copy that is late).
-                wait_ms=max(1, int(self.settings.enqueue_timeout * 500)),
-                keys=[*self._append_keys(ref, head), self.keys.forgot(head.app, head.user_id)],
-                args=[
-                    *self._seen_args(),
-                    ref,
-                    now_ms,
-                    self.settings.thread_queue_cap,
-                    self.shard_cap,
-                    len(messages),
-                    *(_seen_member(m) for m in messages),
-                    *(m.encode() for m in messages),
-                    int(self.settings.forget_clock_margin_seconds * 1000),
-                    FORGOT_KEEP_MS,
-                ],
-            )
+        outcome, last, skipped = await self._replicated(
+            self._enqueue,
+            # Half the budget: a replica that lags must not turn every turn's write
+            # into a timeout (the message is queued; it is the copy that is late).
+            wait_ms=max(1, int(self.settings.enqueue_timeout * 500)),
+            keys=[*self._append_keys(ref, head), self.keys.forgot(head.app, head.user_id)],
+            args=[
+                *self._seen_args(),
+                ref,
+                now_ms,
+                self.settings.thread_queue_cap,
+                self.shard_cap,
+                len(messages),
+                *(_seen_member(m) for m in messages),
+                *(m.encode() for m in messages),
+                int(self.settings.forget_clock_margin_seconds * 1000),
+                FORGOT_KEEP_MS,
+                self.handed_out.get(ref),
+            ],
         )
+        if skipped:
+            # Only the messages this process saw accepted and Redis no longer holds are
+            # known lost; the gap they leave is counted in the shard's ``lost`` too.
+            lost_messages.add(int(skipped))
+            upto = int(last) - int(outcome)
+            log.error(
+                "redis lost queued messages thread=%s lost=%d seqs=%d..%d",
+                ref,
+                skipped,
+                upto - int(skipped) + 1,
+                upto,
+            )
+        if last:
+            self.handed_out.note(ref, int(last))
+        return int(outcome)
 
     async def replay(self, letter: bytes, message: QueuedMessage, *, now_ms: int) -> int:
         """Re-queue one dead letter (of the dead letters of its thread's shard) at its
@@ -915,40 +982,51 @@ async def _on_master_of(
     args: list[Any],
     wanted: int,
     wait_ms: int,
+    replica_counts: dict[str, int],
 ) -> tuple[Any, Any, Any, Any]:
     """A script, ``ROLE``, ``WAIT`` and ``ROLE`` again, sent together on one connection to
     the master of the keys' slot: a cluster client has no connection to lend
     (``client()``), and WAIT counts the replicas holding the writes of the connection it
-    runs on. ``WAIT`` asks for every replica the client knows the slot to have (the
-    check that follows needs each attached one), at least ``wanted``. Returns the script's
-    result and the other three replies (an error as its exception); the script is loaded
-    on that master when it does not know it yet."""
+    runs on. The check that follows needs every replica the master's ``ROLE`` lists, so
+    ``WAIT`` asks for as many as that master's last ``ROLE`` listed (``replica_counts``,
+    by node; the client's slot cache the first time: it may be a layout learned during an
+    outage), at least ``wanted``; when the ``ROLE`` of this round trip lists more, one
+    more ``WAIT`` and ``ROLE`` follow on the same connection. Returns the script's result
+    and the other three replies (an error as its exception); the script is loaded on that
+    master when it does not know it yet."""
     await cluster.initialize()  # a no-op once the slots are known
     master = cluster.get_node_from_key(keys[0])
-    replicas = cluster.nodes_manager.slots_cache.get(cluster.keyslot(keys[0]), [])[1:]
-    for _ in range(2):
-        commands = [
-            PipelineCommand(0, "EVALSHA", script.sha, len(keys), *keys, *args),
-            PipelineCommand(1, "ROLE"),
-            PipelineCommand(2, "WAIT", max(wanted, len(replicas)), wait_ms),
-            PipelineCommand(3, "ROLE"),
-        ]
-        try:
-            await master.execute_pipeline(commands)
-            ran, before, waited, after = (command.result for command in commands)
-            if isinstance(ran, NoScriptError):
-                await master.execute_command("SCRIPT", "LOAD", script.script)
-                continue
-        except AttributeError as exc:  # redis-py, on a connection another command dropped
-            raise lost_connection(exc) from exc
-        if isinstance(ran, MovedError | ConnectionError):
-            # The slot has another master now (a failover, a reshard): the client learns
-            # the new layout before its next command, as it does after its own MOVED.
-            await cluster.aclose()
-        if isinstance(ran, Exception):
-            raise ran
-        return ran, before, waited, after
-    raise NoScriptError("the script could not be loaded")
+    cached = len(cluster.nodes_manager.slots_cache.get(cluster.keyslot(keys[0]), [])[1:])
+    count = max(wanted, replica_counts.get(master.name, cached))
+    connection = master.acquire_connection()
+    try:
+        for _ in range(2):
+            command = ("EVALSHA", script.sha, len(keys), *keys, *args)
+            ran, before, waited, after = await _pipelined(
+                connection, command, ("ROLE",), ("WAIT", count, wait_ms), ("ROLE",)
+            )
+            if not isinstance(ran, NoScriptError):
+                break
+            await _pipelined(connection, ("SCRIPT", "LOAD", script.script))
+        else:
+            raise NoScriptError("the script could not be loaded")
+        if not isinstance(ran, Exception) and not isinstance(before, Exception):
+            attached = len(_attached(before))
+            replica_counts[master.name] = attached
+            if attached > count and not isinstance(waited, Exception) and int(waited) < attached:
+                # WAIT was sized short and returned at the first acknowledgements.
+                waited, after = await _pipelined(connection, ("WAIT", attached, wait_ms), ("ROLE",))
+    except AttributeError as exc:  # redis-py, on a connection another command dropped
+        raise lost_connection(exc) from exc
+    finally:
+        master._free.append(connection)
+    if isinstance(ran, MovedError | ConnectionError):
+        # The slot has another master now (a failover, a reshard): the client learns
+        # the new layout before its next command, as it does after its own MOVED.
+        await cluster.aclose()
+    if isinstance(ran, Exception):
+        raise ran
+    return ran, before, waited, after
 
 
 async def _pipelined(connection: aioredis.Connection, *commands: tuple[Any, ...]) -> list[Any]:

@@ -128,7 +128,8 @@ class Status(BaseModel):
     """Items the workers gave up on (``afterthought dlq list``)."""
     lost_messages: int = 0
     """Messages Redis lost after accepting them (sequence gaps: eviction, a failover
-    without persistence), found by workers or in queued threads now."""
+    without persistence, a counter gone back that a thread's next enqueue found), found
+    by workers or in queued threads now."""
     redis_lost_data_at: float | None = None
     """Unix time a worker last found that Redis had lost a shard's data (its marker gone:
     a restart without persistence, a flush), within the last week: what was queued there

@@ -42,6 +42,12 @@ queue_failures = _meter.create_counter(
     "afterthought.queue.failures",
     description="Writes not queued at once, by outcome: buffered, spooled, dropped, refused.",
 )
+lost_messages = _meter.create_counter(
+    "afterthought.queue.lost",
+    description="Messages this process saw queued that Redis no longer held at the thread's"
+    " next enqueue (its counter went back: a failover to a replica that lagged, a restart"
+    " without its last writes).",
+)
 spool_events = _meter.create_counter(
     "afterthought.queue.spool",
     description="Messages this process wrote to the machine's spool (spooled) and replayed"

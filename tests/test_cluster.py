@@ -8,6 +8,7 @@ of traffic."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import time
@@ -18,7 +19,7 @@ import pytest
 import redis
 from redis.asyncio.cluster import RedisCluster
 
-from afterthought.connections import connect
+from afterthought.connections import FAILURES, connect
 from afterthought.contract import QueuedMessage
 from afterthought.enqueue import Enqueuer
 from afterthought.keys import Keys
@@ -375,3 +376,46 @@ async def test_a_script_a_new_master_lacks_runs_there_once(
     finally:
         await client.delete(key)
         await client.aclose()
+
+
+@pytest.mark.timeout(240)
+async def test_a_client_that_learned_the_slots_in_an_outage_has_writes_confirmed_by_two_replicas(
+    make_settings: Callable[..., Settings],
+) -> None:
+    """The README's Cluster: two replicas per master, writes confirmed by one. A master
+    is killed, one of its replicas promoted, and a client learns the layout then (a
+    process started in the outage, any client after a MOVED): the slot has one replica.
+    Then the old master is back as the second replica, in sync. The confirmation needs
+    every replica the master's ``ROLE`` lists, so ``WAIT`` must wait for both, not for as
+    many as the client's stale slot cache lists (it would return at the first)."""
+    with ClusterSet(replicas=2) as cluster:
+        settings = make_settings(redis_url=cluster.url, redis_shards=SHARDS, redis_wait_replicas=1)
+        probe = said("wren", 0)
+        first = connect(settings.redis_url)
+        try:
+            await first.initialize()
+            owner = (
+                cast(RedisCluster, first)
+                .get_node_from_key(
+                    Keys.of(settings).pending(ThreadQueue(first, settings).ref_of(probe))
+                )
+                .port
+            )
+        finally:
+            await first.aclose()
+        cluster.kill_master(int(owner))
+        cluster.wait_promoted(int(owner))
+        client = connect(settings.redis_url)
+        queue = ThreadQueue(client, settings)
+        try:
+            for n in range(50):  # once the client found the promoted replica
+                try:
+                    await queue.enqueue([said("wren", 1000 + n)], now_ms=_now_ms())
+                    break
+                except FAILURES:
+                    await asyncio.sleep(0.2)
+            cluster.restart(int(owner))  # back as the new master's second replica
+            for n in range(50):
+                assert await queue.enqueue([said("wren", 2000 + n)], now_ms=_now_ms()) == 1
+        finally:
+            await client.aclose()

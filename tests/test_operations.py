@@ -1297,3 +1297,70 @@ async def test_a_worker_says_at_start_when_zep_cannot_be_used(
     await backend.prepare()
     await backend.aclose()
     assert "zep unusable at start error=unauthorized status=401" in caplog.text
+
+
+@pytest.mark.timeout(120)
+async def test_messages_a_restarted_redis_lost_are_counted_at_the_threads_next_enqueue(
+    make_settings: Callable[..., Settings], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``appendfsync everysec`` loses up to a second of writes on a host crash: Redis loads
+    the AOF up to what reached the disk, the thread's counter back with it. (Simulated by
+    cutting the AOF back to its size before the last writes, after a SIGKILL.) The next
+    message of the thread from the process that saw the lost ones accepted gets a number
+    past them: none is handed out twice, the gap is in ``status``'s ``lost_messages``
+    (before and after a worker drained the thread), logged with ids only and counted."""
+    import redis as sync_redis
+
+    from afterthought.queue import ThreadQueue
+
+    port = free_port()
+    data = tmp_path / "aof"
+    data.mkdir()
+    args = [
+        "redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+        "--appendonly", "yes", "--appendfsync", "always", "--dir", str(data),
+    ]  # fmt: skip
+
+    def start() -> subprocess.Popen[bytes]:
+        proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        for _ in range(200):
+            try:
+                if sync_redis.Redis(port=port).ping():
+                    return proc
+            except sync_redis.ConnectionError:
+                time.sleep(0.05)
+        raise AssertionError("redis-server did not start")
+
+    proc = start()
+    settings = make_settings(redis_url=f"redis://127.0.0.1:{port}/0")
+    try:
+        client = aioredis.Redis(port=port)
+        queue = ThreadQueue(client, settings)
+        assert await queue.enqueue([queued("kept", 1)], now_ms=1) == 1
+        (incr,) = (data / "appendonlydir").glob("*.incr.aof")
+        durable = incr.stat().st_size  # what reached the disk before the crash
+        for n, text in ((2, "secret one"), (3, "secret two")):
+            assert await queue.enqueue([queued(text, n)], now_ms=n) == 1
+        await client.aclose()
+        proc.kill()
+        proc.wait()
+        os.truncate(incr, durable)  # the last writes never reached the disk
+        proc = start()
+
+        client = aioredis.Redis(port=port)
+        # The same writer: what it was handed stays.
+        queue = ThreadQueue(client, settings, handed_out=queue.handed_out)
+        ref = queue.ref_of(queued("x", 0))
+        assert await client.llen(queue.keys.pending(ref)) == 1  # two are gone
+        assert await queue.enqueue([queued("secret three", 4)], now_ms=4) == 1
+        tail = await client.lindex(queue.keys.pending(ref), -1)
+        await client.aclose()
+        assert tail is not None and tail.startswith(b'{"seq":4,')
+        assert f"redis lost queued messages thread={ref} lost=2 seqs=2..3" in caplog.text
+        assert "secret" not in caplog.text
+        assert status(settings)[1]["lost_messages"] == 2
+        await drain(settings)
+        assert status(settings)[1]["lost_messages"] == 2
+    finally:
+        proc.kill()
+        proc.wait()

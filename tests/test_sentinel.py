@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -14,7 +15,7 @@ import redis
 import redis.asyncio as aioredis
 
 from afterthought.agent_hooks import create_callbacks
-from afterthought.connections import connect, sentinel_view
+from afterthought.connections import FAILURES, connect, sentinel_view
 from afterthought.queue import NotReplicated, ThreadQueue
 from afterthought.settings import Settings
 from afterthought.testing import Fault, ZepFake
@@ -102,7 +103,7 @@ async def test_the_sentinels_view_names_the_master_and_every_replica_to_wait_for
     assert view is not None and view.master == sentinel.master_address()
     host, port = view.master
     replicas = {(host, p) for p in sentinel.data_ports if p != port}
-    assert view.replicas == replicas
+    assert view.replicas == replicas and not view.down
     assert await sentinel_view(redis) is None
 
 
@@ -216,3 +217,106 @@ def test_repeated_handovers_with_two_replicas_lose_and_double_nothing(seed: int)
         failover_in_traffic(
             topology.url, hand_over, seed, failovers=HANDOVERS, messages=400, think=1.5
         )
+
+
+def _in_sync(master: redis.Redis, replica_port: int) -> None:
+    """Until the replica on ``replica_port`` acknowledged all the master holds."""
+    for _ in range(500):
+        if _held_by(master, replica_port) >= int(master.info("replication")["master_repl_offset"]):
+            return
+        time.sleep(0.02)
+    raise AssertionError("the replica did not catch up")
+
+
+@pytest.mark.timeout(150)
+async def test_messages_a_failover_to_a_lagging_replica_lost_are_counted_at_the_next_enqueue(
+    make_settings: Callable[..., Settings], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Without ``redis_wait_replicas`` a failover may lose what the master accepted last.
+    A thread holds a message its one replica holds; the replica stalls (SIGSTOP: a pause,
+    a slow disk) while the master takes a burst of other data, two more messages of the
+    thread and one of a new thread; the master is SIGKILLed, the replica resumes and is
+    promoted without them. The promoted replica's counters went back with the messages:
+    the process that saw them accepted finds that at each thread's next enqueue, which
+    gets a number past them, and the gap is counted (``lost_messages``)."""
+    with SentinelSet(replicas=1) as topology:
+        settings = make_settings(redis_url=topology.url, redis_wait_replicas=0)
+        client = connect(settings.redis_url, timeout=5.0)
+        queue = ThreadQueue(client, settings)
+        refs = queue.ref_of(queued("x", 0)), queue.ref_of(queued("x", 0, session="s2"))
+        try:
+            assert await queue.enqueue([queued("kept", 1)], now_ms=1) == 1
+            _, old = topology.master_address()
+            (replica,) = (p for p in topology.data_ports if p != old)
+            master = redis.Redis(port=old)
+            _in_sync(master, replica)
+            topology.freeze(replica)
+            for i in range(40):  # more than the loopback socket buffers hold
+                master.set(f"{settings.key_prefix}:filler:{i}", b"x" * (1 << 20), ex=600)
+            for n in (2, 3):
+                assert await queue.enqueue([queued(f"gone {n}", n)], now_ms=n) == 1
+            assert await queue.enqueue([queued("gone 4", 4, session="s2")], now_ms=4) == 1
+            assert topology.kill_master() == old
+            topology.thaw(replica)
+            topology.wait_failover(old, timeout=60)
+
+            promoted = redis.Redis(port=replica)
+            held = [promoted.llen(queue.keys.pending(ref)) for ref in refs]
+            if held == [3, 1]:
+                pytest.skip("the replica got everything before the kill: nothing was lost")
+            lost = (3 - held[0]) + (1 - held[1])
+            for session, n in (("s1", 5), ("s2", 6)):  # each thread's next message
+                for _ in range(50):  # once the client found the promoted replica
+                    try:
+                        await queue.enqueue([queued("next", n, session=session)], now_ms=10)
+                        break
+                    except FAILURES:
+                        await asyncio.sleep(0.2)
+            states = await queue.thread_states(list(refs))
+            assert sum(state.missing for state in states) == lost
+            assert caplog.text.count("redis lost queued messages") == (held[0] < 3) + (held[1] < 1)
+        finally:
+            await client.aclose()
+
+
+def _sees_down(sentinel: tuple[str, int], service: str, port: int) -> bool:
+    with redis.Redis(*sentinel) as client:
+        entries = client.sentinel_slaves(service)
+    return any(int(e["port"]) == port and e["is_sdown"] for e in entries)
+
+
+@pytest.mark.timeout(120)
+async def test_a_frozen_replica_holds_writes_up_only_until_the_sentinels_mark_it_down(
+    make_settings: Callable[..., Settings],
+) -> None:
+    """The README's set (a master, two replicas, three sentinels, ``redis_wait_replicas``
+    1). One replica stops answering without closing its connection (a frozen process, a
+    host cut off): its master lists it until ``repl-timeout`` (60 s), but once every
+    sentinel has it down no failover can promote it, so writes need not wait for it."""
+    with SentinelSet(replicas=2) as topology:
+        # A budget a loaded machine cannot miss: WAIT for the replica left gets half.
+        settings = make_settings(redis_url=topology.url, redis_wait_replicas=1)
+        client = connect(settings.redis_url, timeout=5.0)
+        queue = ThreadQueue(client, settings)
+        try:
+            assert await queue.enqueue([queued("before", 1)], now_ms=1) == 1
+            _, master = topology.master_address()
+            frozen = next(p for p in topology.data_ports if p != master)
+            topology.freeze(frozen)
+            try:
+                for _ in range(600):  # the sentinels take down-after-milliseconds (1 s)
+                    if all(
+                        _sees_down(sentinel, topology.service, frozen)
+                        for sentinel in topology.sentinels
+                    ):
+                        break
+                    await asyncio.sleep(0.05)
+                else:
+                    raise AssertionError("the sentinels did not mark the frozen replica down")
+                # The queue's view is older than the freeze: it asks again, and is told.
+                for n in range(5):
+                    assert await queue.enqueue([queued(f"w{n}", 10 + n)], now_ms=10) == 1
+            finally:
+                topology.thaw(frozen)
+        finally:
+            await client.aclose()

@@ -381,8 +381,13 @@ class SentinelSet(_Topology):
         """SIGSTOP the master (a partition: it keeps its connections and, thawed, serves
         them as master until the sentinels demote it); return its port."""
         _, port = self.master_address()
-        self._procs[port].send_signal(signal.SIGSTOP)
+        self.freeze(port)
         return port
+
+    def freeze(self, port: int) -> None:
+        """SIGSTOP the data node on ``port``: it keeps its connections and answers nothing
+        (a replica stops acknowledging, and its master lists it until ``repl-timeout``)."""
+        self._procs[port].send_signal(signal.SIGSTOP)
 
     def thaw(self, port: int) -> None:
         self._procs[port].send_signal(signal.SIGCONT)
@@ -523,16 +528,18 @@ class _Node:
 
 
 class ClusterSet(_Topology):
-    """``with ClusterSet() as c:`` — six cluster nodes, three masters with a replica each.
-    Every node requires ``password`` when one is given."""
+    """``with ClusterSet() as c:`` — three masters with ``replicas`` replicas each (six
+    nodes by default). Every node requires ``password`` when one is given."""
 
-    def __init__(self, *, password: str | None = None) -> None:
+    def __init__(self, *, password: str | None = None, replicas: int = 1) -> None:
         super().__init__("cluster", password)
-        ports = _free_ports(12)
-        self._ports = ports[:6]
+        self._replicas = replicas
+        nodes = 3 * (1 + replicas)
+        ports = _free_ports(2 * nodes)
+        self._ports = ports[:nodes]
         # An explicit bus port: the default, port + 10000, is past 65535 for ports above
         # 55535, which the kernel hands out as free ones.
-        self._bus_ports = dict(zip(ports[:6], ports[6:], strict=True))
+        self._bus_ports = dict(zip(ports[:nodes], ports[nodes:], strict=True))
         self._ids: dict[int, str] = {}
         self._heirs: dict[int, list[int]] = {}
 
@@ -575,7 +582,7 @@ class ClusterSet(_Topology):
     def _create(self, deadline: float) -> None:
         command = ["redis-cli", "--cluster", "create"]
         command += [f"{HOST}:{port}" for port in self._ports]
-        command += ["--cluster-replicas", "1", "--cluster-yes"]
+        command += ["--cluster-replicas", str(self._replicas), "--cluster-yes"]
         if self.password:
             command += ["-a", self.password, "--no-auth-warning"]
         try:
