@@ -2,19 +2,26 @@
 its buffer was full), kept in a local file until a process on this machine that reaches
 Redis replays them (W7).
 
-A spool is a private directory (0700) per deployment and Redis (``spool_path``):
+A spool is a private directory (0700) per deployment and Redis (``spool_path``), this
+user's own (one another user made is refused: it could hold their symlinks); its files
+are never opened through a symlink:
 
 - ``spool.log``: appended to, one record a line, ``LENGTH:CRC32:PAYLOAD``, the payload
   the queue's own JSON of a message (:meth:`QueuedMessage.encode`). Each append is
-  fsynced before it counts. A torn line (a process killed mid-write, a full disk) fails
-  its length or checksum: it is skipped and counted, and the next record is read on.
+  fsynced before it counts; one the disk cuts short keeps its whole records, one whose
+  fsync fails is cut off, so what is counted not written is never replayed. A torn line
+  (a process killed mid-write) fails its length or checksum: it is skipped and counted,
+  and the next record is read on.
 - ``claimed-*.log``: ``spool.log`` renamed by a replayer, so appends go on into a new
   file while it is replayed; ``.done`` beside it, the offset replayed so far (fsynced
   after every batch Redis took), so a replayer that dies is followed by one that goes
-  on from there.
-- ``append.lock`` (held while appending or renaming) and ``replay.lock`` (held for a
-  whole replay): two replayers never run at once, so a thread's spooled messages reach
-  Redis in the order they were said, and never twice from one file.
+  on from there, sending what it finds ``unsure`` (the one before may have sent it).
+  ``claimed-*~N.log``: the records a replay held back (their thread's queue full),
+  sorted right after the claim they came from.
+- ``append.lock`` (held while appending or renaming; waited for a bounded time, as its
+  holder may be stopped) and ``replay.lock`` (held for a whole replay): two replayers
+  never run at once, so a thread's spooled messages reach Redis in the order they were
+  said, and never twice from one file.
 
 Replaying is the enqueue script itself, which skips keys its thread holds or lately held:
 a message spooled while Redis may already have taken it (its reply lost) is marked

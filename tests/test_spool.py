@@ -10,6 +10,7 @@ import fcntl
 import json
 import os
 import signal
+import socket
 import stat
 import subprocess
 import sys
@@ -820,3 +821,70 @@ async def test_closing_the_memory_waits_at_most_exit_flush_seconds(
     took = time.monotonic() - started
     assert recorder.enqueuer.spool.waiting() == 1
     assert took < settings.exit_flush_seconds + 1.0, f"aclose took {took:.1f} s"
+
+
+_UVICORN_APP = """
+import signal, sys
+import uvicorn
+from afterthought.enqueue import Enqueuer
+from afterthought.settings import Settings
+from tests.conftest import queued
+
+enqueuer = Enqueuer(Settings())
+
+async def app(scope, receive, send):
+    if scope["type"] != "lifespan":
+        return
+    while True:
+        message = await receive()
+        if message["type"] == "lifespan.startup":
+            # A turn served while Redis is down: its message waits in the buffer.
+            await enqueuer.enqueue([queued("said while Redis was down", 0)])
+            print("buffered", enqueuer.buffered, flush=True)
+            await send({"type": "lifespan.startup.complete"})
+        elif message["type"] == "lifespan.shutdown":
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+
+if sys.argv[2] == "exit on SIGTERM":  # the README's remedy, before uvicorn starts
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+# What ``adk api_server`` does (google/adk/cli/cli_tools_click.py).
+uvicorn.Server(uvicorn.Config(app, port=int(sys.argv[1]), log_level="error")).run()
+"""
+
+
+@pytest.mark.parametrize(
+    ("sig", "remedy", "spooled"),
+    [
+        ("SIGINT", "none", 1),
+        ("SIGTERM", "none", 0),  # uvicorn re-raises it with the default handler: no exit
+        ("SIGTERM", "exit on SIGTERM", 1),
+    ],
+)
+def test_an_api_server_stopped_by_a_signal_spools_what_it_buffered_as_the_readme_says(
+    make_settings: Callable[..., Settings], sig: str, remedy: str, spooled: int
+) -> None:
+    """uvicorn (serving ADK's API server) shuts down gracefully on SIGINT and SIGTERM,
+    then raises the signal again with the handler it found: SIGINT's exits (the exit hook
+    spools), SIGTERM's default kills the process, unless the application installed one
+    that exits before uvicorn started (the README's remedy)."""
+    settings = make_settings(redis_url="redis://127.0.0.1:1/0", exit_flush_seconds=0.5)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _UVICORN_APP, str(port), remedy],
+        cwd=ROOT,
+        env={**os.environ, **settings.as_env()},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().startswith("buffered 1")
+        proc.send_signal(getattr(signal, sig))
+        proc.wait(60)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert Spool.of(settings).waiting() == spooled, f"exit code {proc.returncode}"
