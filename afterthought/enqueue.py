@@ -35,7 +35,7 @@ from afterthought.layout import LayoutMismatch, check_layout
 from afterthought.loops import PerLoop
 from afterthought.queue import FORGOTTEN, REFUSED, HandedOut, ThreadQueue
 from afterthought.settings import Settings
-from afterthought.spool import Appended, Spool
+from afterthought.spool import Sent, Spool
 from afterthought.telemetry import queue_failures, spool_events, watch_buffer
 
 log = logging.getLogger("afterthought.enqueue")
@@ -50,10 +50,10 @@ NOT_SENT = "redis not reached"
 MISLAID = "layout mismatch"
 #: Why a message made before its user was forgotten is dropped (the enqueue script refused it).
 SAID_BEFORE_FORGET = "made before its user was forgotten"
-#: Why messages meant for the spool were dropped: it holds ``spool_max_bytes`` already, or
-#: its file cannot be written (a full disk, a directory of someone else's).
+#: Why messages meant for the spool were dropped: it holds ``spool_max_bytes`` already
+#: (else the reason the spool gives: its file cannot be written, a full or failing disk, a
+#: directory of someone else's, its lock held by a stopped process).
 SPOOL_FULL = "spool full"
-SPOOL_FAILED = "spool not writable"
 #: Why a spooled message was dropped on replay: its record is torn (a process killed as it
 #: wrote it) or damaged.
 SPOOL_DAMAGED = "spool record damaged"
@@ -320,7 +320,8 @@ class Enqueuer:
                 else:
                     spill = [*self._take(thread), *held]
             if spill:
-                self._spool(spill)
+                # On the turn path: a short try for the lock, never a long block.
+                self._spool(spill, wait=self._settings.enqueue_timeout)
         if not spill:
             queue_failures.add(len(messages), {"outcome": "buffered"})
         self._drainer.wake()
@@ -334,15 +335,10 @@ class Enqueuer:
             self._emptied.notify_all()
         return items
 
-    def _spool(self, held: Sequence[_Held]) -> None:
-        """Into the spool, durably (holding ``_spool_lock``); what it cannot take is
-        dropped and counted."""
-        try:
-            written = self.spool.append([h.to_send() for h in held])
-            why = SPOOL_FULL
-        except OSError as exc:
-            log.error("spool write failed error=%s errno=%s", type(exc).__name__, exc.errno)
-            written, why = Appended(0, len(held)), SPOOL_FAILED
+    def _spool(self, held: Sequence[_Held], *, wait: float) -> None:
+        """Into the spool, durably (holding ``_spool_lock``), waiting at most ``wait``
+        seconds for another process's append; what it cannot take is dropped and counted."""
+        written = self.spool.append([h.to_send() for h in held], wait=wait)
         if written.spooled:
             with self._lock:
                 self.spooled += written.spooled
@@ -352,7 +348,9 @@ class Enqueuer:
             spool_events.add(written.spooled, {"event": "spooled"})
             log.warning("enqueue spooled=%d spooled_total=%d", written.spooled, self.spooled)
         if written.full:
-            self._drop(written.full, why=why)
+            self._drop(written.full, why=SPOOL_FULL)
+        if written.failed:
+            self._drop(written.failed, why=written.why)
 
     def _drop(self, count: int, *, why: str, quiet: bool = False) -> None:
         """Count messages lost; ``quiet``: the cause was logged once already."""
@@ -393,7 +391,7 @@ class Enqueuer:
                     items = self._held[thread]
                     # Never more than a cap admits at once, or the thread is refused forever.
                     s = self._settings
-                    size = min(DRAIN_CHUNK, s.thread_queue_cap, s.queue_cap, len(items))
+                    size = min(DRAIN_CHUNK, s.thread_queue_cap, s.shard_queue_cap, len(items))
                     return thread, [items[i] for i in range(size)]
         return None
 
@@ -505,8 +503,11 @@ class Enqueuer:
         if not self.breaker.allow():
             return self.breaker.retry_in() or backoff
 
-        async def send(messages: list[QueuedMessage]) -> bool:
-            return await self._send(queue, messages, DRAIN_TIMEOUT_SECONDS) is None
+        async def send(messages: list[QueuedMessage]) -> Sent:
+            why = await self._send(queue, messages, DRAIN_TIMEOUT_SECONDS)
+            if why is None:
+                return Sent.QUEUED
+            return Sent.HELD if why in REFUSED.values() else Sent.FAILED
 
         try:
             result = await self.spool.replay(send, blocking=True)  # the drain thread's loop
@@ -551,10 +552,12 @@ class Enqueuer:
         return await asyncio.to_thread(self.wait_empty, timeout)
 
     async def aclose(self) -> None:
-        """Drain the buffer for up to ``exit_flush_seconds`` and spool what is left, then
-        close this loop's connections."""
+        """Drain the buffer for up to ``exit_flush_seconds`` and spool what is left (within
+        the same time, but for one try for the spool's lock), then close this loop's
+        connections."""
+        until = time.monotonic() + self._settings.exit_flush_seconds
         if not await self.drain_buffer():
-            await asyncio.to_thread(self._spool_all)
+            await asyncio.to_thread(self._spool_all, max(0.0, until - time.monotonic()))
         # The drain thread holds a loop and a connection until it idles out; an app that
         # opens and closes memories (a test suite, a batch job) must not pile them up.
         await asyncio.to_thread(self._drainer.stop)
@@ -562,14 +565,15 @@ class Enqueuer:
         if held is not None and self._given is None:
             await held[0].aclose()
 
-    def _spool_all(self) -> None:
+    def _spool_all(self, wait: float) -> None:
         """What is still held now goes to the spool (at close and exit: the drain's time
-        is up), each thread's messages in order."""
+        is up), each thread's messages in order; ``wait``: what is left of that time for
+        another process's append (held by a stopped process, it is not waited out)."""
         with self._spool_lock:
             with self._lock:
                 held = [h for thread in list(self._held) for h in self._take(thread)]
             if held:
-                self._spool(held)
+                self._spool(held, wait=wait)
 
 
 class _Drainer:
@@ -676,5 +680,6 @@ def _spool_at_exit() -> None:
         enqueuer._drainer._closing_until = start + enqueuer._settings.exit_flush_seconds
         enqueuer._drainer._wake.set()
     for enqueuer in held:
-        enqueuer._drainer.close(start + enqueuer._settings.exit_flush_seconds)
-        enqueuer._spool_all()
+        until = start + enqueuer._settings.exit_flush_seconds
+        enqueuer._drainer.close(until)
+        enqueuer._spool_all(max(0.0, until - time.monotonic()))

@@ -524,6 +524,12 @@ class Settings(BaseSettings):
         return env
 
     @property
+    def shard_queue_cap(self) -> int:
+        """The messages one shard of the queue holds at most (each checked in its own
+        slot): more than this at once is refused however empty the queue is."""
+        return math.ceil(self.queue_cap / max(1, self.redis_shards))
+
+    @property
     def resolved_backend(self) -> Literal["zep", "local"]:
         if self.backend is not None:
             return self.backend

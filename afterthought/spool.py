@@ -2,19 +2,26 @@
 its buffer was full), kept in a local file until a process on this machine that reaches
 Redis replays them (W7).
 
-A spool is a private directory (0700) per deployment and Redis (``spool_path``):
+A spool is a private directory (0700) per deployment and Redis (``spool_path``), this
+user's own (one another user made is refused: it could hold their symlinks); its files
+are never opened through a symlink:
 
 - ``spool.log``: appended to, one record a line, ``LENGTH:CRC32:PAYLOAD``, the payload
   the queue's own JSON of a message (:meth:`QueuedMessage.encode`). Each append is
-  fsynced before it counts. A torn line (a process killed mid-write, a full disk) fails
-  its length or checksum: it is skipped and counted, and the next record is read on.
+  fsynced before it counts; one the disk cuts short keeps its whole records, one whose
+  fsync fails is cut off, so what is counted not written is never replayed. A torn line
+  (a process killed mid-write) fails its length or checksum: it is skipped and counted,
+  and the next record is read on.
 - ``claimed-*.log``: ``spool.log`` renamed by a replayer, so appends go on into a new
   file while it is replayed; ``.done`` beside it, the offset replayed so far (fsynced
   after every batch Redis took), so a replayer that dies is followed by one that goes
-  on from there.
-- ``append.lock`` (held while appending or renaming) and ``replay.lock`` (held for a
-  whole replay): two replayers never run at once, so a thread's spooled messages reach
-  Redis in the order they were said, and never twice from one file.
+  on from there, sending what it finds ``unsure`` (the one before may have sent it).
+  ``claimed-*~N.log``: the records a replay held back (their thread's queue full),
+  sorted right after the claim they came from.
+- ``append.lock`` (held while appending or renaming; waited for a bounded time, as its
+  holder may be stopped) and ``replay.lock`` (held for a whole replay): two replayers
+  never run at once, so a thread's spooled messages reach Redis in the order they were
+  said, and never twice from one file.
 
 Replaying is the enqueue script itself, which skips keys its thread holds or lately held:
 a message spooled while Redis may already have taken it (its reply lost) is marked
@@ -25,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import enum
 import fcntl
 import logging
 import os
@@ -33,13 +41,13 @@ import zlib
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TypeVar
+from typing import BinaryIO, TypeVar
 
 from pydantic import ValidationError
 
 from afterthought.connections import FAILURES
 from afterthought.contract import QueuedMessage
-from afterthought.queue import FORGOTTEN, ThreadQueue
+from afterthought.queue import FORGOTTEN, REFUSED, ThreadQueue
 from afterthought.settings import Settings
 
 log = logging.getLogger("afterthought.spool")
@@ -47,18 +55,47 @@ T = TypeVar("T")
 
 LIVE = "spool.log"
 CLAIMED = "claimed-"
+#: Between a claim's name and its generation, in the claim of the records a replay held
+#: back: sorts after the claim's own name, before any later claim's.
+REST = "~"
 APPEND_LOCK = "append.lock"
 REPLAY_LOCK = "replay.lock"
 #: Messages of one thread a replay hands the enqueue script at once.
 REPLAY_CHUNK = 100
+#: How long spool work off the turn path (a replay's claim, an append by default) waits
+#: for the append lock, which a stopped process may hold for good.
+LOCK_SECONDS = 5.0
 
 
 @dataclass(frozen=True, slots=True)
 class Appended:
-    """What an append kept (durably) and what did not fit under ``spool_max_bytes``."""
+    """What an append kept (durably), what did not fit under ``spool_max_bytes``, and what
+    could not be written (a full or failing disk, a spool directory refused, its lock held
+    by another process past the deadline): ``failed``, with ``why`` the reason."""
 
     spooled: int
     full: int
+    failed: int = 0
+    why: str = ""
+
+
+#: Why an append wrote nothing: the spool directory is not this user's own.
+REFUSED_DIRECTORY = "spool directory refused"
+#: Why an append wrote nothing: another process held the spool past the deadline.
+LOCKED = "spool locked by another process"
+#: Why an append wrote (some of) nothing: the file could not be written or synced.
+UNWRITABLE = "spool not writable"
+
+
+class Sent(enum.Enum):
+    """What became of a run a replay handed to Redis."""
+
+    QUEUED = "queued"
+    """Redis holds it (new, or there already)."""
+    HELD = "held"
+    """Refused for now (its queue is full): the thread waits, the others go on."""
+    FAILED = "failed"
+    """Redis failing: the replay stops, the rest waits for the next."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,10 +106,20 @@ class Replayed:
     replayed: int = 0
     damaged: int = 0
     forgotten: int = 0
-    """Made before their user was forgotten: refused by the enqueue script, dropped."""
+    """Made before their user was forgotten: refused by the enqueue script, dropped (not
+    counted in ``replayed``)."""
     busy: bool = False
     finished: bool = False
     """Every file there was when it looked last is replayed."""
+
+
+class SpoolRefused(OSError):
+    """The spool directory is not this user's own: nothing is written or read there."""
+
+
+class SpoolLocked(OSError):
+    """Another process held the spool's append lock past the deadline (stopped, or stuck
+    on a hung disk)."""
 
 
 def frame(message: QueuedMessage) -> bytes:
@@ -96,25 +143,45 @@ def unframe(line: bytes) -> QueuedMessage | None:
         return None
 
 
+def _open(path: Path, flags: int, mode: int = 0o600) -> int:
+    """Open a file of the spool, never through a symlink (one planted there would have a
+    process of another user write where it points), nor into a child process."""
+    return os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+
+
+def _read(path: Path) -> BinaryIO:
+    return os.fdopen(_open(path, os.O_RDONLY), "rb")
+
+
 def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         os.fsync(fd)
     finally:
         os.close(fd)
 
 
+#: How often a bounded wait for a lock looks again.
+LOCK_POLL_SECONDS = 0.01
+
+
 @contextlib.contextmanager
-def _locked(path: Path, *, wait: bool = True) -> Iterator[bool]:
+def _locked(path: Path, *, wait: float) -> Iterator[bool]:
     """An exclusive ``flock`` on ``path`` (per open file, so threads of one process
-    exclude each other too); yields False when ``wait`` is off and another holds it."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    exclude each other too), waiting at most ``wait`` seconds (0: one try); yields False
+    when another holds it that long. Bounded: a holder may be stopped (SIGSTOP) for good."""
+    fd = _open(path, os.O_RDWR | os.O_CREAT)
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
-        except BlockingIOError:
-            yield False
-            return
+        deadline = time.monotonic() + wait
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    yield False
+                    return
+                time.sleep(LOCK_POLL_SECONDS)
         yield True
     finally:
         os.close(fd)  # releases the lock
@@ -124,20 +191,48 @@ class Spool:
     """One deployment's spool on this machine. Its methods are blocking file I/O, but for
     :meth:`replay`, which does its file work on another thread."""
 
-    def __init__(self, directory: Path, *, max_bytes: int, chunk: int = REPLAY_CHUNK) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        *,
+        max_bytes: int,
+        chunk: int = REPLAY_CHUNK,
+        lock_seconds: float = LOCK_SECONDS,
+    ) -> None:
         self.directory = directory
         self.max_bytes = max_bytes
         self.chunk = chunk
+        self.lock_seconds = lock_seconds
+        """How long a replay waits for the append lock to claim the live file."""
+        self._refusal_logged = False
 
     @classmethod
     def of(cls, settings: Settings) -> Spool:
-        # Never more of a thread at once than a cap admits, or it is refused for good.
-        chunk = min(REPLAY_CHUNK, settings.thread_queue_cap, settings.queue_cap)
+        # Never more of a thread at once than a cap admits, or it is refused for good: a
+        # sharded queue's cap is each shard's share.
+        chunk = min(REPLAY_CHUNK, settings.thread_queue_cap, settings.shard_queue_cap)
         return cls(settings.spool_path, max_bytes=settings.spool_max_bytes, chunk=chunk)
 
     def _ready(self) -> None:
+        """The directory exists, this user's own and private; else :class:`SpoolRefused`
+        (logged once): a directory another user made first (a shared volume, a path under
+        /tmp) could hold their symlinks, and they could read what is spooled."""
         self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-        self.directory.chmod(0o700)  # mkdir's mode is cut by the umask, never widened
+        fd = os.open(self.directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            owner = os.fstat(fd).st_uid
+            if owner != os.geteuid():
+                if not self._refusal_logged:
+                    self._refusal_logged = True
+                    log.error(
+                        "spool directory refused: owned by uid %d, not this process's %d",
+                        owner,
+                        os.geteuid(),
+                    )
+                raise SpoolRefused(f"spool directory owned by uid {owner}")
+            os.fchmod(fd, 0o700)  # mkdir's mode is cut by the umask, never widened
+        finally:
+            os.close(fd)
 
     def _claimed(self) -> list[Path]:
         """Claimed files, oldest first."""
@@ -166,118 +261,216 @@ class Spool:
                 total += path.stat().st_size
         return total
 
-    def _lines(self) -> Iterator[bytes]:
-        """The lines waiting to be replayed, oldest first."""
-        for path in self._files():
-            with contextlib.suppress(FileNotFoundError), path.open("rb") as f:
+    def _lines(self, files: Sequence[Path]) -> Iterator[bytes]:
+        for path in files:
+            with contextlib.suppress(FileNotFoundError), _read(path) as f:
                 f.seek(_done(path))
                 yield from f
 
     def waiting(self) -> int:
         """Records waiting to be replayed (counted in the files: for ``status``)."""
-        return sum(1 for line in self._lines() if line.endswith(b"\n"))
+        return sum(1 for line in self._lines(self._files()) if line.endswith(b"\n"))
 
     def messages(self) -> list[QueuedMessage]:
         """The messages waiting to be replayed, oldest first (to inspect it)."""
-        return [m for m in map(unframe, self._lines()) if m is not None]
+        return [m for m in map(unframe, self._lines(self._files())) if m is not None]
 
     def threads(self) -> set[str]:
         """The threads of the messages waiting (none, when the spool cannot be read: this
-        process could not replay it either)."""
+        process could not replay it either). The live file is read before the claims are
+        listed: a replayer renaming it meanwhile leaves its records in a claim listed
+        after, and a claim gone by then is in Redis."""
         try:
-            return {m.thread_key for m in self.messages()}
+            live = list(self._lines([self.directory / LIVE]))
+            lines = [*live, *self._lines(self._claimed())]
+            return {m.thread_key for m in map(unframe, lines) if m is not None}
         except OSError:
             return set()
 
-    def append(self, messages: Sequence[QueuedMessage]) -> Appended:
+    def append(self, messages: Sequence[QueuedMessage], *, wait: float = LOCK_SECONDS) -> Appended:
         """Write messages at the end, in order, durably; those past ``max_bytes`` are not
-        written (the caller counts them dropped)."""
+        written, nor any when another process holds the spool for ``wait`` seconds or the
+        disk fails (the caller counts them dropped, with the reason). Raises nothing."""
         if not messages:
             return Appended(0, 0)
-        self._ready()
         records = [frame(m) for m in messages]
-        with _locked(self.directory / APPEND_LOCK):
-            room = self.max_bytes - self.size()
-            kept = 0
-            while kept < len(records) and len(records[kept]) <= room:
-                room -= len(records[kept])
-                kept += 1
-            if kept:
-                self._write(b"".join(records[:kept]))
-        return Appended(kept, len(records) - kept)
+        try:
+            self._ready()
+            with _locked(self.directory / APPEND_LOCK, wait=wait) as mine:
+                if not mine:
+                    log.error("spool append gave up: another process holds %s", APPEND_LOCK)
+                    return Appended(0, 0, len(records), LOCKED)
+                room = self.max_bytes - self.size()
+                fits = 0
+                while fits < len(records) and len(records[fits]) <= room:
+                    room -= len(records[fits])
+                    fits += 1
+                kept = self._write(records[:fits]) if fits else 0
+        except SpoolRefused:
+            return Appended(0, 0, len(records), REFUSED_DIRECTORY)
+        except OSError as exc:
+            log.error("spool write failed error=%s errno=%s", type(exc).__name__, exc.errno)
+            return Appended(0, 0, len(records), UNWRITABLE)
+        return Appended(kept, len(records) - fits, fits - kept, UNWRITABLE if fits > kept else "")
 
-    def _write(self, data: bytes) -> None:
+    def _write(self, records: Sequence[bytes]) -> int:
+        """Append records durably; how many of them are in the file (the first ones).
+        A write cut short (a full disk) keeps the whole records it wrote, its torn tail cut
+        off; a failed fsync cuts off all it wrote. What cannot be cut off is counted kept:
+        it may be replayed, so the thread must go on in the spool behind it."""
         path = self.directory / LIVE
-        fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o600)
+        fd = _open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT)
         try:
             end = os.lseek(fd, 0, os.SEEK_END)
-            if end and os.pread(fd, 1, end - 1) != b"\n":
-                data = b"\n" + data  # a torn record stays a line of its own, not glued to this
-            os.write(fd, data)
-            os.fsync(fd)
+            # A torn record of a process killed as it wrote stays a line of its own.
+            lead = b"\n" if end and os.pread(fd, 1, end - 1) != b"\n" else b""
+            data = memoryview(lead + b"".join(records))
+            written = 0
+            try:
+                while written < len(data):
+                    written += os.write(fd, data[written:])
+            except OSError as exc:
+                log.error("spool write cut short errno=%s written=%d", exc.errno, written)
+            kept, whole = 0, len(lead)
+            while kept < len(records) and whole + len(records[kept]) <= written:
+                whole += len(records[kept])
+                kept += 1
+            try:
+                if written > whole or kept == 0:
+                    os.ftruncate(fd, end + whole if kept else end)
+                os.fsync(fd)
+            except OSError as exc:
+                log.error("spool fsync failed errno=%s", exc.errno)
+                try:
+                    os.ftruncate(fd, end)
+                    os.fsync(fd)
+                except OSError:
+                    return kept
+                return 0
         finally:
             os.close(fd)
         if not end:
             _fsync_dir(self.directory)  # the new file's name is durable too
+        return kept
 
-    def _claim(self) -> Path | None:
-        """The oldest claim left (by a replayer that died), else the live file renamed
-        into a claim (appends go on into a new one), else None. Under the replay lock."""
-        claimed = self._claimed()
-        if claimed:
-            return claimed[0]
+    def _claim(self, passed: set[Path]) -> tuple[Path, bool] | None:
+        """The oldest claim left (by a replayer that died or stopped: ``resumed``) not
+        ``passed`` in this replay, else the live file renamed into a claim (appends go on
+        into a new one), else None. Under the replay lock; :class:`SpoolLocked` when
+        another process holds the append lock past ``lock_seconds``."""
+        for claim in self._claimed():
+            if claim not in passed:
+                return claim, True
         live = self.directory / LIVE
-        with _locked(self.directory / APPEND_LOCK):
+        with _locked(self.directory / APPEND_LOCK, wait=self.lock_seconds) as mine:
+            if not mine:
+                raise SpoolLocked(f"another process holds {APPEND_LOCK}")
             if not live.exists():
                 return None
             claim = self.directory / f"{CLAIMED}{time.time_ns():020d}-{os.getpid()}.log"
             os.rename(live, claim)
             _fsync_dir(self.directory)
-        return claim
+        return claim, False
 
     async def replay(
-        self, send: Callable[[list[QueuedMessage]], Awaitable[bool]], *, blocking: bool = False
+        self, send: Callable[[list[QueuedMessage]], Awaitable[Sent]], *, blocking: bool = False
     ) -> Replayed:
         """Send every spooled record, oldest first, in runs of one thread of at most
-        ``chunk``: ``send`` returns True once Redis holds them (new, or there already),
-        False to stop, keeping the rest for the next replay (it raises nothing: what is
-        damaged is counted in the result). Returns at once when another process is replaying.
-        ``blocking``: do the file work on the caller's thread (a loop of its own, which may
-        replay at interpreter exit, when no new thread can be started), else on another."""
-
-        async def run(work: Callable[..., T], *args: object) -> T:
-            return work(*args) if blocking else await asyncio.to_thread(work, *args)
+        ``chunk`` (``send`` raises nothing: what is damaged is counted in the result). A
+        run ``send`` finds refused (``HELD``) keeps its thread's later records back too,
+        the other threads go on; they are written into a claim of their own, sorted where
+        they were, for the next replay. ``FAILED`` stops, keeping the rest. Returns at once
+        when another process is replaying. ``blocking``: do the file work on the caller's
+        thread (a loop of its own, which may replay at interpreter exit, when no new thread
+        can be started), else on another."""
 
         if self.empty():
             return Replayed(finished=True)
-        self._ready()
-        replayed = damaged = 0
-        with _locked(self.directory / REPLAY_LOCK, wait=False) as mine:
+        await _io(blocking, self._ready)
+        total = Replayed()
+        held_back: set[str] = set()
+        passed: set[Path] = set()
+        with _locked(self.directory / REPLAY_LOCK, wait=0) as mine:
             if not mine:
                 return Replayed(busy=True)
-            while (claim := await run(self._claim)) is not None:
-                batch: list[QueuedMessage] = []
-                end_of_batch = 0
-                for end, message in await run(_records, claim):
-                    if message is None:
-                        damaged += 1
-                        if not batch:  # replayed up to here: not counted again
-                            await run(_mark, claim, end)
-                        continue
-                    thread = message.thread_key
-                    if batch and (thread != batch[0].thread_key or len(batch) >= self.chunk):
-                        if not await send(batch):
-                            return Replayed(replayed, damaged)
-                        replayed += len(batch)
-                        await run(_mark, claim, end_of_batch)
-                        batch = []
-                    batch.append(message)
-                    end_of_batch = end
-                if batch and not await send(batch):
-                    return Replayed(replayed, damaged)
+            while (found := await _io(blocking, self._claim, passed)) is not None:
+                claim, resumed = found
+                passed.add(claim)
+                done = await self._replay_claim(claim, resumed, send, held_back, passed, blocking)
+                total = replace(
+                    total,
+                    replayed=total.replayed + done.replayed,
+                    damaged=total.damaged + done.damaged,
+                )
+                if not done.finished:
+                    return total
+        return replace(total, finished=not held_back)
+
+    async def _replay_claim(
+        self,
+        claim: Path,
+        resumed: bool,
+        send: Callable[[list[QueuedMessage]], Awaitable[Sent]],
+        held_back: set[str],
+        passed: set[Path],
+        blocking: bool,
+    ) -> Replayed:
+        """One claim's records past its offset; ``finished`` False when Redis failed.
+        ``held_back``: threads refused in this replay (their later records wait too);
+        ``passed``: claims this replay is done with (the held-back records' one too)."""
+        replayed = damaged = 0
+        unmarked = 0  # damaged records past the offset last marked: counted once passed
+        kept: list[QueuedMessage] = []
+        batch: list[QueuedMessage] = []
+        batch_end = 0
+
+        async def settle() -> bool:
+            """Send the batch; False when Redis fails (the replay stops)."""
+            nonlocal batch, replayed, damaged, unmarked
+            outcome = await send(batch)
+            if outcome is Sent.FAILED:
+                return False
+            if outcome is Sent.HELD:
+                held_back.add(batch[0].thread_key)
+                kept.extend(batch)
+            else:
                 replayed += len(batch)
-                await run(_finish, claim)
-        return Replayed(replayed, damaged, finished=True)
+                if not kept:
+                    await _io(blocking, _mark, claim, batch_end)
+                    damaged, unmarked = damaged + unmarked, 0
+            batch = []
+            return True
+
+        for end, message in await _io(blocking, _records, claim):
+            if message is not None and resumed:
+                # The replayer before may have sent what it had not marked yet (its run
+                # stopped, or it died): reconciled by the worker, however long ago.
+                message = message.model_copy(update={"unsure": True})
+            thread = None if message is None else message.thread_key
+            boundary = batch and (thread != batch[0].thread_key or len(batch) >= self.chunk)
+            if boundary and not await settle():
+                return Replayed(replayed, damaged)
+            if message is None:
+                unmarked += 1
+                if not batch and not kept:  # replayed up to here
+                    await _io(blocking, _mark, claim, end)
+                    damaged, unmarked = damaged + unmarked, 0
+            elif message.thread_key in held_back:
+                kept.append(message)  # behind its thread's refused run
+            else:
+                batch.append(message)
+                batch_end = end
+        if batch and not await settle():
+            return Replayed(replayed, damaged)
+        rest = await _io(blocking, _finish, claim, kept)
+        if rest is not None:
+            passed.add(rest)
+        return Replayed(replayed, damaged + unmarked, finished=True)
+
+
+async def _io(blocking: bool, work: Callable[..., T], *args: object) -> T:
+    """File work of a replay: on the caller's thread when ``blocking``, else on another."""
+    return work(*args) if blocking else await asyncio.to_thread(work, *args)
 
 
 def _records(claim: Path) -> list[tuple[int, QueuedMessage | None]]:
@@ -285,7 +478,7 @@ def _records(claim: Path) -> list[tuple[int, QueuedMessage | None]]:
     torn or damaged, logged with its length only)."""
     offset = _done(claim)
     records: list[tuple[int, QueuedMessage | None]] = []
-    with claim.open("rb") as f:
+    with _read(claim) as f:
         f.seek(offset)
         for line in f:
             offset += len(line)
@@ -303,56 +496,86 @@ def _done_path(claim: Path) -> Path:
 def _done(claim: Path) -> int:
     """How far a claim was replayed (0: not at all, or the live file)."""
     try:
-        text = _done_path(claim).read_text()
-    except (FileNotFoundError, ValueError):
+        with _read(_done_path(claim)) as f:
+            text = f.read()
+    except FileNotFoundError:
         return 0
     return int(text) if text.isdigit() else 0
 
 
-def _mark(claim: Path, offset: int) -> None:
-    """Record durably that a claim is replayed up to ``offset``."""
-    temporary = claim.with_suffix(".done-new")
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+def _write_durably(path: Path, data: bytes) -> None:
+    """``path`` holds ``data`` (written beside it, synced, renamed over it)."""
+    temporary = path.with_name(path.name + "-new")
+    fd = _open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
     try:
-        os.write(fd, str(offset).encode())
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
         os.fsync(fd)
     finally:
         os.close(fd)
-    os.replace(temporary, _done_path(claim))
+    os.replace(temporary, path)
 
 
-def _finish(claim: Path) -> None:
+def _mark(claim: Path, offset: int) -> None:
+    """Record durably that a claim is replayed up to ``offset``."""
+    _write_durably(_done_path(claim), str(offset).encode())
+
+
+def _finish(claim: Path, kept: Sequence[QueuedMessage]) -> Path | None:
+    """A claim is replayed but for ``kept`` (held back): those go into a claim of their
+    own (returned) sorted right after it, before any later file; then it is removed."""
+    rest = None
+    if kept:
+        base, _, generation = claim.stem.partition(REST)
+        rest = claim.with_name(f"{base}{REST}{int(generation or 0) + 1:06d}.log")
+        _write_durably(rest, b"".join(map(frame, kept)))
+        _fsync_dir(claim.parent)
     claim.unlink()
     _done_path(claim).unlink(missing_ok=True)
     _fsync_dir(claim.parent)
+    return rest
 
 
 async def replay_into(spool: Spool, queue: ThreadQueue) -> Replayed:
     """Replay a spool through ``queue``'s enqueue script (a worker's, whose client has its
-    own command timeouts); a failure of Redis stops it, to be tried again. A message made
-    before its user's forget is refused by the script, dropped and counted."""
+    own command timeouts); a failure of Redis stops it, to be tried again, a thread whose
+    queue is full waits while the others go on. A message made before its user's forget
+    is refused by the script, dropped and counted (once its run is through)."""
     forgotten = 0
 
-    async def send(messages: list[QueuedMessage]) -> bool:
-        nonlocal forgotten
+    async def attempt(messages: list[QueuedMessage]) -> tuple[Sent, int]:
+        """What became of the run, and how many of it were dropped as forgotten."""
         try:
             result = await queue.enqueue(messages, now_ms=int(time.time() * 1000))
         except FAILURES as exc:
             log.warning("spool replay stopped error=%s", type(exc).__name__)
-            return False
+            return Sent.FAILED, 0
+        if result in REFUSED:
+            return Sent.HELD, 0
         if result != FORGOTTEN:
-            return result >= 0
+            return (Sent.QUEUED if result >= 0 else Sent.FAILED), 0
         if len(messages) == 1:
-            forgotten += 1
             log.info(
                 "spool record dropped thread=%s: made before its user's forget",
                 messages[0].thread_key,
             )
-            return True
+            return Sent.QUEUED, 1
         # A run that spans the forget queued nothing: each alone, to find which go.
+        dropped = 0
         for message in messages:
-            if not await send([message]):
-                return False
-        return True
+            outcome, gone = await attempt([message])
+            if outcome is not Sent.QUEUED:
+                return outcome, 0  # sent again next time, counted then
+            dropped += gone
+        return Sent.QUEUED, dropped
 
-    return replace(await spool.replay(send), forgotten=forgotten)
+    async def send(messages: list[QueuedMessage]) -> Sent:
+        nonlocal forgotten
+        outcome, gone = await attempt(messages)
+        if outcome is Sent.QUEUED:
+            forgotten += gone
+        return outcome
+
+    result = await spool.replay(send)
+    return replace(result, replayed=result.replayed - forgotten, forgotten=forgotten)

@@ -149,8 +149,8 @@ class TurnRecorder:
         return await settled(self.record([message]))
 
     async def aclose(self) -> None:
-        """Send what the outage buffer still holds and close this loop's connections."""
-        await self.enqueuer.drain_buffer()
+        """Send what the outage buffer still holds (for ``exit_flush_seconds``; the rest is
+        spooled) and close this loop's connections."""
         await self.enqueuer.aclose()
 
 

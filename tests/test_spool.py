@@ -5,30 +5,50 @@ next agent process or a worker of the machine."""
 from __future__ import annotations
 
 import asyncio
+import errno
+import fcntl
 import json
 import os
 import signal
+import socket
 import stat
 import subprocess
 import sys
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 import redis.asyncio as aioredis
 
+from afterthought.agent_hooks.turn_recorder import TurnRecorder
+from afterthought.backends import open_backend
 from afterthought.connections import connect
 from afterthought.contract import QueuedMessage
 from afterthought.enqueue import SPOOL_FULL, Enqueuer
 from afterthought.queue import ThreadQueue
 from afterthought.settings import Settings
-from afterthought.spool import APPEND_LOCK, LIVE, Spool, frame, replay_into, unframe
+from afterthought.spool import (
+    APPEND_LOCK,
+    LIVE,
+    LOCKED,
+    REFUSED_DIRECTORY,
+    UNWRITABLE,
+    Appended,
+    Sent,
+    Spool,
+    _mark,
+    frame,
+    replay_into,
+    unframe,
+)
 from afterthought.testing import RedisServer, ZepFake
 from afterthought.worker import metrics
+from afterthought.worker.forget import Forgetter
 from afterthought.worker.jobs import replay_spool
-from tests.conftest import drain, queued, run_cli, where
-from tests.one_shot_agent import one_shot
+from tests.conftest import REDIS_URL, drain, enqueue, queued, run_cli, where
+from tests.one_shot_agent import ROOT, one_shot
 
 #: Generous for a loaded machine, far below what exit took before the spool (the drain's
 #: fixed 5 s plus a second): the bound is ``exit_flush_seconds`` plus the interpreter's exit.
@@ -185,14 +205,14 @@ async def test_two_replayers_at_once_queue_everything_once_in_order(
         queue = ThreadQueue(client, settings)
         sent = 0
 
-        async def send(messages: list[QueuedMessage]) -> bool:
+        async def send(messages: list[QueuedMessage]) -> Sent:
             nonlocal sent
             assert await queue.enqueue(messages, now_ms=1) >= 0
             sent += len(messages)
             if pause and not first_sent.is_set():
                 first_sent.set()
                 await asyncio.to_thread(go_on.wait, 60)
-            return True
+            return Sent.QUEUED
 
         try:
             result = await spool.replay(send)
@@ -346,8 +366,8 @@ def test_the_spool_is_private_whatever_the_umask(make_settings: Callable[..., Se
     assert all(stat.S_IMODE(p.stat().st_mode) == 0o600 for p in files)
 
 
-async def _refuse(messages: list[QueuedMessage]) -> bool:
-    return False
+async def _refuse(messages: list[QueuedMessage]) -> Sent:
+    return Sent.FAILED
 
 
 def test_each_deployment_and_redis_has_its_own_spool() -> None:
@@ -453,3 +473,418 @@ async def test_a_spooled_message_said_before_its_users_forget_is_dropped_on_repl
     assert spool.empty()
     await replay_spool(spool, ThreadQueue(redis, settings))  # nothing left: nothing counted
     assert metrics.SPOOL_MESSAGES.labels("forgotten")._value.get() == before
+
+
+_SHORT_WRITE = """
+import resource, sys
+from pathlib import Path
+from afterthought.spool import Spool
+from tests.conftest import queued
+spool = Spool(Path(sys.argv[1]), max_bytes=1 << 26)
+messages = [queued("x" * 500 + str(i), i) for i in range(3)]
+# The file may grow to 1000 bytes, as a disk with 1000 bytes free: write() is cut short.
+resource.setrlimit(resource.RLIMIT_FSIZE, (1000, resource.RLIM_INFINITY))
+appended = spool.append(messages)
+resource.setrlimit(resource.RLIMIT_FSIZE, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+print(appended.spooled, appended.full, appended.failed, len(spool.messages()), spool.waiting())
+print(appended.why)
+"""
+
+
+def test_a_write_cut_short_by_a_full_disk_keeps_whole_records_and_counts_the_rest(
+    tmp_path: Path,
+) -> None:
+    """A disk that fills during an append: ``os.write`` writes part of the records. The
+    whole records written are spooled, the torn tail is cut off (nothing damaged is left
+    to replay), the rest is counted not written, never spooled."""
+    done = subprocess.run(
+        [sys.executable, "-c", _SHORT_WRITE, str(tmp_path / "spool")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    numbers, why = done.stdout.splitlines()
+    spooled, full, failed, readable, lines = map(int, numbers.split())
+    assert (spooled, full, failed) == (1, 0, 2) and why == UNWRITABLE
+    assert readable == lines == spooled
+
+
+async def test_a_spool_write_whose_fsync_fails_is_dropped_whole_and_order_holds(
+    make_settings: Callable[..., Settings], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``fsync`` fails after the write (EIO; ENOSPC on delayed allocation): the records
+    are cut off again, so what is counted dropped is never stored later, behind the
+    thread's next message."""
+    settings = make_settings(buffer_size=0)
+    enqueuer = Enqueuer(settings)
+    real_fsync = os.fsync
+    failed = False
+
+    def fsync_once_failing(fd: int) -> None:
+        nonlocal failed
+        if not failed and os.readlink(f"/proc/self/fd/{fd}").endswith(LIVE):
+            failed = True
+            raise OSError(errno.EIO, "Input/output error")
+        real_fsync(fd)
+
+    # Redis was down as it spooled: no replay before turn 2 (held off by the replay lock).
+    enqueuer.spool._ready()
+    lock = os.open(enqueuer.spool.directory / "replay.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    try:
+        monkeypatch.setattr(os, "fsync", fsync_once_failing)
+        enqueuer._hold([queued("turn 1", 1)])  # a full buffer: into the spool
+        monkeypatch.setattr(os, "fsync", real_fsync)
+        assert (enqueuer.dropped, enqueuer.spooled) == (1, 0)
+        assert enqueuer.spool.waiting() == 0
+        assert await enqueuer.enqueue([queued("turn 2", 2)])  # Redis is back
+        os.close(lock)
+        client = connect(settings.redis_url)
+        try:
+            await replay_into(enqueuer.spool, ThreadQueue(client, settings))
+        finally:
+            await client.aclose()
+    finally:
+        enqueuer._drainer.stop()
+    assert await _pending(settings, queued("x", 0)) == ["turn 2"]
+
+
+async def test_a_batch_a_killed_replayer_sent_is_not_stored_twice_after_its_keys_expired(
+    make_settings: Callable[..., Settings], zep_fake: ZepFake
+) -> None:
+    """A replayer is killed after Redis took a batch, before it recorded so; the batch is
+    stored. The next replay comes after the thread's memory of keys expired (a daily cron
+    agent, no worker on its machine): a resumed claim's messages go ``unsure``, so the
+    worker finds them stored and stores none twice, though Zep ignores idempotency."""
+    zep_fake.honor_idempotency = False
+    settings = make_settings(backend="zep", zep_api_key="test-key", zep_base_url=zep_fake.base_url)
+    spool = Spool.of(settings)
+    # The workers run on another machine: their spool is not this one.
+    elsewhere = settings.model_copy(update={"spool_path": spool.directory.parent / "elsewhere"})
+    spool.append([queued(f"m{i}", i) for i in range(3)])
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _REPLAY_THEN_HANG],
+        env={**os.environ, **settings.as_env()},
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "sent"
+    finally:
+        proc.kill()
+        proc.wait()
+    await drain(elsewhere)
+    assert sorted(_stored(zep_fake)) == ["m0", "m1", "m2"]
+    keys, ref, _ = where(settings, queued("x", 0))
+    client = connect(settings.redis_url)
+    try:
+        await client.delete(keys.seen(ref))  # what its PEXPIRE does a day later
+        result = await replay_into(spool, ThreadQueue(client, settings))
+    finally:
+        await client.aclose()
+    assert result.finished and result.replayed == 3
+    await drain(elsewhere)
+    assert sorted(_stored(zep_fake)) == ["m0", "m1", "m2"]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="planting another user's directory needs root")
+def test_a_spool_directory_of_another_users_is_refused_and_its_symlinks_never_followed(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Agents running as root. Another user made the spool directory first (a shared
+    volume, a path under /tmp) and planted ``spool.log`` as a symlink to a file of root's:
+    the directory is refused (said once, counted not writable), nothing written through
+    the link."""
+    directory = tmp_path / "shared" / "spool"
+    directory.mkdir(parents=True)
+    os.chown(directory, 65534, 65534)
+    directory.chmod(0o777)
+    victim = tmp_path / "root-only.conf"
+    victim.write_text("secret=1\n")
+    victim.chmod(0o600)
+    (directory / LIVE).symlink_to(victim)
+    os.lchown(directory / LIVE, 65534, 65534)
+    spool = Spool(directory, max_bytes=1 << 20)
+    for _ in range(2):
+        assert spool.append([queued("words of alice", 0)]) == Appended(0, 0, 1, REFUSED_DIRECTORY)
+    assert victim.read_text() == "secret=1\n"
+    assert caplog.text.count("spool directory refused") == 1
+
+
+def test_spool_files_are_never_opened_through_a_symlink(tmp_path: Path) -> None:
+    """In a directory of this user's own, a symlink where a spool file goes (planted
+    before the directory was made private) is not followed: the write fails, counted."""
+    spool = Spool(tmp_path / "spool", max_bytes=1 << 20)
+    spool._ready()
+    victim = tmp_path / "victim"
+    victim.write_text("kept\n")
+    (spool.directory / LIVE).symlink_to(victim)
+    assert spool.append([queued("m0", 0)]) == Appended(0, 0, 1, UNWRITABLE)
+    (spool.directory / LIVE).unlink()
+    spool.append([queued("m0", 0)])
+    claim = spool.directory / "claimed-00000000000000000001-1.log"
+    os.rename(spool.directory / LIVE, claim)
+    claim.with_suffix(".done-new").symlink_to(victim)
+    with pytest.raises(OSError):
+        _mark(claim, 1)
+    assert victim.read_text() == "kept\n"
+
+
+_HOLD_APPEND_LOCK = """
+import fcntl, os, sys, time
+from pathlib import Path
+directory = Path(sys.argv[1])
+directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+fd = os.open(directory / "append.lock", os.O_RDWR | os.O_CREAT, 0o600)
+fcntl.flock(fd, fcntl.LOCK_EX)
+print("locked", flush=True)
+time.sleep(3600)  # as a process stopped (SIGSTOP, a frozen container) as it appended
+"""
+
+
+def test_a_one_shot_agent_exits_in_time_while_another_process_holds_the_append_lock(
+    make_settings: Callable[..., Settings],
+) -> None:
+    """Another agent process of the deployment was stopped while it appended to the spool
+    (its flock held): the exit gives up on the lock within ``exit_flush_seconds``."""
+    settings = make_settings(
+        redis_url="redis://127.0.0.1:1/0",
+        enqueue_timeout=0.2,
+        retrieval_budget=0.5,
+        exit_flush_seconds=0.5,
+    )
+    holder = subprocess.Popen(
+        [sys.executable, "-c", _HOLD_APPEND_LOCK, str(settings.spool_path)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
+        took, code = one_shot(settings, "ada", "a turn while Redis is down")
+    finally:
+        holder.kill()
+        holder.wait()
+    assert code == 0 and took < settings.exit_flush_seconds + EXIT_SLACK_SECONDS
+
+
+def test_an_append_gives_up_on_a_held_lock_at_its_deadline(tmp_path: Path) -> None:
+    spool = Spool(tmp_path / "spool", max_bytes=1 << 20)
+    spool._ready()
+    fd = os.open(spool.directory / APPEND_LOCK, os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    try:
+        assert spool.append([queued("m0", 0)], wait=0) == Appended(0, 0, 1, LOCKED)
+    finally:
+        os.close(fd)
+    assert spool.append([queued("m0", 0)], wait=0) == Appended(1, 0)
+
+
+async def test_a_thread_whose_queue_is_full_does_not_hold_up_the_rest_of_the_spool(
+    make_settings: Callable[..., Settings],
+) -> None:
+    """A spooled thread whose queue is full waits, with its later records (in this file
+    and later ones); every other thread's records go on."""
+    settings = make_settings(thread_queue_cap=2)
+    await enqueue(settings, queued("a", 0, session="busy"), queued("b", 1, session="busy"))
+    spool = Spool.of(settings)
+    spool.append([queued("c", 2, session="busy"), queued("another user's turn", 0)])
+    spool.append([queued("d", 3, session="busy"), queued("and the next", 1)])
+    client = connect(settings.redis_url)
+    queue = ThreadQueue(client, settings)
+    try:
+        for _ in range(3):  # three replays (a worker's every 10 s)
+            result = await replay_into(spool, queue)
+            assert not result.finished
+        assert await _pending(settings, queued("x", 0)) == ["another user's turn", "and the next"]
+        assert [m.content for m in spool.messages()] == ["c", "d"]
+        busy = queued("x", 0, session="busy")
+        keys, ref, _ = where(settings, busy)
+        await client.delete(keys.pending(ref))  # the worker took its two
+        result = await replay_into(spool, queue)
+    finally:
+        await client.aclose()
+    assert result.finished and spool.empty()
+    assert await _pending(settings, busy) == ["c", "d"]
+
+
+async def test_a_spooled_run_fits_a_shards_cap(make_settings: Callable[..., Settings]) -> None:
+    """With ``redis_shards`` each shard holds ``ceil(queue_cap / redis_shards)``: a run
+    is never longer, or an empty queue would refuse it at every replay. The shard full,
+    the rest waits for the worker to take some."""
+    settings = make_settings(redis_shards=4, queue_cap=100)
+    spool = Spool.of(settings)
+    spool.append([queued(f"m{i}", i) for i in range(30)])
+    client = connect(settings.redis_url)
+    try:
+        result = await replay_into(spool, ThreadQueue(client, settings))
+        assert (result.replayed, result.finished) == (25, False)
+        await drain(settings)  # a worker takes them
+        result = await replay_into(spool, ThreadQueue(client, settings))
+    finally:
+        await client.aclose()
+    assert result.finished and result.replayed == 5, result
+    assert spool.empty()
+
+
+async def test_a_damaged_record_is_counted_once_across_replays(tmp_path: Path) -> None:
+    """A damaged record behind a run not yet sent is counted once the replay is past it,
+    not at each replay that stops short of it."""
+    spool = Spool(tmp_path / "spool", max_bytes=1 << 20)
+    spool.append([queued("m0", 0)])
+    with (spool.directory / LIVE).open("ab") as f:
+        f.write(b"12:deadbeef:not a record\n")
+    spool.append([queued("m1", 1, session="s2")])
+    calls = 0
+
+    async def send(messages: list[QueuedMessage]) -> Sent:
+        nonlocal calls
+        calls += 1
+        return Sent.QUEUED if calls in (1, 4) else Sent.FAILED  # Redis fails, then is back
+
+    results = [await spool.replay(send) for _ in range(3)]
+    assert sum(r.damaged for r in results) == 1 and results[-1].finished
+
+
+async def test_messages_dropped_as_forgotten_are_not_counted_replayed(
+    make_settings: Callable[..., Settings],
+) -> None:
+    settings = make_settings(forget_clock_margin_seconds=0)
+    spool = Spool.of(settings)
+    spool.append([queued("said before the forget", 0)])
+    redis = aioredis.Redis.from_url(REDIS_URL)
+    backend = open_backend(settings)
+    try:
+        await Forgetter(settings, redis, backend).forget_user(app="memtest", user_id="alice")
+    finally:
+        await backend.aclose()
+        await redis.aclose()
+    client = connect(settings.redis_url)
+    try:
+        result = await replay_into(spool, ThreadQueue(client, settings))
+    finally:
+        await client.aclose()
+    assert (result.replayed, result.forgotten) == (0, 1)
+
+
+async def test_a_session_goes_on_in_order_when_a_worker_claims_the_spool_as_the_agent_starts(
+    make_settings: Callable[..., Settings], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A one-shot agent spooled turn 1; the next process goes on with the session. As it
+    looks into the spool, a worker's replay renames ``spool.log`` into a claim: the agent
+    still finds the session spooled, and its turn 2 goes behind turn 1."""
+    settings = make_settings()
+    spool = Spool.of(settings)
+    spool.append([queued("turn 1", 1)])
+    listed = Spool._claimed
+    raced = False
+
+    def worker_claims_after_the_listing(self: Spool) -> list[Path]:
+        nonlocal raced
+        found = listed(self)
+        if not raced:  # the worker's _claim, just after this listing
+            raced = True
+            os.rename(self.directory / LIVE, self.directory / "claimed-00000000000000000001-1.log")
+        return found
+
+    monkeypatch.setattr(Spool, "_claimed", worker_claims_after_the_listing)
+    enqueuer = Enqueuer(settings)
+    monkeypatch.setattr(Spool, "_claimed", listed)
+    try:
+        assert not await enqueuer.enqueue([queued("turn 2", 2)])  # behind turn 1: spooled
+        assert enqueuer.spool.waiting() == 2
+        await asyncio.to_thread(enqueuer._drainer.stop)  # it may replay meanwhile: or a worker
+        client = connect(settings.redis_url)
+        try:
+            assert (await replay_into(spool, ThreadQueue(client, settings))).finished
+        finally:
+            await client.aclose()
+    finally:
+        enqueuer._drainer.stop()
+    assert await _pending(settings, queued("x", 0)) == ["turn 1", "turn 2"]
+
+
+async def test_closing_the_memory_waits_at_most_exit_flush_seconds(
+    make_settings: Callable[..., Settings],
+) -> None:
+    """The buffer gets ``exit_flush_seconds`` at ``aclose()``, once: then it is spooled."""
+    settings = make_settings(
+        redis_url="redis://127.0.0.1:1/0",
+        exit_flush_seconds=2.0,
+        breaker_failures=1,
+        breaker_seconds=300,
+    )
+    recorder = TurnRecorder(settings)
+    assert not await recorder.enqueuer.enqueue([queued("held", 0)])
+    started = time.monotonic()
+    await recorder.aclose()
+    took = time.monotonic() - started
+    assert recorder.enqueuer.spool.waiting() == 1
+    assert took < settings.exit_flush_seconds + 1.0, f"aclose took {took:.1f} s"
+
+
+_UVICORN_APP = """
+import signal, sys
+import uvicorn
+from afterthought.enqueue import Enqueuer
+from afterthought.settings import Settings
+from tests.conftest import queued
+
+enqueuer = Enqueuer(Settings())
+
+async def app(scope, receive, send):
+    if scope["type"] != "lifespan":
+        return
+    while True:
+        message = await receive()
+        if message["type"] == "lifespan.startup":
+            # A turn served while Redis is down: its message waits in the buffer.
+            await enqueuer.enqueue([queued("said while Redis was down", 0)])
+            print("buffered", enqueuer.buffered, flush=True)
+            await send({"type": "lifespan.startup.complete"})
+        elif message["type"] == "lifespan.shutdown":
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+
+if sys.argv[2] == "exit on SIGTERM":  # the README's remedy, before uvicorn starts
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+# What ``adk api_server`` does (google/adk/cli/cli_tools_click.py).
+uvicorn.Server(uvicorn.Config(app, port=int(sys.argv[1]), log_level="error")).run()
+"""
+
+
+@pytest.mark.parametrize(
+    ("sig", "remedy", "spooled"),
+    [
+        ("SIGINT", "none", 1),
+        ("SIGTERM", "none", 0),  # uvicorn re-raises it with the default handler: no exit
+        ("SIGTERM", "exit on SIGTERM", 1),
+    ],
+)
+def test_an_api_server_stopped_by_a_signal_spools_what_it_buffered_as_the_readme_says(
+    make_settings: Callable[..., Settings], sig: str, remedy: str, spooled: int
+) -> None:
+    """uvicorn (serving ADK's API server) shuts down gracefully on SIGINT and SIGTERM,
+    then raises the signal again with the handler it found: SIGINT's exits (the exit hook
+    spools), SIGTERM's default kills the process, unless the application installed one
+    that exits before uvicorn started (the README's remedy)."""
+    settings = make_settings(redis_url="redis://127.0.0.1:1/0", exit_flush_seconds=0.5)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _UVICORN_APP, str(port), remedy],
+        cwd=ROOT,
+        env={**os.environ, **settings.as_env()},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().startswith("buffered 1")
+        proc.send_signal(getattr(signal, sig))
+        proc.wait(60)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert Spool.of(settings).waiting() == spooled, f"exit code {proc.returncode}"

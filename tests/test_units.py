@@ -390,7 +390,7 @@ async def test_messages_left_at_exit_are_spooled_with_counts_only(
         Settings(redis_url="redis://127.0.0.1:1/0", enqueue_timeout=0.05, spool_path=tmp_path)
     )
     assert not await enqueuer.enqueue([_msg(content="private words")])
-    enqueuer._spool_all()
+    enqueuer._spool_all(wait=1.0)
     spooled = [r.getMessage() for r in caplog.records if "enqueue spooled=" in r.getMessage()]
     assert spooled == ["enqueue spooled=1 spooled_total=1"]
     assert "private words" not in caplog.text and enqueuer.dropped == 0
