@@ -38,6 +38,7 @@ from typing import Any
 
 import fakeredis
 import hypothesis
+import pytest
 import redis.asyncio as aioredis
 from hypothesis import strategies as st
 from hypothesis.stateful import (
