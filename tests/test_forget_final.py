@@ -577,3 +577,59 @@ async def test_a_forget_drops_what_the_same_person_said_in_another_app_still_que
     assert await backend.find_user(zep_user_id="alice") is None  # not provisioned again
     assert await redis_hits(redis, settings.key_prefix, ["marzipan"]) == {}
     assert file_hits(settings, ["marzipan"]) == {}
+
+
+class _Paused:
+    """A backend whose provisioning waits at ``gate`` first: a call on its way."""
+
+    def __init__(self, inner: MemoryBackend, gate: Gate) -> None:
+        self.inner, self.gate = inner, gate
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    async def ensure_user(self, **kwargs: Any) -> Any:
+        await self.gate.wait()
+        return await self.inner.ensure_user(**kwargs)
+
+
+async def test_a_write_in_another_app_on_its_way_through_a_forget_has_the_forget_done_again(
+    local_settings: Settings, redis: aioredis.Redis
+) -> None:
+    """Alice's turn in app ``other`` (unknown to the registry) is being provisioned when
+    `forget --app memtest --user alice` runs: that forget waits for no lease of ``other``
+    and completes while the call (re-creating the user it deletes) is on its way. The worker reads the person's forget time
+    again after the call, finds it moved, and has the forget done again for
+    (``other``, alice): once it is resumed, none of her words is stored."""
+    settings = local_settings
+    backend = open_backend(settings)
+    await enqueue(settings, queued("I'm allergic to peanuts.", 1))
+    await _drain(Flusher(settings, redis, backend, sleep=_no_sleep))
+    await enqueue(
+        settings,
+        QueuedMessage.build(
+            app="other",
+            user_id="alice",
+            session_id="s9",
+            invocation_id="inv-9",
+            role="user",
+            ordinal=0,
+            content="I'm allergic to marzipan.",
+        ),
+    )
+    gate = Gate()
+    paused = cast(MemoryBackend, _Paused(backend, gate))
+    sending = asyncio.create_task(_drain(Flusher(settings, redis, paused, sleep=_no_sleep)))
+    await asyncio.wait_for(gate.reached.wait(), 30)
+    forgetter = Forgetter(settings, redis, backend)
+    done = await forgetter.forget_user(app=APP, user_id="alice")
+    assert not done.pending
+    gate.go.set()
+    stats = await asyncio.wait_for(sending, 30)
+    assert (stats["messages"], stats["forgotten"]) == (0, 1)
+    assert await redis.hlen(Keys.of(settings).forgets) == 1  # (other, alice), again
+    assert not any(step.pending for step in await forgetter.resume_pending())
+    assert _rows_saying(settings, "marzipan") == 0
+    assert await backend.find_user(zep_user_id="alice") is None
+    assert await redis_hits(redis, settings.key_prefix, ["marzipan"]) == {}
+    assert file_hits(settings, ["marzipan"]) == {}
