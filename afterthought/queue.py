@@ -179,20 +179,19 @@ return #items
 # list only as it re-enters the queue. Its key is not checked against ``seen`` (it is
 # there: it was queued once); the payload is marked ``unsure`` so the worker reconciles.
 # The enqueue script's rule holds for it: one said before its user's latest forget (plus
-# the margin), or longer ago than a forget is remembered, is the forgotten user's and goes
-# (-4). It keeps the epoch it was first queued under: a forget that raised the epoch since
-# (and still waits to purge, or whose purge a letter without ``said_ms`` came back after)
-# drops it, as it drops every message queued before it.
+# the margin) is the forgotten user's and goes (-4). Not its age: a letter stays in Redis,
+# where every forget of its user purges it, so an old one is replayed. It keeps the epoch
+# it was first queued under: a forget that raised the epoch since (and still waits to
+# purge) drops it, as it drops every message queued before it, ``said_ms`` or not.
 # KEYS as enqueue (forgot included) + dead; ARGV seen_keys, seen_ttl_ms, ref, now_ms,
-# thread_cap, shard_cap, letter, key, payload, margin_ms, keep_ms, epoch. Returns 1, -1 /
-# -2 (caps), -3 (the letter is gone) or -4 (dropped as forgotten).
+# thread_cap, shard_cap, letter, key, payload, margin_ms, epoch. Returns 1, -1 / -2
+# (caps), -3 (the letter is gone) or -4 (dropped as forgotten).
 REPLAY_LUA = (
     _COMMON
     + """
 local said = tonumber(string.match(ARGV[9], '^{"v":%d+,"said_ms":(%d+),'))
 local forgot = tonumber(redis.call('GET', KEYS[8]) or '')
-local now, margin, keep = tonumber(ARGV[4]), tonumber(ARGV[10]), tonumber(ARGV[11])
-if said and ((forgot and said < forgot + margin) or now - said > keep) then
+if said and forgot and said < forgot + tonumber(ARGV[10]) then
   if redis.call('LREM', KEYS[9], 1, ARGV[7]) == 0 then return -3 end
   return -4
 end
@@ -200,7 +199,7 @@ local full = room(KEYS[1], KEYS[4], 1, tonumber(ARGV[5]), tonumber(ARGV[6]))
 if full < 0 then return full end
 if redis.call('LREM', KEYS[9], 1, ARGV[7]) == 0 then return -3 end
 push(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], ARGV[3], ARGV[4],
-  {ARGV[8]}, {ARGV[9]}, ARGV[12])
+  {ARGV[8]}, {ARGV[9]}, ARGV[11])
 return 1
 """
 )
@@ -660,7 +659,6 @@ class ThreadQueue:
                     _seen_member(message),
                     again.encode(),
                     int(self.settings.forget_clock_margin_seconds * 1000),
-                    FORGOT_KEEP_MS,
                     message.epoch,
                 ],
             )

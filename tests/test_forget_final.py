@@ -544,6 +544,35 @@ async def test_a_dead_letter_replayed_while_a_forget_waits_is_dropped_and_counte
     assert file_hits(settings, words) == {}
 
 
+async def test_a_replayed_letter_without_said_ms_keeps_its_epoch_and_the_forget_purges_it(
+    local_settings: Settings, redis: aioredis.Redis
+) -> None:
+    """A dead letter of a version that stamped no ``said_ms`` (the replay script cannot
+    date it) is replayed while alice's forget waits: it is queued again under the epoch it
+    was first queued under, so the forget's purge (or the worker) drops it."""
+    settings = local_settings
+    backend = open_backend(settings)
+    undated = queued("I'm allergic to marzipan.", 1).model_copy(update={"said_ms": None})
+    await enqueue(settings, undated)
+    refusing = cast(MemoryBackend, _Refusing(backend, "marzipan"))
+    assert (await _drain(Flusher(settings, redis, refusing, sleep=_no_sleep)))["dead"] == 1
+    keys = Keys.of(settings)
+    await redis.set(keys.synthesizing(APP, "alice"), "run")  # a run of hers holds on
+    forgetting = asyncio.create_task(
+        Forgetter(settings, redis, backend).forget_user(app=APP, user_id="alice")
+    )
+    while not await redis.exists(keys.forgetting(APP, "alice")):  # marked: it waits
+        await asyncio.sleep(0.01)
+    replayed = await DeadLetters(redis, settings).replay()
+    assert (replayed.replayed, replayed.forgotten) == (1, 0)
+    await redis.delete(keys.synthesizing(APP, "alice"))  # the run lets go
+    done = await asyncio.wait_for(forgetting, 30)
+    assert (done.pending, done.queued) == (False, 1)
+    stats = await _drain(Flusher(settings, redis, backend, sleep=_no_sleep))
+    assert (_rows_saying(settings, "marzipan"), stats["messages"]) == (0, 0)
+    assert await redis_hits(redis, settings.key_prefix, ["marzipan"]) == {}
+
+
 async def test_a_forget_drops_what_the_same_person_said_in_another_app_still_queued(
     local_settings: Settings, redis: aioredis.Redis
 ) -> None:
@@ -598,9 +627,10 @@ async def test_a_write_in_another_app_on_its_way_through_a_forget_has_the_forget
 ) -> None:
     """Alice's turn in app ``other`` (unknown to the registry) is being provisioned when
     `forget --app memtest --user alice` runs: that forget waits for no lease of ``other``
-    and completes while the call (re-creating the user it deletes) is on its way. The worker reads the person's forget time
-    again after the call, finds it moved, and has the forget done again for
-    (``other``, alice): once it is resumed, none of her words is stored."""
+    and completes while the call (re-creating the user it deletes) is on its way. The
+    worker reads the person's forget time again after the call, finds it moved, and has
+    the forget done again for (``other``, alice): once it is resumed, none of her words
+    is stored."""
     settings = local_settings
     backend = open_backend(settings)
     await enqueue(settings, queued("I'm allergic to peanuts.", 1))
