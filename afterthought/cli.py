@@ -328,7 +328,10 @@ def _dlq(args: argparse.Namespace) -> int:
             return ATTENTION
         if args.action == "replay":
             done = await letters.replay(indexes)
-            print(f"replayed={done.replayed} malformed={done.malformed} refused={done.refused}")
+            print(
+                f"replayed={done.replayed} malformed={done.malformed} refused={done.refused}"
+                f" forgotten={done.forgotten}"
+            )
             return OK if not done.refused else ATTENTION
         if not args.yes:
             print("afterthought: purging deletes messages for good; add --yes", file=sys.stderr)

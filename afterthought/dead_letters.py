@@ -17,7 +17,7 @@ import redis.asyncio as aioredis
 
 from afterthought.contract import DeadLetter, MalformedPayload, QueuedMessage
 from afterthought.keys import Keys
-from afterthought.queue import GONE, REFUSED, ThreadQueue
+from afterthought.queue import FORGOTTEN, GONE, REFUSED, ThreadQueue
 from afterthought.settings import Settings
 
 
@@ -28,6 +28,8 @@ class Replayed:
     """Letters whose item cannot be read back; only purging removes them."""
     refused: int
     """Letters a queue cap kept out, or another process took first."""
+    forgotten: int = 0
+    """Letters made before their user's forget: dropped, never queued again."""
 
 
 class DeadLetters:
@@ -65,7 +67,7 @@ class DeadLetters:
 
     async def replay(self, indexes: list[int] | None = None) -> Replayed:
         """Re-queue the letters at ``indexes`` (all when None), each at its thread's end."""
-        replayed = malformed = refused = 0
+        replayed = malformed = refused = forgotten = 0
         for _, raw in await self._select(indexes):
             letter = DeadLetter.parse(raw)
             try:
@@ -74,11 +76,15 @@ class DeadLetters:
                 malformed += 1
                 continue
             result = await self._queue.replay(raw, message, now_ms=int(time.time() * 1000))
-            if result in REFUSED or result == GONE:
+            if result == FORGOTTEN:
+                forgotten += 1
+            elif result in REFUSED or result == GONE:
                 refused += 1
             else:
                 replayed += 1
-        return Replayed(replayed=replayed, malformed=malformed, refused=refused)
+        return Replayed(
+            replayed=replayed, malformed=malformed, refused=refused, forgotten=forgotten
+        )
 
     async def purge(self, indexes: list[int] | None = None) -> int:
         """Delete the letters at ``indexes`` (all when None); returns how many went."""

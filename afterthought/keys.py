@@ -279,6 +279,14 @@ class Keys:
         a message older than that is refused anyway."""
         return f"{self._user_base(app, user_id)}:forgot:{digest(app, user_id)}"
 
+    def forgot_person(self, zep_user_id: str) -> str:
+        """STRING ms (Redis' clock) when a forget of the person a backend user id names
+        (``zep_user_id_template`` without ``{app}``: one person in every app) last began:
+        the worker drops what they said before it in any app, registered there or not.
+        Untagged (a person's apps are in different shards), so only read on its own;
+        expires as ``forgot`` does."""
+        return f"{self.prefix}:forgot:person:{digest(zep_user_id)}"
+
     def forgetting(self, app: str, user_id: str) -> str:
         """STRING set while the user is being forgotten, and for a short cool-down after:
         their new messages wait, and no cache entry is written or served meanwhile."""

@@ -147,10 +147,11 @@ end
 -- ``known``: the highest number the caller was handed for this thread (0: none). A
 -- counter below it went back with the messages after it (a failover to a replica that
 -- lagged, a restart without the last writes): it goes on after ``known``, so the numbers
--- Redis lost are a gap the worker counts as lost, and none is handed out twice. Returns
+-- Redis lost are a gap the worker counts as lost, and none is handed out twice. ``stamp``:
+-- the epoch to queue under (a replayed letter's own); nil: the user's current one. Returns
 -- the last number handed out and how many the counter skipped.
 local function push(pending, thread, ready, depth, epoch_key, threads, seen, ref, now, keys, items,
-    known)
+    known, stamp)
   local seq = tonumber(redis.call('HGET', thread, 'seq') or '0')
   if seq == 0 then
     -- A new thread, or one whose counter Redis lost (evicted) while messages wait: go on
@@ -161,7 +162,7 @@ local function push(pending, thread, ready, depth, epoch_key, threads, seen, ref
   end
   local skipped = math.max(0, known - seq)
   seq = seq + skipped
-  local epoch = redis.call('GET', epoch_key) or '0'
+  local epoch = stamp or redis.call('GET', epoch_key) or '0'
   for i = 1, #items do
     seq = seq + 1
     redis.call('RPUSH', pending,
@@ -242,16 +243,28 @@ return {#items, pushed[1], pushed[2]}
 # A dead letter back into its thread's queue, at the end, in one step: it leaves the dead
 # list only as it re-enters the queue. Its key is not checked against ``seen`` (it is
 # there: it was queued once); the payload is marked ``unsure`` so the worker reconciles.
-# KEYS as enqueue + dead; ARGV seen_keys, seen_ttl_ms, ref, now_ms, thread_cap, shard_cap,
-# letter, key, payload. Returns 1, -1 / -2 (caps), or -3 (the letter is gone).
+# The enqueue script's rule holds for it: one said before its user's latest forget (plus
+# the margin) is the forgotten user's and goes (-4). Not its age: a letter stays in Redis,
+# where every forget of its user purges it, so an old one is replayed. It keeps the epoch
+# it was first queued under: a forget that raised the epoch since (and still waits to
+# purge) drops it, as it drops every message queued before it, ``said_ms`` or not.
+# KEYS as enqueue (forgot included) + dead; ARGV seen_keys, seen_ttl_ms, ref, now_ms,
+# thread_cap, shard_cap, letter, key, payload, margin_ms, epoch. Returns 1, -1 / -2
+# (caps), -3 (the letter is gone) or -4 (dropped as forgotten).
 REPLAY_LUA = (
     _COMMON
     + """
+local said = tonumber(string.match(ARGV[9], '^{"v":%d+,"said_ms":(%d+),'))
+local forgot = tonumber(redis.call('GET', KEYS[8]) or '')
+if said and forgot and said < forgot + tonumber(ARGV[10]) then
+  if redis.call('LREM', KEYS[9], 1, ARGV[7]) == 0 then return -3 end
+  return -4
+end
 local full = room(KEYS[1], KEYS[4], 1, tonumber(ARGV[5]), tonumber(ARGV[6]))
 if full < 0 then return full end
-if redis.call('LREM', KEYS[8], 1, ARGV[7]) == 0 then return -3 end
+if redis.call('LREM', KEYS[9], 1, ARGV[7]) == 0 then return -3 end
 push(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], ARGV[3], ARGV[4],
-  {ARGV[8]}, {ARGV[9]}, 0)
+  {ARGV[8]}, {ARGV[9]}, 0, ARGV[11])
 return 1
 """
 )
@@ -470,7 +483,8 @@ SENTINEL_VIEW_SECONDS = 1.0
 #: What the enqueue and replay scripts return when a cap refuses the messages.
 REFUSED = {-1: "thread queue full", -2: "queue full"}
 GONE = -3
-#: What the enqueue script returns when a message was made before its user was forgotten.
+#: What the enqueue and replay scripts return when a message was made before its user was
+#: forgotten (a replayed letter is dropped).
 FORGOTTEN = -4
 #: How long a forget's time is kept (``Keys.forgot``): a live message made longer ago than
 #: this reaches Redis only to be refused, since a forget of its user may no longer be known.
@@ -715,14 +729,16 @@ class ThreadQueue:
 
     async def replay(self, letter: bytes, message: QueuedMessage, *, now_ms: int) -> int:
         """Re-queue one dead letter (of the dead letters of its thread's shard) at its
-        thread's end: 1, a :data:`REFUSED` code, or :data:`GONE` when another process took
-        it first."""
+        thread's end, under the epoch it was queued under: 1, a :data:`REFUSED` code,
+        :data:`GONE` when another process took it first, or :data:`FORGOTTEN` (the letter
+        is dropped) when it was made before its user's forget."""
         again = message.model_copy(update={"unsure": True})
         ref = self.ref_of(message)
         return int(
             await self._replay(
                 keys=[
                     *self._append_keys(ref, message),
+                    self.keys.forgot(message.app, message.user_id),
                     self.keys.dead(self.keys.shard_of_ref(ref)),
                 ],
                 args=[
@@ -734,6 +750,8 @@ class ThreadQueue:
                     letter,
                     _seen_member(message),
                     again.encode(),
+                    int(self.settings.forget_clock_margin_seconds * 1000),
+                    message.epoch,
                 ],
             )
         )

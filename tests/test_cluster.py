@@ -152,7 +152,10 @@ async def test_dead_letters_are_listed_per_shard_and_replayed(
 
     zep_fake.faults.clear()
     done = run_cli(settings, "dlq", "replay", "--all")
-    assert (done.returncode, done.stdout.strip()) == (0, "replayed=4 malformed=0 refused=0")
+    assert (done.returncode, done.stdout.strip()) == (
+        0,
+        "replayed=4 malformed=0 refused=0 forgotten=0",
+    )
     await drain(settings)
     stored = [m["content"] for m in zep_fake.messages()]
     assert sorted(stored) == sorted(f"{user} in s1 says 1" for user in users)  # once each

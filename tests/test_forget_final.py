@@ -26,8 +26,9 @@ from google.genai import types
 from afterthought.agent_hooks import TurnMemory, ZepMemoryService
 from afterthought.agent_hooks.backfill import Backfill, Report, Source
 from afterthought.backends import open_backend
-from afterthought.backends.base import HistoryMessage, MemoryBackend
+from afterthought.backends.base import BackendError, HistoryMessage, MemoryBackend
 from afterthought.contract import QueuedMessage
+from afterthought.dead_letters import DeadLetters
 from afterthought.enqueue import Enqueuer
 from afterthought.facts import Fact
 from afterthought.keys import Keys
@@ -39,7 +40,7 @@ from afterthought.worker.extract import RuleExtractor
 from afterthought.worker.flush import Flusher
 from afterthought.worker.forget import Forgetter
 from afterthought.worker.synthesize import Synthesizer
-from tests.conftest import BOTH_LAYOUTS, REDIS_URL, drain, enqueue
+from tests.conftest import BOTH_LAYOUTS, REDIS_URL, drain, enqueue, queued
 from tests.sweep import Gate, file_hits, redis_hits
 
 pytestmark = BOTH_LAYOUTS
@@ -493,6 +494,22 @@ def _adk_session(sid: str, texts: list[str], *, at: float = 1_700_000_000.0) -> 
     )
 
 
+# --- writers the user's own marks do not reach -------------------------------------------
+
+
+async def _no_sleep(seconds: float) -> None:
+    await asyncio.sleep(0)
+
+
+async def _drain(worker: Flusher) -> Counter[str]:
+    keys, stats = Keys.of(worker.settings), Counter[str]()
+    for _ in range(50):
+        if not any([await worker.redis.zcard(keys.ready(s)) for s in keys.shard_ids]):
+            break
+        stats += await worker.drain(budget=60)
+    return stats
+
+
 def _rows_saying(settings: Settings, word: str) -> int:
     """Messages in the local store that hold ``word``."""
     with sqlite3.connect(settings.local_db_path) as db:
@@ -545,6 +562,52 @@ async def test_a_backfill_running_through_a_forget_stores_nothing_said_before_it
     assert file_hits(settings, words) == {}
 
 
+class _Refusing:
+    """A backend that refuses (400) any call carrying ``word``: it is dead-lettered."""
+
+    def __init__(self, inner: MemoryBackend, word: str) -> None:
+        self.inner, self.word = inner, word
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    async def add_messages(self, **kwargs: Any) -> str | None:
+        if any(self.word in m.content for m in kwargs["messages"]):
+            raise BackendError("bad_request", status=400)
+        return cast(str | None, await self.inner.add_messages(**kwargs))
+
+
+async def test_a_dead_letter_replayed_while_a_forget_waits_is_dropped_and_counted(
+    local_settings: Settings, redis: aioredis.Redis
+) -> None:
+    """Alice's message is a dead letter. `forget --yes` begins (epoch raised, user marked)
+    and waits for a synthesis run of hers to let go; meanwhile an operator runs
+    `afterthought dlq replay`: the letter, said before the forget, is dropped and counted
+    as forgotten (never queued again), and nothing of it is stored after the forget."""
+    settings = local_settings
+    words = ["marzipan"]
+    backend = open_backend(settings)
+    await enqueue(settings, queued("I'm allergic to marzipan.", 1))
+    refusing = cast(MemoryBackend, _Refusing(backend, "marzipan"))
+    stats = await _drain(Flusher(settings, redis, refusing, sleep=_no_sleep))
+    assert stats["dead"] == 1
+    keys = Keys.of(settings)
+    # A synthesis run of alice's holds its mark for another second.
+    await redis.set(keys.synthesizing(APP, "alice"), "run", px=1000)
+    forgetting = asyncio.create_task(
+        Forgetter(settings, redis, backend).forget_user(app=APP, user_id="alice")
+    )
+    await asyncio.sleep(0.3)  # the forget has marked her and waits for the run
+    replayed = await DeadLetters(redis, settings).replay()
+    done = await asyncio.wait_for(forgetting, 30)
+    assert not done.pending
+    stats = await _drain(Flusher(settings, redis, backend, sleep=_no_sleep))
+    assert (replayed.replayed, replayed.forgotten) == (0, 1)
+    assert (_rows_saying(settings, "marzipan"), stats["messages"]) == (0, 0)
+    assert await redis_hits(redis, settings.key_prefix, words) == {}
+    assert file_hits(settings, words) == {}
+
+
 async def test_add_session_to_memory_after_a_forget_stores_nothing_said_before_it(
     local_settings: Settings, redis: aioredis.Redis
 ) -> None:
@@ -569,3 +632,124 @@ async def test_add_session_to_memory_after_a_forget_stores_nothing_said_before_i
     assert (_rows_saying(settings, "marzipan"), stats["messages"]) == (0, 0)
     assert await redis_hits(redis, settings.key_prefix, words) == {}
     assert file_hits(settings, words) == {}
+
+
+async def test_a_replayed_letter_without_said_ms_keeps_its_epoch_and_the_forget_purges_it(
+    local_settings: Settings, redis: aioredis.Redis
+) -> None:
+    """A dead letter of a version that stamped no ``said_ms`` (the replay script cannot
+    date it) is replayed while alice's forget waits: it is queued again under the epoch it
+    was first queued under, so the forget's purge (or the worker) drops it."""
+    settings = local_settings
+    backend = open_backend(settings)
+    undated = queued("I'm allergic to marzipan.", 1).model_copy(update={"said_ms": None})
+    await enqueue(settings, undated)
+    refusing = cast(MemoryBackend, _Refusing(backend, "marzipan"))
+    assert (await _drain(Flusher(settings, redis, refusing, sleep=_no_sleep)))["dead"] == 1
+    keys = Keys.of(settings)
+    await redis.set(keys.synthesizing(APP, "alice"), "run")  # a run of hers holds on
+    forgetting = asyncio.create_task(
+        Forgetter(settings, redis, backend).forget_user(app=APP, user_id="alice")
+    )
+    while not await redis.exists(keys.forgetting(APP, "alice")):  # marked: it waits
+        await asyncio.sleep(0.01)
+    replayed = await DeadLetters(redis, settings).replay()
+    assert (replayed.replayed, replayed.forgotten) == (1, 0)
+    await redis.delete(keys.synthesizing(APP, "alice"))  # the run lets go
+    done = await asyncio.wait_for(forgetting, 30)
+    assert (done.pending, done.queued) == (False, 1)
+    stats = await _drain(Flusher(settings, redis, backend, sleep=_no_sleep))
+    assert (_rows_saying(settings, "marzipan"), stats["messages"]) == (0, 0)
+    assert await redis_hits(redis, settings.key_prefix, ["marzipan"]) == {}
+
+
+async def test_a_forget_drops_what_the_same_person_said_in_another_app_still_queued(
+    local_settings: Settings, redis: aioredis.Redis
+) -> None:
+    """With the default ``zep_user_id_template`` ``{user_id}`` one user id is one person in
+    every app, "and forgetting them forgets them in all" (README, Settings). Alice's turn
+    in app ``memtest`` is stored; her turn in app ``other`` is still queued (the worker is
+    behind) when `forget --app memtest --user alice --yes` reports success. The forget's
+    aliases come from the registry only, which does not know ``other``/alice yet, so that
+    queue is neither marked nor purged; the forget's time is kept under the person, and
+    the worker drops (and counts) what she said before it, in any app, instead of storing
+    it under the very backend user the forget deleted."""
+    settings = local_settings
+    backend = open_backend(settings)
+    await enqueue(settings, queued("I'm allergic to peanuts.", 1))
+    await _drain(Flusher(settings, redis, backend, sleep=_no_sleep))
+    elsewhere = QueuedMessage.build(
+        app="other",
+        user_id="alice",
+        session_id="s9",
+        invocation_id="inv-9",
+        role="user",
+        ordinal=0,
+        content="I'm allergic to marzipan.",
+    )
+    await enqueue(settings, elsewhere)
+    done = await Forgetter(settings, redis, backend).forget_user(app=APP, user_id="alice")
+    assert not done.pending
+    stats = await _drain(Flusher(settings, redis, backend, sleep=_no_sleep))
+    assert (_rows_saying(settings, "marzipan"), stats["messages"]) == (0, 0)
+    assert stats["forgotten"] == 1
+    assert await backend.find_user(zep_user_id="alice") is None  # not provisioned again
+    assert await redis_hits(redis, settings.key_prefix, ["marzipan"]) == {}
+    assert file_hits(settings, ["marzipan"]) == {}
+
+
+class _Paused:
+    """A backend whose provisioning waits at ``gate`` first: a call on its way."""
+
+    def __init__(self, inner: MemoryBackend, gate: Gate) -> None:
+        self.inner, self.gate = inner, gate
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    async def ensure_user(self, **kwargs: Any) -> Any:
+        await self.gate.wait()
+        return await self.inner.ensure_user(**kwargs)
+
+
+async def test_a_write_in_another_app_on_its_way_through_a_forget_has_the_forget_done_again(
+    local_settings: Settings, redis: aioredis.Redis
+) -> None:
+    """Alice's turn in app ``other`` (unknown to the registry) is being provisioned when
+    `forget --app memtest --user alice` runs: that forget waits for no lease of ``other``
+    and completes while the call (re-creating the user it deletes) is on its way. The
+    worker reads the person's forget time again after the call, finds it moved, and has
+    the forget done again for (``other``, alice): once it is resumed, none of her words
+    is stored."""
+    settings = local_settings
+    backend = open_backend(settings)
+    await enqueue(settings, queued("I'm allergic to peanuts.", 1))
+    await _drain(Flusher(settings, redis, backend, sleep=_no_sleep))
+    await enqueue(
+        settings,
+        QueuedMessage.build(
+            app="other",
+            user_id="alice",
+            session_id="s9",
+            invocation_id="inv-9",
+            role="user",
+            ordinal=0,
+            content="I'm allergic to marzipan.",
+        ),
+    )
+    gate = Gate()
+    paused = cast(MemoryBackend, _Paused(backend, gate))
+    sending = asyncio.create_task(_drain(Flusher(settings, redis, paused, sleep=_no_sleep)))
+    await asyncio.wait_for(gate.reached.wait(), 30)
+    forgetter = Forgetter(settings, redis, backend)
+    done = await forgetter.forget_user(app=APP, user_id="alice")
+    assert not done.pending
+    gate.go.set()
+    stats = await asyncio.wait_for(sending, 30)
+    assert (stats["messages"], stats["forgotten"]) == (0, 1)
+    assert await redis.hlen(Keys.of(settings).forgets) == 1  # (other, alice), again
+    assert not any(step.pending for step in await forgetter.resume_pending())
+    assert _rows_saying(settings, "marzipan") == 0
+    assert await backend.find_user(zep_user_id="alice") is None
+    assert await redis_hits(redis, settings.key_prefix, ["marzipan"]) == {}
+    assert file_hits(settings, ["marzipan"]) == {}

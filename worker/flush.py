@@ -49,7 +49,7 @@ from afterthought.queue import Head, ThreadQueue
 from afterthought.settings import Settings
 from afterthought.validation import refusal
 from afterthought.worker import metrics
-from afterthought.worker.forget import Forgetter
+from afterthought.worker.forget import Forgetter, person_key
 from afterthought.worker.pacing import MAX_IN_JOB_WAIT, Pacing
 from afterthought.worker.retry import NARROW_AFTER, decide
 
@@ -150,7 +150,13 @@ class _Epoch:
     wait at the shared 429 gate."""
 
     def __init__(
-        self, redis: aioredis.Redis, keys: Keys, message: QueuedMessage, lease: _Lease
+        self,
+        redis: aioredis.Redis,
+        keys: Keys,
+        message: QueuedMessage,
+        lease: _Lease,
+        *,
+        person: str | None = None,
     ) -> None:
         self._redis = redis
         self.app, self.user_id = message.app, message.user_id
@@ -161,6 +167,24 @@ class _Epoch:
         self._hold = (keys.lease(lease.tk), lease.token)
         self.seen = 0
         self._confirmed = False
+        # A forget of the user's person in another app (``worker.forget.person_key``):
+        # it raises no epoch here and waits for no lease of this app, so its time is read
+        # on its own, and its change since is checked with the epoch's.
+        self._person = person
+        self.person_forgot: int | None = None
+
+    async def read_person(self) -> int | None:
+        """When a forget of the user's person last began (None: none known)."""
+        if self._person is None:
+            return None
+        raw = await self._redis.get(self._person)
+        self.person_forgot = None if raw is None else int(raw)
+        return self.person_forgot
+
+    async def person_moved(self) -> bool:
+        """Whether a forget of the user's person began since :meth:`read_person`."""
+        before = self.person_forgot
+        return await self.read_person() != before
 
     def fence(self) -> Fence:
         """The epoch read and the thread's lease: what the batch's writes are fenced by."""
@@ -197,7 +221,7 @@ class _Epoch:
             now = await self.read()
         except _Held:
             raise _Forgotten from None  # a forget began: it bumped the epoch too
-        if now != before:
+        if now != before or await self.person_moved():
             raise _Forgotten
 
 
@@ -728,7 +752,8 @@ class Flusher:
             self._whose[tk] = said
             while len(self._whose) > MAX_KNOWN_THREADS:
                 self._whose.pop(next(iter(self._whose)))
-        epoch = _Epoch(self.redis, self.keys, batch[0], lease)
+        person = person_key(self.settings, app=batch[0].app, user_id=batch[0].user_id)
+        epoch = _Epoch(self.redis, self.keys, batch[0], lease, person=person)
         try:
             if head.epoch is not None:
                 current = epoch.found(head.epoch, head.forgetting)
@@ -738,7 +763,20 @@ class Flusher:
             current = epoch.seen
             if all(m.epoch >= current for m in batch):
                 raise
-        forgotten = [m for m in batch if m.epoch < current]
+        # Said before a forget of their person (in another app, perhaps before this app
+        # had them registered): the forgotten person's, as the enqueue script has it.
+        margin = int(self.settings.forget_clock_margin_seconds * 1000)
+        person_forgot = await epoch.read_person()
+        forgotten = [
+            m
+            for m in batch
+            if m.epoch < current
+            or (
+                person_forgot is not None
+                and m.said_ms is not None
+                and m.said_ms < person_forgot + margin
+            )
+        ]
         if forgotten:  # queued before the user was forgotten: dropped, never sent
             return await self._drop_forgotten(lease, forgotten, stats)
         # Narrowed inside the recorded batch: the record stays whole (no BEGIN), so once this
@@ -1365,6 +1403,11 @@ class Flusher:
         again (``Forgetter.raced``). The next check before a call reads again."""
         epoch.stale()
         if await self.forgetter.raced(epoch.fence(), app=epoch.app, user_id=epoch.user_id):
+            raise _Forgotten
+        if await epoch.person_moved():
+            # Their person's forget (in another app) waited for no hold of this one: the
+            # write may have landed after its deletion, so this user is forgotten again.
+            await self.forgetter.reopen(app=epoch.app, user_id=epoch.user_id)
             raise _Forgotten
 
     async def _identity(

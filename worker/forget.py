@@ -67,6 +67,13 @@ if tonumber(redis.call('GET', KEYS[2]) or '0') < tonumber(ARGV[3]) then
   local ms = string.format('%d', now[1] * 1000 + math.floor(now[2] / 1000))
   redis.call('SET', KEYS[3], ms, 'PX', ARGV[4])
 end
+return redis.call('GET', KEYS[3])
+"""
+#: KEYS a person's forget time; ARGV a forget's time, keep_ms. The latest of the two stays.
+PERSON_LUA = """
+if tonumber(redis.call('GET', KEYS[1]) or '0') < tonumber(ARGV[1]) then
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+end
 """
 #: KEYS the pending forgets; ARGV the user's digest, the record the forget began with. A
 #: forget is done only if nobody recorded it again meanwhile (a write that raced it).
@@ -137,6 +144,7 @@ class Forgetter:
         self._cool = redis.register_script(COOL_LUA)
         self._mark = redis.register_script(MARK_LUA)
         self._done = redis.register_script(DONE_LUA)
+        self._person = redis.register_script(PERSON_LUA)
         self.cache = ContextCache(settings)
         self.queue = ThreadQueue(redis, settings)
         self.audit = AuditLog(redis, settings)
@@ -243,10 +251,15 @@ class Forgetter:
         of an earlier version has none: its forget raised the epoch itself)."""
         app, user_id = record["app"], record["user_id"]
         k = self.keys
-        await self._mark(
+        forgot = await self._mark(
             keys=[k.forgetting(app, user_id), k.epoch(app, user_id), k.forgot(app, user_id)],
             args=[PENDING, PENDING_MARK_MS, int(record.get("epoch", 0)), FORGOT_KEEP_MS],
         )
+        person = person_key(self.settings, app=app, user_id=user_id)
+        if person is not None and forgot is not None:
+            # Before any wait or purge: a worker of another app the registry does not map
+            # to them yet (turns still queued there) drops what they said before it.
+            await self._person(keys=[person], args=[forgot, FORGOT_KEEP_MS])
 
     async def reopen(self, *, app: str, user_id: str) -> None:
         """A write for the user raced their forget and may have landed after its deletion:
@@ -426,6 +439,15 @@ class Forgetter:
             else:
                 done.statements += _said(await self._restatements(user, fact))
         return done
+
+
+def person_key(settings: Settings, *, app: str, user_id: str) -> str | None:
+    """Where a forget of the user's person is timed: with a ``zep_user_id_template``
+    without ``{app}`` one user id is one person in every app, and forgetting them in one
+    forgets them in all; None when the template keeps apps apart."""
+    if "{app}" in settings.zep_user_id_template:
+        return None
+    return Keys.of(settings).forgot_person(settings.zep_user_id(app=app, user_id=user_id))
 
 
 def _shown(fact: StoredFact) -> str:
