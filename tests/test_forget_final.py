@@ -520,19 +520,6 @@ def _rows_saying(settings: Settings, word: str) -> int:
         )
 
 
-async def _no_sleep(seconds: float) -> None:
-    await asyncio.sleep(0)
-
-
-async def _drain_all(worker: Flusher) -> Counter[str]:
-    keys, stats = Keys.of(worker.settings), Counter[str]()
-    for _ in range(50):
-        if not any([await worker.redis.zcard(keys.ready(s)) for s in keys.shard_ids]):
-            break
-        stats += await worker.drain(budget=60)
-    return stats
-
-
 async def test_a_backfill_running_through_a_forget_stores_nothing_said_before_it(
     local_settings: Settings, redis: aioredis.Redis
 ) -> None:
@@ -556,7 +543,7 @@ async def test_a_backfill_running_through_a_forget_stores_nothing_said_before_it
 
     source = Source(name="db:test", total=2, sessions=sessions)
     await Backfill(settings, redis, source).run()
-    stats = await _drain_all(Flusher(settings, redis, backend, sleep=_no_sleep))
+    stats = await _drain(Flusher(settings, redis, backend, sleep=_no_sleep))
     assert (_rows_saying(settings, "marzipan"), stats["messages"]) == (0, 0)
     assert await redis_hits(redis, settings.key_prefix, words) == {}
     assert file_hits(settings, words) == {}
@@ -621,14 +608,14 @@ async def test_add_session_to_memory_after_a_forget_stores_nothing_said_before_i
     at = time.time() - 60
     service = ZepMemoryService(memory=TurnMemory.create(settings=settings))
     await service.add_session_to_memory(_adk_session("s1", lines[:2], at=at))
-    await _drain_all(Flusher(settings, redis, backend, sleep=_no_sleep))
+    await _drain(Flusher(settings, redis, backend, sleep=_no_sleep))
     # The session went on (all of it said before the forget); then alice is forgotten.
     said = _adk_session("s1", lines, at=at)
     done = await Forgetter(settings, redis, backend).forget_user(app=APP, user_id="alice")
     assert not done.pending
     await asyncio.sleep(1.2)
     await service.add_session_to_memory(said)  # the session ends: ADK adds it to memory
-    stats = await _drain_all(Flusher(settings, redis, backend, sleep=_no_sleep))
+    stats = await _drain(Flusher(settings, redis, backend, sleep=_no_sleep))
     assert (_rows_saying(settings, "marzipan"), stats["messages"]) == (0, 0)
     assert await redis_hits(redis, settings.key_prefix, words) == {}
     assert file_hits(settings, words) == {}
