@@ -38,7 +38,6 @@ from typing import Any
 
 import fakeredis
 import hypothesis
-import pytest
 import redis.asyncio as aioredis
 from hypothesis import strategies as st
 from hypothesis.stateful import (
@@ -1205,20 +1204,10 @@ def _run_settings(examples: int, steps: int) -> hypothesis.settings:
     )
 
 
-#: Found failing once the issue-21 branches were merged (a message left queued after the
-#: final drain, after a long run of timeouts on one thread and a refused message): a real
-#: liveness defect to find, not a flaky test; kept running so that a fix shows as XPASS.
-UNDRAINED = pytest.mark.xfail(
-    strict=False, reason="a message is left queued after the final drain (issue 21, open)"
-)
-
-
-@UNDRAINED
 def test_the_write_path_loses_and_doubles_nothing_on_fakeredis() -> None:
     run_state_machine_as_test(QueueModel, settings=_run_settings(examples=250, steps=50))
 
 
-@UNDRAINED
 def test_the_write_path_loses_and_doubles_nothing_on_redis(prefix: str) -> None:
     from tests.conftest import REDIS_URL
 
@@ -1229,7 +1218,6 @@ def test_the_write_path_loses_and_doubles_nothing_on_redis(prefix: str) -> None:
     run_state_machine_as_test(OnRedis, settings=_run_settings(examples=100, steps=50))
 
 
-@UNDRAINED
 def test_the_write_path_loses_and_doubles_nothing_in_shards_on_fakeredis() -> None:
     """The same, its threads spread over virtual shards: claimed shard by shard, each
     shard's own ready set, counters and dead letters."""
