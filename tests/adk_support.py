@@ -6,8 +6,9 @@ from typing import Any
 
 from google.adk.agents import LlmAgent
 from google.adk.agents.run_config import RunConfig, StreamingMode
+from google.adk.events.event import Event
 from google.adk.runners import Runner
-from google.adk.sessions import InMemorySessionService
+from google.adk.sessions import InMemorySessionService, Session
 from google.genai import types
 
 from afterthought.agent_hooks import MemoryCallbacks
@@ -51,3 +52,22 @@ async def say(
         if event.is_final_response() and event.content and event.content.parts:
             final = "".join(p.text or "" for p in event.content.parts)
     return final
+
+
+def said_session(
+    sid: str, texts: list[str], *, user: str = "alice", at: float = 1_700_000_000.0
+) -> Session:
+    """A held ADK session of ``user``'s: user turns and replies alternating, one invocation
+    a pair, one second apart from ``at``."""
+    events = [
+        Event(
+            author="user" if i % 2 == 0 else "assistant",
+            invocation_id=f"{sid}-inv-{i // 2}",
+            content=(types.UserContent if i % 2 == 0 else types.ModelContent)(text),
+            timestamp=at + i,
+        )
+        for i, text in enumerate(texts)
+    ]
+    return Session(
+        id=sid, app_name=APP, user_id=user, events=events, last_update_time=at + len(texts)
+    )

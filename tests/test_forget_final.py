@@ -19,9 +19,7 @@ from typing import Any, cast
 
 import pytest
 import redis.asyncio as aioredis
-from google.adk.events.event import Event
 from google.adk.sessions import Session
-from google.genai import types
 
 from afterthought.agent_hooks import TurnMemory, ZepMemoryService
 from afterthought.agent_hooks.backfill import Backfill, Report, Source
@@ -40,6 +38,7 @@ from afterthought.worker.extract import RuleExtractor
 from afterthought.worker.flush import Flusher
 from afterthought.worker.forget import Forgetter
 from afterthought.worker.synthesize import Synthesizer
+from tests.adk_support import said_session
 from tests.conftest import BOTH_LAYOUTS, REDIS_URL, drain, enqueue, queued
 from tests.sweep import Gate, file_hits, redis_hits
 
@@ -478,22 +477,6 @@ async def test_a_synthesis_process_sigstopped_past_its_mark_writes_nothing_after
     assert not await redis.exists(Keys.of(settings).synthesized(APP, "alice"))
 
 
-def _adk_session(sid: str, texts: list[str], *, at: float = 1_700_000_000.0) -> Session:
-    """Alice's ADK session: user turns and replies alternating, one invocation per pair."""
-    events = [
-        Event(
-            author="user" if i % 2 == 0 else "assistant",
-            invocation_id=f"{sid}-inv-{i // 2}",
-            content=(types.UserContent if i % 2 == 0 else types.ModelContent)(text),
-            timestamp=at + i,
-        )
-        for i, text in enumerate(texts)
-    ]
-    return Session(
-        id=sid, app_name=APP, user_id="alice", events=events, last_update_time=at + len(texts)
-    )
-
-
 # --- writers the user's own marks do not reach -------------------------------------------
 
 
@@ -531,8 +514,8 @@ async def test_a_backfill_running_through_a_forget_stores_nothing_said_before_it
     words = ["marzipan"]
     backend = open_backend(settings)
     forgetter = Forgetter(settings, redis, backend)
-    old = _adk_session("old1", ["I'm allergic to peanuts.", "Noted."])
-    later = _adk_session("old2", ["I'm allergic to marzipan.", "Noted."])
+    old = said_session("old1", ["I'm allergic to peanuts.", "Noted."])
+    later = said_session("old2", ["I'm allergic to marzipan.", "Noted."])
 
     async def sessions(report: Report) -> AsyncIterator[Session]:
         yield old
@@ -607,10 +590,10 @@ async def test_add_session_to_memory_after_a_forget_stores_nothing_said_before_i
     lines = ["I'm allergic to marzipan.", "Noted.", "And to hazelnuts.", "Noted too."]
     at = time.time() - 60
     service = ZepMemoryService(memory=TurnMemory.create(settings=settings))
-    await service.add_session_to_memory(_adk_session("s1", lines[:2], at=at))
+    await service.add_session_to_memory(said_session("s1", lines[:2], at=at))
     await _drain(Flusher(settings, redis, backend, sleep=_no_sleep))
     # The session went on (all of it said before the forget); then alice is forgotten.
-    said = _adk_session("s1", lines, at=at)
+    said = said_session("s1", lines, at=at)
     done = await Forgetter(settings, redis, backend).forget_user(app=APP, user_id="alice")
     assert not done.pending
     await asyncio.sleep(1.2)

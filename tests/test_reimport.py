@@ -34,6 +34,7 @@ from afterthought.settings import Settings
 from afterthought.testing import Fault, ZepFake
 from afterthought.testing.stand_in_model import StandInLlm
 from afterthought.worker.flush import Flusher
+from tests.adk_support import said_session
 from tests.conftest import drain
 
 APP = "memtest"
@@ -44,19 +45,7 @@ LONG = 5400
 
 def _session(events: int) -> Session:
     """Alice's session of ``events`` events, a user turn and a reply each invocation."""
-    at = 1_700_000_000.0
-    said = [
-        Event(
-            author="user" if i % 2 == 0 else "assistant",
-            invocation_id=f"inv-{i // 2}",
-            content=(types.UserContent if i % 2 == 0 else types.ModelContent)(f"event {i}"),
-            timestamp=at + i,
-        )
-        for i in range(events)
-    ]
-    return Session(
-        id="long", app_name=APP, user_id="alice", events=said, last_update_time=at + events
-    )
+    return said_session("long", [f"event {i}" for i in range(events)])
 
 
 class Watched:
@@ -406,22 +395,6 @@ async def _drain_all(worker: Flusher) -> Counter[str]:
     return stats
 
 
-def _said_session(sid: str, texts: list[str], *, at: float = 1_700_000_000.0) -> Session:
-    """Alice's session: user turns and replies alternating, one invocation per pair."""
-    events = [
-        Event(
-            author="user" if i % 2 == 0 else "assistant",
-            invocation_id=f"{sid}-inv-{i // 2}",
-            content=(types.UserContent if i % 2 == 0 else types.ModelContent)(text),
-            timestamp=at + i,
-        )
-        for i, text in enumerate(texts)
-    ]
-    return Session(
-        id=sid, app_name=APP, user_id="alice", events=events, last_update_time=at + len(texts)
-    )
-
-
 async def _thread_texts(settings: Settings, backend: MemoryBackend, sid: str) -> list[str]:
     client = aioredis.Redis.from_url(settings.redis_url)
     try:
@@ -462,7 +435,7 @@ async def test_a_text_said_again_is_stored_when_its_first_saying_was_stored_with
     worker = Flusher(settings, redis, backend, sleep=_no_sleep)
     first = ["yes", "Noted.", "and tea", "Tea it is."]
     export = tmp_path / "s.jsonl"
-    export.write_text(_said_session("mig", first).model_dump_json() + "\n")
+    export.write_text(said_session("mig", first).model_dump_json() + "\n")
     await Backfill(settings, redis, jsonl_source(export)).run()
     await _drain_all(worker)
     assert await _thread_texts(settings, backend, "mig") == first
@@ -470,7 +443,7 @@ async def test_a_text_said_again_is_stored_when_its_first_saying_was_stored_with
     await _strip_keys(settings, request)
     # The session grows: the user says "yes" again, and the assistant answers.
     grown = [*first, "yes", "Done."]
-    export.write_text(_said_session("mig", grown).model_dump_json() + "\n")
+    export.write_text(said_session("mig", grown).model_dump_json() + "\n")
     await Backfill(settings, redis, jsonl_source(export)).run()
     await _drain_all(Flusher(settings, redis, backend, sleep=_no_sleep))  # another worker
     stored = await _thread_texts(settings, backend, "mig")
@@ -491,7 +464,7 @@ async def test_a_long_message_split_otherwise_since_is_recognised_on_reimport(
     backend = open_backend(free)
     export = tmp_path / "s.jsonl"
     first = [long_text, "Noted."]
-    export.write_text(_said_session("up", first).model_dump_json() + "\n")
+    export.write_text(said_session("up", first).model_dump_json() + "\n")
     await Backfill(free, redis, jsonl_source(export)).run()
     await _drain_all(Flusher(free, redis, backend, sleep=_no_sleep))
     before = await _thread_texts(free, backend, "up")
@@ -502,7 +475,7 @@ async def test_a_long_message_split_otherwise_since_is_recognised_on_reimport(
     await redis.delete(keys.seen(keys.thread_ref(APP, "alice", "up")))
     paid = make_settings(max_message_chars=14000)
     export.write_text(
-        _said_session("up", [*first, "and one more", "Sure."]).model_dump_json() + "\n"
+        said_session("up", [*first, "and one more", "Sure."]).model_dump_json() + "\n"
     )
     await Backfill(paid, redis, jsonl_source(export)).run()
     await _drain_all(Flusher(paid, redis, open_backend(paid), sleep=_no_sleep))
@@ -521,7 +494,7 @@ async def test_a_reimport_of_sessions_said_in_2023_is_stored(
     backend = open_backend(any_settings)
     export = tmp_path / "s.jsonl"
     said = ["I keep bees.", "Noted.", "And a goat.", "Noted too."]
-    export.write_text(_said_session("y23", said, at=1_680_000_000.0).model_dump_json() + "\n")
+    export.write_text(said_session("y23", said, at=1_680_000_000.0).model_dump_json() + "\n")
     report = await Backfill(any_settings, redis, jsonl_source(export)).run()
     stats = await _drain_all(Flusher(any_settings, redis, backend, sleep=_no_sleep))
     assert (report.messages, stats["messages"]) == (4, 4)
