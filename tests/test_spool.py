@@ -254,15 +254,9 @@ asyncio.run(main())
 """
 
 
-async def test_a_replayer_killed_mid_replay_is_followed_from_where_it_got_to(
-    make_settings: Callable[..., Settings],
-) -> None:
-    """SIGKILL frees its lock; the next replayer goes on from the last batch it recorded
-    as queued, and the batch it sent but never recorded is skipped by its keys."""
-    settings = make_settings()
-    spool = Spool.of(settings)
-    messages = [queued(f"m{i}", i) for i in range(250)]
-    spool.append(messages)
+def _kill_a_replayer_after_it_sent(settings: Settings) -> None:
+    """Runs a replayer in another process and SIGKILLs it once Redis took its first batch,
+    before it recorded so."""
     proc = subprocess.Popen(
         [sys.executable, "-c", _REPLAY_THEN_HANG],
         env={**os.environ, **settings.as_env()},
@@ -274,6 +268,18 @@ async def test_a_replayer_killed_mid_replay_is_followed_from_where_it_got_to(
     finally:
         proc.kill()
         proc.wait()
+
+
+async def test_a_replayer_killed_mid_replay_is_followed_from_where_it_got_to(
+    make_settings: Callable[..., Settings],
+) -> None:
+    """SIGKILL frees its lock; the next replayer goes on from the last batch it recorded
+    as queued, and the batch it sent but never recorded is skipped by its keys."""
+    settings = make_settings()
+    spool = Spool.of(settings)
+    messages = [queued(f"m{i}", i) for i in range(250)]
+    spool.append(messages)
+    _kill_a_replayer_after_it_sent(settings)
     assert not spool.empty()
     client = connect(settings.redis_url)
     try:
@@ -563,17 +569,7 @@ async def test_a_batch_a_killed_replayer_sent_is_not_stored_twice_after_its_keys
     # The workers run on another machine: their spool is not this one.
     elsewhere = settings.model_copy(update={"spool_path": spool.directory.parent / "elsewhere"})
     spool.append([queued(f"m{i}", i) for i in range(3)])
-    proc = subprocess.Popen(
-        [sys.executable, "-c", _REPLAY_THEN_HANG],
-        env={**os.environ, **settings.as_env()},
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert proc.stdout is not None and proc.stdout.readline().strip() == "sent"
-    finally:
-        proc.kill()
-        proc.wait()
+    _kill_a_replayer_after_it_sent(settings)
     await drain(elsewhere)
     assert sorted(_stored(zep_fake)) == ["m0", "m1", "m2"]
     keys, ref, _ = where(settings, queued("x", 0))
