@@ -110,6 +110,7 @@ async def test_a_drained_session_and_its_user_have_lifetimes(
     assert not _unbounded(keys, prefix, longest_ms=max(idle_ms, WEEK_MS))
 
 
+@pytest.mark.timeout(600)  # 1,200 messages through a real worker, on a shared machine
 async def test_soak_200_users_then_idle_keeps_no_key_of_idle_sessions(
     make_settings: Callable[..., Settings], redis: aioredis.Redis, prefix: str
 ) -> None:
