@@ -119,7 +119,7 @@ class Enqueuer:
         self._settings = settings
         self.direct = direct
         self._given = redis
-        self.handed_out = HandedOut()
+        self.handed_out = HandedOut.of(settings)
         """What Redis handed this process's enqueues, on every loop and the drain thread:
         a thread's counter found below it means Redis lost that thread's last messages."""
         self._client: PerLoop[tuple[aioredis.Redis, ThreadQueue]] = PerLoop(self._connect)

@@ -25,6 +25,19 @@ return 0
 # One command on one key, flagged allow-oom (Redis 7): at maxmemory the worker must still
 # provision new threads, or their queues could never drain and free memory.
 WRITE_LUA = "#!lua flags=allow-oom\nreturn redis.call(ARGV[1], KEYS[1], unpack(ARGV, 2))"
+# KEYS the entry, its guard (the session's pending list; the user's thread set); ARGV
+# idle_ms, a command and its arguments. A registry write and the entry's lifetime in one
+# step: none while the guard exists with no expiry (messages of theirs wait, and the queue
+# scripts' ``keep`` holds it so), else ``idle_ms`` (docs/DESIGN.md, "Key lifetimes").
+ENTRY_LUA = """
+redis.call(ARGV[2], KEYS[1], unpack(ARGV, 3))
+if redis.call('PTTL', KEYS[2]) == -1 then
+  redis.call('PERSIST', KEYS[1])
+else
+  redis.call('PEXPIRE', KEYS[1], ARGV[1])
+end
+return 1
+"""
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +66,10 @@ class IdentityRegistry:
         self._settings = settings
         self._keys = Keys.of(settings)
         self._write = redis.register_script(WRITE_LUA) if allow_oom else None
+        self._entry = redis.register_script(
+            ("#!lua flags=allow-oom" if allow_oom else "") + ENTRY_LUA
+        )
+        self._idle_ms = int(settings.idle_ttl_seconds * 1000)
         self._release = redis.register_script(RELEASE_LUA)
 
     async def _command(self, command: str, key: str, *args: str | int) -> object:
@@ -107,12 +124,14 @@ class IdentityRegistry:
             first_name=first_name,
             last_name=last_name,
         )
-        await self._command(
-            "HSET",
-            self._keys.user(app, user_id),
-            # The ADK ids too, so operations (pruning, forgetting) can walk the users.
-            *("user_uuid", user.user_uuid, "graph_uuid", user.graph_uuid),
-            *("app", app, "user_id", user_id),
+        await self._entry(
+            keys=[self._keys.user(app, user_id), self._keys.user_threads(app, user_id)],
+            args=[
+                *(self._idle_ms, "HSET"),
+                # The ADK ids too, so operations (pruning, forgetting) can walk the users.
+                *("user_uuid", user.user_uuid, "graph_uuid", user.graph_uuid),
+                *("app", app, "user_id", user_id),
+            ],
         )
         return user, created
 
@@ -149,7 +168,11 @@ class IdentityRegistry:
             thread_uuid = await backend.create_thread(
                 user=user, idempotency_key=f"thread:{digest(app, user_id, session_id)}"
             )
-            await self._command("SET", self._keys.session(app, user_id, session_id), thread_uuid)
+            pending = self._keys.pending(self._keys.thread_ref(app, user_id, session_id))
+            await self._entry(
+                keys=[self._keys.session(app, user_id, session_id), pending],
+                args=[self._idle_ms, "SET", thread_uuid],
+            )
             return user, thread_uuid, True
 
     async def ensure(

@@ -25,7 +25,7 @@ from typing import Protocol
 
 from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
 
-#: Registry entries and pending lists are durable state; these are not and expire.
+#: A lock's lifetime. (Every key's lifetime: docs/DESIGN.md, "Key lifetimes".)
 LOCK_TTL_MS = 10_000
 
 
@@ -113,7 +113,12 @@ class Keys:
         return self.prefix if shard is None else shard_tags(self.prefix, self.shards)[shard]
 
     def _of_thread(self, kind: str, ref: str) -> str:
-        return f"{self._in(self.shard_of_ref(ref))}:{kind}:{ref.rpartition('/')[2]}"
+        return self.thread_head(kind, self.shard_of_ref(ref)) + ref.rpartition("/")[2]
+
+    def thread_head(self, kind: str, shard: int | None) -> str:
+        """What the names of a shard's per-thread keys of one kind begin with: a script
+        that walks a user's thread set appends each member's part after ``/``."""
+        return f"{self._in(shard)}:{kind}:"
 
     def _user_base(self, app: str, user_id: str) -> str:
         return self._in(self.shard_of(app, user_id))

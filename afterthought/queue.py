@@ -38,7 +38,7 @@ import threading
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -77,26 +77,47 @@ SEEN_TTL_MS = 24 * 3600 * 1000
 #: written), to find a thread's counter gone back (:meth:`ThreadQueue.enqueue`).
 HANDED_OUT_THREADS = 10_000
 
+#: What the queue scripts are told of whose thread it is: app, user id, session id.
+Whose = tuple[str, str, str]
+
 
 class HandedOut:
     """The highest sequence number a writer was handed for each thread (by reference), to
     find a thread's counter gone back. One writer's queues share one (an agent's loops
-    and its drain thread write the same threads); thread-safe."""
+    and its drain thread write the same threads); thread-safe.
 
-    def __init__(self) -> None:
-        self._last: OrderedDict[str, int] = OrderedDict()
+    A thread's counter also goes when the thread was idle for ``idle_ttl_seconds`` (its
+    hash expired: no loss). Its hash only starts to expire once its queue is empty, after
+    the enqueue that handed the number out, so a number handed out less than that long ago
+    can only have gone with Redis' data; one older is forgotten (``trust_seconds``, half
+    the idle lifetime, a margin for clocks) rather than taken for a loss."""
+
+    def __init__(
+        self, *, trust_seconds: float, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self._last: OrderedDict[str, tuple[int, float]] = OrderedDict()
         self._lock = threading.Lock()
+        self._trust = trust_seconds
+        self._clock = clock
+
+    @classmethod
+    def of(cls, settings: Settings, *, clock: Callable[[], float] = time.monotonic) -> HandedOut:
+        return cls(trust_seconds=settings.idle_ttl_seconds / 2, clock=clock)
 
     def get(self, thread: str) -> int:
         with self._lock:
-            return self._last.get(thread, 0)
+            return self._trusted(thread)
 
     def note(self, thread: str, seq: int) -> None:
         with self._lock:
-            self._last[thread] = max(seq, self._last.get(thread, 0))
+            self._last[thread] = (max(seq, self._trusted(thread)), self._clock())
             self._last.move_to_end(thread)
             if len(self._last) > HANDED_OUT_THREADS:
                 self._last.popitem(last=False)
+
+    def _trusted(self, thread: str) -> int:
+        seq, at = self._last.get(thread, (0, 0.0))
+        return seq if self._clock() - at <= self._trust else 0
 
 
 # Shared helpers. head_seq reads a payload's sequence number without decoding its JSON.
@@ -139,6 +160,39 @@ local function finish(thread, last)
     redis.call('HSET', thread, 'inflight', (last + 1) .. ':' .. upto)
   end
 end
+-- Lifetimes (docs/DESIGN.md, "Key lifetimes"). ``keep`` (push): a thread with messages
+-- queued keeps its hash, its registry entry, its user's entry and thread set, with no
+-- expiry, so no message is ever lost to one. ``idle``, after a step that may have emptied
+-- the queue: once it is empty the thread's hash and registry entry expire ``idle_ms`` on,
+-- and the user's entry and thread set too once none of the user's threads holds
+-- messages; members whose thread expired leave the set on the way (the set's sweep).
+local function keep(held)
+  for _, key in pairs(held) do redis.call('PERSIST', key) end
+end
+-- ``idle``'s arguments: the thread's hash, ARGV[a] (idle_ms, then the heads of the shard's
+-- pending and thread key names) and, when the caller knows whose thread it is, KEYS[k]
+-- (the session's registry entry, the user's, the user's thread set).
+local function whose(thread, k, a)
+  local t = {thread = thread, idle_ms = ARGV[a]}
+  if KEYS[k] then
+    t.session, t.user, t.threads = KEYS[k], KEYS[k + 1], KEYS[k + 2]
+    t.pending_head, t.thread_head = ARGV[a + 1], ARGV[a + 2]
+  end
+  return t
+end
+local function idle(pending, t)
+  if redis.call('EXISTS', pending) == 1 then return end
+  redis.call('PEXPIRE', t.thread, t.idle_ms)
+  if not t.threads then return end
+  redis.call('PEXPIRE', t.session, t.idle_ms)
+  for _, ref in ipairs(redis.call('SMEMBERS', t.threads)) do
+    local tk = string.match(ref, '([^/]*)$')
+    if redis.call('EXISTS', t.pending_head .. tk) == 1 then return end
+    if redis.call('EXISTS', t.thread_head .. tk) == 0 then redis.call('SREM', t.threads, ref) end
+  end
+  redis.call('PEXPIRE', t.threads, t.idle_ms)
+  redis.call('PEXPIRE', t.user, t.idle_ms)
+end
 local function room(pending, depth, n, thread_cap, global_cap)
   if redis.call('LLEN', pending) + n > thread_cap then return -1 end
   if tonumber(redis.call('GET', depth) or '0') + n > global_cap then return -2 end
@@ -149,9 +203,10 @@ end
 -- lagged, a restart without the last writes): it goes on after ``known``, so the numbers
 -- Redis lost are a gap the worker counts as lost, and none is handed out twice. ``stamp``:
 -- the epoch to queue under (a replayed letter's own); nil: the user's current one. Returns
--- the last number handed out and how many the counter skipped.
+-- the last number handed out and how many the counter skipped. ``held``: what ``keep``
+-- keeps while the messages wait.
 local function push(pending, thread, ready, depth, epoch_key, threads, seen, ref, now, keys, items,
-    known, stamp)
+    known, stamp, held)
   local seq = tonumber(redis.call('HGET', thread, 'seq') or '0')
   if seq == 0 then
     -- A new thread, or one whose counter Redis lost (evicted) while messages wait: go on
@@ -175,6 +230,7 @@ local function push(pending, thread, ready, depth, epoch_key, threads, seen, ref
   redis.call('PEXPIRE', seen, ARGV[2])
   redis.call('SADD', threads, ref)
   redis.call('HSET', thread, 'seq', seq)
+  keep(held)
   redis.call('INCRBY', depth, #items)
   -- NX keeps the score of a claimed or deferred thread: its holder re-checks on release.
   redis.call('ZADD', ready, 'NX', now, ref)
@@ -182,7 +238,8 @@ local function push(pending, thread, ready, depth, epoch_key, threads, seen, ref
 end
 """
 
-# KEYS pending, thread, ready, depth, epoch, user threads, seen, forgot
+# KEYS pending, thread, ready, depth, epoch, user threads, seen, forgot, the session's and
+# the user's registry entries (kept while the messages wait: ``keep``)
 # ARGV seen_keys, seen_ttl_ms, ref, now_ms, thread_cap, shard_cap, n, keys[n], payloads[n],
 # margin_ms, keep_ms, known (push's). A key ``seen`` holds from before the thread's last
 # queued forget (``forget``: its seq and said_ms) is appended again when the message was
@@ -229,7 +286,7 @@ if #items == 0 then return {0, 0, 0} end
 local full = room(KEYS[1], KEYS[4], #items, tonumber(ARGV[5]), tonumber(ARGV[6]))
 if full < 0 then return {full, 0, 0} end
 local pushed = push(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], ARGV[3],
-  ARGV[4], keys, items, tonumber(ARGV[10 + 2 * n]))
+  ARGV[4], keys, items, tonumber(ARGV[10 + 2 * n]), nil, {KEYS[2], KEYS[6], KEYS[9], KEYS[10]})
 for i = #items, 1, -1 do
   if forgets[i] then
     redis.call('HSET', KEYS[2], 'forget', (pushed[1] - #items + i) .. ':' .. forgets[i])
@@ -248,9 +305,9 @@ return {#items, pushed[1], pushed[2]}
 # where every forget of its user purges it, so an old one is replayed. It keeps the epoch
 # it was first queued under: a forget that raised the epoch since (and still waits to
 # purge) drops it, as it drops every message queued before it, ``said_ms`` or not.
-# KEYS as enqueue (forgot included) + dead; ARGV seen_keys, seen_ttl_ms, ref, now_ms,
-# thread_cap, shard_cap, letter, key, payload, margin_ms, epoch. Returns 1, -1 / -2
-# (caps), -3 (the letter is gone) or -4 (dropped as forgotten).
+# KEYS as enqueue's first eight + dead, then the registry entries; ARGV seen_keys,
+# seen_ttl_ms, ref, now_ms, thread_cap, shard_cap, letter, key, payload, margin_ms, epoch.
+# Returns 1, -1 / -2 (caps), -3 (the letter is gone) or -4 (dropped as forgotten).
 REPLAY_LUA = (
     _COMMON
     + """
@@ -264,7 +321,7 @@ local full = room(KEYS[1], KEYS[4], 1, tonumber(ARGV[5]), tonumber(ARGV[6]))
 if full < 0 then return full end
 if redis.call('LREM', KEYS[9], 1, ARGV[7]) == 0 then return -3 end
 push(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], ARGV[3], ARGV[4],
-  {ARGV[8]}, {ARGV[9]}, 0, ARGV[11])
+  {ARGV[8]}, {ARGV[9]}, 0, ARGV[11], {KEYS[2], KEYS[6], KEYS[10], KEYS[11]})
 return 1
 """
 )
@@ -330,7 +387,8 @@ redis.call('HSET', KEYS[2], 'inflight', ARGV[2], 'cut', ARGV[3])
 return 1
 """
 
-# KEYS lease, pending, thread, depth, lost; ARGV token, last stored seq.
+# KEYS lease, pending, thread, depth, lost, [session, user, thread set]; ARGV token, last
+# stored seq, idle_ms, pending head, thread head (``whose``).
 # Pops what is done up to ``last``; returns what is left, or -1 if the lease is lost.
 ACK_LUA = (
     _COMMON
@@ -342,14 +400,16 @@ if last > tonumber(redis.call('HGET', KEYS[3], 'persisted') or '0') then
   redis.call('HSET', KEYS[3], 'persisted', last)
 end
 finish(KEYS[3], last)
+idle(KEYS[2], whose(KEYS[3], 6, 3))
 return redis.call('LLEN', KEYS[2])
 """
 )
 
-# KEYS lease, pending, dead, thread, depth, lost; ARGV token, count, ref, reason, attempts,
-# now_ms, last seq ('' for any). Moves the first ``count`` items, up to ``last``, to the
-# dead letters: a JSON header line, then the item's bytes untouched (a malformed item may
-# not even be UTF-8). Returns what is left.
+# KEYS lease, pending, dead, thread, depth, lost, [session, user, thread set]; ARGV token,
+# count, ref, reason, attempts, now_ms, last seq ('' for any), then ``whose``'s three.
+# Moves the first ``count`` items, up to ``last``, to the dead letters: a JSON header
+# line, then the item's bytes untouched (a malformed item may not even be UTF-8). Returns
+# what is left.
 DEAD_LUA = (
     _COMMON
     + """
@@ -363,14 +423,18 @@ take(KEYS[2], KEYS[4], KEYS[5], KEYS[6], tonumber(ARGV[2]), tonumber(ARGV[7]), f
   top = head_seq(item) or top
 end)
 finish(KEYS[4], top)
+idle(KEYS[2], whose(KEYS[4], 7, 8))
 return redis.call('LLEN', KEYS[2])
 """
 )
 
-# KEYS lease, pending, ready, thread, lost, depth; ARGV token, ref, next_ms.
+# KEYS lease, pending, ready, thread, lost, depth, [session, user, thread set]; ARGV token,
+# ref, next_ms, then ``whose``'s three.
 # Gives the thread back: due again at next_ms if anything is still queued. An empty queue
 # whose counter says more was queued lost those messages: counted, and the gap closed.
-RELEASE_LUA = """
+RELEASE_LUA = (
+    _COMMON
+    + """
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 redis.call('DEL', KEYS[1])
 if redis.call('LLEN', KEYS[2]) > 0 then
@@ -386,15 +450,19 @@ if done and seq > tonumber(done) then
   redis.call('HSET', KEYS[4], 'done', seq)
   if redis.call('DECRBY', KEYS[6], missing) < 0 then redis.call('SET', KEYS[6], 0) end
 end
+idle(KEYS[2], whose(KEYS[4], 7, 4))
 return 1
 """
+)
 
-# KEYS pending, thread, ready, depth; ARGV ref, epoch. Drops the head messages queued
+# KEYS pending, thread, ready, depth; ARGV ref, epoch, idle_ms. Drops the head messages queued
 # before ``epoch`` (a forgotten user's; the user's newer ones come after them and stay).
 # ``done`` moves past them, so an old holder's ack can never pop newer messages. The
 # counter goes on. (A late re-push of a forgotten message is refused by the enqueue
 # script for when it was made, so the forget may delete ``seen`` too.)
-PURGE_LUA = """
+PURGE_LUA = (
+    _COMMON
+    + """
 local n, last = 0, nil
 while true do
   local head = redis.call('LINDEX', KEYS[1], 0)
@@ -408,8 +476,10 @@ if last then redis.call('HSET', KEYS[2], 'done', last) end
 if n > 0 then redis.call('HDEL', KEYS[2], 'inflight', 'attempts', 'failing_since') end
 if redis.call('LLEN', KEYS[1]) == 0 then redis.call('ZREM', KEYS[3], ARGV[1]) end
 if redis.call('DECRBY', KEYS[4], n) < 0 then redis.call('SET', KEYS[4], 0) end
+idle(KEYS[1], {thread = KEYS[2], idle_ms = ARGV[3]})
 return n
 """
+)
 
 # KEYS thread; ARGV now_ms. Counts a failed attempt at the head: (attempts, since ms).
 FAILED_LUA = """
@@ -544,8 +614,9 @@ class ThreadQueue:
     ) -> None:
         self.redis = redis
         self.settings = settings
-        self.handed_out = handed_out if handed_out is not None else HandedOut()
+        self.handed_out = handed_out if handed_out is not None else HandedOut.of(settings)
         self.keys = Keys.of(settings)
+        self.idle_ms = int(settings.idle_ttl_seconds * 1000)
         # Each shard's cap is checked inside its own slot: the deployment's share of it.
         self.shard_cap = math.ceil(settings.queue_cap / max(1, settings.redis_shards))
         flag = _ALLOW_OOM if allow_oom else ""
@@ -677,7 +748,13 @@ class ThreadQueue:
             k.epoch(head.app, head.user_id),
             k.user_threads(head.app, head.user_id),
             k.seen(ref),
+            k.forgot(head.app, head.user_id),
         ]
+
+    def _registry_keys(self, message: QueuedMessage) -> list[str]:
+        """The registry entries of the message's session and user (kept while it waits)."""
+        app, user_id = message.app, message.user_id
+        return [self.keys.session(app, user_id, message.session_id), self.keys.user(app, user_id)]
 
     def ref_of(self, message: QueuedMessage) -> str:
         """The reference of the message's thread."""
@@ -696,7 +773,7 @@ class ThreadQueue:
             # Half the budget: a replica that lags must not turn every turn's write
             # into a timeout (the message is queued; it is the copy that is late).
             wait_ms=max(1, int(self.settings.enqueue_timeout * 500)),
-            keys=[*self._append_keys(ref, head), self.keys.forgot(head.app, head.user_id)],
+            keys=[*self._append_keys(ref, head), *self._registry_keys(head)],
             args=[
                 *self._seen_args(),
                 ref,
@@ -738,8 +815,8 @@ class ThreadQueue:
             await self._replay(
                 keys=[
                     *self._append_keys(ref, message),
-                    self.keys.forgot(message.app, message.user_id),
                     self.keys.dead(self.keys.shard_of_ref(ref)),
+                    *self._registry_keys(message),
                 ],
                 args=[
                     *self._seen_args(),
@@ -796,7 +873,7 @@ class ThreadQueue:
             )
         )
 
-    async def head(self, ref: str, *, count: int, user: tuple[str, str, str] | None = None) -> Head:
+    async def head(self, ref: str, *, count: int, user: Whose | None = None) -> Head:
         """The first ``count`` payloads of the thread and its in-flight state; with
         ``user`` (the thread's app, user id and session id), that user's deletion epoch,
         forgetting mark and registry entries too, in the same round trip (the thread's
@@ -855,13 +932,30 @@ class ThreadQueue:
             args.append(epoch[2])
         return int(await self._replicated(self._begin, wait_ms=BEGIN_WAIT_MS, keys=keys, args=args))
 
-    async def ack(self, ref: str, token: str, *, last: int) -> int:
-        """Pop what is done up to ``last``; the messages left, or -1 if the lease is lost."""
+    def _lifetime(self, ref: str, user: Whose | None) -> tuple[list[str], list[Any]]:
+        """The keys and arguments of the scripts' ``idle``: the registry entries and thread
+        set of the thread's user when the caller knows them (``user``: app, user id, session
+        id), and the lifetime with the shard's key heads."""
         k, shard = self.keys, self.keys.shard_of_ref(ref)
+        args = [self.idle_ms, k.thread_head("pending", shard), k.thread_head("thread", shard)]
+        if user is None:
+            return [], args
+        app, user_id, session_id = user
+        keys = [k.session(app, user_id, session_id), k.user(app, user_id)]
+        return [*keys, k.user_threads(app, user_id)], args
+
+    async def ack(self, ref: str, token: str, *, last: int, user: Whose | None = None) -> int:
+        """Pop what is done up to ``last``; the messages left, or -1 if the lease is lost.
+        ``user``: whose thread it is, so the lifetimes of their keys start once it is empty."""
+        k, shard = self.keys, self.keys.shard_of_ref(ref)
+        keys, args = self._lifetime(ref, user)
         return int(
             await self._ack(
-                keys=[k.lease(ref), k.pending(ref), k.thread(ref), k.depth(shard), k.lost(shard)],
-                args=[token, last],
+                keys=[
+                    *(k.lease(ref), k.pending(ref), k.thread(ref), k.depth(shard), k.lost(shard)),
+                    *keys,
+                ],
+                args=[token, last, *args],
             )
         )
 
@@ -875,10 +969,12 @@ class ThreadQueue:
         attempts: int,
         now_ms: int,
         last: int | None = None,
+        user: Whose | None = None,
     ) -> int:
         """Move the first ``count`` items (none past seq ``last``) to the dead letters of
-        the thread's shard; what is left, or -1."""
+        the thread's shard; what is left, or -1. ``user`` as :meth:`ack`'s."""
         k, shard = self.keys, self.keys.shard_of_ref(ref)
+        lifetime_keys, lifetime_args = self._lifetime(ref, user)
         return int(
             await self._dead(
                 keys=[
@@ -888,13 +984,22 @@ class ThreadQueue:
                     k.thread(ref),
                     k.depth(shard),
                     k.lost(shard),
+                    *lifetime_keys,
                 ],
-                args=[token, count, ref, reason, attempts, now_ms, "" if last is None else last],
+                args=[
+                    *(token, count, ref, reason, attempts, now_ms),
+                    "" if last is None else last,
+                    *lifetime_args,
+                ],
             )
         )
 
-    async def release(self, ref: str, token: str, *, next_ms: int) -> bool:
+    async def release(
+        self, ref: str, token: str, *, next_ms: int, user: Whose | None = None
+    ) -> bool:
+        """Give the thread back (``user`` as :meth:`ack`'s)."""
         k, shard = self.keys, self.keys.shard_of_ref(ref)
+        lifetime_keys, lifetime_args = self._lifetime(ref, user)
         return bool(
             await self._release(
                 keys=[
@@ -904,8 +1009,9 @@ class ThreadQueue:
                     k.thread(ref),
                     k.lost(shard),
                     k.depth(shard),
+                    *lifetime_keys,
                 ],
-                args=[token, ref, next_ms],
+                args=[token, ref, next_ms, *lifetime_args],
             )
         )
 
@@ -916,7 +1022,7 @@ class ThreadQueue:
         return int(
             await self._purge(
                 keys=[k.pending(ref), k.thread(ref), k.ready(shard), k.depth(shard)],
-                args=[ref, before_epoch],
+                args=[ref, before_epoch, self.idle_ms],
             )
         )
 

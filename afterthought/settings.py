@@ -241,6 +241,11 @@ class Settings(BaseSettings):
     """Threads one worker process flushes at the same time."""
     provision_on_worker: bool = True
     """Provision a missing Zep user/thread from the worker; else dead-letter ``unprovisioned``."""
+    idle_ttl_seconds: float = Field(30 * 86400, ge=1)
+    """How long a session's keys (its queue state, its registry entry) outlive its last
+    message, and a user's (registry entry, thread set) the last of their sessions: then
+    they expire, and are rebuilt on demand (the same backend user; see docs/DESIGN.md,
+    "Key lifetimes"). Never while a message of theirs is queued or in flight."""
     thread_queue_cap: int = Field(10_000, ge=1)
     """Queued messages one thread may hold before enqueue pushes back."""
     queue_cap: int = Field(1_000_000, ge=1)

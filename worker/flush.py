@@ -581,7 +581,7 @@ class Flusher:
             with contextlib.suppress(asyncio.CancelledError):
                 await heartbeat
             try:
-                await self.queue.release(tk, lease.token, next_ms=next_ms)
+                await self.queue.release(tk, lease.token, next_ms=next_ms, user=self._whose.get(tk))
             finally:
                 self._active.discard(tk)
         return stats
@@ -1017,7 +1017,9 @@ class Flusher:
 
     async def _acknowledge(self, lease: _Lease, last: int) -> int:
         """Pop what is done up to ``last``; the messages left. Raises if the lease is lost."""
-        left = await self.queue.ack(lease.tk, lease.token, last=last)
+        left = await self.queue.ack(
+            lease.tk, lease.token, last=last, user=self._whose.get(lease.tk)
+        )
         if left == -1:
             raise _LeaseLost
         return left
@@ -1498,6 +1500,7 @@ class Flusher:
         left = await self.queue.dead_letter(
             lease.tk,
             lease.token,
+            user=self._whose.get(lease.tk),
             count=count,
             reason=reason,
             attempts=attempts,
