@@ -32,6 +32,7 @@ agent's enqueue does not: a full Redis pushes back on writers."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import math
 import threading
@@ -372,16 +373,32 @@ end
 return out
 """
 
-# KEYS lease, thread, then optionally the user's epoch and forgetting mark; ARGV token,
-# ``first:last``, ``per_call:part_chars``, then the epoch the batch was read under. Records
-# the batch about to be sent and its cut into calls, so an attempt after a crash or by
-# another worker sends exactly its calls again: 1, 0 if the lease is lost, -1 if the user
-# was forgotten since ``epoch`` was read or is being forgotten (nothing recorded).
+# KEYS lease, thread, pending, then optionally the user's epoch and forgetting mark; ARGV
+# token, ``first:last``, ``per_call:part_chars``, the record and cut the batch was decided
+# on ('' for none), how many payloads it is at the head and their digest (``head_digest``;
+# 0: not checked), then the epoch the batch was read under. Records the batch about to be
+# sent and its cut into calls, so an attempt after a crash or by another worker sends
+# exactly its calls again: 1, 0 if the lease is lost, -1 if the user was forgotten since
+# ``epoch`` was read or is being forgotten, -2 if this node's record, cut or head is not the
+# one the batch was decided on (nothing recorded in either case). The last check is what
+# makes a read on one node and a record on another safe: in a handover a worker's pooled
+# connections still reach the old master for seconds while its new ones reach the new
+# master, so its head may be read where an earlier attempt's record is missing, and written
+# over where that record is.
 BEGIN_LUA = """
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
-if KEYS[3] and (tonumber(redis.call('GET', KEYS[3]) or '0') ~= tonumber(ARGV[4])
-    or redis.call('GET', KEYS[4]) == 'pending') then
+if KEYS[4] and (tonumber(redis.call('GET', KEYS[4]) or '0') ~= tonumber(ARGV[8])
+    or redis.call('GET', KEYS[5]) == 'pending') then
   return -1
+end
+local state = redis.call('HMGET', KEYS[2], 'inflight', 'cut')
+if (state[1] or '') ~= ARGV[4] or (state[2] or '') ~= ARGV[5] then return -2 end
+local n = tonumber(ARGV[6])
+if n > 0 then
+  local items = redis.call('LRANGE', KEYS[3], 0, n - 1)
+  local framed = {}
+  for i = 1, #items do framed[i] = #items[i] .. ':' .. items[i] end
+  if #items ~= n or redis.sha1hex(table.concat(framed)) ~= ARGV[7] then return -2 end
 end
 redis.call('HSET', KEYS[2], 'inflight', ARGV[2], 'cut', ARGV[3])
 return 1
@@ -550,6 +567,8 @@ DATA_LOST_REPORT_MS = 7 * 24 * 3600 * 1000
 #: How often a process asks the sentinels again which replicas a write must reach.
 SENTINEL_VIEW_SECONDS = 1.0
 
+#: What :meth:`ThreadQueue.begin` returns when the thread is not as the batch was read.
+CHANGED = -2
 #: What the enqueue and replay scripts return when a cap refuses the messages.
 REFUSED = {-1: "thread queue full", -2: "queue full"}
 GONE = -3
@@ -916,17 +935,32 @@ class ThreadQueue:
         first: int,
         last: int,
         cut: tuple[int, int],
+        read: tuple[bytes | None, tuple[int, int] | None],
+        head: Sequence[bytes] = (),
         epoch: tuple[str, str, int] | None = None,
     ) -> int:
         """Record the batch about to be sent and its ``cut`` (messages per call,
         characters per part): after a failover, a crash or a lost lease, a next attempt
         reads back what it may have stored and resends the same calls under the same keys
-        instead of sending it twice. With ``epoch`` (the user's epoch key, forgetting key,
-        and the epoch the batch was read under), only if the user was not forgotten since
-        and is not being forgotten. 1 when recorded, 0 when the lease is lost, -1 when the
-        user was (being) forgotten."""
-        keys = [self.keys.lease(ref), self.keys.thread(ref)]
-        args: list[Any] = [token, f"{first}:{last}", f"{cut[0]}:{cut[1]}"]
+        instead of sending it twice. Only if the thread's record and cut are still ``read``
+        (the ones the batch was decided on) and ``head`` (the batch's payloads, as read)
+        is still the head of its queue: a read of another node, or of this one before it
+        changed, would write over the record of calls already sent cut otherwise. With
+        ``epoch`` (the user's epoch key, forgetting key, and the epoch the batch was read
+        under), only if the user was not forgotten since and is not being forgotten. 1 when
+        recorded, 0 when the lease is lost, -1 when the user was (being) forgotten,
+        :data:`CHANGED` when the thread is not as read."""
+        record, was = read
+        keys = [self.keys.lease(ref), self.keys.thread(ref), self.keys.pending(ref)]
+        args: list[Any] = [
+            token,
+            f"{first}:{last}",
+            f"{cut[0]}:{cut[1]}",
+            (record or b"").decode(),
+            f"{was[0]}:{was[1]}" if was else "",
+            len(head),
+            head_digest(head),
+        ]
         if epoch is not None:
             keys += [epoch[0], epoch[1]]
             args.append(epoch[2])
@@ -1207,6 +1241,12 @@ def _unconfirmed(
 def _not_replicated(problem: str) -> NotReplicated:
     log.warning("write not replicated problem=%s", problem)
     return NotReplicated(problem)
+
+
+def head_digest(items: Sequence[bytes]) -> str:
+    """The digest ``BEGIN_LUA`` compares a queue's head with: SHA-1 of each payload framed
+    by its length (so no two lists of payloads share one)."""
+    return hashlib.sha1(b"".join(b"%d:%s" % (len(item), item) for item in items)).hexdigest()
 
 
 def _seen_member(message: QueuedMessage) -> str:

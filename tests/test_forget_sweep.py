@@ -70,7 +70,7 @@ async def _dead_letter(settings: Settings, redis: aioredis.Redis, text: str) -> 
     await enqueue(settings, message)
     queue, tk, now = ThreadQueue(redis, settings), message.thread_key, int(time.time() * 1000)
     assert await queue.claim([tk], ["tok"], now_ms=now) == [True]
-    assert await queue.begin(tk, "tok", first=1, last=1, cut=(30, 2500))
+    assert await queue.begin(tk, "tok", first=1, last=1, cut=(30, 2500), read=(None, None))
     await queue.dead_letter(tk, "tok", count=1, reason="bad_request", attempts=1, now_ms=now)
     await queue.release(tk, "tok", next_ms=now)
 

@@ -45,7 +45,7 @@ from afterthought.identity import Identity, IdentityRegistry
 from afterthought.keys import Keys, digest
 from afterthought.quarantine import Entry as QuarantineEntry
 from afterthought.quarantine import Quarantine
-from afterthought.queue import Head, ThreadQueue
+from afterthought.queue import CHANGED, Head, ThreadQueue
 from afterthought.settings import Settings
 from afterthought.validation import refusal
 from afterthought.worker import metrics
@@ -91,6 +91,10 @@ RENEW_RETRY_SECONDS = 0.25
 OK_MARK_SECONDS = 1.0
 #: How long a forgotten user's new messages wait before the next look.
 HOLD_MS = 5000
+#: How long a thread whose record or head changed under a read waits before it is read
+#: again: in a handover, until the worker's connections reach the new master (the old
+#: one keeps its clients until the sentinels demote it, about 10 s).
+CHANGED_RETRY_MS = 250
 #: (thread, user) pairs whose ownership this process has checked.
 MAX_KNOWN_OWNERS = 10_000
 #: Threads whose (app, user, session) this process remembers, so the read of a batch's
@@ -124,6 +128,11 @@ class _Forgotten(Exception):
 
 class _Held(Exception):
     """The user is being forgotten: what they said since waits until that is done."""
+
+
+class _Changed(Exception):
+    """The thread's record or head is not what the batch was read as (a read of the old
+    master in a handover): nothing of it is sent; the thread is read again soon."""
 
 
 class _Paused(Exception):
@@ -338,10 +347,12 @@ class _History:
 @dataclass(frozen=True, slots=True)
 class _Cut:
     """How a batch is cut into calls (``calls``: messages per call, characters per part)
-    and the recorded in-flight range it is recorded with."""
+    and the recorded in-flight range it is recorded with; ``held``: the cut the thread's
+    record holds (None: none, a record from before cuts were recorded)."""
 
     calls: tuple[int, int]
     record: tuple[int, int]
+    held: tuple[int, int] | None
 
 
 @dataclass
@@ -364,6 +375,8 @@ class _Sending:
     """Messages per call and characters per part, as recorded with the batch."""
     record: tuple[int, int]
     """The recorded in-flight range (``first``, ``last``): the cut is recorded with it."""
+    held: tuple[int, int] | None
+    """The cut the thread's record holds (``cut``, once recorded)."""
     context: str | None = None
     """The context block the last successful call brought back."""
     stored_calls: set[str] = field(default_factory=set)
@@ -431,19 +444,23 @@ class Flusher:
     async def _recut(self, sending: _Sending, cut: tuple[int, int]) -> None:
         """Record a new cut of the in-flight batch (after a too-large refusal, a certain
         outcome): the next attempt, by any worker, sends these calls."""
+        first, last = sending.record
         began = await self.queue.begin(
             sending.lease.tk,
             sending.lease.token,
-            first=sending.record[0],
-            last=sending.record[1],
+            first=first,
+            last=last,
             cut=cut,
+            read=(f"{first}:{last}".encode(), sending.held),
             epoch=(*sending.epoch.keys, sending.epoch.seen),
         )
         if not began:
             raise _LeaseLost
+        if began == CHANGED:
+            raise _Changed
         if began < 0:
             raise _Forgotten
-        sending.cut = cut
+        sending.cut = sending.held = cut
 
     async def _expect_late(self, thread_uuid: str, *, seq: int) -> None:
         """A call of the thread, from message ``seq`` on, may commit late: look for copies
@@ -566,6 +583,9 @@ class Flusher:
         except _Held:
             stats["held"] += 1
             next_ms += HOLD_MS
+        except _Changed:
+            stats["changed"] += 1
+            next_ms += CHANGED_RETRY_MS
         except _Paused:
             stats["paused"] += 1
         except BackendError as exc:
@@ -792,21 +812,28 @@ class Flusher:
         if recorded:
             low, high = (int(x) for x in (inflight or b"").decode().split(":"))
             record = (low, high)
-        if not recorded:
-            began = await self.queue.begin(
-                tk, lease.token, first=first, last=last, cut=cut, epoch=checked
-            )
-        elif self.settings.redis_wait_replicas:
-            # The record may be one a master wrote and never replicated before it was
-            # replaced (a failed attempt's): written again, the same, and confirmed before
-            # it is relied on, or the new master's workers would send the batch again.
-            began = await self.queue.begin(
-                tk, lease.token, first=record[0], last=record[1], cut=cut, epoch=checked
-            )
-        else:
+        if recorded and not self.settings.redis_wait_replicas:
             began = 2  # nothing written, nothing compared: the first check reads
+        else:
+            # Recorded now; or, recorded already, written again, the same, and confirmed
+            # before it is relied on: it may be one a master wrote and never replicated
+            # before it was replaced (a failed attempt's), or the new master's workers
+            # would send the batch again. Only where the record, cut and head are still
+            # those read: the read may have reached another node (see ``BEGIN_LUA``).
+            began = await self.queue.begin(
+                tk,
+                lease.token,
+                first=record[0],
+                last=record[1],
+                cut=cut,
+                read=(inflight, head.cut),
+                head=raw_items[: len(batch)],
+                epoch=checked,
+            )
         if not began:
             raise _LeaseLost
+        if began == CHANGED:
+            raise _Changed
         if began < 0:  # forgotten since the head was read: nothing of it is sent
             return await self._drop_forgotten(lease, batch, stats)
         if began == 1:
@@ -818,7 +845,13 @@ class Flusher:
         )
         try:
             return await self._flush_checked(
-                lease, batch, stats, epoch, inflight, known, _Cut(cut, record)
+                lease,
+                batch,
+                stats,
+                epoch,
+                inflight,
+                known,
+                _Cut(cut, record, cut if began == 1 else head.cut),
             )
         except _Forgotten:  # the user was forgotten meanwhile: what is left goes
             return await self._drop_forgotten(lease, batch, stats)
@@ -871,6 +904,7 @@ class Flusher:
             replay=replay,
             cut=cut.calls,
             record=cut.record,
+            held=cut.held,
         )
         stored, refused = await self._deliver(sending, batch)
         if refused is not None:
