@@ -7,6 +7,7 @@ or worker, any process) finds it with one round trip."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import secrets
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -25,6 +26,14 @@ return 0
 # One command on one key, flagged allow-oom (Redis 7): at maxmemory the worker must still
 # provision new threads, or their queues could never drain and free memory.
 WRITE_LUA = "#!lua flags=allow-oom\nreturn redis.call(ARGV[1], KEYS[1], unpack(ARGV, 2))"
+
+#: The default backend user id of a deployment that had no users when it was recorded: no
+#: other deployment (another ``key_prefix``) on the same Zep project or store names one so.
+DEPLOYMENT_TEMPLATE = "{deployment}:{user_id}"
+#: The default of a deployment that had users before the default was recorded: theirs.
+LEGACY_TEMPLATE = "{user_id}"
+#: Registry entries read per round trip when a deployment's default is first recorded.
+SCAN_PAGE = 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,24 +63,52 @@ class IdentityRegistry:
         self._keys = Keys.of(settings)
         self._write = redis.register_script(WRITE_LUA) if allow_oom else None
         self._release = redis.register_script(RELEASE_LUA)
+        self._default: str | None = None
 
     async def _command(self, command: str, key: str, *args: str | int) -> object:
         if self._write is None:
             return await self._redis.execute_command(command, key, *args)
         return await self._write(keys=[key], args=[command, *args])
 
+    async def backend_user_id(self, *, app: str, user_id: str) -> str:
+        """The backend's id of the ADK user: by ``zep_user_id_template``, else by the
+        deployment's default (read from Redis once, recorded if it is the first to ask)."""
+        template = self._settings.zep_user_id_template
+        if template is None:
+            if self._default is None:
+                self._default = await default_template(self._redis, self._settings)
+            template = self._default
+        return self._settings.zep_user_id(app=app, user_id=user_id, template=template)
+
     async def lookup(self, *, app: str, user_id: str, session_id: str) -> Identity:
+        """The session's identity; the user as the app has them, else (one person in every
+        app) as another app of the deployment has them."""
         async with self._redis.pipeline(transaction=False) as pipe:
             pipe.hmget(self._keys.user(app, user_id), ["user_uuid", "graph_uuid"])
             pipe.get(self._keys.session(app, user_id, session_id))
             (user_uuid, graph_uuid), thread = await pipe.execute()
-        return Identity(
-            user=_user_ref(user_uuid, graph_uuid), thread_uuid=thread.decode() if thread else None
-        )
+        user = _user_ref(user_uuid, graph_uuid) or await self._person(user_id)
+        return Identity(user=user, thread_uuid=thread.decode() if thread else None)
 
     async def lookup_user(self, *, app: str, user_id: str) -> UserRef | None:
+        """The user as the app has them, else as another app of the deployment has them
+        (with a template without ``{app}``: one person in every app)."""
+        return await self._registered(app, user_id) or await self._person(user_id)
+
+    async def _registered(self, app: str, user_id: str) -> UserRef | None:
+        """The user as the registry maps them in this app."""
         user_uuid, graph_uuid = await self._redis.hmget(
             self._keys.user(app, user_id), ["user_uuid", "graph_uuid"]
+        )
+        return _user_ref(user_uuid, graph_uuid)
+
+    async def _person(self, user_id: str) -> UserRef | None:
+        """The person a user id names in every app, as any app registered them; None when
+        the template keeps apps apart."""
+        if self._settings.apps_apart:
+            return None
+        user_uuid, graph_uuid = await self._redis.hmget(
+            self._keys.person(user_id), ["user_uuid", "graph_uuid"]
         )
         return _user_ref(user_uuid, graph_uuid)
 
@@ -85,7 +122,7 @@ class IdentityRegistry:
         last_name: str | None = None,
     ) -> tuple[UserRef, bool]:
         """The user, created once across processes; True if this call created it."""
-        user = await self.lookup_user(app=app, user_id=user_id)
+        user = await self._registered(app, user_id)
         if user is not None:
             return user, False
         async with self._lock(digest(app, user_id)):
@@ -99,14 +136,18 @@ class IdentityRegistry:
         first_name: str | None,
         last_name: str | None,
     ) -> tuple[UserRef, bool]:
-        user = await self.lookup_user(app=app, user_id=user_id)
+        user = await self._registered(app, user_id)
         if user is not None:
             return user, False
-        user, created = await backend.ensure_user(
-            zep_user_id=self._settings.zep_user_id(app=app, user_id=user_id),
-            first_name=first_name,
-            last_name=last_name,
-        )
+        # Another app's registration of the person saves the backend a call; either way
+        # this app records them, so what walks the registry (a forget) finds this app too.
+        user, created = await self._person(user_id), False
+        if user is None:
+            user, created = await backend.ensure_user(
+                zep_user_id=await self.backend_user_id(app=app, user_id=user_id),
+                first_name=first_name,
+                last_name=last_name,
+            )
         await self._command(
             "HSET",
             self._keys.user(app, user_id),
@@ -114,6 +155,10 @@ class IdentityRegistry:
             *("user_uuid", user.user_uuid, "graph_uuid", user.graph_uuid),
             *("app", app, "user_id", user_id),
         )
+        if not self._settings.apps_apart:
+            await self._command(
+                "HSET", self._keys.person(user_id), *itertools.chain(*_fields(user).items())
+            )
         return user, created
 
     async def ensure_thread(
@@ -133,7 +178,7 @@ class IdentityRegistry:
         if known.user and known.thread_uuid:
             return known.user, known.thread_uuid, False
         user = (
-            known.user
+            await self._registered(app, user_id)
             or (
                 await self.ensure_user(
                     backend, app=app, user_id=user_id, first_name=first_name, last_name=last_name
@@ -163,12 +208,8 @@ class IdentityRegistry:
 
     async def users(self) -> AsyncIterator[Registered]:
         """Every user the registry knows, for what walks them all (pruning, synthesis,
-        forgetting a person in every app). One SCAN pattern covers every shard's tag
-        (``{prefix:s:x}``; a prefix holds no ``:``, so no other deployment's keys match),
-        and a cluster client scans each master."""
-        k = self._keys
-        pattern = f"{{{k.prefix}:*}}:id:user:*" if k.shards else f"{k.prefix}:id:user:*"
-        async for key in self._redis.scan_iter(match=pattern, count=1000):
+        forgetting a person in every app); a cluster client scans each master."""
+        async for key in self._redis.scan_iter(match=_users_pattern(self._keys), count=SCAN_PAGE):
             app, user_id, user_uuid, graph_uuid = await self._redis.hmget(
                 key, ["app", "user_id", "user_uuid", "graph_uuid"]
             )
@@ -184,6 +225,67 @@ class IdentityRegistry:
 
     def _lock(self, name: str) -> _Lock:
         return _Lock(self, self._keys.lock(name))
+
+
+async def default_template(redis: aioredis.Redis, settings: Settings) -> str:
+    """The deployment's default ``zep_user_id_template``, as recorded in Redis; recorded by
+    the first process to ask (``SET NX``: every process reads the same): ``{user_id}`` if
+    the registry holds users already (a deployment from before the default was recorded
+    keeps them), else ``{deployment}:{user_id}``. Recording it indexes those users by
+    person too (``Keys.person``), so their other apps read their memory from the first
+    turn: one pass over the registry, a page a round trip, once per deployment."""
+    keys = Keys.of(settings)
+    recorded = await redis.get(keys.user_ids)  # read first: at maxmemory a SET is refused
+    if recorded is None:
+        had_users = await _index_people(redis, settings)
+        chosen = LEGACY_TEMPLATE if had_users else DEPLOYMENT_TEMPLATE
+        recorded = await redis.set(keys.user_ids, chosen, nx=True, get=True) or chosen.encode()
+    return str(recorded.decode())
+
+
+async def _index_people(redis: aioredis.Redis, settings: Settings) -> bool:
+    """Each registered user under their person (unless apps are kept apart); whether there
+    was any."""
+    keys, found = Keys.of(settings), False
+    page: list[bytes] = []
+    async for key in redis.scan_iter(match=_users_pattern(keys), count=SCAN_PAGE):
+        page.append(key)
+        if len(page) == SCAN_PAGE:
+            found = await _index_page(redis, settings, page) or found
+            page = []
+    if page:
+        found = await _index_page(redis, settings, page) or found
+    return found
+
+
+async def _index_page(redis: aioredis.Redis, settings: Settings, page: list[bytes]) -> bool:
+    keys = Keys.of(settings)
+    async with redis.pipeline(transaction=False) as pipe:
+        for key in page:
+            pipe.hmget(key, ["user_id", "user_uuid", "graph_uuid"])
+        entries = await pipe.execute()
+    people = [
+        (user_id.decode(), user)
+        for user_id, user_uuid, graph_uuid in entries
+        if user_id and (user := _user_ref(user_uuid, graph_uuid)) is not None
+    ]
+    if people and not settings.apps_apart:
+        async with redis.pipeline(transaction=False) as pipe:
+            for user_id, user in people:
+                pipe.hset(keys.person(user_id), mapping=_fields(user))
+            await pipe.execute()
+    return bool(people)
+
+
+def _users_pattern(keys: Keys) -> str:
+    """Every user entry of the deployment: one SCAN pattern covers every shard's tag
+    (``{prefix:s:x}``; a prefix holds no ``:``, so no other deployment's keys match)."""
+    return f"{{{keys.prefix}:*}}:id:user:*" if keys.shards else f"{keys.prefix}:id:user:*"
+
+
+def _fields(user: UserRef) -> dict[str, str]:
+    """A person's entry."""
+    return {"user_uuid": user.user_uuid, "graph_uuid": user.graph_uuid}
 
 
 def _user_ref(user_uuid: bytes | None, graph_uuid: bytes | None) -> UserRef | None:
