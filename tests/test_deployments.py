@@ -144,16 +144,20 @@ async def test_a_deployment_with_users_from_before_keeps_them_and_a_new_one_shar
     old, new = two_deployments()
     before = old.model_copy(update={"zep_user_id_template": "{user_id}"})
     await _turn(before, APP, "ada", SECRET)
-    await redis.delete(Keys.of(old).user_ids)  # the version before recorded none
+    await redis.delete(f"{old.key_prefix}:user-ids")  # the version before recorded none
 
     assert _told(await _turn(old, APP, "ada", "What is my locker code?"))  # upgraded
-    assert await redis.get(Keys.of(old).user_ids) == b"{user_id}"
-    registry = IdentityRegistry(redis, old)
-    assert await registry.backend_user_id(app=APP, user_id="bob") == "bob"
+    await _turn(old, APP, "bob", "Hello")  # a new user is named as the others were
+    backend = open_backend(old)
+    try:
+        assert await backend.find_user(zep_user_id="bob") is not None
+    finally:
+        await backend.aclose()
 
     await _turn(new, APP, "ada", "Hello")
     assert not _told(await _turn(new, APP, "ada", "What is my locker code?"))
     assert not _told(await _found(new, APP, "ada", "locker code"))
+    assert await redis.get(Keys.of(old).user_ids) == b"{user_id}"
 
 
 # --- one person in every app ---------------------------------------------------------
@@ -206,9 +210,8 @@ async def test_forgetting_the_person_in_an_app_that_never_saw_them_forgets_them(
     forgetter = Forgetter(any_settings, redis, open_backend(any_settings))
     done = await forgetter.forget_user(app="preload_agent", user_id="ada")
     assert done.users == 2 and not done.pending
-    assert await redis.exists(Keys.of(any_settings).person("ada")) == 0
     for app in ("shop", "preload_agent"):
-        assert (
-            await IdentityRegistry(redis, any_settings).lookup_user(app=app, user_id="ada") is None
-        )
+        registry = IdentityRegistry(redis, any_settings)
+        assert await registry.lookup_user(app=app, user_id="ada") is None
         assert not await _found(any_settings, app, "ada", "locker code")
+    assert await redis.exists(Keys.of(any_settings).person("ada")) == 0
