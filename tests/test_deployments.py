@@ -23,11 +23,11 @@ from google.adk.sessions import InMemorySessionService
 from afterthought.agent_hooks import MemoryPlugin, ZepMemoryService, create_callbacks
 from afterthought.backends import open_backend
 from afterthought.identity import IdentityRegistry
-from afterthought.keys import Keys
+from afterthought.keys import Keys, digest
 from afterthought.settings import Settings
 from afterthought.testing.stand_in_model import StandInLlm, memory_lines
 from tests.adk_support import say
-from tests.conftest import REDIS_URL, drain
+from tests.conftest import BOTH_LAYOUTS, REDIS_URL, drain
 
 APP = "memtest"
 SECRET = "My locker code is Quuxblorf."
@@ -135,6 +135,7 @@ async def test_two_deployments_that_say_they_share_users_share_them(
     assert _told(await _found(second, APP, "ada", "locker code"))
 
 
+@BOTH_LAYOUTS
 async def test_a_deployment_with_users_from_before_keeps_them_and_a_new_one_shares_none(
     two_deployments: Callable[..., tuple[Settings, Settings]], redis: aioredis.Redis
 ) -> None:
@@ -144,9 +145,11 @@ async def test_a_deployment_with_users_from_before_keeps_them_and_a_new_one_shar
     old, new = two_deployments()
     before = old.model_copy(update={"zep_user_id_template": "{user_id}"})
     await _turn(before, APP, "ada", SECRET)
-    await redis.delete(f"{old.key_prefix}:user-ids")  # the version before recorded none
+    # The version before recorded no default, and no one by person.
+    await redis.delete(f"{old.key_prefix}:user-ids", f"{old.key_prefix}:id:person:{digest('ada')}")
 
     assert _told(await _turn(old, APP, "ada", "What is my locker code?"))  # upgraded
+    assert _told(await _turn(old, "preload_agent", "ada", "Hi", drained=False))  # indexed
     await _turn(old, APP, "bob", "Hello")  # a new user is named as the others were
     backend = open_backend(old)
     try:
@@ -163,6 +166,7 @@ async def test_a_deployment_with_users_from_before_keeps_them_and_a_new_one_shar
 # --- one person in every app ---------------------------------------------------------
 
 
+@BOTH_LAYOUTS
 async def test_the_first_turn_in_another_app_has_the_users_memory(
     any_settings: Settings,
 ) -> None:
