@@ -177,22 +177,21 @@ class IdentityRegistry:
         known = await self.lookup(app=app, user_id=user_id, session_id=session_id)
         if known.user and known.thread_uuid:
             return known.user, known.thread_uuid, False
-        user = (
-            await self._registered(app, user_id)
-            or (
-                await self.ensure_user(
-                    backend, app=app, user_id=user_id, first_name=first_name, last_name=last_name
-                )
-            )[0]
+        # Not ``known.user``: one found under their person is recorded in this app first.
+        user, _ = await self.ensure_user(
+            backend, app=app, user_id=user_id, first_name=first_name, last_name=last_name
         )
         # Locked per session, not per user: a user's new sessions are provisioned in parallel.
         async with self._lock(digest(app, user_id, session_id)):
             known = await self.lookup(app=app, user_id=user_id, session_id=session_id)
             if known.thread_uuid is not None:
                 return user, known.thread_uuid, False
-            # Scoped by the user: two users who pick the same session id get two threads.
+            # Scoped by the deployment and the user: two users who pick the same session id
+            # get two threads, and so do two deployments on one store (whose keys are not
+            # scoped by the backend's user, unlike Zep's).
             thread_uuid = await backend.create_thread(
-                user=user, idempotency_key=f"thread:{digest(app, user_id, session_id)}"
+                user=user,
+                idempotency_key=f"thread:{digest(self._keys.prefix, app, user_id, session_id)}",
             )
             await self._command("SET", self._keys.session(app, user_id, session_id), thread_uuid)
             return user, thread_uuid, True

@@ -71,9 +71,18 @@ def two_deployments(
     return make
 
 
-async def _turn(settings: Settings, app: str, user: str, text: str, *, drained: bool = True):  # type: ignore[no-untyped-def]
-    """One turn of ``user`` in ``app`` through a real Runner (the callbacks); the lines of
-    the memory block the model was shown. Drained after, unless ``drained`` is False."""
+async def _turn(  # type: ignore[no-untyped-def]
+    settings: Settings,
+    app: str,
+    user: str,
+    text: str,
+    *,
+    drained: bool = True,
+    session_id: str | None = None,
+):
+    """One turn of ``user`` in ``app`` (a new session, or ``session_id``) through a real
+    Runner (the callbacks); the lines of the memory block the model was shown. Drained
+    after, unless ``drained`` is False."""
     callbacks = create_callbacks(settings=settings)
     model = StandInLlm()
     agent = LlmAgent(
@@ -83,7 +92,9 @@ async def _turn(settings: Settings, app: str, user: str, text: str, *, drained: 
         after_model_callback=callbacks.after_model_callback,
     )
     runner = Runner(app_name=app, agent=agent, session_service=InMemorySessionService())
-    session = await runner.session_service.create_session(app_name=app, user_id=user)
+    session = await runner.session_service.create_session(
+        app_name=app, user_id=user, session_id=session_id
+    )
     await say(runner, user, session.id, text)
     if drained:
         await drain(settings)
@@ -123,6 +134,21 @@ async def test_two_deployments_on_one_backend_share_no_user_by_default(
         for s in (first, second)
     ]
     assert ids == [f"{first.key_prefix}:ada", f"{second.key_prefix}:ada"]
+
+
+async def test_two_deployments_with_one_session_id_each_store_their_own(
+    two_deployments: Callable[..., tuple[Settings, Settings]], redis: aioredis.Redis
+) -> None:
+    """ADK's API server lets clients choose session ids: ``default`` is every deployment's.
+    Each gets its own thread (the local store refuses one user's thread to another)."""
+    first, second = two_deployments()
+    await _turn(first, APP, "ada", SECRET, session_id="default")
+    await _turn(second, APP, "ada", "I live in Oslo.", session_id="default")
+    for settings in (first, second):
+        assert await redis.llen(Keys.of(settings).dead()) == 0
+    assert any("Oslo" in hit for hit in await _found(second, APP, "ada", "Oslo"))
+    assert not _told(await _found(second, APP, "ada", "locker code"))
+    assert _told(await _found(first, APP, "ada", "locker code"))
 
 
 async def test_two_deployments_that_say_they_share_users_share_them(
@@ -166,7 +192,6 @@ async def test_a_deployment_with_users_from_before_keeps_them_and_a_new_one_shar
 # --- one person in every app ---------------------------------------------------------
 
 
-@BOTH_LAYOUTS
 async def test_the_first_turn_in_another_app_has_the_users_memory(
     any_settings: Settings,
 ) -> None:
