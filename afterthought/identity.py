@@ -7,6 +7,7 @@ or worker, any process) finds it with one round trip."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import secrets
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -25,19 +26,28 @@ return 0
 # One command on one key, flagged allow-oom (Redis 7): at maxmemory the worker must still
 # provision new threads, or their queues could never drain and free memory.
 WRITE_LUA = "#!lua flags=allow-oom\nreturn redis.call(ARGV[1], KEYS[1], unpack(ARGV, 2))"
-# KEYS the entry, its guard (the session's pending list; the user's thread set); ARGV
-# idle_ms, a command and its arguments. A registry write and the entry's lifetime in one
-# step: none while the guard exists with no expiry (messages of theirs wait, and the queue
-# scripts' ``keep`` holds it so), else ``idle_ms`` (docs/DESIGN.md, "Key lifetimes").
+# KEYS the entry and its guard (the session's pending list; the user's thread set; none
+# for the person); ARGV idle_ms, a command and its arguments. A registry write and the
+# entry's lifetime in one step: none while the guard exists with no expiry (messages of
+# theirs wait, and the queue scripts' ``keep`` holds it so), else ``idle_ms``
+# (docs/DESIGN.md, "Key lifetimes").
 ENTRY_LUA = """
 redis.call(ARGV[2], KEYS[1], unpack(ARGV, 3))
-if redis.call('PTTL', KEYS[2]) == -1 then
+if KEYS[2] and redis.call('PTTL', KEYS[2]) == -1 then
   redis.call('PERSIST', KEYS[1])
 else
   redis.call('PEXPIRE', KEYS[1], ARGV[1])
 end
 return 1
 """
+
+#: The default backend user id of a deployment that had no users when it was recorded: no
+#: other deployment (another ``key_prefix``) on the same Zep project or store names one so.
+DEPLOYMENT_TEMPLATE = "{deployment}:{user_id}"
+#: The default of a deployment that had users before the default was recorded: theirs.
+LEGACY_TEMPLATE = "{user_id}"
+#: Registry entries read per round trip when a deployment's default is first recorded.
+SCAN_PAGE = 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,24 +81,52 @@ class IdentityRegistry:
         )
         self._idle_ms = int(settings.idle_ttl_seconds * 1000)
         self._release = redis.register_script(RELEASE_LUA)
+        self._default: str | None = None
 
     async def _command(self, command: str, key: str, *args: str | int) -> object:
         if self._write is None:
             return await self._redis.execute_command(command, key, *args)
         return await self._write(keys=[key], args=[command, *args])
 
+    async def backend_user_id(self, *, app: str, user_id: str) -> str:
+        """The backend's id of the ADK user: by ``zep_user_id_template``, else by the
+        deployment's default (read from Redis once, recorded if it is the first to ask)."""
+        template = self._settings.zep_user_id_template
+        if template is None:
+            if self._default is None:
+                self._default = await default_template(self._redis, self._settings)
+            template = self._default
+        return self._settings.zep_user_id(app=app, user_id=user_id, template=template)
+
     async def lookup(self, *, app: str, user_id: str, session_id: str) -> Identity:
+        """The session's identity; the user as the app has them, else (one person in every
+        app) as another app of the deployment has them."""
         async with self._redis.pipeline(transaction=False) as pipe:
             pipe.hmget(self._keys.user(app, user_id), ["user_uuid", "graph_uuid"])
             pipe.get(self._keys.session(app, user_id, session_id))
             (user_uuid, graph_uuid), thread = await pipe.execute()
-        return Identity(
-            user=_user_ref(user_uuid, graph_uuid), thread_uuid=thread.decode() if thread else None
-        )
+        user = _user_ref(user_uuid, graph_uuid) or await self._person(user_id)
+        return Identity(user=user, thread_uuid=thread.decode() if thread else None)
 
     async def lookup_user(self, *, app: str, user_id: str) -> UserRef | None:
+        """The user as the app has them, else as another app of the deployment has them
+        (with a template without ``{app}``: one person in every app)."""
+        return await self._registered(app, user_id) or await self._person(user_id)
+
+    async def _registered(self, app: str, user_id: str) -> UserRef | None:
+        """The user as the registry maps them in this app."""
         user_uuid, graph_uuid = await self._redis.hmget(
             self._keys.user(app, user_id), ["user_uuid", "graph_uuid"]
+        )
+        return _user_ref(user_uuid, graph_uuid)
+
+    async def _person(self, user_id: str) -> UserRef | None:
+        """The person a user id names in every app, as any app registered them; None when
+        the template keeps apps apart."""
+        if self._settings.apps_apart:
+            return None
+        user_uuid, graph_uuid = await self._redis.hmget(
+            self._keys.person(user_id), ["user_uuid", "graph_uuid"]
         )
         return _user_ref(user_uuid, graph_uuid)
 
@@ -102,7 +140,7 @@ class IdentityRegistry:
         last_name: str | None = None,
     ) -> tuple[UserRef, bool]:
         """The user, created once across processes; True if this call created it."""
-        user = await self.lookup_user(app=app, user_id=user_id)
+        user = await self._registered(app, user_id)
         if user is not None:
             return user, False
         async with self._lock(digest(app, user_id)):
@@ -116,14 +154,18 @@ class IdentityRegistry:
         first_name: str | None,
         last_name: str | None,
     ) -> tuple[UserRef, bool]:
-        user = await self.lookup_user(app=app, user_id=user_id)
+        user = await self._registered(app, user_id)
         if user is not None:
             return user, False
-        user, created = await backend.ensure_user(
-            zep_user_id=self._settings.zep_user_id(app=app, user_id=user_id),
-            first_name=first_name,
-            last_name=last_name,
-        )
+        # Another app's registration of the person saves the backend a call; either way
+        # this app records them, so what walks the registry (a forget) finds this app too.
+        user, created = await self._person(user_id), False
+        if user is None:
+            user, created = await backend.ensure_user(
+                zep_user_id=await self.backend_user_id(app=app, user_id=user_id),
+                first_name=first_name,
+                last_name=last_name,
+            )
         await self._entry(
             keys=[self._keys.user(app, user_id), self._keys.user_threads(app, user_id)],
             args=[
@@ -133,7 +175,18 @@ class IdentityRegistry:
                 *("app", app, "user_id", user_id),
             ],
         )
+        await self._keep_person(user_id, user)
         return user, created
+
+    async def _keep_person(self, user_id: str, user: UserRef) -> None:
+        """Records the person for every app, for ``idle_ttl_seconds`` from now: each new
+        thread of theirs renews it, and once it has expired a lookup falls back to the
+        backend, whose user id is the same."""
+        if not self._settings.apps_apart:
+            await self._entry(
+                keys=[self._keys.person(user_id)],
+                args=[self._idle_ms, "HSET", *itertools.chain(*_fields(user).items())],
+            )
 
     async def ensure_thread(
         self,
@@ -151,28 +204,28 @@ class IdentityRegistry:
         known = await self.lookup(app=app, user_id=user_id, session_id=session_id)
         if known.user and known.thread_uuid:
             return known.user, known.thread_uuid, False
-        user = (
-            known.user
-            or (
-                await self.ensure_user(
-                    backend, app=app, user_id=user_id, first_name=first_name, last_name=last_name
-                )
-            )[0]
+        # Not ``known.user``: one found under their person is recorded in this app first.
+        user, _ = await self.ensure_user(
+            backend, app=app, user_id=user_id, first_name=first_name, last_name=last_name
         )
         # Locked per session, not per user: a user's new sessions are provisioned in parallel.
         async with self._lock(digest(app, user_id, session_id)):
             known = await self.lookup(app=app, user_id=user_id, session_id=session_id)
             if known.thread_uuid is not None:
                 return user, known.thread_uuid, False
-            # Scoped by the user: two users who pick the same session id get two threads.
+            # Scoped by the deployment and the user: two users who pick the same session id
+            # get two threads, and so do two deployments on one store (whose keys are not
+            # scoped by the backend's user, unlike Zep's).
             thread_uuid = await backend.create_thread(
-                user=user, idempotency_key=f"thread:{digest(app, user_id, session_id)}"
+                user=user,
+                idempotency_key=f"thread:{digest(self._keys.prefix, app, user_id, session_id)}",
             )
             pending = self._keys.pending(self._keys.thread_ref(app, user_id, session_id))
             await self._entry(
                 keys=[self._keys.session(app, user_id, session_id), pending],
                 args=[self._idle_ms, "SET", thread_uuid],
             )
+            await self._keep_person(user_id, user)
             return user, thread_uuid, True
 
     async def ensure(
@@ -186,12 +239,8 @@ class IdentityRegistry:
 
     async def users(self) -> AsyncIterator[Registered]:
         """Every user the registry knows, for what walks them all (pruning, synthesis,
-        forgetting a person in every app). One SCAN pattern covers every shard's tag
-        (``{prefix:s:x}``; a prefix holds no ``:``, so no other deployment's keys match),
-        and a cluster client scans each master."""
-        k = self._keys
-        pattern = f"{{{k.prefix}:*}}:id:user:*" if k.shards else f"{k.prefix}:id:user:*"
-        async for key in self._redis.scan_iter(match=pattern, count=1000):
+        forgetting a person in every app); a cluster client scans each master."""
+        async for key in self._redis.scan_iter(match=_users_pattern(self._keys), count=SCAN_PAGE):
             app, user_id, user_uuid, graph_uuid = await self._redis.hmget(
                 key, ["app", "user_id", "user_uuid", "graph_uuid"]
             )
@@ -207,6 +256,68 @@ class IdentityRegistry:
 
     def _lock(self, name: str) -> _Lock:
         return _Lock(self, self._keys.lock(name))
+
+
+async def default_template(redis: aioredis.Redis, settings: Settings) -> str:
+    """The deployment's default ``zep_user_id_template``, as recorded in Redis; recorded by
+    the first process to ask (``SET NX``: every process reads the same): ``{user_id}`` if
+    the registry holds users already (a deployment from before the default was recorded
+    keeps them), else ``{deployment}:{user_id}``. Recording it indexes those users by
+    person too (``Keys.person``), so their other apps read their memory from the first
+    turn: one pass over the registry, a page a round trip, once per deployment."""
+    keys = Keys.of(settings)
+    recorded = await redis.get(keys.user_ids)  # read first: at maxmemory a SET is refused
+    if recorded is None:
+        had_users = await _index_people(redis, settings)
+        chosen = LEGACY_TEMPLATE if had_users else DEPLOYMENT_TEMPLATE
+        recorded = await redis.set(keys.user_ids, chosen, nx=True, get=True) or chosen.encode()
+    return str(recorded.decode())
+
+
+async def _index_people(redis: aioredis.Redis, settings: Settings) -> bool:
+    """Each registered user under their person (unless apps are kept apart); whether there
+    was any."""
+    keys, found = Keys.of(settings), False
+    page: list[bytes] = []
+    async for key in redis.scan_iter(match=_users_pattern(keys), count=SCAN_PAGE):
+        page.append(key)
+        if len(page) == SCAN_PAGE:
+            found = await _index_page(redis, settings, page) or found
+            page = []
+    if page:
+        found = await _index_page(redis, settings, page) or found
+    return found
+
+
+async def _index_page(redis: aioredis.Redis, settings: Settings, page: list[bytes]) -> bool:
+    keys = Keys.of(settings)
+    async with redis.pipeline(transaction=False) as pipe:
+        for key in page:
+            pipe.hmget(key, ["user_id", "user_uuid", "graph_uuid"])
+        entries = await pipe.execute()
+    people = [
+        (user_id.decode(), user)
+        for user_id, user_uuid, graph_uuid in entries
+        if user_id and (user := _user_ref(user_uuid, graph_uuid)) is not None
+    ]
+    if people and not settings.apps_apart:
+        async with redis.pipeline(transaction=False) as pipe:
+            for user_id, user in people:
+                pipe.hset(keys.person(user_id), mapping=_fields(user))
+                pipe.pexpire(keys.person(user_id), int(settings.idle_ttl_seconds * 1000))
+            await pipe.execute()
+    return bool(people)
+
+
+def _users_pattern(keys: Keys) -> str:
+    """Every user entry of the deployment: one SCAN pattern covers every shard's tag
+    (``{prefix:s:x}``; a prefix holds no ``:``, so no other deployment's keys match)."""
+    return f"{{{keys.prefix}:*}}:id:user:*" if keys.shards else f"{keys.prefix}:id:user:*"
+
+
+def _fields(user: UserRef) -> dict[str, str]:
+    """A person's entry."""
+    return {"user_uuid": user.user_uuid, "graph_uuid": user.graph_uuid}
 
 
 def _user_ref(user_uuid: bytes | None, graph_uuid: bytes | None) -> UserRef | None:

@@ -242,6 +242,21 @@ class Keys:
             f"{digest(app, user_id)}:{digest(app, user_id, session_id)}"
         )
 
+    def person(self, user_id: str) -> str:
+        """HASH ``user_uuid``, ``graph_uuid`` of the person a user id names in every app (a
+        ``zep_user_id_template`` without ``{app}``), so an app the registry has not mapped
+        them in yet reads their memory from the first turn. Lives ``idle_ttl_seconds`` from
+        their last new thread (a miss falls back to the backend, which names them the same);
+        a forget removes it. Untagged (their apps are in different shards)."""
+        return f"{self.prefix}:id:person:{digest(user_id)}"
+
+    @property
+    def user_ids(self) -> str:
+        """STRING: the ``zep_user_id_template`` of the deployment's default, recorded the
+        first time it is needed (durable): ``{deployment}:{user_id}``, or ``{user_id}`` for
+        a deployment that had users before it was recorded."""
+        return f"{self.prefix}:user-ids"
+
     # --- the context cache (R2) -------------------------------------------------------
     def context_user(self, app: str, user_id: str) -> str:
         """STRING ``version\\nwritten_ms\\nblock``: the user's block; expires."""
@@ -284,13 +299,13 @@ class Keys:
         a message older than that is refused anyway."""
         return f"{self._user_base(app, user_id)}:forgot:{digest(app, user_id)}"
 
-    def forgot_person(self, zep_user_id: str) -> str:
-        """STRING ms (Redis' clock) when a forget of the person a backend user id names
-        (``zep_user_id_template`` without ``{app}``: one person in every app) last began:
-        the worker drops what they said before it in any app, registered there or not.
-        Untagged (a person's apps are in different shards), so only read on its own;
-        expires as ``forgot`` does."""
-        return f"{self.prefix}:forgot:person:{digest(zep_user_id)}"
+    def forgot_person(self, user_id: str) -> str:
+        """STRING ms (Redis' clock) when a forget of the person a user id names in every app
+        (a ``zep_user_id_template`` without ``{app}``) last began: the worker drops what
+        they said before it in any app, registered there or not. Untagged (a person's apps
+        are in different shards), so only read on its own; expires as ``forgot`` does. (By
+        the user id: with the template ``{user_id}`` the backend user id, as it was named.)"""
+        return f"{self.prefix}:forgot:person:{digest(user_id)}"
 
     def forgetting(self, app: str, user_id: str) -> str:
         """STRING set while the user is being forgotten, and for a short cool-down after:

@@ -189,10 +189,16 @@ class Settings(BaseSettings):
     failover: at least this many replicas, and every replica the master had and the
     sentinels could promote, hold it (``WAIT`` with ``ROLE``; unconfirmed, it is sent
     again). With two replicas per master, 1 keeps a failover from losing or doubling it."""
-    zep_user_id_template: str = "{user_id}"
-    """Backend ``user_id`` from ADK's ``app`` and ``user_id``. The default makes one user id
-    one person in every app of the deployment (one memory; forgetting them forgets them in
-    all); ``{app}:{user_id}`` keeps each app's memory apart."""
+    zep_user_id_template: str | None = None
+    """Backend ``user_id`` from the deployment (``{deployment}``: ``key_prefix``) and ADK's
+    ``{app}`` and ``{user_id}``. Unset, the deployment's default, recorded in Redis the first
+    time it is needed (``afterthought.identity.default_template``): ``{deployment}:{user_id}``
+    (another deployment on the same Zep project or store never shares a user), or
+    ``{user_id}`` for a deployment that had users before the default was recorded (they keep
+    their memory). Without ``{app}`` one user id is one person in every app of the deployment
+    (one memory; forgetting them forgets them in all); ``{deployment}:{app}:{user_id}`` keeps
+    each app's memory apart. A template without ``{deployment}`` names the same user in
+    every deployment that sets it: say so only for deployments that share their users."""
     assistant_name: str = "Assistant"
     """Display name stored with assistant messages."""
     max_message_chars: int = Field(2500, ge=100, le=1_000_000)
@@ -387,6 +393,7 @@ class Settings(BaseSettings):
         "embedding_model",
         "context_template_uuid",
         "synthesis_model",
+        "zep_user_id_template",
         "audit_key",
         "metrics_port",
         mode="before",
@@ -505,11 +512,15 @@ class Settings(BaseSettings):
 
     @field_validator("zep_user_id_template")
     @classmethod
-    def _known_fields(cls, value: str) -> str:
+    def _known_fields(cls, value: str | None) -> str | None:
+        if value is None:
+            return value
         try:
-            value.format(app="a", user_id="u")
+            value.format(app="a", user_id="u", deployment="d")
         except (KeyError, IndexError, ValueError) as exc:
-            raise ValueError("zep_user_id_template may use only {app} and {user_id}") from exc
+            raise ValueError(
+                "zep_user_id_template may use only {deployment}, {app} and {user_id}"
+            ) from exc
         if "{user_id}" not in value:
             raise ValueError("zep_user_id_template must contain {user_id}")
         return value
@@ -540,5 +551,13 @@ class Settings(BaseSettings):
             return self.backend
         return "zep" if self.zep_api_key else "local"
 
-    def zep_user_id(self, *, app: str, user_id: str) -> str:
-        return self.zep_user_id_template.format(app=app, user_id=user_id)
+    @property
+    def apps_apart(self) -> bool:
+        """Whether one user id names another person in each app (the template has
+        ``{app}``); the default names one person in every app."""
+        return "{app}" in (self.zep_user_id_template or "")
+
+    def zep_user_id(self, *, app: str, user_id: str, template: str) -> str:
+        """The backend user id by ``template`` (the setting, else the deployment's default:
+        ``IdentityRegistry.backend_user_id`` knows which)."""
+        return template.format(app=app, user_id=user_id, deployment=self.key_prefix)

@@ -20,6 +20,7 @@ import redis.asyncio as aioredis
 
 from afterthought.connections import connect
 from afterthought.contract import QueuedMessage, Role
+from afterthought.identity import IdentityRegistry
 from afterthought.keys import Keys
 from afterthought.queue import ThreadQueue
 from afterthought.settings import Settings
@@ -183,6 +184,15 @@ async def drain(settings: Settings, *, timeout: float = 30.0) -> None:
             if time.monotonic() > deadline:
                 raise TimeoutError("queue not drained")
             await asyncio.sleep(0.05)
+    finally:
+        await client.aclose()
+
+
+async def backend_user_id(settings: Settings, *, app: str, user_id: str) -> str:
+    """The backend's id of an ADK user, as the deployment's workers name them."""
+    client = connect(settings.redis_url)
+    try:
+        return await IdentityRegistry(client, settings).backend_user_id(app=app, user_id=user_id)
     finally:
         await client.aclose()
 

@@ -16,7 +16,7 @@ from afterthought.testing.stand_in_model import memory_lines
 from afterthought.worker.forget import Forgetter
 from afterthought.worker.synthesize import Synthesizer
 from tests.adk_support import APP, make_runner, new_session, say
-from tests.conftest import drain, enqueue, queued, run_cli
+from tests.conftest import backend_user_id, drain, enqueue, queued, run_cli
 
 
 async def _session(settings: Settings, *lines: str, user: str = "alice") -> list[str]:
@@ -164,9 +164,10 @@ async def test_a_user_the_registry_lost_is_still_forgotten(
     """Redis lost the registry's record (a restart without persistence, an evicted key):
     the forget finds the user in the backend itself, and deletes them there."""
     await _session(any_settings, "My locker code is Quuxblorf")
-    await redis.delete(Keys(any_settings.key_prefix).user(APP, "alice"))
+    keys = Keys(any_settings.key_prefix)
+    await redis.delete(keys.user(APP, "alice"), keys.person("alice"))
     backend = open_backend(any_settings)
-    zep_id = any_settings.zep_user_id(app=APP, user_id="alice")
+    zep_id = await backend_user_id(any_settings, app=APP, user_id="alice")
     assert await backend.find_user(zep_user_id=zep_id) is not None
     done = await _forgetter(any_settings, redis).forget_user(app=APP, user_id="alice")
     assert done.users == 1 and not done.pending

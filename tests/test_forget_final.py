@@ -39,7 +39,7 @@ from afterthought.worker.flush import Flusher
 from afterthought.worker.forget import Forgetter
 from afterthought.worker.synthesize import Synthesizer
 from tests.adk_support import said_session
-from tests.conftest import BOTH_LAYOUTS, REDIS_URL, drain, enqueue, queued
+from tests.conftest import BOTH_LAYOUTS, REDIS_URL, backend_user_id, drain, enqueue, queued
 from tests.sweep import Gate, file_hits, redis_hits
 
 pytestmark = BOTH_LAYOUTS
@@ -253,7 +253,7 @@ async def test_a_flush_stopped_past_its_lease_before_provisioning_re_creates_nob
     await _within(asyncio.gather(flushing, return_exceptions=True))
     await _forget_until_done(forgetter)
     await drain(settings)
-    zep_user_id = settings.zep_user_id(app=APP, user_id="alice")
+    zep_user_id = await backend_user_id(settings, app=APP, user_id="alice")
     assert await backend.find_user(zep_user_id=zep_user_id) is None
     await backend.aclose()
 

@@ -28,7 +28,7 @@ from afterthought.settings import Settings
 from afterthought.status import snapshot
 from afterthought.testing import Fault, ZepFake
 from afterthought.worker.flush import Flusher
-from tests.conftest import enqueue, queued
+from tests.conftest import backend_user_id, enqueue, queued
 
 ADDS = "POST /threads/.*/messages"
 #: Minutes, as the issue measured (Zep stopped 60-150 s, requests served late).
@@ -241,7 +241,7 @@ async def test_a_copy_a_late_commit_makes_where_keys_are_ignored_is_repaired(
 
 async def _user(backend: MemoryBackend, settings: Settings) -> Any:
     found = await backend.find_user(
-        zep_user_id=settings.zep_user_id(app="memtest", user_id="alice")
+        zep_user_id=await backend_user_id(settings, app="memtest", user_id="alice")
     )
     assert found is not None
     return found

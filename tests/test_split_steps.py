@@ -76,7 +76,7 @@ async def _forgotten(
     """Everything of the user is gone, and the forget is done."""
     keys = Keys.of(settings)
     assert await IdentityRegistry(redis, settings).lookup_user(app=APP, user_id=user_id) is None
-    zep_user_id = settings.zep_user_id(app=APP, user_id=user_id)
+    zep_user_id = await IdentityRegistry(redis, settings).backend_user_id(app=APP, user_id=user_id)
     assert await backend.find_user(zep_user_id=zep_user_id) is None
     assert await _cached(redis, settings, user_id) is None
     assert not await redis.hexists(keys.forgets, digest(APP, user_id))

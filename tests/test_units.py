@@ -90,8 +90,10 @@ def test_settings_pick_the_backend_and_validate() -> None:
     with pytest.raises(SettingsError):
         Settings(zep_user_id_template="{tenant}:{user_id}")
     assert (
-        Settings(zep_user_id_template="{app}:{user_id}").zep_user_id(app="shop", user_id="u1")
-        == "shop:u1"
+        Settings(key_prefix="d").zep_user_id(
+            app="shop", user_id="u1", template="{deployment}:{app}:{user_id}"
+        )
+        == "d:shop:u1"
     )
     assert "k" not in repr(Settings(zep_api_key="k").zep_api_key)
 

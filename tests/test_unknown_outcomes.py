@@ -29,7 +29,7 @@ from afterthought.status import snapshot
 from afterthought.testing import Fault, RedisProxy, RedisServer, ZepFake
 from afterthought.worker.flush import Flusher, _Lease, _LeaseLost
 from tests.adk_support import APP, make_runner, say
-from tests.conftest import drain, enqueue, queued
+from tests.conftest import backend_user_id, drain, enqueue, queued
 
 ADDS = "POST /threads/.*/messages"
 
@@ -173,7 +173,9 @@ async def test_a_session_seeded_with_another_sessions_state_is_remembered(
 
 
 async def _user(settings: Settings, backend: LocalBackend):  # type: ignore[no-untyped-def]
-    ref, _ = await backend.ensure_user(zep_user_id=settings.zep_user_id(app=APP, user_id="alice"))
+    ref, _ = await backend.ensure_user(
+        zep_user_id=await backend_user_id(settings, app=APP, user_id="alice")
+    )
     return ref
 
 
@@ -285,7 +287,7 @@ async def _no_wait(seconds: float) -> None:
 
 async def _memtest_user(settings: Settings, backend: LocalBackend):  # type: ignore[no-untyped-def]
     ref, _ = await backend.ensure_user(
-        zep_user_id=settings.zep_user_id(app="memtest", user_id="alice")
+        zep_user_id=await backend_user_id(settings, app="memtest", user_id="alice")
     )
     return ref
 

@@ -772,7 +772,7 @@ class Flusher:
             self._whose[tk] = said
             while len(self._whose) > MAX_KNOWN_THREADS:
                 self._whose.pop(next(iter(self._whose)))
-        person = person_key(self.settings, app=batch[0].app, user_id=batch[0].user_id)
+        person = person_key(self.settings, user_id=batch[0].user_id)
         epoch = _Epoch(self.redis, self.keys, batch[0], lease, person=person)
         try:
             if head.epoch is not None:

@@ -233,7 +233,7 @@ class Forgetter:
         user = await self.registry.lookup_user(app=app, user_id=user_id)
         if user is None:
             user = await self.backend.find_user(
-                zep_user_id=self.settings.zep_user_id(app=app, user_id=user_id)
+                zep_user_id=await self.registry.backend_user_id(app=app, user_id=user_id)
             )
         return user
 
@@ -255,11 +255,13 @@ class Forgetter:
             keys=[k.forgetting(app, user_id), k.epoch(app, user_id), k.forgot(app, user_id)],
             args=[PENDING, PENDING_MARK_MS, int(record.get("epoch", 0)), FORGOT_KEEP_MS],
         )
-        person = person_key(self.settings, app=app, user_id=user_id)
+        person = person_key(self.settings, user_id=user_id)
         if person is not None and forgot is not None:
             # Before any wait or purge: a worker of another app the registry does not map
-            # to them yet (turns still queued there) drops what they said before it.
+            # to them yet (turns still queued there) drops what they said before it; and
+            # such an app no longer finds them under their person (as it reads them).
             await self._person(keys=[person], args=[forgot, FORGOT_KEEP_MS])
+            await self.redis.delete(self.keys.person(user_id))
 
     async def reopen(self, *, app: str, user_id: str) -> None:
         """A write for the user raced their forget and may have landed after its deletion:
@@ -325,6 +327,8 @@ class Forgetter:
         # The durable entry goes last: every step before it may run again, so a stop on
         # the way leaves the forget to be resumed, never a forget said done with keys left.
         await self.redis.delete(*stale)
+        # Untagged: on its own. Again, as a worker may have provisioned them meanwhile.
+        await self.redis.delete(self.keys.person(user_id))
         await self.redis.set(self.keys.forgetting(app, user_id), COOLING, px=COOL_DOWN_MS)
         await self._done(keys=[self.keys.forgets], args=[who, began or b""])
         log.info("forgot user=%s queued=%d dead=%d", who, done.queued, done.dead_letters)
@@ -441,13 +445,11 @@ class Forgetter:
         return done
 
 
-def person_key(settings: Settings, *, app: str, user_id: str) -> str | None:
+def person_key(settings: Settings, *, user_id: str) -> str | None:
     """Where a forget of the user's person is timed: with a ``zep_user_id_template``
     without ``{app}`` one user id is one person in every app, and forgetting them in one
     forgets them in all; None when the template keeps apps apart."""
-    if "{app}" in settings.zep_user_id_template:
-        return None
-    return Keys.of(settings).forgot_person(settings.zep_user_id(app=app, user_id=user_id))
+    return None if settings.apps_apart else Keys.of(settings).forgot_person(user_id)
 
 
 def _shown(fact: StoredFact) -> str:

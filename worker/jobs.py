@@ -26,6 +26,7 @@ from afterthought.backends import open_backend
 from afterthought.backends.base import MemoryBackend
 from afterthought.connections import FAILURES, connect
 from afterthought.contract import QueuedMessage
+from afterthought.identity import default_template
 from afterthought.keys import Keys, digest
 from afterthought.layout import check_layout
 from afterthought.queue import ThreadQueue
@@ -444,6 +445,10 @@ def worker_settings(
         redis = ctx["data"] = connect(s.redis_url)  # the queue, registry and cache
         await check_layout(redis, s)  # before anything is written in the wrong place
         await check_redis(redis)
+        # Recorded (once per deployment, its users indexed by person then) before this
+        # worker provisions anyone: users named for the deployment, or as before.
+        default = await default_template(redis, s)
+        user_ids = s.zep_user_id_template or default
         allow_oom = await supports_script_flags(redis)
         if s.metrics_port is not None:  # first: a port in use stops the worker before it works
             health = metrics.Health(worker_id)
@@ -479,7 +484,10 @@ def worker_settings(
             tasks.append(asyncio.create_task(_check_markers_forever(markers)))
         if s.metrics_port is not None:
             tasks.append(asyncio.create_task(metrics.refresh_forever(redis, jobs, s, health)))
-        log.info("worker ready id=%s backend=%s prefix=%s", worker_id, backend.name, s.key_prefix)
+        log.info(
+            "worker ready id=%s backend=%s prefix=%s user_ids=%s",
+            *(worker_id, backend.name, s.key_prefix, user_ids),
+        )
         if s.audit_key is None:
             log.warning("audit log off: set AFTERTHOUGHT_AUDIT_KEY to keep one")
 

@@ -1,0 +1,246 @@
+"""Deployments never share users by accident, and one user id is one person in every app.
+
+Two deployments (two ``key_prefix``) on one Redis and one Zep project (the fake, through
+the real zep-cloud SDK), or one local store file: by default each names its backend users
+for itself, so neither sees the other's; they share when the operator says so (a template
+without ``{deployment}``); a deployment that had users before keeps them. Within one
+deployment, a user id is one person in every app: the first turn in a second app, the
+plugin, and ``search_memory`` under either app's name all give the same memory."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import redis as syncredis
+import redis.asyncio as aioredis
+from google.adk.agents import LlmAgent
+from google.adk.apps import App
+from google.adk.runners import Runner
+from google.adk.sessions import InMemorySessionService
+
+from afterthought.agent_hooks import MemoryPlugin, ZepMemoryService, create_callbacks
+from afterthought.backends import open_backend
+from afterthought.identity import IdentityRegistry
+from afterthought.keys import Keys, digest
+from afterthought.settings import Settings
+from afterthought.testing.stand_in_model import StandInLlm, memory_lines
+from tests.adk_support import say
+from tests.conftest import BOTH_LAYOUTS, REDIS_URL, drain
+
+APP = "memtest"
+SECRET = "My locker code is Quuxblorf."
+
+
+@pytest.fixture
+def second_prefix(prefix: str) -> Iterator[str]:
+    """Another deployment's prefix on the same Redis, cleaned up as ``prefix`` is."""
+    value = f"{prefix}x"
+    yield value
+    client = syncredis.Redis.from_url(REDIS_URL)
+    for pattern in (f"{value}:*", f"arq:*{value}:*", f"{{{value}:*"):
+        keys = list(client.scan_iter(match=pattern, count=1000))
+        if keys:
+            client.delete(*keys)
+    client.close()
+
+
+@pytest.fixture(params=["local", "zep"])
+def two_deployments(
+    request: pytest.FixtureRequest, make_settings: Callable[..., Settings], second_prefix: str
+) -> Callable[..., tuple[Settings, Settings]]:
+    """Two deployments on one Redis and one backend: the Zep fake's project, or one local
+    store file (``make_settings`` names the same one for both)."""
+    backend: dict[str, Any] = {}
+    if request.param == "zep":
+        fake = request.getfixturevalue("zep_fake")
+        backend = {"backend": "zep", "zep_api_key": "test-key", "zep_base_url": fake.base_url}
+
+    def make(**overrides: Any) -> tuple[Settings, Settings]:
+        first = make_settings(**backend, **overrides)
+        second = make_settings(
+            key_prefix=second_prefix,
+            spool_path=first.spool_path.with_name("spool-2"),
+            **backend,
+            **overrides,
+        )
+        assert first.local_db_path == second.local_db_path
+        return first, second
+
+    return make
+
+
+async def _turn(  # type: ignore[no-untyped-def]
+    settings: Settings,
+    app: str,
+    user: str,
+    text: str,
+    *,
+    drained: bool = True,
+    session_id: str | None = None,
+):
+    """One turn of ``user`` in ``app`` (a new session, or ``session_id``) through a real
+    Runner (the callbacks); the lines of the memory block the model was shown. Drained
+    after, unless ``drained`` is False."""
+    callbacks = create_callbacks(settings=settings)
+    model = StandInLlm()
+    agent = LlmAgent(
+        name="helper",
+        model=model,
+        before_model_callback=callbacks.before_model_callback,
+        after_model_callback=callbacks.after_model_callback,
+    )
+    runner = Runner(app_name=app, agent=agent, session_service=InMemorySessionService())
+    session = await runner.session_service.create_session(
+        app_name=app, user_id=user, session_id=session_id
+    )
+    await say(runner, user, session.id, text)
+    if drained:
+        await drain(settings)
+    return memory_lines(model.requests[-1])
+
+
+async def _found(settings: Settings, app: str, user: str, query: str) -> list[str]:
+    """What ``search_memory`` finds for the user under ``app``'s name: ids and texts."""
+    service = ZepMemoryService(settings=settings)
+    try:
+        found = await service.search_memory(app_name=app, user_id=user, query=query)
+    finally:
+        await service.memory.aclose()
+    return [f"{m.id} {(m.content.parts or [])[0].text}" for m in found.memories]
+
+
+def _told(lines: list[str]) -> bool:
+    return any("Quuxblorf" in line for line in lines)
+
+
+# --- two deployments on one backend --------------------------------------------------
+
+
+async def test_two_deployments_on_one_backend_share_no_user_by_default(
+    two_deployments: Callable[..., tuple[Settings, Settings]], redis: aioredis.Redis
+) -> None:
+    first, second = two_deployments()
+    await _turn(first, APP, "ada", SECRET)
+    assert _told(await _found(first, APP, "ada", "locker code"))
+
+    await _turn(second, APP, "ada", "Hello")
+    assert not _told(await _turn(second, APP, "ada", "What is my locker code?"))
+    assert not _told(await _found(second, APP, "ada", "locker code"))
+    # Two backend users, each named for its deployment.
+    ids = [
+        await IdentityRegistry(redis, s).backend_user_id(app=APP, user_id="ada")
+        for s in (first, second)
+    ]
+    assert ids == [f"{first.key_prefix}:ada", f"{second.key_prefix}:ada"]
+
+
+async def test_two_deployments_with_one_session_id_each_store_their_own(
+    two_deployments: Callable[..., tuple[Settings, Settings]], redis: aioredis.Redis
+) -> None:
+    """ADK's API server lets clients choose session ids: ``default`` is every deployment's.
+    Each gets its own thread (the local store refuses one user's thread to another)."""
+    first, second = two_deployments()
+    await _turn(first, APP, "ada", SECRET, session_id="default")
+    await _turn(second, APP, "ada", "I live in Oslo.", session_id="default")
+    for settings in (first, second):
+        assert await redis.llen(Keys.of(settings).dead()) == 0
+    assert any("Oslo" in hit for hit in await _found(second, APP, "ada", "Oslo"))
+    assert not _told(await _found(second, APP, "ada", "locker code"))
+    assert _told(await _found(first, APP, "ada", "locker code"))
+
+
+async def test_two_deployments_that_say_they_share_users_share_them(
+    two_deployments: Callable[..., tuple[Settings, Settings]],
+) -> None:
+    first, second = two_deployments(zep_user_id_template="{user_id}")
+    await _turn(first, APP, "ada", SECRET)
+    await _turn(second, APP, "ada", "Hello")
+    assert _told(await _turn(second, APP, "ada", "What is my locker code?"))
+    assert _told(await _found(second, APP, "ada", "locker code"))
+
+
+@BOTH_LAYOUTS
+async def test_a_deployment_with_users_from_before_keeps_them_and_a_new_one_shares_none(
+    two_deployments: Callable[..., tuple[Settings, Settings]], redis: aioredis.Redis
+) -> None:
+    """A deployment from before the default was recorded named its users ``{user_id}``: it
+    keeps them (and names new ones so too), while a new deployment beside it on the same
+    backend names its own for itself."""
+    old, new = two_deployments()
+    before = old.model_copy(update={"zep_user_id_template": "{user_id}"})
+    await _turn(before, APP, "ada", SECRET)
+    # The version before recorded no default, and no one by person.
+    await redis.delete(f"{old.key_prefix}:user-ids", f"{old.key_prefix}:id:person:{digest('ada')}")
+
+    assert _told(await _turn(old, APP, "ada", "What is my locker code?"))  # upgraded
+    assert _told(await _turn(old, "preload_agent", "ada", "Hi", drained=False))  # indexed
+    await _turn(old, APP, "bob", "Hello")  # a new user is named as the others were
+    backend = open_backend(old)
+    try:
+        assert await backend.find_user(zep_user_id="bob") is not None
+    finally:
+        await backend.aclose()
+
+    await _turn(new, APP, "ada", "Hello")
+    assert not _told(await _turn(new, APP, "ada", "What is my locker code?"))
+    assert not _told(await _found(new, APP, "ada", "locker code"))
+    assert await redis.get(Keys.of(old).user_ids) == b"{user_id}"
+
+
+# --- one person in every app ---------------------------------------------------------
+
+
+async def test_the_first_turn_in_another_app_has_the_users_memory(
+    any_settings: Settings,
+) -> None:
+    await _turn(any_settings, "shop", "ada", SECRET)
+    # Nothing drained between: the worker has not seen ada in the second app yet.
+    assert _told(await _turn(any_settings, "preload_agent", "ada", "Hi", drained=False))
+    assert _told(await _turn(any_settings, "preload_agent", "ada", "And now?"))
+
+
+async def test_search_memory_under_either_apps_name_finds_the_same(
+    any_settings: Settings,
+) -> None:
+    await _turn(any_settings, "shop", "ada", SECRET)
+    shop = await _found(any_settings, "shop", "ada", "locker code")
+    assert _told(shop)
+    assert await _found(any_settings, "preload_agent", "ada", "locker code") == shop
+    await _turn(any_settings, "preload_agent", "ada", "Hi")  # registered there too now
+    shop = await _found(any_settings, "shop", "ada", "locker code")
+    assert _told(shop)
+    assert await _found(any_settings, "preload_agent", "ada", "locker code") == shop
+
+
+async def test_the_plugin_in_another_app_has_the_users_memory_from_its_first_turn(
+    any_settings: Settings,
+) -> None:
+    await _turn(any_settings, "shop", "ada", SECRET)
+    model = StandInLlm()
+    plugin = MemoryPlugin(settings=any_settings)
+    app = App(name="preload_agent", root_agent=LlmAgent(name="a", model=model), plugins=[plugin])
+    runner = Runner(app=app, session_service=InMemorySessionService())
+    session = await runner.session_service.create_session(app_name="preload_agent", user_id="ada")
+    await say(runner, "ada", session.id, "Hi")
+    await runner.close()
+    assert _told(memory_lines(model.requests[-1]))
+
+
+async def test_forgetting_the_person_in_an_app_that_never_saw_them_forgets_them(
+    any_settings: Settings, redis: aioredis.Redis
+) -> None:
+    """The person's entry lets an app the registry has not mapped them in read their
+    memory; a forget from there finds them, and no app reads them afterwards."""
+    from afterthought.worker.forget import Forgetter
+
+    await _turn(any_settings, "shop", "ada", SECRET)
+    forgetter = Forgetter(any_settings, redis, open_backend(any_settings))
+    done = await forgetter.forget_user(app="preload_agent", user_id="ada")
+    assert done.users == 2 and not done.pending
+    for app in ("shop", "preload_agent"):
+        registry = IdentityRegistry(redis, any_settings)
+        assert await registry.lookup_user(app=app, user_id="ada") is None
+        assert not await _found(any_settings, app, "ada", "locker code")
+    assert await redis.exists(Keys.of(any_settings).person("ada")) == 0
