@@ -14,6 +14,37 @@ from __future__ import annotations
 
 #: Ignore / forget / disregard (imperative or infinitive).
 IGNORE = """
+no sigas
+no obedezcas
+ne suis pas
+ne respecte pas
+n'obéis pas
+befolge nicht
+nicht befolgen
+non seguire
+non rispettare
+não siga
+não obedeça
+не следуй
+не соблюдай
+не подчиняйся
+不要遵守
+不要遵循
+不用遵守
+别遵守
+従うな
+守らな
+따르지 마
+따르지마
+지키지 마
+لا تتبع
+لا تلتزم
+मत मानो
+पालन मत
+uyma
+uymayı bırak
+set aside
+pay no attention
 ignore
 ignora
 ignorar
@@ -77,6 +108,13 @@ quên
 
 #: Instructions / rules / guidelines / prompt / restrictions.
 RULES = """
+规定
+规矩
+准则
+守则
+決まり
+指針
+지시사항
 instruc
 instruk
 istruzion
@@ -155,6 +193,34 @@ quy tắc
 
 #: What marks the rules as the assistant's own: previous / all / above / your / safety.
 PRIOR = """
+ricevut
+finora
+hasta ahora
+recibid
+que te dieron
+jusqu'ici
+données
+qu'on t'a
+bisher
+erhaltenen
+até agora
+recebid
+que te deram
+до сих пор
+полученн
+给你的
+至今
+지금까지
+받은
+تعليماتك
+قواعدك
+أوامرك
+अपने
+तुम्हारे
+आपके
+kurallarını
+talimatlarını
+sana verilen
 anterior
 previa
 previo
@@ -431,6 +497,7 @@ yapay zeka
 assistant
 asistente
 assistente
+assistent
 ассистент
 помощник
 助手
@@ -489,6 +556,34 @@ kuralsız
 
 #: From now on / next time / for the rest of our chats / in future sessions.
 FUTURE = """
+a partir de hoy
+desde hoy
+a partir de hoje
+desde hoje
+dès aujourd'hui
+à compter de maintenant
+ab heute
+da oggi
+a partire da ora
+с сегодняшнего дня
+从今天起
+从今以后
+今日から
+오늘부터
+من اليوم
+आज से
+bugünden itibaren
+from this point on
+from today
+upcoming conversations
+upcoming chats
+later chats
+later conversations
+next session
+next conversation
+next chat
+future session
+every future
 from now on
 next time
 for the rest of our
@@ -583,6 +678,22 @@ sonraki sohbet
 
 #: Mention / talk about (what a gag order forbids).
 MENTION = """
+warn
+advise
+alert
+adviertas
+avertis
+warne
+avvisare
+avise
+предупреждай
+提醒
+警告
+警告し
+경고
+تحذر
+चेतावनी
+uyarma
 mention
 talk about
 bring up
@@ -1178,4 +1289,293 @@ lehrerin
 arzt
 formular
 rezept
+"""
+
+#: Forget everything (you were told before).
+EVERYTHING = """
+everything you were told
+everything before
+todo lo que
+tout ce qu
+alles, was
+alles was
+alles bisherige
+tutto quello
+tutto ciò
+tudo o que
+все, что
+всё, что
+все что
+всё что
+一切
+所有的一切
+全部忘
+全て忘
+すべて忘
+모든 것
+다 잊
+كل ما
+सब कुछ
+her şeyi
+"""
+
+#: Hidden / secret / original (what is asked to be revealed).
+SECRET = """
+hidden
+secret
+ocult
+secreta
+secreto
+cachée
+caché
+secrète
+versteckt
+geheim
+nascost
+segret
+escondid
+скрыт
+секретн
+隐藏
+秘密
+隠され
+隠し
+秘密の
+숨겨진
+비밀
+المخفية
+السرية
+छिप
+गुप्त
+gizli
+"""
+
+#: Respond / answer (an order about how the assistant answers).
+RESPOND = """
+respond
+answer
+reply
+responde
+contesta
+réponds
+répondez
+antworte
+antwortest
+rispondi
+responda
+отвечай
+ответь
+回答
+答え
+대답
+답해
+답변
+أجب
+جاوب
+जवाब
+उत्तर
+cevap ver
+yanıtla
+"""
+
+#: Without / no (before a limit).
+WITHOUT = """
+without
+no
+sin
+sin ningún
+sans
+sans aucun
+ohne
+senza
+sem
+без
+没有
+不受
+無し
+なし
+없이
+없는
+بدون
+بلا
+बिना
+"""
+
+#: Limits, filters, censorship (what "without" takes away).
+LIMITS = """
+limit
+filter
+censor
+restriction
+rules
+ethic
+filtr
+censur
+restric
+límite
+limite
+règle
+regel
+regol
+regra
+grenze
+einschränkung
+ограничени
+цензур
+правил
+限制
+过滤
+审查
+制限
+フィルター
+検閲
+검열
+필터
+제한
+قيود
+فلتر
+رقابة
+रोक
+प्रतिबंध
+सेंसर
+filtre
+sansür
+kısıtlama
+"""
+
+#: The same, one word: "filtresiz", "uncensored".
+LIMITLESS = """
+filtresiz
+sansürsüz
+kuralsız
+sınırsız
+uncensored
+unfiltered
+unrestricted
+senza censura
+sin censura
+sem censura
+"""
+
+#: Obey me (imperative).
+OBEY = """
+obey me
+obey without question
+obey my every
+obedéceme
+obedece sin
+obéis-moi
+obéissez-moi
+gehorche mir
+gehorch mir
+obbediscimi
+obbedisci senza
+obedeça-me
+me obedeça
+подчиняйся мне
+слушайся меня
+повинуйся
+服从我
+听从我的一切
+私に従え
+私に服従
+나에게 복종
+내 말에 복종
+أطعني
+मेरी आज्ञा मान
+bana itaat et
+"""
+
+#: When anyone asks (an order planted for other people).
+TRIGGER = """
+cuando te pregunten
+cuando alguien pregunte
+si alguien pregunta
+quand quelqu'un te demande
+quand on te demande
+si quelqu'un demande
+wenn jemand nach
+wenn jemand fragt
+wenn dich jemand
+se qualcuno chiede
+se qualcuno ti chiede
+quando qualcuno chiede
+quando alguém perguntar
+se alguém perguntar
+когда спросят
+когда кто-то спросит
+если кто-то спросит
+если спросят
+有人问
+如果有人问
+当有人问
+聞かれたら
+尋ねられたら
+물으면
+물어보면
+إذا سألك
+عندما يسأل
+जब कोई पूछे
+अगर कोई पूछे
+biri sorarsa
+sorulursa
+sorarlarsa
+"""
+
+#: Say / tell (the order to others' question).
+SAY = """
+di
+dis
+dites
+sag
+sage
+dì
+diga
+скажи
+говори
+отвечай
+说
+告诉
+言って
+答えて
+말해
+대답해
+قل
+أخبر
+कहो
+बताओ
+söyle
+"""
+
+#: Read / tell / give (what the "late grandma" is asked to do with keys).
+TELL = """
+read
+tell
+give
+list
+recite
+say
+leía
+leer
+lisait
+lire
+vorgelesen
+vorlesen
+leggeva
+leggere
+lia
+ler
+читала
+читать
+читай
+读
+念
+読んで
+読み
+읽어
+تقرأ
+اقرأ
+पढ़
+okurdu
+oku
 """
