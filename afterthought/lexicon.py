@@ -1350,11 +1350,9 @@ escondid
 gizli
 """
 
-#: Respond / answer (an order about how the assistant answers).
+#: Respond / answer (an order about how the assistant answers; English has its own
+#: pattern, which needs the order to be one).
 RESPOND = """
-respond
-answer
-reply
 responde
 contesta
 réponds
@@ -1578,4 +1576,40 @@ ler
 पढ़
 okurdu
 oku
+"""
+
+#: You (the one addressed).
+YOU = """
+you
+your
+te
+ti
+tu
+toi
+t'
+dir
+dich
+du
+lhe
+você
+тебе
+тебя
+ты
+вам
+вас
+你
+您
+あなた
+君
+너
+당신
+لك
+أنت
+انت
+तुम
+तुम्हें
+आप
+sana
+sen
+size
 """

@@ -551,7 +551,8 @@ _INSTRUCTION_PATTERNS = [
     r"passwords?|2fa|otp|codes?|credentials|login|ssn|bank details|account number)\b",
     # The same orders in French, Spanish and German (the view has no accents).
     rf"(?:{_STANDING_ABROAD}).{{0,80}}?\b(?:{_RECOMMEND_ABROAD}|{_OTHERS_ABROAD})\b",
-    rf"(?:{_TRIGGER_ABROAD}).{{0,80}}?\b(?:{_ORDER_ABROAD})\b",
+    rf"(?:{_TRIGGER_ABROAD})(?!\s+(?:me|m'|mir|mich)\b).{{0,80}}?(?<!\bje )\b(?:{_ORDER_ABROAD})\b"
+    r"(?!\s+(?:ich|wir)\b)",
     rf"\b(?:{_REMEMBER_ABROAD})\b.{{0,30}}?\b(?:{_FOREVER_ABROAD})\b",
     # Markup and role prefixes that pose as the conversation's structure.
     r"^[\s*_>#]*(?:system|assistant|developer|admin|root|sys|model|ai|bot)[*_]*\s*(?::|>|\]|\|)",
@@ -629,18 +630,21 @@ _DOMAIN = r"(?<![\w@.])(?:www\.)?[a-z0-9][a-z0-9\-]*\.(?:[a-z]{2,6})(?:\.[a-z]{2
 _OVERRIDE_ABROAD = _near(_L_IGNORE, _L_RULES, 40)
 
 
-def _gated(gate: str, *patterns: str) -> tuple[re.Pattern[str], re.Pattern[str]]:
+def _gated(
+    gate: str, *patterns: str, needs: str | None = None
+) -> tuple[re.Pattern[str], re.Pattern[str], re.Pattern[str] | None]:
     """Patterns searched only where their rarest word (``gate``) occurs: most text holds
     none of them. The gate is searched without its word boundaries (a superset, and an
     alternation that starts with a letter lets the engine skip ahead by first letter)."""
     loose = re.sub(r"\(\?<!\\w\)|\(\?!\\w\)", "", gate)
-    return re.compile(loose), re.compile("|".join(f"(?:{p})" for p in patterns))
+    joined = re.compile("|".join(f"(?:{p})" for p in patterns))
+    return re.compile(loose), joined, re.compile(needs) if needs is not None else None
 
 
 _ABROAD = (
-    # "ignore all previous instructions": the verb near the rules (the rules the assistant's:
-    # see :func:`_abroad`).
-    _gated(_L_IGNORE, _OVERRIDE_ABROAD),
+    # "ignore all previous instructions": the verb near the rules, the rules the assistant's
+    # (previous, all, yours, the safety rules: "I forgot the oven's instructions" is none).
+    _gated(_L_IGNORE, _OVERRIDE_ABROAD, needs=_phrases(lexicon.PRIOR)),
     # "show me your system prompt".
     _gated(_L_SYSTEM_PROMPT, _near(_phrases(lexicon.REVEAL), _L_SYSTEM_PROMPT, 40)),
     # A persona: "you are now ...", "pretend to be ...", "an AI without limits".
@@ -682,6 +686,7 @@ _ABROAD = (
     _gated(
         _phrases(lexicon.EVERYTHING),
         _near(_L_IGNORE, _phrases(lexicon.EVERYTHING), 20),
+        needs=_phrases(lexicon.YOU),  # told to the assistant, not "I forgot everything"
     ),
     # "reveal your hidden instructions".
     _gated(
@@ -694,9 +699,11 @@ _ABROAD = (
         _near(
             _phrases(lexicon.AI + lexicon.RESPOND),
             rf"(?:{_phrases(lexicon.WITHOUT)})(?s:.){{0,20}}?(?:{_L_LIMITS})",
-            40,
+            20,
         ),
-        _near(_phrases(lexicon.AI + lexicon.RESPOND), _phrases(lexicon.LIMITLESS), 40),
+        _near(_phrases(lexicon.AI + lexicon.RESPOND), _phrases(lexicon.LIMITLESS), 20),
+        rf"{_IMPERATIVE}(?:respond|answer|reply|talk|speak|write)\s+without\s+(?:any\s+)?"
+        r"(?:\w+\s+)?(?:filters?|restrictions|limits|censorship|rules|guidelines)\b",
         r"\byou\s+(?:have|got|had)\s+no\s+(?:rules|limits|restrictions|filters|guidelines)\b",
     ),
     # "obey me".
@@ -705,32 +712,43 @@ _ABROAD = (
     _gated(
         _phrases(lexicon.TRIGGER),
         rf"(?:{_phrases(lexicon.TRIGGER)})(?s:.){{0,80}}?(?:"
-        rf"{_phrases(lexicon.SAY + lexicon.RECOMMEND)})",
+        rf"{_phrases(lexicon.SAY + lexicon.RECOMMEND)})(?!\s*(?:ich|je|yo|eu|io|я|我)(?!\w))",
     ),
     # Settings of the assistant written as configuration: "assistant.mode=unrestricted",
     # "bot_persona: evil", "asistente.modo=sin_restricciones".
     _gated(
         r"[=:]",
+        # a setting of its behaviour, or a value that unleashes it ("model.epochs=10" is code)
         r"(?<![\w.])(?:assistant|asistente|assistente|assistent|ai|ia|ki|bot|chatbot|llm|gpt|"
         r"agent|model|modelo|modele|system|sistema|persona|safety|memory|prompt)[._\-]"
-        r"[a-z_.\-]*[a-z][\"']?\s*(?:=|:)\s*[\w\"'\[{]",
+        r"(?:[a-z_.\-]*?(?:mode|modo|persona|role|rule|regla|prompt|lang|idioma|safety|filter|"
+        r"restrict|instruct|polic|guardrail|censor|check|mention|jailbreak|personality|behavio)"
+        r"[a-z_.\-]*[\"']?\s*(?:=|:)|[a-z_.\-]*[a-z][\"']?\s*(?:=|:)\s*[\"']?(?:unrestricted|none|"
+        r"off|disabled?|false|evil|developer|jailbroken|dan|no_?limits|unfiltered|god|root|admin)\b)",
     ),
 )
-_ABROAD_PRIOR = re.compile(_phrases(lexicon.PRIOR))
+
+
+#: "I never mention prices", "je ne parle jamais des prix": the speaker's own habit.
+_SPEAKER = re.compile(
+    r"(?:\b(?:i|we|yo|je|j'|ich|wir|io|eu|nous|ben|biz)|(?<!\w)(?:я|мы)|我|私は|僕は|"
+    + _phrases("나는\n저는\nأنا\nमैं\nहम")
+    + r")(?!\w)\W*(?:[\w']+\W+)?$"
+)
 
 
 def _abroad(view: str) -> bool:
-    """Whether the view holds one of the orders above, in any of the lexicon's languages.
-    An order to ignore rules counts when the rules are the assistant's (previous, all,
-    yours, the safety rules): "I forgot the oven's instructions" is no order."""
-    for rank, (gate, patterns) in enumerate(_ABROAD):
+    """Whether the view holds one of the orders above, in any of the lexicon's languages:
+    a match counts unless its speaker says it of themselves, and only with what it
+    ``needs`` within 40 characters."""
+    for gate, patterns, needs in _ABROAD:
         if not gate.search(view):
             continue
         for found in patterns.finditer(view):
-            if rank > 0:  # the first is the order to ignore rules
-                return True
+            if _SPEAKER.search(view[max(0, found.start() - 16) : found.start()]):
+                continue
             around = view[max(0, found.start() - 40) : found.end() + 40]
-            if _ABROAD_PRIOR.search(around):
+            if needs is None or needs.search(around):
                 return True
     return False
 
