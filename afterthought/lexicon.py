@@ -1613,3 +1613,12 @@ sana
 sen
 size
 """
+
+#: I / we, where the script has no word boundary the pattern can use.
+SPEAKERS = """
+나는
+저는
+أنا
+मैं
+हम
+"""

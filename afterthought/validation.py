@@ -593,10 +593,13 @@ def _phrases(lines: str) -> str:
     Arabic writes "and" and "the" onto the word); a space inside a phrase matches any
     spacing, none included."""
     alternatives = []
-    # A capital can fold to another letter than its small one (Cyrillic "В" reads as "B",
-    # "в" stays itself): a phrase is folded as written, capitalised and in capitals.
+    # A capital can fold to another letter than its small one (a Cyrillic capital ve reads
+    # as "B", its small letter stays itself): a phrase is folded as written, capitalised
+    # and in capitals.
     written = [line.strip() for line in lines.splitlines() if line.strip()]
-    folded = {normalise(cased) for line in written for cased in (line, line.capitalize(), line.upper())}
+    folded = {
+        normalise(cased) for line in written for cased in (line, line.capitalize(), line.upper())
+    }
     for phrase in sorted(folded):
         body = r"\s*".join(re.escape(word) for word in phrase.split())
         if re.fullmatch(r"[a-z0-9 '\-.,]+", phrase):
@@ -732,7 +735,7 @@ _ABROAD = (
 #: "I never mention prices", "je ne parle jamais des prix": the speaker's own habit.
 _SPEAKER = re.compile(
     r"(?:\b(?:i|we|yo|je|j'|ich|wir|io|eu|nous|ben|biz)|(?<!\w)(?:я|мы)|我|私は|僕は|"
-    + _phrases("나는\n저는\nأنا\nमैं\nहम")
+    + _phrases(lexicon.SPEAKERS)
     + r")(?!\w)\W*(?:[\w']+\W+)?$"
 )
 
@@ -790,7 +793,9 @@ def _base64(token: str) -> str | None:
 
 
 #: Base64 cut into words ("aWdub3Jl IGFsbCBw cmV2aW91"): the run is read joined.
-_BASE64_RUN = re.compile(r"(?<![\w+/=])(?:[A-Za-z0-9+/]{4,}\s+){1,}[A-Za-z0-9+/]{2,}={0,2}(?![\w+/=])")
+_BASE64_RUN = re.compile(
+    r"(?<![\w+/=])(?:[A-Za-z0-9+/]{4,}\s+){1,}[A-Za-z0-9+/]{2,}={0,2}(?![\w+/=])"
+)
 
 
 def _decodings(text: str) -> list[str]:
