@@ -436,7 +436,6 @@ haz de cuenta que eres
 finge que eres
 finge ser
 actúa como
-imagina que eres
 interpreta el papel
 fais semblant d'être
 fais comme si tu étais
@@ -556,6 +555,8 @@ kuralsız
 
 #: From now on / next time / for the rest of our chats / in future sessions.
 FUTURE = """
+zukünftig
+bei allen zukünftigen
 a partir de hoy
 desde hoy
 a partir de hoje
@@ -865,7 +866,7 @@ risco
 दाम
 शुल्क
 लागत
-प्रतिस्पर्धी
+प्रतिस्पर्ध
 रिफंड
 जोखिम
 fiyat
@@ -1079,6 +1080,22 @@ aktivasyon anahtar
 
 #: A story, a lesson, a report: what only mentions the words it quotes.
 MENTION_CUES = """
+articol
+artigo
+exempl
+esempi
+ejemplo
+пример
+стать
+scriv
+escrev
+escrib
+écri
+schreib
+estud
+studi
+étudi
+изуча
 novel
 story
 stories
@@ -1231,6 +1248,10 @@ makale
 
 #: Someone else, or a document, reporting an order to the user ("my manager told me to").
 REPORTERS = """
+prof
+profe
+maestro
+maestra
 manager
 boss
 teacher
@@ -1378,6 +1399,17 @@ yanıtla
 
 #: Without / no (before a limit).
 WITHOUT = """
+no tiene
+keine
+no more
+plus de
+ya no hay
+nessuna
+niente più
+のない
+がない
+없는
+olmayan
 without
 no
 sin
@@ -1401,6 +1433,15 @@ sem
 
 #: Limits, filters, censorship (what "without" takes away).
 LIMITS = """
+regla
+reglas
+规则
+规矩
+ルール
+규칙
+قواعد
+नियम
+kural
 limit
 filter
 censor
@@ -1614,11 +1655,33 @@ sen
 size
 """
 
-#: I / we, where the script has no word boundary the pattern can use.
+#: I / we, where the script has no word boundary the pattern can use (not Hindi "मैं":
+#: the view drops its vowel signs, and what is left is the postposition "में" too).
 SPEAKERS = """
 나는
 저는
 أنا
-मैं
 हम
+"""
+
+#: Always (in a standing order to say something).
+ALWAYS = """
+always
+siempre
+toujours
+immer
+sempre
+всегда
+总是
+一直
+永远
+いつも
+常に
+必ず
+항상
+늘
+دائما
+हमेशा
+her zaman
+daima
 """
