@@ -483,6 +483,8 @@ rolünü oyna
 
 #: An AI, named (so "an AI without limits" can be told from "a life without limits").
 AI = """
+bot
+chatbot
 ia
 ki
 ии
@@ -555,6 +557,15 @@ kuralsız
 
 #: From now on / next time / for the rest of our chats / in future sessions.
 FUTURE = """
+de ahora en más
+para la próxima
+d'ora in avanti
+for all our sessions
+for all our chats
+for all our conversations
+for all future
+in all sessions
+every session
 zukünftig
 bei allen zukünftigen
 a partir de hoy
@@ -679,6 +690,16 @@ sonraki sohbet
 
 #: Mention / talk about (what a gag order forbids).
 MENTION = """
+digas
+decir
+dis pas
+sag nicht
+dire
+dici
+говори
+告诉
+言わ
+말하지
 warn
 advise
 alert
@@ -1563,6 +1584,20 @@ sorarlarsa
 
 #: Say / tell (the order to others' question).
 SAY = """
+dire
+dici
+réponds
+répondez
+antworte
+responde
+rispondi
+responda
+отвечай
+回答
+答え
+대답
+말해
+कह
 di
 dis
 dites
