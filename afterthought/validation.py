@@ -690,8 +690,8 @@ _ABROAD = (
         r"bypass|turn off|switch off|lose|ditch)\s+(?:the\s+|your\s+|all\s+|any\s+)*(?:safety|"
         r"filters?|guardrails|rules|restrictions|guidelines|disclaimers|warnings)\b",
         rf"(?:{_L_FUTURE})(?s:.){{0,60}}?(?<!\bi )(?<!\bwe )\b(?:reveal|disclose|leak)\b",
-        rf"(?:{_L_FUTURE})(?s:.){{0,40}}?\b(?:answer|respond to|reply to)\s+(?:every|each|all|any)\s+"
-        r"(?:\w+\s+)?(?:questions?|messages?|requests?)\s+with\b",
+        rf"(?:{_L_FUTURE})(?s:.){{0,40}}?\b(?:answer|respond to|reply to)\s+"
+        r"(?:every|each|all|any)\s+(?:\w+\s+)?(?:questions?|messages?|requests?)\s+with\b",
         # "next session, start by saying ...", "from now on begin every reply with ...".
         rf"(?:{_L_FUTURE})(?s:.){{0,60}}?\b(?:start|begin|end|open|close|finish)\w*\s+(?:(?:your|"
         r"each|every|all)\s+(?:\w+\s+)?(?:repl(?:y|ies)|answers?|responses?|messages?)\s+)?"
