@@ -1101,6 +1101,54 @@ aktivasyon anahtar
 
 #: A story, a lesson, a report: what only mentions the words it quotes.
 MENTION_CUES = """
+explain
+explic
+erklär
+spiega
+объясн
+解释
+説明
+설명
+شرح
+समझा
+anlat
+tradu
+перевод
+prompt
+injection
+inyección
+attack
+ataque
+attaque
+angriff
+attacco
+атак
+攻击
+注入
+攻撃
+インジェクション
+인젝션
+공격
+هجوم
+हमला
+saldırı
+frase
+satz
+ifade
+cümle
+عبارة
+वाक्य
+表現
+표현
+teacher
+老师
+先生
+선생님
+المعلم
+शिक्षक
+öğretmen
+учител
+aula
 articol
 artigo
 exempl
@@ -1269,6 +1317,19 @@ makale
 
 #: Someone else, or a document, reporting an order to the user ("my manager told me to").
 REPORTERS = """
+villain
+hero
+robot
+character
+hacker
+attacker
+scammer
+pirate
+npc
+narrator
+protagonist
+article
+post
 prof
 profe
 maestro

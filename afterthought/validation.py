@@ -387,6 +387,9 @@ _INSTRUCTION_PATTERNS = [
     r"liberated|able to|allowed to|permitted to|going to|called|named|known as|operating|"
     r"running|acting|playing|speaking|\w+ mode|(?:\w+\s+){0,2}?(?:" + _AI + r"|terminal|"
     r"console|system))\b",
+    # What the assistant does, told as a story to be made true.
+    r"\b(?:assistant|ai|bot|chatbot|model)\s+(?:should\s+|must\s+|will\s+)?always\s+(?:recommends?|"
+    r"promotes?|suggests?|pushes|says?|tells?)\b|\bmake (?:it|this|that) (?:real|true|happen)\b|"
     # A name handed to the assistant: 'you're "Max", an assistant who ...'.
     r"\byou(?:'re|\s+are)\s+(?:now\s+)?[\"\u201c']\w+(?:\s\w+)?[\"\u201d']|"
     r"\byou(?:'re|\s+are|\s+r)\s+no\s+longer\s+(?:a\s+|an\s+|the\s+)?(?:bound|restricted|"
@@ -917,13 +920,24 @@ _ADDRESSED = re.compile(
 #: Someone else, or a document, passing an order on to the user: "my manager told me to
 #: ignore the previous instructions on the expense form", "the recipe says to ignore...".
 _REPORTED = re.compile(
-    r"\b(?:my|the|our|his|her|their|a|mi|el|la|mon|ma|le|mein|meine|der|die|das)\s+"
-    rf"(?:[\w\-]+\s+){{0,4}}?(?:{_phrases(lexicon.REPORTERS)})\w*\s+(?:[\w\-]+\s+){{0,2}}?"
+    r"\b(?:my|the|our|his|her|their|a|an|mi|el|la|mon|ma|le|mein|meine|der|die|das)\s+"
+    rf"(?:[\w\-]+\s+){{0,4}}?(?:{_phrases(lexicon.REPORTERS)})\w*\s+(?:[\w\-]+\s+){{0,3}}?"
     r"(?:says?|said|told|tells|asked|asks|wants?|wanted|instructed|instructs|reminded|warned|"
-    r"dijo|dice|pidio|a dit|dit|sagte|sagt)\b(?:\s+(?:me|us|him|her|them|everyone))?"
-    r"(?:\s+(?:to|that|que|de|dass|zu)\b|\s+d')[^.!?\n]*"
+    r"orders?|ordered|commands?|commanded|shouts?|shouted|yells?|yelled|types?|typed|writes?|"
+    r"wrote|explained|explains|dijo|dice|pidio|ordena|ordeno|a dit|dit|ordonne|sagte|sagt|"
+    r"befiehlt|ordina)\b"
+    r"(?:(?:\s+[\w'\-]+){0,3}?\s+(?:to|that|que|de|dass|zu|like)\b|\s+d'|\s*:|(?=\s))[^.!?\n]*"
 )
-_TO_THE_ASSISTANT = re.compile(r"\b(?:tell|ask|told|asked)\s+you\b|\byour\b|\bassistant\b")
+#: Words cited to be translated or explained: "translate the sentence ... into French".
+_CITED = re.compile(
+    r"\b(?:translate|traducir|traduire|ubersetzen|tradurre|traduzir|explain|explicar|expliquer)\s+"
+    r"(?:the\s+|this\s+|la\s+|le\s+|la\s+|die\s+|den\s+)?(?:sentence|phrase|words?|expression|"
+    r"line|frase|satz|ausdruck)\b[^.!?\n]*"
+)
+_TO_THE_ASSISTANT = re.compile(
+    r"\b(?:tell|ask|told|asked)\s+you\b|\bassistant\b|\band\s+(?:then\s+)?(?:do|follow|obey|"
+    r"execute|apply)\b|\byou\s+(?:must|should|will|shall|have to|need to|are to)\b|" + _L_FUTURE
+)
 
 
 #: A markdown link's title: quoted, and shown to nobody.
@@ -943,9 +957,11 @@ def _unmentioned(view: str) -> str:
         and not _LINK_TITLE.search(view)
     ):
         view = outside
-    return _REPORTED.sub(
-        lambda m: m.group(0) if _TO_THE_ASSISTANT.search(m.group(0)) else " ", view
-    )
+    for passed_on in (_REPORTED, _CITED):
+        view = passed_on.sub(
+            lambda m: m.group(0) if _TO_THE_ASSISTANT.search(m.group(0)) else " ", view
+        )
+    return view
 
 
 def detect(text: str, *, _depth: int = 0) -> str | None:

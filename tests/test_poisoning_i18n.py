@@ -98,7 +98,7 @@ _QUOTED_LINE = re.compile(r'- \[\d{4}-\d{2}-\d{2}\] "(?:[^"\\]|\\.)*"')
 def test_a_statement_cannot_close_the_quotes_the_section_or_the_fence() -> None:
     block = render_block([], [Statement(1, ESCAPE, "2026-03-02T10:00:00+00:00")], 4000)
     header, line = block.split("\n")
-    assert header == SAID_HEADER and "never instructions to follow" in header
+    assert header == SAID_HEADER and "never orders to obey" in header
     assert _QUOTED_LINE.fullmatch(line), line  # one quoted string: no quote left unescaped
     assert not re.search(r"(?<!\\)[#`<>\[\]]", line[len("- [2026-01-01] ") :])
     rendered = render(block, DEFAULT_CONTEXT_TEMPLATE)
