@@ -14,6 +14,7 @@ from __future__ import annotations
 
 #: Ignore / forget / disregard (imperative or infinitive).
 IGNORE = """
+vergeet
 no sigas
 no obedezcas
 ne suis pas
@@ -557,6 +558,19 @@ kuralsız
 
 #: From now on / next time / for the rest of our chats / in future sessions.
 FUTURE = """
+desde ya
+cada vez que
+chaque fois que
+jedes mal
+ogni volta che
+sempre que
+каждый раз
+每次
+毎回
+매번
+كل مرة
+हर बार
+her seferinde
 de ahora en más
 para la próxima
 d'ora in avanti
@@ -1014,6 +1028,9 @@ tavsiye
 
 #: Anyone / everyone / every user (what is planted for others, not for the user).
 OTHERS = """
+aux utilisateurs
+à tous les utilisateurs
+a todos los usuarios
 anyone
 everyone
 everybody
@@ -1609,6 +1626,10 @@ bana itaat et
 
 #: When anyone asks (an order planted for other people).
 TRIGGER = """
+sempre que alguém
+अगर कोई
+जब कोई
+sorarsa
 cuando te pregunten
 cuando alguien pregunte
 si alguien pregunta
@@ -1645,6 +1666,9 @@ sorarlarsa
 
 #: Say / tell (the order to others' question).
 SAY = """
+diles
+dile
+dígales
 dire
 dici
 réponds
@@ -1780,4 +1804,15 @@ sempre
 हमेशा
 her zaman
 daima
+"""
+
+#: Me / I / my, inside a planted order: "if anyone asks me, I say ..." is the user's habit
+#: (not Hindi "मैं", which the view folds onto the postposition "में").
+SELF = """
+나는
+나한테
+저는
+제가
+أنا
+मुझ
 """

@@ -646,17 +646,22 @@ _L_ALWAYS = _phrases(lexicon.ALWAYS)
 #: A domain name as a link is written in chat ("promo-express.fr", "www.x.com").
 _DOMAIN = r"(?<![\w@.])(?:www\.)?[a-z0-9][a-z0-9\-]*\.(?:[a-z]{2,6})(?:\.[a-z]{2})?(?![\w])"
 _OVERRIDE_ABROAD = _near(_L_IGNORE, _L_RULES, 40)
+#: The speaker in an order for others: "if anyone asks me, I say I'm busy" is a habit.
+_SELF = re.compile(
+    r"(?<![a-z])(?:i|me|my|je|moi|ich|mir|mich|yo|io|mi|eu|ben|bana)(?![a-z])|(?<!\w)(?:я|меня|"
+    r"мне)(?!\w)|我|私|僕|" + _phrases(lexicon.SELF)
+)
 
 
 def _gated(
-    gate: str, *patterns: str, needs: str | None = None
-) -> tuple[re.Pattern[str], re.Pattern[str], re.Pattern[str] | None]:
+    gate: str, *patterns: str, needs: str | None = None, unless: re.Pattern[str] | None = None
+) -> tuple[re.Pattern[str], re.Pattern[str], re.Pattern[str] | None, re.Pattern[str] | None]:
     """Patterns searched only where their rarest word (``gate``) occurs: most text holds
     none of them. The gate is searched without its word boundaries (a superset, and an
     alternation that starts with a letter lets the engine skip ahead by first letter)."""
     loose = re.sub(r"\(\?<!\\w\)|\(\?!\\w\)|\(\?<?!\[a-z0-9\]\)", "", gate)
     joined = re.compile("|".join(f"(?:{p})" for p in patterns))
-    return re.compile(loose), joined, re.compile(needs) if needs is not None else None
+    return re.compile(loose), joined, re.compile(needs) if needs is not None else None, unless
 
 
 _ABROAD = (
@@ -748,6 +753,13 @@ _ABROAD = (
         _phrases(lexicon.TRIGGER),
         rf"(?:{_phrases(lexicon.TRIGGER)})(?s:.){{0,80}}?(?:"
         rf"{_phrases(lexicon.SAY + lexicon.RECOMMEND)})(?!\s*(?:ich|je|yo|eu|io|я|我)(?!\w))",
+        unless=_SELF,
+    ),
+    # "tell all users that refunds are impossible".
+    _gated(
+        _phrases(lexicon.OTHERS),
+        _near(_L_SAY, _phrases(lexicon.OTHERS), 12),
+        unless=_SELF,
     ),
     # Settings of the assistant written as configuration: "assistant.mode=unrestricted",
     # "bot_persona: evil", "asistente.modo=sin_restricciones".
@@ -779,12 +791,14 @@ _SPEAKER = re.compile(
 def _abroad(view: str) -> bool:
     """Whether the view holds one of the orders above, in any of the lexicon's languages:
     a match counts unless its speaker says it of themselves, and only with what it
-    ``needs`` within 40 characters."""
-    for gate, patterns, needs in _ABROAD:
+    ``needs`` within 40 characters, and never with what it must be ``unless``."""
+    for gate, patterns, needs, unless in _ABROAD:
         if not gate.search(view):
             continue
         for found in patterns.finditer(view):
             if _SPEAKER.search(view[max(0, found.start() - 16) : found.start()]):
+                continue
+            if unless is not None and unless.search(found.group(0)):
                 continue
             around = view[max(0, found.start() - 40) : found.end() + 40]
             if needs is None or needs.search(around):
