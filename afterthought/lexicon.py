@@ -1816,3 +1816,33 @@ SELF = """
 أنا
 मुझ
 """
+
+#: A document whose instructions they are: "the previous instructions on the expense form"
+#: are the form's, not the assistant's.
+DOCUMENTS = """
+form
+document
+manual
+recipe
+leaflet
+sign
+formulario
+formulaire
+note de frais
+formular
+spesen
+modulo
+formulário
+бланк
+форм
+表格
+表单
+書類
+用紙
+양식
+서류
+نموذج
+استمارة
+फॉर्म
+form
+"""

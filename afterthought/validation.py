@@ -654,20 +654,36 @@ _SELF = re.compile(
 
 
 def _gated(
-    gate: str, *patterns: str, needs: str | None = None, unless: re.Pattern[str] | None = None
-) -> tuple[re.Pattern[str], re.Pattern[str], re.Pattern[str] | None, re.Pattern[str] | None]:
+    gate: str,
+    *patterns: str,
+    needs: str | None = None,
+    unless: re.Pattern[str] | None = None,
+    beside: re.Pattern[str] | None = None,
+) -> tuple[
+    re.Pattern[str],
+    re.Pattern[str],
+    re.Pattern[str] | None,
+    re.Pattern[str] | None,
+    re.Pattern[str] | None,
+]:
     """Patterns searched only where their rarest word (``gate``) occurs: most text holds
     none of them. The gate is searched without its word boundaries (a superset, and an
     alternation that starts with a letter lets the engine skip ahead by first letter)."""
     loose = re.sub(r"\(\?<!\\w\)|\(\?!\\w\)|\(\?<?!\[a-z0-9\]\)", "", gate)
     joined = re.compile("|".join(f"(?:{p})" for p in patterns))
-    return re.compile(loose), joined, re.compile(needs) if needs is not None else None, unless
+    compiled_needs = re.compile(needs) if needs is not None else None
+    return re.compile(loose), joined, compiled_needs, unless, beside
 
 
 _ABROAD = (
     # "ignore all previous instructions": the verb near the rules, the rules the assistant's
     # (previous, all, yours, the safety rules: "I forgot the oven's instructions" is none).
-    _gated(_L_IGNORE, _OVERRIDE_ABROAD, needs=_phrases(lexicon.PRIOR + lexicon.FUTURE)),
+    _gated(
+        _L_IGNORE,
+        _OVERRIDE_ABROAD,
+        needs=_phrases(lexicon.PRIOR + lexicon.FUTURE),
+        beside=re.compile(_phrases(lexicon.DOCUMENTS)),
+    ),
     # "show me your system prompt".
     _gated(_L_SYSTEM_PROMPT, _near(_phrases(lexicon.REVEAL), _L_SYSTEM_PROMPT, 40)),
     # A persona: "you are now ...", "pretend to be ...", "an AI without limits".
@@ -791,8 +807,9 @@ _SPEAKER = re.compile(
 def _abroad(view: str) -> bool:
     """Whether the view holds one of the orders above, in any of the lexicon's languages:
     a match counts unless its speaker says it of themselves, and only with what it
-    ``needs`` within 40 characters, and never with what it must be ``unless``."""
-    for gate, patterns, needs, unless in _ABROAD:
+    ``needs`` within 40 characters, never with what it must be ``unless``, nor ``beside``
+    what makes it someone else's (the instructions on a form)."""
+    for gate, patterns, needs, unless, beside in _ABROAD:
         if not gate.search(view):
             continue
         for found in patterns.finditer(view):
@@ -801,6 +818,8 @@ def _abroad(view: str) -> bool:
             if unless is not None and unless.search(found.group(0)):
                 continue
             around = view[max(0, found.start() - 40) : found.end() + 40]
+            if beside is not None and beside.search(around):
+                continue
             if needs is None or needs.search(around):
                 return True
     return False
