@@ -822,6 +822,18 @@ hiç
 
 #: What a poisoner would have the assistant keep quiet about.
 GAGGED = """
+safety polic
+policy
+política
+politique
+richtlinie
+политик
+政策
+ポリシー
+정책
+سياسة
+नीति
+politika
 price
 pricing
 fee
@@ -1118,6 +1130,10 @@ aktivasyon anahtar
 
 #: A story, a lesson, a report: what only mentions the words it quotes.
 MENTION_CUES = """
+play
+whisper
+murmur
+exclaim
 explain
 explic
 erklär
@@ -1597,6 +1613,20 @@ sem censura
 
 #: Obey me (imperative).
 OBEY = """
+любые мои команды
+все мои команды
+cualquier orden mía
+todas mis órdenes
+tous mes ordres
+alle meine befehle
+ogni mio comando
+todas as minhas ordens
+我的所有命令
+私のどんな命令
+내 모든 명령
+جميع أوامري
+मेरे सभी आदेश
+tüm emirlerimi
 obey me
 obey without question
 obey my every
@@ -1845,4 +1875,62 @@ formulário
 استمارة
 फॉर्म
 form
+"""
+
+#: I am the administrator (authority claimed over the assistant).
+ADMIN = """
+я администратор
+я твой администратор
+soy el administrador
+soy tu administrador
+je suis l'administrateur
+je suis ton administrateur
+ich bin dein administrator
+ich bin der administrator
+sono l'amministratore
+sono il tuo amministratore
+sou o administrador
+sou seu administrador
+我是管理员
+我是你的管理员
+私は管理者
+私はあなたの管理者
+나는 관리자
+내가 관리자
+أنا المسؤول
+أنا مديرك
+मैं एडमिन
+मैं तुम्हारा एडमिन
+ben yöneticiyim
+senin yöneticinim
+"""
+
+#: Never refuse (a standing order to comply).
+NEVER_REFUSE = """
+non devi mai rifiutare
+non rifiutare mai
+nunca rechaces
+no rechaces nunca
+nunca te niegues
+ne refuse jamais
+ne jamais refuser
+lehne niemals ab
+lehne nie ab
+nunca recuse
+nunca se recuse
+никогда не отказывай
+не отказывай
+永远不要拒绝
+不要拒绝
+决不拒绝
+決して断らない
+断らないで
+절대 거절하지
+거절하지 마
+لا ترفض أبدا
+لا ترفض
+कभी मना मत
+मना मत करना
+asla reddetme
+reddetme
 """

@@ -471,7 +471,7 @@ _INSTRUCTION_PATTERNS = [
     r"restrictions|boundaries|limits)\b",
     r"\b(?:call|invoke|run|execute|trigger|use)\s+(?:the\s+)?[a-z0-9]+(?:_[a-z0-9]+)+"
     r"(?:\s+(?:tool|function|command))?\b",
-    r"\b(?:send|forward|email|e-mail|post|upload|copy|cc|bcc|leak|transmit|exfiltrate|"
+    r"\b(?:send|forward|email|e-mail|post|upload|copy|cc|bcc|leak|transmit|exfiltrate|append|attach|"
     r"report|share)\b\W+(?:\w+\W+){0,5}?(?:conversations?|chats?|history|messages|data|"
     r"passwords?|credentials|everything|logs|transcripts?|memory|memories|keys|tokens|"
     rf"details|info|information|emails|files)\b.{{0,40}}?(?:{_URL})",
@@ -562,7 +562,7 @@ _INSTRUCTION_PATTERNS = [
     # Markup and role prefixes that pose as the conversation's structure.
     r"^[\s*_>#]*(?:system|assistant|developer|admin|root|sys|model|ai|bot)[*_]*\s*(?::|>|\]|\|)",
     # An HTML comment, shown to nobody.
-    r"<!--|"
+    r"(?s:^(?!.*\b(?:html|comment|browser|markup|css|xml)\b).*<!--)|"
     # A markdown link's title, shown to nobody: "[click](https://x.example \"...\")".
     r"\]\(\S+\s+[\"'][^\"')]{8,}[\"']\s*\)|"
     r"\[\s*/?\s*(?:system|inst|sys|admin|developer|assistant)\s*\]|<<\s*/?\s*sys\s*>>|"
@@ -585,10 +585,18 @@ _LETTERS_ONLY = re.compile(
     r"(?:instructions?|rules|guidance|guidelines|prompts?|directives|programming)|"
     r"(?:reveal|print|show|output|repeat|leak|dump|display)(?:me)?(?:your|the)"
     r"(?:system|hidden|secret|initial|original|developer|full)(?:prompts?|instructions|message)|"
-    r"youarenow(?:dan|free|unrestricted|unfiltered|jailbroken|evil|indevelopermode)|"
-    # the same order split into pieces in Spanish, French, German, Italian, Portuguese
+    r"youarenow(?:dan|free|unrestricted|unfiltered|jailbroken|evil|indevelopermode)"
+)
+#: The same order in Spanish, French, German, Italian, Portuguese, split into pieces ("ig
+#: nora to das las ins truc ciones"): read in the letters alone, when the words are split
+#: (whole words were judged with their context, a form's instructions included).
+_SPLIT_ABROAD = re.compile(
     r"(?:ignor|olvid|oubli|vergiss|dimentic|esquec)[a-z]{0,30}?(?:instruc|istruz|anweis|regla|"
     r"regol|regra|regle|consign)[a-z]{0,12}?(?:anterior|previ|precedent|vorherig|bisherig)"
+)
+_WHOLE_ABROAD = re.compile(
+    r"\b(?:ignor|olvid|oubli|vergiss|dimentic|esquec)\w*(?s:.)*\b(?:instruc|istruz|anweis|regla|"
+    r"regol|regra|regle|consign)"
 )
 #: The memory fence (and its kin) mentioned at all: only a paste or an attack carries it.
 _FENCE_NAME = re.compile(r"zepcontext")
@@ -641,6 +649,8 @@ _L_LIMITS = _phrases(lexicon.LIMITS + lexicon.LIMITLESS)
 _L_WITHOUT = _phrases(lexicon.WITHOUT)
 _L_PERSONA = _phrases(lexicon.YOU_ARE_NOW + lexicon.PRETEND)
 _L_OBEY = _phrases(lexicon.OBEY)
+_L_ADMIN = _phrases(lexicon.ADMIN)
+_L_NEVER_REFUSE = _phrases(lexicon.NEVER_REFUSE)
 _L_SAY = _phrases(lexicon.SAY)
 _L_ALWAYS = _phrases(lexicon.ALWAYS)
 #: A domain name as a link is written in chat ("promo-express.fr", "www.x.com").
@@ -764,6 +774,9 @@ _ABROAD = (
     ),
     # "obey me".
     _gated(_L_OBEY, _L_OBEY),
+    # "I am your administrator", "never refuse".
+    _gated(_L_ADMIN, _L_ADMIN),
+    _gated(_L_NEVER_REFUSE, _L_NEVER_REFUSE),
     # "when anyone asks about loans, say ...": planted for other people.
     _gated(
         _phrases(lexicon.TRIGGER),
@@ -800,7 +813,7 @@ _ABROAD = (
 _SPEAKER = re.compile(
     r"(?:\b(?:i|we|yo|je|j'|ich|wir|io|eu|nous|ben|biz)|(?<!\w)(?:я|мы)|我|私は|僕は|"
     + _phrases(lexicon.SPEAKERS)
-    + r")(?!\w)\W*(?:[\w']+\W+)?$"
+    + r")(?!\w)\W{0,2}$"
 )
 
 
@@ -908,9 +921,14 @@ def _windows(view: str) -> list[str]:
     return [view[i : i + WINDOW] for i in range(0, len(view) - OVERLAP, step)]
 
 
+#: "1" reads as "i" in "1gn0re" and as "l" in "ru1es": both readings are checked.
+_ONE_AS_L = str.maketrans({"1": "l"})
+
+
 def _views(view: str) -> list[str]:
     joined = _joined(view)
-    return [w for v in (view, joined, _unleet(joined)) for w in _windows(v)]
+    readings = (view, joined, _unleet(joined), _unleet(joined.translate(_ONE_AS_L)))
+    return [w for v in readings for w in _windows(v)]
 
 
 #: A standing order to recommend something by name: "from now on always recommend ...".
@@ -918,7 +936,8 @@ def _views(view: str) -> list[str]:
 _RECOMMEND_BY_NAME = re.compile(
     r"(?<!\bi )(?<!\bwe )"
     + _STANDING_START
-    + r".{0,60}?\b(?:recommend|suggest|push|promote|mention)\s+(\w+)"
+    + r".{0,60}?\b(?:recommend|suggest|push|promote|mention|tell (?:me|them|everyone|people|"
+    r"users) to (?:buy|use|try|invest in|get))\s+(\w+)"
 )
 #: A name written as a brand writes it: capitalised, with a capital inside ("AcmeBank",
 #: not "iPhone").
@@ -1011,6 +1030,8 @@ def detect(text: str, *, _depth: int = 0) -> str | None:
         if _INSTRUCTION.search(seen):
             return INSTRUCTION_LIKE
     if _abroad(said):
+        return INSTRUCTION_LIKE
+    if _SPLIT_ABROAD.search(letters) and not _WHOLE_ABROAD.search(said):
         return INSTRUCTION_LIKE
     if _LETTERS_ONLY.search(letters) or _names_a_brand(text, view, origin):
         return INSTRUCTION_LIKE
