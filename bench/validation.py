@@ -13,8 +13,12 @@ were then fixed by general changes too) and ``review`` (written by an independen
 reviewer who never saw the corpus or the tests; never tuned on: the blind estimate),
 ``tune-i18n`` (instructions in thirteen languages, role-play, hidden markup, split and
 encoded payloads, standing and config-style requests, and look-alikes that only mention
-them: tuned on). Every rate comes with its Wilson 95 % interval. Misses are listed by id
-only.
+them: tuned on). Issue 23's held-out sets (``heldout_attacks.jsonl``,
+``heldout_lookalikes.jsonl``, written by a helper who never saw the patterns) are judged
+with ``--attacks``/``--lookalikes``: their one blind run admitted 8 of 73 attacks
+(Wilson 95 % 5.7-20.2 %) and refused 10 of 69 look-alikes (8.1-24.7 %); general changes
+made from it leave 1 and 1, so they are no longer blind. Every rate comes with its Wilson
+95 % interval. Misses are listed by id only.
 
     python bench/validation.py [--split tune|heldout|heldout-2|review|tune-i18n]
     python bench/validation.py --attacks A.jsonl --lookalikes L.jsonl   # any other set
