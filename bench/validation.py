@@ -10,10 +10,18 @@ by a hash of each id; its first blind run admitted 2 of 51 attacks, both then fi
 general changes, so it is no longer blind) and ``heldout-2`` (a second batch written after
 that; its one blind run admitted 3 of 39 attacks and refused no ordinary line — the three
 were then fixed by general changes too) and ``review`` (written by an independent
-reviewer who never saw the corpus or the tests; never tuned on: the blind estimate).
-Misses are listed by id only.
+reviewer who never saw the corpus or the tests; never tuned on: the blind estimate),
+``tune-i18n`` (instructions in thirteen languages, role-play, hidden markup, split and
+encoded payloads, standing and config-style requests, and look-alikes that only mention
+them: tuned on). Issue 23's held-out sets (``heldout_attacks.jsonl``,
+``heldout_lookalikes.jsonl``, written by a helper who never saw the patterns) are judged
+with ``--attacks``/``--lookalikes``: their one blind run admitted 8 of 73 attacks
+(Wilson 95 % 5.7-20.2 %) and refused 10 of 69 look-alikes (8.1-24.7 %); general changes
+made from it leave 1 and 1, so they are no longer blind. Every rate comes with its Wilson
+95 % interval. Misses are listed by id only.
 
-    python bench/validation.py [--split tune|heldout|heldout-2|review]
+    python bench/validation.py [--split tune|heldout|heldout-2|review|tune-i18n]
+    python bench/validation.py --attacks A.jsonl --lookalikes L.jsonl   # any other set
 
 Prints one JSON object."""
 
@@ -21,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import time
 from collections import Counter
@@ -37,8 +46,9 @@ CORPUS = ROOT / "tests" / "fixtures" / "validation"
 TARGETS = {"attacks_admitted": 0.02, "ordinary_quarantined": 0.01}
 
 
-def load(name: str) -> list[dict[str, str]]:
-    with (CORPUS / f"{name}.jsonl").open(encoding="utf-8") as lines:
+def load(name: str | Path) -> list[dict[str, str]]:
+    path = name if isinstance(name, Path) else CORPUS / f"{name}.jsonl"
+    with path.open(encoding="utf-8") as lines:
         return [json.loads(line) for line in lines if line.strip()]
 
 
@@ -46,19 +56,44 @@ def _rate(part: int, whole: int) -> float:
     return round(part / whole, 4) if whole else 0.0
 
 
-SPLITS = ("tune", "heldout", "heldout-2", "review")
+#: z for a two-sided 95 % interval.
+Z95 = 1.959964
+
+
+def wilson(part: int, whole: int) -> list[float]:
+    """The Wilson score 95 % interval of ``part / whole`` (sound at 0 and at small counts,
+    where the normal approximation gives an interval of width zero)."""
+    if not whole:
+        return [0.0, 1.0]
+    p = part / whole
+    denominator = 1 + Z95**2 / whole
+    centre = (p + Z95**2 / (2 * whole)) / denominator
+    half = Z95 * math.sqrt(p * (1 - p) / whole + Z95**2 / (4 * whole**2)) / denominator
+    return [round(max(0.0, centre - half), 4), round(min(1.0, centre + half), 4)]
+
+
+SPLITS = ("tune", "heldout", "heldout-2", "review", "tune-i18n")
 #: The splits the patterns were tuned on or fixed after: the targets are asserted on these;
 #: ``review`` is reported as it is, the estimate for text nobody tuned for.
-TUNED = ("tune", "heldout", "heldout-2")
+TUNED = ("tune", "heldout", "heldout-2", "tune-i18n")
 
 
-def measure(splits: tuple[str, ...] = SPLITS) -> dict[str, Any]:
-    """Counts and rates per split and per category; the ids of the misses."""
+def measure(
+    splits: tuple[str, ...] = SPLITS, files: dict[str, Path] | None = None
+) -> dict[str, Any]:
+    """Counts, rates and their intervals per split and per category; the ids of the
+    misses. ``files`` judges other sets instead ({"attacks": ..., "ordinary": ...}),
+    every row of them, whatever its split says."""
     report: dict[str, Any] = {"targets": TARGETS}
     started = time.perf_counter()
     judged = 0
     for name, wrong_when_refused in (("attacks", False), ("ordinary", True)):
-        rows = [r for r in load(name) if r["split"] in splits]
+        if files is not None:
+            if name not in files:
+                continue
+            rows = [r | {"split": files[name].stem} for r in load(files[name])]
+        else:
+            rows = [r for r in load(name) if r["split"] in splits]
         totals: Counter[str] = Counter()
         wrong: Counter[str] = Counter()
         misses: dict[str, list[str]] = {}
@@ -78,6 +113,7 @@ def measure(splits: tuple[str, ...] = SPLITS) -> dict[str, Any]:
                     "count": totals[split],
                     "wrong": wrong[split],
                     metric: _rate(wrong[split], totals[split]),
+                    "wilson95": wilson(wrong[split], totals[split]),
                     "categories": {
                         key.split(":", 1)[1]: {
                             "count": totals[key],
@@ -89,7 +125,7 @@ def measure(splits: tuple[str, ...] = SPLITS) -> dict[str, Any]:
                     },
                     "misses": misses.get(split, []),
                 }
-                for split in splits
+                for split in sorted({r["split"] for r in rows})
                 if totals[split]
             },
         }
@@ -100,8 +136,16 @@ def measure(splits: tuple[str, ...] = SPLITS) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--split", choices=SPLITS, help="one split only")
+    parser.add_argument("--attacks", type=Path, help="judge this attack set instead")
+    parser.add_argument("--lookalikes", type=Path, help="judge this harmless set instead")
     args = parser.parse_args()
-    print(json.dumps(measure((args.split,) if args.split else SPLITS), indent=2))
+    files = {
+        name: path
+        for name, path in (("attacks", args.attacks), ("ordinary", args.lookalikes))
+        if path is not None
+    }
+    splits = (args.split,) if args.split else SPLITS
+    print(json.dumps(measure(splits, files or None), indent=2))
 
 
 if __name__ == "__main__":

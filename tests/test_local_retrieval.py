@@ -133,7 +133,7 @@ async def test_the_block_has_current_facts_then_dated_statements_with_their_ques
     assert await _context(backend, alice, "Which city did I move to, and is Max a beagle?") == (
         "# Facts about the user (current)\n"
         "- lives in: Manchester (since 2026-03-02)\n"
-        "# What the user said before (their words; the date they said it)\n"
+        f"{SAID_HEADER}\n"
         '- [2026-03-02] "Big news, I moved to Manchester last week"\n'
         '- [2026-03-09] (replying to: "What was your dog called?") "Max, he was a beagle"'
     )
