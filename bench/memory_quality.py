@@ -109,6 +109,11 @@ def _has(block: str, value: str) -> bool:
     return re.search(pattern, block.lower()) is not None
 
 
+#: A timestamp's date followed by its time ("2025-06-08T17:00:00", as ADK shows a memory's
+#: time): split apart so that a date answer is found in it as whole words.
+_ISO_TIME = re.compile(r"(\d{4}-\d{2}-\d{2})T(?=\d)")
+
+
 def _evidence_shown(block: str, text: str) -> bool:
     """The evidence turn reached the model: its words, or (a long turn is shown cut) its
     first 120 characters' worth."""
@@ -211,7 +216,8 @@ def score(users: list[dict[str, Any]], blocks: dict[str, list[str]]) -> dict[str
         for question, block in zip(user["questions"], served, strict=True):
             sizes.append(len(block))
             shown = [_evidence_shown(block, turns[e]) for e in question["evidence"]]
-            answer = any(_has(block, a) for a in question["answers"])
+            dated = _ISO_TIME.sub(r"\1 ", block)
+            answer = any(_has(dated, a) for a in question["answers"])
             kind = kinds.setdefault(question["kind"], dict.fromkeys(("n", "ev", "all", "ans"), 0))
             kind["n"] += 1
             kind["ev"] += any(shown)

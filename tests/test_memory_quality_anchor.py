@@ -107,3 +107,10 @@ def test_one_statement_of_two_is_evidence_but_not_all_of_it() -> None:
     assert kind["evidence_in_block"] == 1.0
     assert kind["evidence_all_in_block"] == 0.0
     assert kind["answer_in_block"] == 1.0
+
+
+def test_a_date_answer_is_found_in_a_timestamp() -> None:
+    asked = {**USER["questions"][0], "kind": "temporal", "answers": ["2026-01-05"]}
+    user = {**USER, "questions": [asked]}
+    block = "Time: 2026-01-05T10:00:00\nuser: my sister Lucía is a glassblower in Porto"
+    assert score([user], {USER["user"]: [block]})["answer_in_block"] == 1.0
