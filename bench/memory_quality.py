@@ -1,4 +1,6 @@
-"""Memory quality on hand-written multi-session conversations (tests/fixtures/memory/),
+"""Memory quality on multi-session conversations (``--fixture memory``: hand-written,
+tests/fixtures/memory/; ``--fixture memory2``: 112 people generated from hand-written
+phrase banks by a writer who did not see the retrieval code, tests/fixtures/memory2/),
 offline: the local backend, the default extractor, a real arq worker and a real ADK
 Runner with the stand-in model. Each user's history is imported with its sessions' real
 dates (``Backfill``), the worker stores and synthesizes it, then every question is asked
@@ -14,6 +16,13 @@ block the model received is read:
                         said then) without the current value anywhere beside it
     poison_shown        share of poisoned users whose poison marker reached any block
     block_chars         mean and largest block size
+    by_kind             evidence, answer and (every evidence turn shown) evidence_all per
+                        question kind: multi-hop needs all of its statements
+
+The anchor, ``adk``: ADK's own ``SqliteMemoryService`` (FTS5, 50 results) holds the same
+sessions with their real timestamps; each question is its ``search_memory`` query, and the
+block is what ``PreloadMemoryTool`` would insert, keeping as many of its memories, in its
+order, as fit the same block size. Scored by the same code.
 
 ``tune`` and ``heldout`` are reported apart; the issue's targets are judged on
 ``heldout``, which was never read while tuning. ``--scale`` adds retrieval time at 10k
@@ -23,7 +32,11 @@ The fixture's people said about 3,800 characters each, about one default block
 (``context_max_chars`` 4,000): ``--max-chars 1500`` shows how well a block chooses when
 most of what was said cannot fit.
 
-    python bench/memory_quality.py [--split tune|heldout|all] [--max-chars N] [--scale]"""
+    python bench/memory_quality.py [--fixture memory|memory2] [--split tune|heldout|all]
+        [--max-chars N [N ...]] [--scale]
+
+With several ``--max-chars`` each split is stored and asked once per size; the JSON holds
+``{split: {size: {"cached": …, "query": …, "adk": …}}}``."""
 
 from __future__ import annotations
 
@@ -46,8 +59,11 @@ sys.path.insert(0, str(ROOT))
 import redis.asyncio as aioredis  # noqa: E402
 from google.adk.agents import LlmAgent  # noqa: E402
 from google.adk.events.event import Event  # noqa: E402
+from google.adk.memory._sqlite_memory_service import SqliteMemoryService  # noqa: E402
+from google.adk.memory.memory_entry import MemoryEntry  # noqa: E402
 from google.adk.runners import Runner  # noqa: E402
 from google.adk.sessions import InMemorySessionService, Session  # noqa: E402
+from google.adk.tools import _memory_entry_utils  # noqa: E402
 from google.genai import types  # noqa: E402
 
 from afterthought.agent_hooks import TurnMemory, create_callbacks  # noqa: E402
@@ -60,13 +76,22 @@ from afterthought.worker.extract import RuleExtractor  # noqa: E402
 from afterthought.worker.jobs import create_worker  # noqa: E402
 
 APP = "quality"
-FIXTURE = ROOT / "tests" / "fixtures" / "memory"
+FIXTURES = ROOT / "tests" / "fixtures"
 MODES = ("cached", "query")
+ANCHOR = "adk"
 FACTS_HEADER = "# Facts about the user"
+#: ``PreloadMemoryTool.process_llm_request`` (google-adk 2.13) wraps the memories in this.
+PRELOAD_HEAD = """The following content is from your previous conversations with the user.
+They may be useful for answering the user's current query.
+<PAST_CONVERSATIONS>
+"""
+PRELOAD_TAIL = """
+</PAST_CONVERSATIONS>
+"""
 
 
-def load(split: str) -> list[dict[str, Any]]:
-    return [json.loads(p.read_text()) for p in sorted((FIXTURE / split).glob("*.json"))]
+def load(split: str, fixture: str = "memory") -> list[dict[str, Any]]:
+    return [json.loads(p.read_text()) for p in sorted((FIXTURES / fixture / split).glob("*.json"))]
 
 
 def _words(text: str) -> str:
@@ -84,6 +109,11 @@ def _has(block: str, value: str) -> bool:
     return re.search(pattern, block.lower()) is not None
 
 
+#: A timestamp's date followed by its time ("2025-06-08T17:00:00", as ADK shows a memory's
+#: time): split apart so that a date answer is found in it as whole words.
+_ISO_TIME = re.compile(r"(\d{4}-\d{2}-\d{2})T(?=\d)")
+
+
 def _evidence_shown(block: str, text: str) -> bool:
     """The evidence turn reached the model: its words, or (a long turn is shown cut) its
     first 120 characters' worth."""
@@ -91,7 +121,7 @@ def _evidence_shown(block: str, text: str) -> bool:
     return words[:120] in _words(block)
 
 
-def _history(user: dict[str, Any]) -> Source:
+def _sessions(user: dict[str, Any]) -> list[Session]:
     """The user's sessions as ADK sessions, each event at its session's date."""
     sessions = []
     for number, session in enumerate(user["sessions"]):
@@ -121,6 +151,11 @@ def _history(user: dict[str, Any]) -> Source:
                 last_update_time=start + 30 * len(events),
             )
         )
+    return sessions
+
+
+def _history(user: dict[str, Any]) -> Source:
+    sessions = _sessions(user)
 
     async def each(report: Report) -> Any:
         for session in sessions:
@@ -168,6 +203,71 @@ def _facts_part(block: str) -> str:
     return facts.split("\n#", 1)[0]
 
 
+def score(users: list[dict[str, Any]], blocks: dict[str, list[str]]) -> dict[str, Any]:
+    """The metrics of the blocks one system served, ``blocks[user]`` in question order."""
+    tally = {"questions": 0, "evidence": 0, "answer": 0, "facts": 0, "facts_found": 0}
+    kinds: dict[str, dict[str, int]] = {}
+    stale = quoted = changed = poisoned = poison_users = 0
+    sizes: list[int] = []
+    missed: list[str] = []
+    for user in users:
+        turns = {t["id"]: t["text"] for s in user["sessions"] for t in s["turns"]}
+        served = blocks[user["user"]]
+        for question, block in zip(user["questions"], served, strict=True):
+            sizes.append(len(block))
+            shown = [_evidence_shown(block, turns[e]) for e in question["evidence"]]
+            dated = _ISO_TIME.sub(r"\1 ", block)
+            answer = any(_has(dated, a) for a in question["answers"])
+            kind = kinds.setdefault(question["kind"], dict.fromkeys(("n", "ev", "all", "ans"), 0))
+            kind["n"] += 1
+            kind["ev"] += any(shown)
+            kind["all"] += all(shown)
+            kind["ans"] += answer
+            tally["questions"] += 1
+            tally["evidence"] += any(shown)
+            tally["answer"] += answer
+            if not any(shown):
+                missed.append(f"{user['user']}:{question['id']}")
+        first = served[0] if served else ""
+        for fact in user["facts"]:
+            tally["facts"] += 1
+            current = any(_has(first, v) for v in fact["current"])
+            tally["facts_found"] += current
+            if fact.get("stale"):
+                changed += 1
+                old = [v for v in fact["stale"] if not any(_has(v, c) for c in fact["current"])]
+                stale += any(_has(_facts_part(first), v) for v in old)
+                quoted += not current and any(_has(first, v) for v in old)
+        markers = [m for p in user.get("poison", []) for m in p["markers"]]
+        if markers:
+            poison_users += 1
+            poisoned += any(_has(b, m) for b in served for m in markers)
+    q = max(tally["questions"], 1)
+    return {
+        "questions": tally["questions"],
+        "evidence_in_block": round(tally["evidence"] / q, 3),
+        "answer_in_block": round(tally["answer"] / q, 3),
+        "fact_recall": round(tally["facts_found"] / max(tally["facts"], 1), 3),
+        "stale_as_current": round(stale / max(changed, 1), 3),
+        "stale_quoted_alone": round(quoted / max(changed, 1), 3),
+        "poison_shown": round(poisoned / max(poison_users, 1), 3),
+        "poisoned_users": poison_users,
+        "block_chars_mean": round(sum(sizes) / max(len(sizes), 1)),
+        "block_chars_p50": sorted(sizes)[len(sizes) // 2] if sizes else 0,
+        "block_chars_max": max(sizes, default=0),
+        "by_kind": {
+            name: {
+                "questions": k["n"],
+                "evidence_in_block": round(k["ev"] / k["n"], 3),
+                "evidence_all_in_block": round(k["all"] / k["n"], 3),
+                "answer_in_block": round(k["ans"] / k["n"], 3),
+            }
+            for name, k in sorted(kinds.items())
+        },
+        "evidence_missed": missed[:20],
+    }
+
+
 async def evaluate(settings: Settings, users: list[dict[str, Any]]) -> dict[str, Any]:
     redis = aioredis.Redis.from_url(settings.redis_url)
     try:
@@ -178,52 +278,62 @@ async def evaluate(settings: Settings, users: list[dict[str, Any]]) -> dict[str,
         await redis.aclose()
     result: dict[str, Any] = {"users": len(users)}
     for mode in MODES:
-        tally = {"questions": 0, "evidence": 0, "answer": 0, "facts": 0, "facts_found": 0}
-        stale = quoted = changed = poisoned = poison_users = 0
-        sizes: list[int] = []
-        missed: list[str] = []
-        for user in users:
-            turns = {t["id"]: t["text"] for s in user["sessions"] for t in s["turns"]}
-            blocks = []
-            for question in user["questions"]:
-                block = await _ask(mode, settings, user["user"], question["text"])
-                blocks.append(block)
-                sizes.append(len(block))
-                tally["questions"] += 1
-                evidence = any(_evidence_shown(block, turns[e]) for e in question["evidence"])
-                tally["evidence"] += evidence
-                tally["answer"] += any(_has(block, a) for a in question["answers"])
-                if not evidence:
-                    missed.append(f"{user['user']}:{question['id']}")
-            first = blocks[0] if blocks else ""
-            for fact in user["facts"]:
-                tally["facts"] += 1
-                current = any(_has(first, v) for v in fact["current"])
-                tally["facts_found"] += current
-                if fact.get("stale"):
-                    changed += 1
-                    old = [v for v in fact["stale"] if not any(_has(v, c) for c in fact["current"])]
-                    stale += any(_has(_facts_part(first), v) for v in old)
-                    quoted += not current and any(_has(first, v) for v in old)
-            markers = [m for p in user.get("poison", []) for m in p["markers"]]
-            if markers:
-                poison_users += 1
-                poisoned += any(_has(b, m) for b in blocks for m in markers)
-        q = max(tally["questions"], 1)
-        result[mode] = {
-            "questions": tally["questions"],
-            "evidence_in_block": round(tally["evidence"] / q, 3),
-            "answer_in_block": round(tally["answer"] / q, 3),
-            "fact_recall": round(tally["facts_found"] / max(tally["facts"], 1), 3),
-            "stale_as_current": round(stale / max(changed, 1), 3),
-            "stale_quoted_alone": round(quoted / max(changed, 1), 3),
-            "poison_shown": round(poisoned / max(poison_users, 1), 3),
-            "poisoned_users": poison_users,
-            "block_chars_mean": round(sum(sizes) / max(len(sizes), 1)),
-            "block_chars_max": max(sizes, default=0),
-            "evidence_missed": missed[:20],
+        blocks = {
+            user["user"]: [
+                await _ask(mode, settings, user["user"], question["text"])
+                for question in user["questions"]
+            ]
+            for user in users
         }
+        result[mode] = score(users, blocks)
     return result
+
+
+def preload_block(memories: list[MemoryEntry], max_chars: int | None = None) -> str:
+    """What ``PreloadMemoryTool`` inserts for ``memories`` (its formatting, google-adk
+    2.13), keeping the leading memories whose block fits ``max_chars``; "" for none."""
+    lines: list[str] = []
+    block = ""
+    for memory in memories:
+        entry = [f"Time: {memory.timestamp}"] if memory.timestamp else []
+        if text := _memory_entry_utils.extract_text(memory):
+            entry.append(f"{memory.author}: {text}" if memory.author else text)
+        candidate = PRELOAD_HEAD + "\n".join(lines + entry) + PRELOAD_TAIL
+        if max_chars is not None and len(candidate) > max_chars:
+            break
+        lines += entry
+        block = candidate if lines else ""
+    return block
+
+
+async def adk_anchor(
+    users: list[dict[str, Any]], sizes: list[int], db_path: Path
+) -> dict[int, dict[str, Any]]:
+    """ADK's own memory on the same sessions: ``score`` at each block size."""
+    service = SqliteMemoryService(db_path)
+    try:
+        for user in users:
+            for session in _sessions(user):
+                await service.add_session_to_memory(session)
+        found = {
+            user["user"]: [
+                (await service.search_memory(app_name=APP, user_id=user["user"], query=q["text"]))
+                for q in user["questions"]
+            ]
+            for user in users
+        }
+    finally:
+        await service.close()
+    return {
+        size: score(
+            users,
+            {
+                who: [preload_block(r.memories, size) for r in replies]
+                for who, replies in found.items()
+            },
+        )
+        for size in sizes
+    }
 
 
 async def extractor_speed(users: list[dict[str, Any]]) -> float:
@@ -234,33 +344,51 @@ async def extractor_speed(users: list[dict[str, Any]]) -> float:
     return round((time.perf_counter() - started) / max(len(messages), 1) * 1000, 4)
 
 
-def run_split(split: str, max_chars: int | None = None) -> dict[str, Any]:
-    users = load(split)
+def run_split(
+    split: str, fixture: str = "memory", sizes: list[int] | None = None
+) -> dict[str, Any]:
+    """Per block size: afterthought's modes (stored afresh at that size) and the anchor."""
+    users = load(split, fixture)
+    default = Settings.model_fields["context_max_chars"].default
+    result: dict[str, Any] = {}
     with tempfile.TemporaryDirectory() as tmp:
-        settings = Settings(
-            redis_url=os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0"),
-            key_prefix=f"quality-{uuid.uuid4().hex[:8]}",
-            local_db_path=Path(tmp) / "memory.sqlite3",
-            backend="local",
-            synthesis_idle_seconds=0,
-            **({} if max_chars is None else {"context_max_chars": max_chars}),
-        )
-        try:
-            result = asyncio.run(evaluate(settings, users))
-        finally:
-            asyncio.run(cleanup(settings))
+        anchor = asyncio.run(adk_anchor(users, sizes or [default], Path(tmp) / "adk.sqlite3"))
+        for size in sizes or [default]:
+            settings = Settings(
+                redis_url=os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0"),
+                key_prefix=f"quality-{uuid.uuid4().hex[:8]}",
+                local_db_path=Path(tmp) / f"memory-{size}.sqlite3",
+                backend="local",
+                synthesis_idle_seconds=0,
+                context_max_chars=size,
+                # Quality, not latency: on a loaded machine a read that outlives the turn's
+                # budget would count as a miss (bench/hook_latency.py measures the budget).
+                retrieval_budget=10.0,
+                enqueue_timeout=5.0,
+            )
+            try:
+                measured = asyncio.run(evaluate(settings, users))
+            finally:
+                asyncio.run(cleanup(settings))
+            measured[ANCHOR] = anchor[size]
+            result[str(size)] = measured
     result["extractor_seconds_per_1000_messages"] = asyncio.run(extractor_speed(users))
     return result
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
+    parser.add_argument("--fixture", choices=["memory", "memory2"], default="memory")
     parser.add_argument("--split", choices=["tune", "heldout", "all"], default="all")
-    parser.add_argument("--max-chars", type=int, help="block size (default: the setting's)")
+    parser.add_argument(
+        "--max-chars", type=int, nargs="+", help="block sizes (default: the setting's)"
+    )
     parser.add_argument("--scale", action="store_true", help="also time retrieval at scale")
     args = parser.parse_args()
     splits = ["tune", "heldout"] if args.split == "all" else [args.split]
-    result: dict[str, Any] = {split: run_split(split, args.max_chars) for split in splits}
+    result: dict[str, Any] = {
+        split: run_split(split, args.fixture, args.max_chars) for split in splits
+    }
     if args.scale:
         from bench.retrieval import measure
 
