@@ -36,7 +36,7 @@ WEEK_MS = 7 * 86400 * 1000
 #: (bounded by the layout, not by users), or per user and removed by their forget.
 DURABLE = {
     "layout", "marker", "depth", "lost", "late_copies", "forgets", "audit", "quarantine",
-    "dead", "ready", "backfill", "synth", "tomb", "epoch", "arq",
+    "dead", "ready", "backfill", "synth", "tomb", "epoch", "arq", "user-ids",
 }  # fmt: skip
 #: Kinds kept per session and per user, and so what must never outlive the idle lifetime.
 PER_SESSION = {"thread", "id:thread", "seen", "pending", "lease", "ctx:thread"}
@@ -235,7 +235,8 @@ async def test_a_user_back_after_expiry_keeps_identity_memory_and_every_message_
 
     again = await registry.lookup(app="memtest", user_id="alice", session_id="s1")
     assert again.user == first.user  # the same backend user and graph
-    assert [u["user_id"] for u in zep_fake.users()] == ["alice"]
+    named = await registry.backend_user_id(app="memtest", user_id="alice")
+    assert [u["user_id"] for u in zep_fake.users()] == [named]
     stored = Counter(m["content"] for m in zep_fake.messages())
     assert stored == Counter(m.content for m in before + after)  # none lost, none twice
     backend = open_backend(settings)
