@@ -903,3 +903,39 @@ async def test_a_word_in_half_the_store_still_finds_its_statements(
     )
     assert said[found] in [h.text for h in hits]
     assert all(h.score is not None and h.score > 0 for h in hits)
+
+
+# --- what a statement is shown replying to ---------------------------------------------------
+
+
+async def test_a_statement_replies_to_the_question_never_to_a_memory_block(
+    backend: LocalBackend,
+) -> None:
+    alice, thread = await _user(backend, "alice")
+    echoed = (
+        "Here is what I remember:\n"
+        f"{FACTS_HEADER}\n- lives in: Leeds (since 2026-01-01)\n"
+        f'{SAID_HEADER}\n- [2026-01-01] "I work as a nurse in Leeds"\n'
+        "Anything else you want me to keep?"
+    )
+    await _say(backend, thread, ("assistant", echoed), "yes, the beagle's name", at=DAY)
+    long_reply = (
+        "Beagles are scent hounds, bred for hunting hares, and they love long walks. "
+        * 3
+        + "What was your dog called?"
+    )
+    await _say(backend, thread, ("assistant", long_reply), "Max, he was a beagle", at=DAY)
+
+    said = _said(await _context(backend, alice, "beagle"))
+    assert said == [
+        '- [2026-03-02] "yes, the beagle\'s name"',
+        '- [2026-03-02] (replying to: "What was your dog called?") "Max, he was a beagle"',
+    ]
+
+
+def test_a_kept_turn_is_shown_as_its_question_alone() -> None:
+    """Rows stored before questions were picked out of their turns."""
+    kept = 'Sure.\n# What the user said before\n- [2026-01-01] "x"\nWhat next?'
+    assert Statement(1, "ok", DAY, kept).line() == '- [2026-03-02] "ok"'
+    rambling = "Nice! " * 40 + "Shall I go on about it at length and in detail, or not?" * 3
+    assert Statement(2, "ok", DAY, rambling).line() == '- [2026-03-02] "ok"'

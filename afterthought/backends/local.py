@@ -30,16 +30,15 @@ from afterthought.backends.base import (
     UserRef,
 )
 from afterthought.backends.retrieval import (
-    STATEMENT_CHARS,
     Statement,
     fuse,
     informativeness,
     match_expression,
     query_stems,
     query_terms,
+    question_in,
     render_block,
     scoped,
-    shorten,
     split_by_frequency,
     whole_lines,
     with_follow_ups,
@@ -97,7 +96,7 @@ SCHEMA_VERSION = 5
 #: retrieval never joins threads), ``clean`` (``validation.detect`` found nothing,
 #: decided at write time), ``eligible`` (a clean, ingested user turn: the only rows
 #: retrieval may return), ``informative`` (``retrieval.informativeness``) and ``replied``
-#: (for a statement, the clean assistant turn just before it, shortened: what a short
+#: (for a statement, the question the clean assistant turn just before it asked: what a short
 #: answer answers).
 ADDED_COLUMNS = (
     "user_uuid TEXT",
@@ -1129,14 +1128,12 @@ def _index(
 
 
 def _reply_context(previous: tuple[str, str, bool] | None) -> str | None:
-    """The turn a statement replies to, as stored with it: the assistant's turn just
-    before, if it asked something and passed validation too (it enters the block and the
-    index)."""
+    """The question a statement replies to, as stored with it: the one the assistant's
+    turn just before asked (``question_in``: never a long reply, never a memory block),
+    if that turn passed validation too (it enters the block and the index)."""
     if previous is None or previous[0] != "assistant" or not previous[2]:
         return None
-    if "?" not in previous[1]:
-        return None  # not a question: nothing a short answer needs
-    return shorten(previous[1], STATEMENT_CHARS)
+    return question_in(previous[1])
 
 
 def _migrate(db: sqlite3.Connection, *, upgrade: bool) -> None:

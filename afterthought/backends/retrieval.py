@@ -250,6 +250,30 @@ def fuse(rankings: Iterable[Sequence[int]]) -> list[int]:
     return sorted(scores, key=lambda item: -scores[item])
 
 
+#: What only a memory block holds (its headers, its dated lines, a kept question): an
+#: assistant turn that repeats a block is never quoted beside a statement.
+_BLOCK_TEXT = re.compile(
+    r"^\s*#\s*(?:facts about the user|what the user said before)|^\s*-\s*\[\d{4}-\d\d-\d\d\]"
+    r"|\(replying to:",
+    re.I | re.M,
+)
+_SENTENCE_OR_LINE = re.compile(r"(?<=[.!?])\s+|\n+")
+
+
+def question_in(turn: str) -> str | None:
+    """What a short answer right after the assistant's ``turn`` answers: the last question
+    it asked (one sentence, at most ``REPLY_CHARS``). None for a turn that asks nothing,
+    whose question is longer than that (a long reply, not a question), or that repeats a
+    memory block (memory never quotes memory)."""
+    if _BLOCK_TEXT.search(turn):
+        return None
+    asked = [s for s in _SENTENCE_OR_LINE.split(turn) if "?" in s]
+    if not asked:
+        return None
+    question = _SPACE.sub(" ", asked[-1]).strip()
+    return question if len(question) <= REPLY_CHARS else None
+
+
 def shorten(text: str, limit: int) -> str:
     """One line (whitespace collapsed: a statement can never fake a header or a new entry),
     at most ``limit`` characters, cut at a word with an ellipsis."""
@@ -274,8 +298,11 @@ class Statement:
     def line(self, *, with_reply: bool = True) -> str:
         said = f'"{shorten(self.text, STATEMENT_CHARS)}"'
         # A long statement stands on its own; a short answer ("Max") needs its question.
-        if with_reply and self.replying_to and len(self.text) <= ANSWER_CHARS:
-            said = f'(replying to: "{shorten(self.replying_to, REPLY_CHARS)}") {said}'
+        # What was kept before questions were picked out of their turns is picked at
+        # reading time.
+        asked = question_in(self.replying_to) if self.replying_to else None
+        if with_reply and asked and len(self.text) <= ANSWER_CHARS:
+            said = f'(replying to: "{asked}") {said}'
         return f"- [{self.said_at[:10]}] {said}"
 
 
