@@ -477,7 +477,13 @@ def test_the_block_never_exceeds_its_budget_and_holds_whole_lines(
     block = render_block(facts, statements, budget)
     assert len(block) <= budget
     lines = block.split("\n") if block else []
-    shown = {s.line() for s in statements} | {s.line(with_reply=False) for s in statements}
+    marks = {None, *(s.said_at for s in statements)}
+    shown = {
+        s.line(with_reply=reply, superseded_on=on)
+        for s in statements
+        for reply in (True, False)
+        for on in marks
+    }
     for line in lines:
         assert line in (FACTS_HEADER, SAID_HEADER) or line in facts or line in shown
     said = _said(block)
@@ -939,3 +945,40 @@ def test_a_kept_turn_is_shown_as_its_question_alone() -> None:
     assert Statement(1, "ok", DAY, kept).line() == '- [2026-03-02] "ok"'
     rambling = "Nice! " * 40 + "Shall I go on about it at length and in detail, or not?" * 3
     assert Statement(2, "ok", DAY, rambling).line() == '- [2026-03-02] "ok"'
+
+
+# --- newer beats older -----------------------------------------------------------------------
+
+
+async def test_a_statement_a_later_one_changes_is_marked_superseded_even_the_same_day(
+    backend: LocalBackend,
+) -> None:
+    alice, thread = await _user(backend, "alice")
+    await _say(backend, thread, "I run about 50 km a week, mostly trails", at=DAY)
+    await _say(backend, thread, "I work as a nurse in Leeds", at=DAY)
+    await _say(backend, thread, "Knee's sore, so I'm cutting back to 30 km a week", at=DAY)
+    await _say(backend, thread, "Big news: I moved to Manchester!", at=DAY)
+
+    # Only the old statement holds "trails": the one that changed it comes with it.
+    said = _said(await _context(backend, alice, "how far do I run on the trails?"))
+    assert said[:4] == [
+        '- [2026-03-02] (superseded on 2026-03-02) "I run about 50 km a week, mostly trails"',
+        '- [2026-03-02] (superseded on 2026-03-02) "I work as a nurse in Leeds"',
+        '- [2026-03-02] "Knee\'s sore, so I\'m cutting back to 30 km a week"',
+        '- [2026-03-02] "Big news: I moved to Manchester!"',
+    ]
+
+
+async def test_the_newest_value_wins_whatever_order_the_ranking_found_them_in(
+    backend: LocalBackend,
+) -> None:
+    alice, thread = await _user(backend, "alice")
+    await _say(backend, thread, "I sleep 6 hours a night at best", at="2026-01-05T08:00:00+00:00")
+    await _say(backend, thread, "These days I sleep 8 hours a night", at="2026-02-05T08:00:00+00:00")
+    await _say(backend, thread, "I sleep 6 hours a night again", at="2026-02-05T08:00:00+00:00")
+    said = _said(await _context(backend, alice, "how much do I sleep"))
+    assert said == [
+        '- [2026-01-05] "I sleep 6 hours a night at best"',
+        '- [2026-02-05] (superseded on 2026-02-05) "These days I sleep 8 hours a night"',
+        '- [2026-02-05] "I sleep 6 hours a night again"',
+    ]
