@@ -926,8 +926,7 @@ async def test_a_statement_replies_to_the_question_never_to_a_memory_block(
     )
     await _say(backend, thread, ("assistant", echoed), "yes, the beagle's name", at=DAY)
     long_reply = (
-        "Beagles are scent hounds, bred for hunting hares, and they love long walks. "
-        * 3
+        "Beagles are scent hounds, bred for hunting hares, and they love long walks. " * 3
         + "What was your dog called?"
     )
     await _say(backend, thread, ("assistant", long_reply), "Max, he was a beagle", at=DAY)
@@ -964,7 +963,7 @@ async def test_a_statement_a_later_one_changes_is_marked_superseded_even_the_sam
     assert said[:4] == [
         '- [2026-03-02] (superseded on 2026-03-02) "I run about 50 km a week, mostly trails"',
         '- [2026-03-02] (superseded on 2026-03-02) "I work as a nurse in Leeds"',
-        '- [2026-03-02] "Knee\'s sore, so I\'m cutting back to 30 km a week"',
+        "- [2026-03-02] \"Knee's sore, so I'm cutting back to 30 km a week\"",
         '- [2026-03-02] "Big news: I moved to Manchester!"',
     ]
 
@@ -973,9 +972,10 @@ async def test_the_newest_value_wins_whatever_order_the_ranking_found_them_in(
     backend: LocalBackend,
 ) -> None:
     alice, thread = await _user(backend, "alice")
-    await _say(backend, thread, "I sleep 6 hours a night at best", at="2026-01-05T08:00:00+00:00")
-    await _say(backend, thread, "These days I sleep 8 hours a night", at="2026-02-05T08:00:00+00:00")
-    await _say(backend, thread, "I sleep 6 hours a night again", at="2026-02-05T08:00:00+00:00")
+    january, february = "2026-01-05T08:00:00+00:00", "2026-02-05T08:00:00+00:00"
+    await _say(backend, thread, "I sleep 6 hours a night at best", at=january)
+    await _say(backend, thread, "These days I sleep 8 hours a night", at=february)
+    await _say(backend, thread, "I sleep 6 hours a night again", at=february)
     said = _said(await _context(backend, alice, "how much do I sleep"))
     assert said == [
         '- [2026-01-05] "I sleep 6 hours a night at best"',
