@@ -982,3 +982,61 @@ async def test_the_newest_value_wins_whatever_order_the_ranking_found_them_in(
         '- [2026-02-05] (superseded on 2026-02-05) "These days I sleep 8 hours a night"',
         '- [2026-02-05] "I sleep 6 hours a night again"',
     ]
+
+
+# --- questions that need two statements --------------------------------------------------------
+
+
+async def test_a_second_hop_follows_the_names_the_best_statements_hold(
+    tmp_path: Path,
+) -> None:
+    store = LocalBackend(tmp_path / "m.sqlite3")
+    alice, thread = await _user(store, "alice")
+    await _say(store, thread, "Mbali told me I have to try Zuberi's before I die.")
+    await _say(store, thread, *(f"I fixed the shelf number {i} today" for i in range(60)))
+    await _say(store, thread, "Took Ugo to Zuberi's on Saturday, we ordered half the menu.")
+    await _say(store, thread, *(f"I watered the fern number {i} today" for i in range(60)))
+
+    block = await _context(
+        store, alice, "Who did I go with to the restaurant Mbali recommended?", 600
+    )
+    assert "Mbali told me" in block and "Took Ugo" in block
+    await store.aclose()
+
+
+async def test_the_statements_of_a_changed_fact_come_with_every_block(
+    backend: LocalBackend,
+) -> None:
+    alice, thread = await _user(backend, "alice")
+    keys = iter(["rent", "move"])
+    for text, at in [
+        ("We rent a place in Kochi, ten minutes from the river", "2025-01-05T09:00:00+00:00"),
+        ("The relocation to Da Nang is done!", "2025-06-05T09:00:00+00:00"),
+    ]:
+        await backend.add_messages(
+            thread_uuid=thread,
+            messages=[
+                OutgoingMessage(
+                    role="user",
+                    content=text,
+                    reference_time=at,
+                    metadata={MESSAGE_KEY_FIELD: next(keys)},
+                )
+            ],
+            idempotency_key=f"batch:{next(_BATCHES)}",
+        )
+    await _say(backend, thread, *(f"I baked bread number {i}" for i in range(80)))
+    kochi = Fact(subject="user", predicate="lives_in", value="Kochi", source_keys=["rent"])
+    await backend.write_facts(user=alice, add=[kochi], invalidate=[], at="2025-01-05")
+    held = {f.value: f.uuid for f in await backend.list_facts(user=alice)}
+    da_nang = Fact(subject="user", predicate="lives_in", value="Da Nang", source_keys=["move"])
+    await backend.write_facts(
+        user=alice, add=[da_nang], invalidate=[held["Kochi"]], at="2025-06-05"
+    )
+
+    said = _said(await _context(backend, alice, "What was my previous city?", 1200))
+    assert said[:2] == [
+        '- [2025-01-05] (superseded on 2025-06-05) "We rent a place in Kochi, ten minutes from'
+        ' the river"',
+        '- [2025-06-05] "The relocation to Da Nang is done!"',
+    ]

@@ -240,6 +240,26 @@ def informativeness(text: str) -> int:
     return sum(1 for signal in signals if signal)
 
 
+#: A second hop from the best statements' names: "the restaurant Mbali recommended" finds
+#: "Mbali swears by Dosa Palace", whose "Dosa Palace" finds "took Ugo to Dosa Palace"; "my
+#: trip to see my aunt" finds "my aunt Rahel lives in Calgary" by "aunt".
+HOP_FROM = 3
+HOP_TERMS = 6
+
+
+def hop_terms(texts: Iterable[str], query: str) -> list[str]:
+    """The names (capitalised inside a sentence) and relations ("aunt", "boss") of
+    ``texts`` that ``query`` does not hold: what a second ranking is asked for."""
+    asked = set(query_terms(query))
+    named: list[str] = []
+    for text in texts:
+        for sentence in _SENTENCE.split(text):
+            named += (w for w in sentence.split()[1:] if w[:1].isupper() and w[:2] != "I'")
+        named += _RELATION.findall(text)
+    terms = [t for t in query_terms(" ".join(named)) if t not in asked and t != "i"]
+    return terms[:HOP_TERMS]
+
+
 def fuse(rankings: Iterable[Sequence[int]]) -> list[int]:
     """Reciprocal rank fusion: each id scores the sum of 1 / (k + rank) over the rankings
     it appears in (rank from 1); ties keep the order of first appearance."""
@@ -294,6 +314,9 @@ class Statement:
     text: str
     said_at: str
     replying_to: str | None = None
+    replaced_on: str | None = None
+    """When a fact read from it was replaced by a newer one (facts know it better than
+    ``claims``)."""
 
     @property
     def order(self) -> tuple[str, int]:
@@ -444,7 +467,7 @@ def render_block(facts: Sequence[str], statements: Sequence[Statement], max_char
     used = len(SAID_HEADER)
     for statement in statements:
         by = newer.get(statement.message_id)
-        on = by.said_at if by is not None else None
+        on = by.said_at if by is not None else statement.replaced_on
         for reply in (True, False):
             line = statement.line(with_reply=reply, superseded_on=on)
             if used + 1 + len(line) <= room:
