@@ -1,9 +1,9 @@
 """``afterthought demo``: ADK sessions of one user, with a real worker process persisting
 memory in between (``examples/offline_chat.py`` is the short version to copy from; it
 uses ``demo_deployment``). Session 1 is said the way
-people talk; session 2 starts from what was remembered (``cached`` mode); session 3 asks
-about a detail that only retrieval for the question brings back (``query`` mode, with a
-block kept small so the difference shows).
+people talk; session 2 starts from what was remembered; session 3 asks about a passing
+remark that only retrieval for the question brings back (the default, ``query`` mode),
+then again in ``cached`` mode, with a block kept small so the difference shows.
 
 Offline by default: the local SQLite backend and a stand-in model that says what memory
 it received. With GOOGLE_API_KEY it talks to Gemini; with ZEP_API_KEY it uses Zep.
@@ -102,10 +102,10 @@ async def conversation(settings: Settings) -> None:
     print("--- session 2 (a new session: only long-term memory connects them) ---")
     await _session(_runner(settings), SESSION_2)
 
-    print("--- session 3, cached mode: the block built before the question ---")
+    print("--- session 3, the default: the block retrieved for the question ---")
     await _session(_runner(settings), SESSION_3)
-    print("--- session 3 again, query mode: the block retrieved for the question ---")
-    await _session(_runner(settings.model_copy(update={"context_mode": "query"})), SESSION_3)
+    print("--- session 3 again, cached mode: the block built before the question ---")
+    await _session(_runner(settings.model_copy(update={"context_mode": "cached"})), SESSION_3)
 
 
 async def settled(settings: Settings) -> None:

@@ -179,9 +179,11 @@ class Settings(BaseSettings):
     """Local backend: a model2vec model (path or name; extra ``embeddings``) for hybrid recall."""
     retrieval_budget: float = Field(0.25, gt=0, le=30)
     """Hard deadline, in seconds, for reading memory on the turn path."""
-    context_mode: Literal["cached", "query"] = "cached"
-    """``cached``: one Redis read of the block the worker built; ``query``: the block
-    retrieved for the user's message within the budget, else the cached one."""
+    context_mode: Literal["cached", "query"] = "query"
+    """``query`` (default): the block retrieved for the user's message within the budget,
+    raced against the cached one (served when the retrieval does not finish, fails, or the
+    message has no words); ``cached``: one Redis read of the block the worker built, before
+    the message."""
     enqueue_timeout: float = Field(0.1, gt=0, le=5)
     """Deadline, in seconds, for the one Redis round trip that queues a write."""
     redis_wait_replicas: int = Field(0, ge=0, le=16)

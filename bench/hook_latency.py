@@ -5,10 +5,11 @@ agent, same Zep fake answering in 150 ms.
     python bench/hook_latency.py [--turns 300]
 
 Added latency = a percentile of turns with memory minus the same percentile of a bare
-agent. afterthought warm: the context cache holds the user's block; cold: every turn
-misses it and reads through; query: ``context_mode="query"``, the block retrieved for each
-message — from the local store (SQLite in this process, the user holding ``--history``
-messages) and from the Zep fake. Prints one JSON object. Uses REDIS_URL or 127.0.0.1:6379.
+agent. afterthought warm: ``context_mode="cached"``, the context cache holds the user's
+block; cold: the same, every turn missing it and reading through; default: the default
+``context_mode`` (``query``), the block retrieved for each message — from the local store
+(SQLite in this process, the user holding ``--history`` messages) and from the Zep fake.
+Prints one JSON object. Uses REDIS_URL or 127.0.0.1:6379.
 
     python bench/hook_latency.py --hang 150
 
@@ -237,26 +238,25 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--turns", type=int, default=300)
     parser.add_argument("--latency", type=float, default=0.15)
-    parser.add_argument("--history", type=int, default=10_000, help="local query mode's store")
-    parser.add_argument("--zep-budget", type=float, default=0.5, help="Zep query mode's budget")
+    parser.add_argument("--history", type=int, default=10_000, help="local default's store")
+    parser.add_argument(
+        "--zep-budget", type=float, default=0.25, help="the default's budget on Zep"
+    )
     parser.add_argument(
         "--hang", type=float, metavar="SECONDS", help="measure a backend hang this long instead"
     )
     args = parser.parse_args()
     few = max(20, args.turns // 10)
     with ZepFake(latency=args.latency) as fake, tempfile.TemporaryDirectory() as tmp:
-        settings = Settings(
+        default = Settings(
             redis_url=os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0"),
             key_prefix=f"latency-{uuid.uuid4().hex[:8]}",
             zep_api_key="bench",
             zep_base_url=fake.base_url,
         )
-        local = settings.model_copy(
-            update={
-                "backend": "local",
-                "context_mode": "query",
-                "local_db_path": Path(tmp) / "memory.sqlite3",
-            }
+        settings = default.model_copy(update={"context_mode": "cached"})
+        local = default.model_copy(
+            update={"backend": "local", "local_db_path": Path(tmp) / "memory.sqlite3"}
         )
         if args.hang:
             try:
@@ -271,13 +271,10 @@ def main() -> None:
             baseline = asyncio.run(bare(args.turns))
             warm = asyncio.run(ours(settings, args.turns, warm=True))
             cold = asyncio.run(ours(settings, few, warm=False))
-            query_local = asyncio.run(ours(local, args.turns, warm=True, history=args.history))
-            query_zep = asyncio.run(
-                # One get_context costs Zep about the default budget: give it room.
+            default_local = asyncio.run(ours(local, args.turns, warm=True, history=args.history))
+            default_zep = asyncio.run(
                 ours(
-                    settings.model_copy(
-                        update={"context_mode": "query", "retrieval_budget": args.zep_budget}
-                    ),
+                    default.model_copy(update={"retrieval_budget": args.zep_budget}),
                     few,
                     warm=True,
                 )
@@ -296,13 +293,13 @@ def main() -> None:
         "bare_turn": base,
         "afterthought_warm_added": added(warm),
         "afterthought_cold_added": added(cold),
-        "afterthought_query_local_added": added(query_local),
-        "query_local_history_messages": args.history,
-        "afterthought_query_zep_added": added(query_zep),
-        "query_zep_budget_s": args.zep_budget,
+        "afterthought_default_local_added": added(default_local),
+        "default_local_history_messages": args.history,
+        "afterthought_default_zep_added": added(default_zep),
+        "default_zep_budget_s": args.zep_budget,
         "zep_adk_added": added(theirs),
     }
-    for mode in ("warm", "query_local"):
+    for mode in ("warm", "default_local"):
         ours_p50 = max(result[f"afterthought_{mode}_added"]["p50_ms"], 0.001)
         result[f"zep_adk_over_afterthought_{mode}_p50"] = round(
             result["zep_adk_added"]["p50_ms"] / ours_p50, 1

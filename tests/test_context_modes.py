@@ -1,7 +1,8 @@
 """The two read modes (R2) through a real ADK Runner and a real worker: ``cached`` serves
 what the worker built (the batch's block for its session, a user-level block for new
-sessions); ``query`` retrieves for the user's message within the budget and falls back to
-the cached block when the retrieval is slow, fails, or the user is being forgotten."""
+sessions); ``query``, the default, retrieves for the user's message within the budget and
+falls back to the cached block when the retrieval is slow, fails, or the user is being
+forgotten."""
 
 from __future__ import annotations
 
@@ -73,10 +74,10 @@ async def _cached_user_block(settings: Settings, user: str = "alice") -> str | N
     return CachedBlock.parse(raw).block if raw else None
 
 
-async def test_query_mode_injects_the_block_retrieved_for_the_message(
+async def test_the_default_injects_the_block_retrieved_for_the_message(
     make_settings: Callable[..., Settings], tmp_path: Path
 ) -> None:
-    settings = make_settings(context_mode="query")
+    settings = make_settings()
     await _history(settings)
     backend = Scripted(tmp_path / "memory.sqlite3")
 
@@ -87,15 +88,16 @@ async def test_query_mode_injects_the_block_retrieved_for_the_message(
 
 
 async def test_cached_mode_reads_no_backend_on_a_warm_turn(
-    local_settings: Settings, tmp_path: Path
+    make_settings: Callable[..., Settings], tmp_path: Path
 ) -> None:
-    await _history(local_settings)
+    settings = make_settings(context_mode="cached")
+    await _history(settings)
     backend = Scripted(tmp_path / "memory.sqlite3")
 
-    block = await _block_for(local_settings, backend, "Any tram tips for my city?")
+    block = await _block_for(settings, backend, "Any tram tips for my city?")
 
     assert backend.queries == []
-    assert block == (await _cached_user_block(local_settings) or "").strip()
+    assert block == (await _cached_user_block(settings) or "").strip()
     assert "Porto" in block
 
 

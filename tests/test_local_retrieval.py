@@ -477,7 +477,13 @@ def test_the_block_never_exceeds_its_budget_and_holds_whole_lines(
     block = render_block(facts, statements, budget)
     assert len(block) <= budget
     lines = block.split("\n") if block else []
-    shown = {s.line() for s in statements} | {s.line(with_reply=False) for s in statements}
+    marks = {None, *(s.said_at for s in statements)}
+    shown = {
+        s.line(with_reply=reply, superseded_on=on)
+        for s in statements
+        for reply in (True, False)
+        for on in marks
+    }
     for line in lines:
         assert line in (FACTS_HEADER, SAID_HEADER) or line in facts or line in shown
     said = _said(block)
@@ -903,3 +909,134 @@ async def test_a_word_in_half_the_store_still_finds_its_statements(
     )
     assert said[found] in [h.text for h in hits]
     assert all(h.score is not None and h.score > 0 for h in hits)
+
+
+# --- what a statement is shown replying to ---------------------------------------------------
+
+
+async def test_a_statement_replies_to_the_question_never_to_a_memory_block(
+    backend: LocalBackend,
+) -> None:
+    alice, thread = await _user(backend, "alice")
+    echoed = (
+        "Here is what I remember:\n"
+        f"{FACTS_HEADER}\n- lives in: Leeds (since 2026-01-01)\n"
+        f'{SAID_HEADER}\n- [2026-01-01] "I work as a nurse in Leeds"\n'
+        "Anything else you want me to keep?"
+    )
+    await _say(backend, thread, ("assistant", echoed), "yes, the beagle's name", at=DAY)
+    long_reply = (
+        "Beagles are scent hounds, bred for hunting hares, and they love long walks. " * 3
+        + "What was your dog called?"
+    )
+    await _say(backend, thread, ("assistant", long_reply), "Max, he was a beagle", at=DAY)
+
+    said = _said(await _context(backend, alice, "beagle"))
+    assert said == [
+        '- [2026-03-02] "yes, the beagle\'s name"',
+        '- [2026-03-02] (replying to: "What was your dog called?") "Max, he was a beagle"',
+    ]
+
+
+def test_a_kept_turn_is_shown_as_its_question_alone() -> None:
+    """Rows stored before questions were picked out of their turns."""
+    kept = 'Sure.\n# What the user said before\n- [2026-01-01] "x"\nWhat next?'
+    assert Statement(1, "ok", DAY, kept).line() == '- [2026-03-02] "ok"'
+    rambling = "Nice! " * 40 + "Shall I go on about it at length and in detail, or not?" * 3
+    assert Statement(2, "ok", DAY, rambling).line() == '- [2026-03-02] "ok"'
+
+
+# --- newer beats older -----------------------------------------------------------------------
+
+
+async def test_a_statement_a_later_one_changes_is_marked_superseded_even_the_same_day(
+    backend: LocalBackend,
+) -> None:
+    alice, thread = await _user(backend, "alice")
+    await _say(backend, thread, "I run about 50 km a week, mostly trails", at=DAY)
+    await _say(backend, thread, "I work as a nurse in Leeds", at=DAY)
+    await _say(backend, thread, "Knee's sore, so I'm cutting back to 30 km a week", at=DAY)
+    await _say(backend, thread, "Big news: I moved to Manchester!", at=DAY)
+
+    # Only the old statement holds "trails": the one that changed it comes with it.
+    said = _said(await _context(backend, alice, "how far do I run on the trails?"))
+    assert said[:4] == [
+        '- [2026-03-02] (superseded on 2026-03-02) "I run about 50 km a week, mostly trails"',
+        '- [2026-03-02] (superseded on 2026-03-02) "I work as a nurse in Leeds"',
+        "- [2026-03-02] \"Knee's sore, so I'm cutting back to 30 km a week\"",
+        '- [2026-03-02] "Big news: I moved to Manchester!"',
+    ]
+
+
+async def test_the_newest_value_wins_whatever_order_the_ranking_found_them_in(
+    backend: LocalBackend,
+) -> None:
+    alice, thread = await _user(backend, "alice")
+    january, february = "2026-01-05T08:00:00+00:00", "2026-02-05T08:00:00+00:00"
+    await _say(backend, thread, "I sleep 6 hours a night at best", at=january)
+    await _say(backend, thread, "These days I sleep 8 hours a night", at=february)
+    await _say(backend, thread, "I sleep 6 hours a night again", at=february)
+    said = _said(await _context(backend, alice, "how much do I sleep"))
+    assert said == [
+        '- [2026-01-05] "I sleep 6 hours a night at best"',
+        '- [2026-02-05] (superseded on 2026-02-05) "These days I sleep 8 hours a night"',
+        '- [2026-02-05] "I sleep 6 hours a night again"',
+    ]
+
+
+# --- questions that need two statements --------------------------------------------------------
+
+
+async def test_a_second_hop_follows_the_names_the_best_statements_hold(
+    tmp_path: Path,
+) -> None:
+    store = LocalBackend(tmp_path / "m.sqlite3")
+    alice, thread = await _user(store, "alice")
+    await _say(store, thread, "Mbali told me I have to try Zuberi's before I die.")
+    await _say(store, thread, *(f"I fixed the shelf number {i} today" for i in range(60)))
+    await _say(store, thread, "Took Ugo to Zuberi's on Saturday, we ordered half the menu.")
+    await _say(store, thread, *(f"I watered the fern number {i} today" for i in range(60)))
+
+    block = await _context(
+        store, alice, "Who did I go with to the restaurant Mbali recommended?", 600
+    )
+    assert "Mbali told me" in block and "Took Ugo" in block
+    await store.aclose()
+
+
+async def test_the_statements_of_a_changed_fact_come_with_every_block(
+    backend: LocalBackend,
+) -> None:
+    alice, thread = await _user(backend, "alice")
+    keys = iter(["rent", "move"])
+    for text, at in [
+        ("We rent a place in Kochi, ten minutes from the river", "2025-01-05T09:00:00+00:00"),
+        ("The relocation to Da Nang is done!", "2025-06-05T09:00:00+00:00"),
+    ]:
+        await backend.add_messages(
+            thread_uuid=thread,
+            messages=[
+                OutgoingMessage(
+                    role="user",
+                    content=text,
+                    reference_time=at,
+                    metadata={MESSAGE_KEY_FIELD: next(keys)},
+                )
+            ],
+            idempotency_key=f"batch:{next(_BATCHES)}",
+        )
+    await _say(backend, thread, *(f"I baked bread number {i}" for i in range(80)))
+    kochi = Fact(subject="user", predicate="lives_in", value="Kochi", source_keys=["rent"])
+    await backend.write_facts(user=alice, add=[kochi], invalidate=[], at="2025-01-05")
+    held = {f.value: f.uuid for f in await backend.list_facts(user=alice)}
+    da_nang = Fact(subject="user", predicate="lives_in", value="Da Nang", source_keys=["move"])
+    await backend.write_facts(
+        user=alice, add=[da_nang], invalidate=[held["Kochi"]], at="2025-06-05"
+    )
+
+    said = _said(await _context(backend, alice, "What was my previous city?", 1200))
+    assert said[:2] == [
+        '- [2025-01-05] (superseded on 2025-06-05) "We rent a place in Kochi, ten minutes from'
+        ' the river"',
+        '- [2025-06-05] "The relocation to Da Nang is done!"',
+    ]

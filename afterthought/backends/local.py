@@ -30,16 +30,17 @@ from afterthought.backends.base import (
     UserRef,
 )
 from afterthought.backends.retrieval import (
-    STATEMENT_CHARS,
+    HOP_FROM,
     Statement,
     fuse,
+    hop_terms,
     informativeness,
     match_expression,
     query_stems,
     query_terms,
+    question_in,
     render_block,
     scoped,
-    shorten,
     split_by_frequency,
     whole_lines,
     with_follow_ups,
@@ -97,7 +98,7 @@ SCHEMA_VERSION = 5
 #: retrieval never joins threads), ``clean`` (``validation.detect`` found nothing,
 #: decided at write time), ``eligible`` (a clean, ingested user turn: the only rows
 #: retrieval may return), ``informative`` (``retrieval.informativeness``) and ``replied``
-#: (for a statement, the clean assistant turn just before it, shortened: what a short
+#: (for a statement, the question the clean assistant turn just before it asked: what a short
 #: answer answers).
 ADDED_COLUMNS = (
     "user_uuid TEXT",
@@ -146,6 +147,10 @@ RETRIEVAL_SCHEMA = (
 MESSAGE_PAGE = 1000
 #: Candidates per ranking (BM25, dense) and from the informative ranking.
 RELEVANT = 20
+#: Changed facts whose statements (old and new) every block is offered.
+CHANGED_FACTS = 5
+#: Candidates from the second hop (``retrieval.hop_terms``), placed after the best first.
+RELEVANT_HOPS = 5
 #: At most about this many rows are scored by BM25 per query (see ``_lexical``).
 RANKED_ROWS = 1000
 #: When every word of a query is common, the newest rows holding the least common of them
@@ -640,8 +645,10 @@ class LocalBackend(MemoryBackend):
         recent ones, then (``fill``: for a block, not a search) the newest; each once (by
         row and by text), each followed by the newest later word on the same thing, with
         the turn it replied to."""
+        replaced = _replaced(db, user_uuid)
         ranked = [
             *self._relevant(db, user_uuid, query),
+            *replaced,
             *self._informative(db, user_uuid),
             *(self._recent(db, user_uuid) if fill else ()),
         ]
@@ -678,10 +685,27 @@ class LocalBackend(MemoryBackend):
             if text_key in seen:
                 continue
             seen.add(text_key)
-            found.append(Statement(message_id, content, said_at, replied))
+            found.append(Statement(message_id, content, said_at, replied, replaced.get(message_id)))
         return found
 
     def _relevant(self, db: sqlite3.Connection, user_uuid: str, query: str) -> list[int]:
+        """The statements about ``query``, then, after the best ``HOP_FROM``, those about
+        the names and relations these hold (``hop_terms``): what a question needs two
+        statements for."""
+        first = self._ranked(db, user_uuid, query)
+        best = first[:HOP_FROM]
+        if not best:
+            return first
+        texts = [
+            r[0]
+            for r in db.execute(
+                f"SELECT content FROM messages WHERE id IN ({','.join('?' * len(best))})", best
+            )
+        ]
+        second = _lexical(db, user_uuid, hop_terms(texts, query))
+        return list(dict.fromkeys([*best, *second[:RELEVANT_HOPS], *first]))
+
+    def _ranked(self, db: sqlite3.Connection, user_uuid: str, query: str) -> list[int]:
         lexical = _lexical(db, user_uuid, query_terms(query))
         if self._embedder is None or self._dense is None or not query.strip():
             return lexical
@@ -1056,6 +1080,37 @@ def _lexical(db: sqlite3.Connection, user_uuid: str, terms: Sequence[str]) -> li
     return [int(r[0]) for r in rows]
 
 
+def _replaced(db: sqlite3.Connection, user_uuid: str) -> dict[int, str | None]:
+    """The history of the user's facts that changed, as statements: those a replaced fact
+    was read from (-> when it was replaced), then those its replacement was (-> None), the
+    newest change first. "Which city did I live in before the move?" needs both, and
+    neither says "before"."""
+    changed = db.execute(
+        "SELECT old.source_keys, old.invalid_at, new.source_keys FROM facts old JOIN facts new"
+        " ON new.user_uuid = old.user_uuid AND new.subject = old.subject"
+        " AND new.predicate = old.predicate AND new.invalid_at IS NULL"
+        " WHERE old.user_uuid = ? AND old.invalid_at IS NOT NULL"
+        " ORDER BY old.invalid_at DESC LIMIT ?",
+        (user_uuid, CHANGED_FACTS),
+    ).fetchall()
+    keys: dict[str, str | None] = {}
+    for old_keys, replaced_on, new_keys in changed:
+        for key in json.loads(old_keys):
+            keys.setdefault(key, replaced_on)
+        for key in json.loads(new_keys):
+            keys.setdefault(key, None)
+    if not keys:
+        return {}
+    marks = ",".join("?" * len(keys))
+    rows = db.execute(
+        f"SELECT id, message_key FROM messages WHERE user_uuid = ? AND eligible = 1"
+        f" AND message_key IN ({marks})",
+        (user_uuid, *keys),
+    ).fetchall()
+    by_key = {key: message_id for message_id, key in rows}
+    return {by_key[key]: on for key, on in keys.items() if key in by_key}
+
+
 def _stored_key(db: sqlite3.Connection, key: object, content: str) -> object:
     """The message key a message is stored under. Another text under a stored key is
     another message (a client reused an invocation id: the queue keeps both), stored under
@@ -1129,14 +1184,12 @@ def _index(
 
 
 def _reply_context(previous: tuple[str, str, bool] | None) -> str | None:
-    """The turn a statement replies to, as stored with it: the assistant's turn just
-    before, if it asked something and passed validation too (it enters the block and the
-    index)."""
+    """The question a statement replies to, as stored with it: the one the assistant's
+    turn just before asked (``question_in``: never a long reply, never a memory block),
+    if that turn passed validation too (it enters the block and the index)."""
     if previous is None or previous[0] != "assistant" or not previous[2]:
         return None
-    if "?" not in previous[1]:
-        return None  # not a question: nothing a short answer needs
-    return shorten(previous[1], STATEMENT_CHARS)
+    return question_in(previous[1])
 
 
 def _migrate(db: sqlite3.Connection, *, upgrade: bool) -> None:

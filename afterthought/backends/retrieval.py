@@ -246,6 +246,26 @@ def informativeness(text: str) -> int:
     return sum(1 for signal in signals if signal)
 
 
+#: A second hop from the best statements' names: "the restaurant Mbali recommended" finds
+#: "Mbali swears by Dosa Palace", whose "Dosa Palace" finds "took Ugo to Dosa Palace"; "my
+#: trip to see my aunt" finds "my aunt Rahel lives in Calgary" by "aunt".
+HOP_FROM = 3
+HOP_TERMS = 6
+
+
+def hop_terms(texts: Iterable[str], query: str) -> list[str]:
+    """The names (capitalised inside a sentence) and relations ("aunt", "boss") of
+    ``texts`` that ``query`` does not hold: what a second ranking is asked for."""
+    asked = set(query_terms(query))
+    named: list[str] = []
+    for text in texts:
+        for sentence in _SENTENCE.split(text):
+            named += (w for w in sentence.split()[1:] if w[:1].isupper() and w[:2] != "I'")
+        named += _RELATION.findall(text)
+    terms = [t for t in query_terms(" ".join(named)) if t not in asked and t != "i"]
+    return terms[:HOP_TERMS]
+
+
 def fuse(rankings: Iterable[Sequence[int]]) -> list[int]:
     """Reciprocal rank fusion: each id scores the sum of 1 / (k + rank) over the rankings
     it appears in (rank from 1); ties keep the order of first appearance."""
@@ -254,6 +274,30 @@ def fuse(rankings: Iterable[Sequence[int]]) -> list[int]:
         for rank, item in enumerate(ranking, start=1):
             scores[item] = scores.get(item, 0.0) + 1.0 / (RRF_K + rank)
     return sorted(scores, key=lambda item: -scores[item])
+
+
+#: What only a memory block holds (its headers, its dated lines, a kept question): an
+#: assistant turn that repeats a block is never quoted beside a statement.
+_BLOCK_TEXT = re.compile(
+    r"^\s*#\s*(?:facts about the user|what the user said before)|^\s*-\s*\[\d{4}-\d\d-\d\d\]"
+    r"|\(replying to:",
+    re.I | re.M,
+)
+_SENTENCE_OR_LINE = re.compile(r"(?<=[.!?])\s+|\n+")
+
+
+def question_in(turn: str) -> str | None:
+    """What a short answer right after the assistant's ``turn`` answers: the last question
+    it asked (one sentence, at most ``REPLY_CHARS``). None for a turn that asks nothing,
+    whose question is longer than that (a long reply, not a question), or that repeats a
+    memory block (memory never quotes memory)."""
+    if _BLOCK_TEXT.search(turn):
+        return None
+    asked = [s for s in _SENTENCE_OR_LINE.split(turn) if "?" in s]
+    if not asked:
+        return None
+    question = _SPACE.sub(" ", asked[-1]).strip()
+    return question if len(question) <= REPLY_CHARS else None
 
 
 def shorten(text: str, limit: int) -> str:
@@ -294,13 +338,76 @@ class Statement:
     text: str
     said_at: str
     replying_to: str | None = None
+    replaced_on: str | None = None
+    """When a fact read from it was replaced by a newer one (facts know it better than
+    ``claims``)."""
 
-    def line(self, *, with_reply: bool = True) -> str:
+    @property
+    def order(self) -> tuple[str, int]:
+        """When it was said: two statements of one moment keep the order they were
+        stored in."""
+        return (self.said_at, self.message_id)
+
+    def line(self, *, with_reply: bool = True, superseded_on: str | None = None) -> str:
         said = as_quoted_data(self.text, STATEMENT_CHARS)
         # A long statement stands on its own; a short answer ("Max") needs its question.
-        if with_reply and self.replying_to and len(self.text) <= ANSWER_CHARS:
-            said = f"(replying to: {as_quoted_data(self.replying_to, REPLY_CHARS)}) {said}"
+        # What was kept before questions were picked out of their turns is picked at
+        # reading time.
+        asked = question_in(self.replying_to) if self.replying_to else None
+        if with_reply and asked and len(self.text) <= ANSWER_CHARS:
+            said = f"(replying to: {as_quoted_data(asked, REPLY_CHARS)}) {said}"
+        if superseded_on is not None:
+            said = f"(superseded on {superseded_on[:10]}) {said}"
         return f"- [{self.said_at[:10]}] {said}"
+
+
+#: What a statement gives as the user's value of something, so that a later statement
+#: giving another value shows the earlier one as superseded: an amount and what it counts
+#: ("about 50 km a week": "km week" is "50"), and where the user lives or works ("I moved
+#: to Manchester", "I work as a nurse in Leeds": the place).
+_AMOUNT = re.compile(r"(?<![\w.,])(\d+(?:[.,]\d+)?)\s*([^\W\d_]+(?:\s+[^\W\d_]+){0,2})")
+_UNIT_FILLER = frozenset({"a", "an", "per", "each", "every", "the"})
+_PLACE = re.compile(
+    r"(?i:\b(?:i|i'm|i\u2019m|we|we're|we\u2019re)\s+(?:\w+\s+){0,2}?"
+    r"(?:live|living|based|moved|moving|relocated|work|working)\b(?:\s+[\w'\u2019]+){0,4}?"
+    r"\s+(?:in|to)\s+)([A-Z][\w'\u2019-]+)"
+)
+
+
+@functools.lru_cache(maxsize=16384)
+def claims(text: str) -> dict[str, str]:
+    """What ``text`` gives as the user's value of something: slot -> value (see
+    ``_AMOUNT``, ``_PLACE``). An amount counts only with two words of what it counts
+    ("50 km a week", not "3 kids": another person's three kids are no update)."""
+    found: dict[str, str] = {}
+    for number, unit in _AMOUNT.findall(text):
+        counted = [w for w in unit.casefold().split() if w not in _UNIT_FILLER]
+        if len(counted) >= 2 and counted[0] not in STOPWORDS:
+            found["amount:" + " ".join(counted[:2])] = number
+    for place in _PLACE.findall(text):
+        found["place"] = place.casefold()
+    return found
+
+
+def superseded(statements: Iterable[Statement]) -> dict[int, Statement]:
+    """Each statement (by id) whose value of something a later one of ``statements``
+    changes, and the latest that does, whatever their dates (one day, one moment: the
+    order they were stored in decides)."""
+    ordered = sorted(statements, key=lambda s: s.order)
+    latest: dict[str, tuple[Statement, str]] = {}
+    for statement in ordered:
+        for slot, value in claims(statement.text).items():
+            latest[slot] = (statement, value)
+    out: dict[int, Statement] = {}
+    for statement in ordered:
+        for slot, value in claims(statement.text).items():
+            newest, newest_value = latest[slot]
+            if (
+                newest_value != value
+                and newest.order > out.get(statement.message_id, statement).order
+            ):
+                out[statement.message_id] = newest
+    return out
 
 
 #: Content words two statements share to be about the same thing (a follow-up).
@@ -310,22 +417,37 @@ FOLLOW_UP_WORDS = 2
 FOLLOW_UP_RANKS = 40
 
 
+@functools.lru_cache(maxsize=16384)  # the newest statements are read again on every turn
+def _shown_terms(text: str) -> tuple[str, ...]:
+    """The content words of what a block shows of a statement (a pasted page must not
+    cost a page a query)."""
+    return tuple(query_terms(text[:STATEMENT_CHARS]))
+
+
 def with_follow_ups(ranked: Sequence[int], pool: dict[int, tuple[str, str]]) -> list[int]:
     """``ranked`` (message ids, best first) with, right after each statement, the newest
-    later statement of ``pool`` (id -> (text, said_at)) about the same thing: what was
-    said last about a thing goes wherever an earlier word on it goes, so a block never
-    shows an old value without the statement that replaced it."""
+    later statement of ``pool`` (id -> (text, said_at)) about the same thing (sharing
+    words, or giving another value of what it gave: ``claims``): what was said last about
+    a thing goes wherever an earlier word on it goes, so a block never shows an old value
+    without the statement that replaced it. Later: said later, or at the same moment and
+    stored later."""
     postings: dict[str, list[int]] = {}
-    terms_of: dict[int, list[str]] = {}
+    terms_of: dict[int, tuple[str, ...]] = {}
+    slots: dict[str, list[int]] = {}
     for message_id, (text, _) in pool.items():
-        # What a block shows of a statement (a pasted page must not cost a page a query).
-        terms_of[message_id] = query_terms(text[:STATEMENT_CHARS])
+        terms_of[message_id] = _shown_terms(text)
         for word in terms_of[message_id]:
             postings.setdefault(word, []).append(message_id)
+        for slot in claims(text):
+            slots.setdefault(slot, []).append(message_id)
     # A word in many of the statements ("work", "today") says nothing of sameness, and
     # would make this quadratic in the pool.
     common = max(3, len(pool) // 8)
     placed: set[int] = set()
+
+    def later(other: int, than: tuple[str, int]) -> bool:
+        return other not in placed and (pool[other][1], other) > than
+
     out: list[int] = []
     for rank, message_id in enumerate(ranked):
         if message_id in placed or message_id not in pool:
@@ -334,15 +456,19 @@ def with_follow_ups(ranked: Sequence[int], pool: dict[int, tuple[str, str]]) -> 
         placed.add(message_id)
         if rank >= FOLLOW_UP_RANKS:
             continue  # past what a block shows: no follow-up is looked for
-        said_at = pool[message_id][1]
+        said = (pool[message_id][1], message_id)
         shared: dict[int, int] = {}
         for word in terms_of[message_id]:
             if len(postings[word]) > common:
                 continue
             for other in postings[word]:
-                if other not in placed and pool[other][1] > said_at:
+                if later(other, said):
                     shared[other] = shared.get(other, 0) + 1
         newer = [other for other, count in shared.items() if count >= FOLLOW_UP_WORDS]
+        for slot, value in claims(pool[message_id][0]).items():
+            newer += (
+                o for o in slots[slot] if later(o, said) and claims(pool[o][0])[slot] != value
+            )
         if newer:
             latest = max(newer, key=lambda other: (pool[other][1], other))
             out.append(latest)
@@ -354,19 +480,25 @@ def render_block(facts: Sequence[str], statements: Sequence[Statement], max_char
     """The block: facts (already ordered, as lines) then statements (best first), each
     section omitted when empty, whole lines only, at most ``max_chars`` characters in all.
     Facts take at most half while there are statements to show; statements are shown in
-    the order they were said, so a later correction follows what it corrects."""
+    the order they were said, so a later correction follows what it corrects, and one a
+    later statement changes is marked superseded (``superseded``), so that which is newer
+    shows even when both were said on one day."""
     fact_budget = max_chars // 2 if statements else max_chars
     facts_part = _section(FACTS_HEADER, facts, fact_budget)
     room = max_chars - len(facts_part) - (1 if facts_part else 0)
+    newer = superseded(statements)
     chosen: list[tuple[Statement, str]] = []
     used = len(SAID_HEADER)
     for statement in statements:
-        for line in (statement.line(with_reply=reply) for reply in (True, False)):
+        by = newer.get(statement.message_id)
+        on = by.said_at if by is not None else statement.replaced_on
+        for reply in (True, False):
+            line = statement.line(with_reply=reply, superseded_on=on)
             if used + 1 + len(line) <= room:
                 chosen.append((statement, line))
                 used += 1 + len(line)
                 break
-    chosen.sort(key=lambda pair: (pair[0].said_at, pair[0].message_id))
+    chosen.sort(key=lambda pair: pair[0].order)
     said_part = "\n".join([SAID_HEADER, *(line for _, line in chosen)]) if chosen else ""
     return "\n".join(part for part in (facts_part, said_part) if part)
 
