@@ -20,12 +20,15 @@ SPLITS = ("tune", "heldout")
 KINDS = {"single-hop", "multi-hop", "temporal", "open-domain", "update"}
 
 
-def _users(split: str) -> list[dict[str, Any]]:
-    return [json.loads(p.read_text()) for p in sorted((FIXTURE / split).glob("*.json"))]
+def _users(split: str, root: Path = FIXTURE) -> list[dict[str, Any]]:
+    return [json.loads(p.read_text()) for p in sorted((root / split).glob("*.json"))]
 
 
 def test_a_hundred_people_and_a_held_out_part() -> None:
-    tune, heldout = (_users(s) for s in SPLITS)
+    assert_people(*(_users(s) for s in SPLITS))
+
+
+def assert_people(tune: list[dict[str, Any]], heldout: list[dict[str, Any]]) -> None:
     assert len(tune) + len(heldout) >= 100
     assert len(heldout) >= 40
     names = [u["user"] for u in tune + heldout]
@@ -34,16 +37,26 @@ def test_a_hundred_people_and_a_held_out_part() -> None:
 
 @pytest.mark.parametrize("split", SPLITS)
 def test_every_kind_is_at_least_fifteen_percent(split: str) -> None:
-    kinds = Counter(q["kind"] for u in _users(split) for q in u["questions"])
+    assert_kinds(_users(split))
+
+
+def assert_kinds(users: list[dict[str, Any]]) -> None:
+    kinds = Counter(q["kind"] for u in users for q in u["questions"])
     assert set(kinds) == KINDS
     assert min(kinds.values()) >= 0.15 * sum(kinds.values()), kinds
 
 
 @pytest.mark.parametrize("split", SPLITS)
 def test_every_user_is_well_formed(split: str) -> None:
-    for user in _users(split):
+    assert_well_formed(_users(split), sessions=(6, 15))
+
+
+def assert_well_formed(users: list[dict[str, Any]], sessions: tuple[int, int]) -> None:
+    """Sessions in order, every fact and answer really in its evidence (or the evidence's
+    session date), multi-hop with two statements, updates with a stale value."""
+    for user in users:
         who = user["user"]
-        assert 6 <= len(user["sessions"]) <= 15, who
+        assert sessions[0] <= len(user["sessions"]) <= sessions[1], who
         dates = [datetime.fromisoformat(s["date"]) for s in user["sessions"]]
         assert dates == sorted(dates), who
         turns = {t["id"]: t for s in user["sessions"] for t in s["turns"]}
@@ -69,8 +82,11 @@ def test_every_user_is_well_formed(split: str) -> None:
 
 
 def test_poison_markers_occur_only_in_their_turn() -> None:
+    assert_poison([u for s in SPLITS for u in _users(s)])
+
+
+def assert_poison(everyone: list[dict[str, Any]]) -> None:
     texts: Counter[str] = Counter()
-    everyone = [u for s in SPLITS for u in _users(s)]
     for user in everyone:
         for session in user["sessions"]:
             for turn in session["turns"]:

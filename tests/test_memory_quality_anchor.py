@@ -16,7 +16,7 @@ from google.adk.tools.preload_memory_tool import PreloadMemoryTool
 from google.genai import types
 
 from afterthought.testing.stand_in_model import StandInLlm
-from bench.memory_quality import APP, _sessions, adk_anchor, preload_block, score
+from bench.memory_quality import APP, _sessions, adk_anchor, preload_block, run_split, score
 
 USER: dict[str, Any] = {
     "user": "ana-p",
@@ -114,3 +114,11 @@ def test_a_date_answer_is_found_in_a_timestamp() -> None:
     user = {**USER, "questions": [asked]}
     block = "Time: 2026-01-05T10:00:00\nuser: my sister Lucía is a glassblower in Porto"
     assert score([user], {USER["user"]: [block]})["answer_in_block"] == 1.0
+
+
+def test_the_anchor_alone_measures_only_the_anchor() -> None:
+    """``--modes adk``: no store, no worker, no Redis; only the anchor's figures."""
+    result = run_split([USER], [4000], ("adk",))
+
+    assert set(result["4000"]) == {"users", "adk"}
+    assert result["4000"]["adk"]["questions"] == len(USER["questions"])
