@@ -31,6 +31,7 @@ from afterthought.backends.base import BackendError
 from afterthought.keys import Keys, digest
 from afterthought.settings import Settings
 from afterthought.testing import ZepFake
+from afterthought.testing.cli import run_cli_here
 from afterthought.testing.processes import spawn_worker, wait_settled
 from afterthought.testing.redis_server import free_port
 from afterthought.testing.zep_fake import Fault
@@ -548,7 +549,7 @@ def test_every_documented_error_is_one_clear_line(
     }[variant]
     (tmp_path / "a-file").write_text("not a directory")
     argv = [a.format(missing=tmp_path / "none.jsonl") for a in args]
-    done = run_cli(settings, *argv)
+    done = run_cli_here(settings, *argv)
     assert done.returncode == code, done.stderr
     assert says.format(port=port) in done.stderr, done.stderr
     assert "Traceback" not in done.stderr and "sekret" not in done.stderr
