@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import logging
 import os
 import subprocess
 import sys
@@ -94,6 +95,22 @@ GROUPS = {
     "test_topologies": "servers",
     "test_chaos": "servers",
 }
+
+
+def pytest_sessionfinish() -> None:
+    """An Enqueuer a test left open (its Redis gone, say) still retries in its drain thread,
+    and the exit hook spools what it holds: both log, after pytest's summary, lines that read
+    as failures. They are ended here, before the summary, and what they say is not printed:
+    the tests that made them are over and were judged."""
+    from afterthought import enqueue as enqueue_module
+
+    quiet = logging.getLogger("afterthought")
+    quiet.addHandler(logging.NullHandler())
+    quiet.propagate = False  # for good: a drain thread that outlives its stop says nothing
+    for enqueuer in list(enqueue_module._ENQUEUERS):
+        enqueuer._drainer.stop()
+    atexit.unregister(enqueue_module._spool_at_exit)
+    enqueue_module._spool_at_exit()
 
 
 def hypothesis_examples(n: int) -> int:
