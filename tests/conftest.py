@@ -139,7 +139,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         given = getattr(item, "obj", None)
         own = getattr(given, "_hypothesis_internal_use_settings", None)
         if FAST and own is not None and own.max_examples > FAST_EXAMPLES:
-            given._hypothesis_internal_use_settings = hypothesis.settings(  # type: ignore[union-attr]
+            given._hypothesis_internal_use_settings = hypothesis.settings(
                 own, max_examples=FAST_EXAMPLES
             )
 

@@ -559,6 +559,16 @@ def test_every_documented_error_is_one_clear_line(
         assert done.stderr.startswith(f"usage: afterthought {argv[0]} "), done.stderr
 
 
+@pytest.mark.parametrize("args", [("dlq", "list", "5"), ("dlq", "list"), ("dlq",)])
+def test_the_cli_run_here_says_what_its_process_says(
+    local_settings: Settings, args: tuple[str, ...]
+) -> None:
+    """The error-line tests run the CLI in this process: it must answer as a process does."""
+    here, there = run_cli_here(local_settings, *args), run_cli(local_settings, *args)
+    assert (here.returncode, here.stderr) == (there.returncode, there.stderr)
+    assert here.stdout == there.stdout
+
+
 @pytest.mark.parametrize("unbuffered", ["1", ""])
 @pytest.mark.parametrize("args", [("status",), ("status", "--json"), ("dlq", "list"), ("--help",)])
 def test_a_reader_that_goes_away_ends_the_command_quietly(
