@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import logging
 import os
 import subprocess
 import sys
@@ -14,6 +15,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import hypothesis
 import pytest
 import redis as syncredis
 import redis.asyncio as aioredis
@@ -43,6 +45,104 @@ def _test_redis() -> str:
 REDIS_URL = _test_redis()
 
 pytest_plugins = ["afterthought.testing.pytest_plugin"]
+
+# --- two tiers of one suite --------------------------------------------------------------
+# ``./scripts/test --fast`` runs ``-m "not slow"`` with HYPOTHESIS_PROFILE=fast. The slow
+# tier is what waits on processes, servers, failovers, wheels or the whole Zep matrix,
+# chosen from ``--durations``; it is marked here, by name, so no test file carries it.
+FAST_EXAMPLES = 20
+hypothesis.settings.register_profile("fast", max_examples=FAST_EXAMPLES)
+hypothesis.settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
+FAST = os.environ.get("HYPOTHESIS_PROFILE") == "fast"
+
+#: Modules that are slow throughout: servers of their own, processes, failovers, wheels.
+SLOW_MODULES = {
+    "test_chaos",
+    "test_cluster",
+    "test_live",
+    "test_packaging",
+    "test_sentinel",
+    "test_topologies",
+}
+#: Tests (by function name) of the other modules that start processes or wait seconds.
+SLOW_TESTS = {
+    "test_a_reader_that_goes_away_ends_the_command_quietly",
+    "test_a_worker_rides_out_a_redis_restart_and_stops_with_130_on_ctrl_c",
+    "test_backfill_killed_midway_resumes_without_duplicating",
+    "test_unknown_variables_and_a_relative_store_are_warned_about_once",
+    "test_a_worker_serves_metrics_and_health_and_shows_in_status",
+    "test_a_synthesis_process_sigstopped_past_its_mark_writes_nothing_after_sigcont",
+    "test_provisioning_raced_from_several_processes_creates_one_user_and_thread",
+    "test_an_api_server_stopped_by_a_signal_spools_what_it_buffered_as_the_readme_says",
+    "test_a_one_shot_agent_with_redis_down_exits_in_time_and_its_turn_is_stored_once",
+    "test_a_one_shot_agent_exits_in_time_while_another_process_holds_the_append_lock",
+    "test_the_write_path_loses_and_doubles_nothing_on_redis",
+}
+#: The Zep idempotency matrix's combinations the fast tier keeps: every value of each
+#: switch at least once (window, reuse, in-flight, hang), the rest are slow.
+FAST_MATRIX = {
+    "forever-replay-wait-answered",
+    "window-422-run_both-answered",
+    "forever-409-409-commits-after-timeout",
+    "never-commits-after-timeout",
+}
+#: Tests that watch the shared Redis (MONITOR) or start servers of their own: one xdist
+#: worker runs each group, in turn, so they neither see nor starve each other.
+GROUPS = {
+    "test_slots": "redis-monitor",
+    "test_redis_cost": "redis-monitor",
+    "test_cluster": "servers",
+    "test_sentinel": "servers",
+    "test_topologies": "servers",
+    "test_chaos": "servers",
+}
+
+
+def pytest_sessionfinish() -> None:
+    """An Enqueuer a test left open (its Redis gone, say) still retries in its drain thread,
+    and the exit hook spools what it holds: both log, after pytest's summary, lines that read
+    as failures. They are ended here, before the summary, and what they say is not printed:
+    the tests that made them are over and were judged."""
+    from afterthought import enqueue as enqueue_module
+
+    quiet = logging.getLogger("afterthought")
+    quiet.addHandler(logging.NullHandler())
+    quiet.propagate = False  # for good: a drain thread that outlives its stop says nothing
+    for enqueuer in list(enqueue_module._ENQUEUERS):
+        enqueuer._drainer.stop()
+    atexit.unregister(enqueue_module._spool_at_exit)
+    enqueue_module._spool_at_exit()
+
+
+def hypothesis_examples(n: int) -> int:
+    """A property test's ``max_examples``: its own, or the fast tier's fewer."""
+    return min(n, FAST_EXAMPLES) if FAST else n
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        module = item.module.__name__.rpartition(".")[2] if item.module else ""
+        name = getattr(item, "originalname", item.name)
+        callspec = getattr(item, "callspec", None)
+        if (
+            module in SLOW_MODULES
+            or name in SLOW_TESTS
+            or (
+                name == "test_the_adapter_survives_every_idempotency_behaviour"
+                and callspec is not None
+                and callspec.id not in FAST_MATRIX
+            )
+        ):
+            item.add_marker(pytest.mark.slow)
+        if module in GROUPS:
+            item.add_marker(pytest.mark.xdist_group(GROUPS[module]))
+        # A test's own @settings(max_examples=...) outranks any profile: capped here.
+        given = getattr(item, "obj", None)
+        own = getattr(given, "_hypothesis_internal_use_settings", None)
+        if FAST and own is not None and own.max_examples > FAST_EXAMPLES:
+            given._hypothesis_internal_use_settings = hypothesis.settings(
+                own, max_examples=FAST_EXAMPLES
+            )
 
 
 @pytest.fixture(autouse=True)

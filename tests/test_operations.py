@@ -31,6 +31,7 @@ from afterthought.backends.base import BackendError
 from afterthought.keys import Keys, digest
 from afterthought.settings import Settings
 from afterthought.testing import ZepFake
+from afterthought.testing.cli import run_cli_here
 from afterthought.testing.processes import spawn_worker, wait_settled
 from afterthought.testing.redis_server import free_port
 from afterthought.testing.zep_fake import Fault
@@ -548,7 +549,7 @@ def test_every_documented_error_is_one_clear_line(
     }[variant]
     (tmp_path / "a-file").write_text("not a directory")
     argv = [a.format(missing=tmp_path / "none.jsonl") for a in args]
-    done = run_cli(settings, *argv)
+    done = run_cli_here(settings, *argv)
     assert done.returncode == code, done.stderr
     assert says.format(port=port) in done.stderr, done.stderr
     assert "Traceback" not in done.stderr and "sekret" not in done.stderr
@@ -556,6 +557,16 @@ def test_every_documented_error_is_one_clear_line(
         assert len(done.stderr.strip().splitlines()) == 1, done.stderr
     elif argv and not argv[0].startswith("-"):  # the usage of the command that was misused
         assert done.stderr.startswith(f"usage: afterthought {argv[0]} "), done.stderr
+
+
+@pytest.mark.parametrize("args", [("dlq", "list", "5"), ("dlq", "list"), ("dlq",)])
+def test_the_cli_run_here_says_what_its_process_says(
+    local_settings: Settings, args: tuple[str, ...]
+) -> None:
+    """The error-line tests run the CLI in this process: it must answer as a process does."""
+    here, there = run_cli_here(local_settings, *args), run_cli(local_settings, *args)
+    assert (here.returncode, here.stderr) == (there.returncode, there.stderr)
+    assert here.stdout == there.stdout
 
 
 @pytest.mark.parametrize("unbuffered", ["1", ""])

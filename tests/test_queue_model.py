@@ -73,6 +73,7 @@ from afterthought.queue import ThreadQueue
 from afterthought.settings import Settings
 from afterthought.worker import flush as flush_module
 from afterthought.worker.flush import Flusher
+from tests.conftest import hypothesis_examples
 
 APP = "memtest"
 #: (user id, session id) of each thread: two users share a session id, and the last two
@@ -1193,7 +1194,7 @@ return 0
 # --- the tests ----------------------------------------------------------------------------
 def _run_settings(examples: int, steps: int) -> hypothesis.settings:
     return hypothesis.settings(
-        max_examples=examples,
+        max_examples=hypothesis_examples(examples),
         stateful_step_count=steps,
         deadline=None,
         derandomize=True,  # the same examples in every run: CI never flakes on a new one
