@@ -447,10 +447,9 @@ class Enqueuer:
         if not self.breaker.allow():
             written = await self._write_directly(thread, held)
             return 0.0 if written else self.breaker.retry_in() or backoff
-        messages = [
-            h.message.model_copy(update={"unsure": True}) if h.maybe_stored else h.message
-            for h in held
-        ]
+        # Before ``sending`` is set: a message an earlier attempt may have queued is unsure
+        # as it is in the spool, since Redis may have lost its key with the message.
+        messages = [h.to_send() for h in held]
         for h in held:
             h.sending = True
         try:
