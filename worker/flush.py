@@ -360,6 +360,11 @@ class _Sending:
     """Read the backend itself, not ``history``: a call may have landed unseen."""
     replay: bool
     """A replayed session: reconciled by key and by role and text."""
+    whole: bool
+    """Reconciled against the whole thread (:class:`_History`): a replay, or a batch with
+    a message that may be stored anywhere in it (``unsure``: a spool or buffer resend, a
+    dead letter, a message Redis gave back after going back in time), as the thread may
+    have grown far past it since (a re-import, the queue behind it)."""
     cut: tuple[int, int]
     """Messages per call and characters per part, as recorded with the batch."""
     record: tuple[int, int]
@@ -859,6 +864,7 @@ class Flusher:
             # and may be paused in the middle of a call) may still have it committed.
             await self._expect_late(thread_uuid, seq=cut.record[0])
         replay = any(m.replay for m in batch)
+        unsure = any(m.unsure for m in batch)
         sending = _Sending(
             thread_uuid=thread_uuid,
             lease=lease,
@@ -866,9 +872,10 @@ class Flusher:
             history=self._kept(thread_uuid),
             epoch=epoch,
             # A recorded in-flight batch was being sent when its worker stopped: unknown.
-            reconcile=inflight is not None or replay or any(m.unsure for m in batch),
+            reconcile=inflight is not None or replay or unsure,
             fresh=inflight is not None,
             replay=replay,
+            whole=replay or unsure,
             cut=cut.calls,
             record=cut.record,
         )
@@ -1192,15 +1199,15 @@ class Flusher:
         """The calls of ``calls`` the backend lacks. One it lacks wholly is sent again as it
         was: a late commit of an earlier attempt and the resend are then one request where
         keys are honoured. One it holds part of (a batch cut otherwise before, e.g.
-        narrowed) is sent for the rest only. A replay is checked against the whole thread
-        (:class:`_History`), brought up to date once per lease and after an unknown outcome
+        narrowed) is sent for the rest only. A replay or an unsure batch (``whole``) is
+        checked against the whole thread (:class:`_History`), brought up to date once per lease and after an unknown outcome
         (``sending.fresh``: a call may have landed unseen)."""
         wanted = [m for c in calls for m in c.messages]
-        if sending.replay:
+        if sending.whole:
             history = sending.history = sending.history or self._keep(sending.thread_uuid)
             if history.lease != sending.lease.token or sending.fresh or history.older:
                 await self._read_history(sending, history, margin=len(wanted) + RECENT_MARGIN)
-            lacking = history.index.lacking(wanted)
+            lacking = history.index.lacking(wanted, by_text=sending.replay)
         else:
             stored = await self.backend.recent_messages(
                 thread_uuid=sending.thread_uuid,
