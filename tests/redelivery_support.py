@@ -1,5 +1,5 @@
-"""Shared by tests/test_redelivery.py: a private redis-server, a ZepFake on a hand-moved clock, settings,
-a Flusher on the real Zep backend (real zep-cloud SDK) and ADK Session builders."""
+"""For tests/test_redelivery.py: a private redis-server, a ZepFake on a hand-moved clock,
+settings, a Flusher on the real Zep backend (real zep-cloud SDK) and ADK Session builders."""
 
 from __future__ import annotations
 

@@ -11,7 +11,6 @@ import time
 from pathlib import Path
 
 from redis import Redis
-from redelivery_support import dup_report, flusher, session, settings_for, stand
 
 from afterthought.agent_hooks.backfill import Backfill, Source
 from afterthought.agent_hooks.messages import messages_from_events
@@ -23,6 +22,7 @@ from afterthought.spool import Spool, replay_into
 from afterthought.testing.redis_proxy import RedisProxy
 from afterthought.testing.redis_server import RedisServer, free_port
 from afterthought.testing.zep_fake import Fault, ZepFake
+from tests.redelivery_support import dup_report, flusher, session, settings_for, stand
 
 
 def msg(i: int, text: str) -> QueuedMessage:
