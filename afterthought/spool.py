@@ -253,6 +253,19 @@ class Spool:
         except OSError:
             return True
 
+    def stamp(self) -> tuple[int, ...]:
+        """What an append, a claim or a finished replay changes: the directory's and the
+        live file's modification times and sizes (two stats, nothing read)."""
+        found: list[int] = []
+        for path in (self.directory, self.directory / LIVE):
+            try:
+                st = path.stat()
+            except OSError:
+                found.append(-1)
+            else:
+                found += (st.st_mtime_ns, st.st_size, st.st_ino)
+        return tuple(found)
+
     def size(self) -> int:
         """Bytes of records waiting to be replayed (replayed parts of a claim included)."""
         total = 0
