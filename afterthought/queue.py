@@ -435,6 +435,20 @@ redis.call('PEXPIRE', KEYS[2], ARGV[4])
 return {1, found}
 """
 
+# KEYS served-by, then every shard's ready; ARGV the server's run_id, now_ms. Records the
+# server; another one than recorded, or none recorded while threads are queued (a snapshot
+# taken before a worker first wrote one), is a server that may have gone back in time:
+# ``since`` is now. Returns ``since`` (0: never changed).
+SERVED_BY_LUA = """
+local run = redis.call('HGET', KEYS[1], 'run')
+if run == ARGV[1] then return tonumber(redis.call('HGET', KEYS[1], 'since') or '0') end
+redis.call('HSET', KEYS[1], 'run', ARGV[1])
+local queued = run ~= false
+for i = 2, #KEYS do queued = queued or redis.call('ZCARD', KEYS[i]) > 0 end
+if queued then redis.call('HSET', KEYS[1], 'since', ARGV[2]) end
+return tonumber(redis.call('HGET', KEYS[1], 'since') or '0')
+"""
+
 # KEYS late; ARGV now_ms, members. Removes each member whose time is past.
 LATE_OVER_LUA = """
 for i = 2, #ARGV do
@@ -562,6 +576,7 @@ class ThreadQueue:
         self._failed = redis.register_script(flag + FAILED_LUA)
         self._drop_dead = redis.register_script(DROP_DEAD_LUA)
         self._marker = redis.register_script(flag + MARKER_LUA)
+        self._served_by = redis.register_script(flag + SERVED_BY_LUA)
 
         self._late_over = redis.register_script(flag + LATE_OVER_LUA)
         self._threads: AsyncScript = redis.register_script(THREADS_LUA)
@@ -970,6 +985,23 @@ class ThreadQueue:
             args=[known, uuid.uuid4().hex, now_ms, DATA_LOST_REPORT_MS],
         )
         return bool(lost), marker.decode() if isinstance(marker, bytes) else str(marker)
+
+    async def server_changed_ms(self, *, now_ms: int) -> int:
+        """When the workers first found Redis to be another server than the one holding the
+        queue before (``run_id``: a restart, which may have gone back to a snapshot, or a
+        failover to a replica that may lag), 0 if never. One round trip while it is the
+        same server; a second to record another one."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.info("server")
+            pipe.hmget(self.keys.served_by, "run", "since")
+            info, (run, since) = await pipe.execute()
+        run_id = str(info["run_id"])
+        if run is not None and run.decode() == run_id:
+            return int(since or 0)
+        readies = [self.keys.ready(shard) for shard in self.keys.shard_ids]
+        return int(
+            await self._served_by(keys=[self.keys.served_by, *readies], args=[run_id, now_ms])
+        )
 
     # --- operations -------------------------------------------------------------------------
     async def drop_dead(self, *, shard: int | None) -> int:

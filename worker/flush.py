@@ -37,7 +37,7 @@ from afterthought.backends.base import (
     ignored_roles,
 )
 from afterthought.batching import Call, StoredIndex, asks_context, missing, pack, parts
-from afterthought.connections import FAILURES
+from afterthought.connections import FAILURES, is_cluster
 from afterthought.context_cache import PENDING, ContextCache, now_version
 from afterthought.contract import MalformedPayload, QueuedMessage, split_content
 from afterthought.fence import Fence
@@ -78,6 +78,9 @@ LATE_FIRST_READ_MS = 30_000
 #: A thread is read back for late copies this far past the first message that may have
 #: one: messages stored before it (and a copy of theirs) are not read.
 LATE_MARGIN = 100
+#: How often a claiming worker asks whether Redis is still the server the queue's state was
+#: written on (:meth:`Flusher._check_server`): one round trip, whatever the load.
+SERVER_CHECK_SECONDS = 1.0
 #: How often a job looks for more due threads while it has free slots.
 CLAIM_INTERVAL = 0.05
 #: In a sharded layout, a shard that had nothing due is polled again after this long, not
@@ -421,6 +424,9 @@ class Flusher:
         self._settle_now = asyncio.Event()
         self._histories: dict[str, _History] = {}
         """Replayed threads' stored messages, by thread uuid (see :class:`_History`)."""
+        self._server_changed_ms = 0
+        """When Redis was found to be another server (0: never; see :meth:`_given_back`)."""
+        self._server_checked = -float("inf")
 
     @property
     def _default_cut(self) -> tuple[int, int]:
@@ -506,9 +512,32 @@ class Flusher:
                 task.cancel()
         return stats
 
+    async def _check_server(self) -> None:
+        """Whether Redis is still the server the queue's state was written on, at most once
+        per ``SERVER_CHECK_SECONDS`` (and before a drain's first claim): a Redis restarted
+        from a snapshot, or a replica promoted while it lagged, gives back messages whose
+        acknowledgement it lost, though they are stored. (A Cluster's nodes are not
+        checked: one ``run_id`` does not name them.)"""
+        if is_cluster(self.redis) or self._clock() < self._server_checked + SERVER_CHECK_SECONDS:
+            return
+        self._server_changed_ms = await self.queue.server_changed_ms(now_ms=_now_ms())
+        self._server_checked = self._clock()
+
+    def _given_back(self, message: QueuedMessage) -> bool:
+        """Whether the message was queued before Redis was found to be another server (by
+        the agent's clock, which may run ``forget_clock_margin_seconds`` ahead): it may be
+        one that server gave back, stored already, anywhere below the messages stored after
+        it, so it is reconciled as ``unsure``."""
+        if not self._server_changed_ms:
+            return False
+        margin = int(self.settings.forget_clock_margin_seconds * 1000)
+        queued = message.queued_ms
+        return queued is None or queued < self._server_changed_ms + margin
+
     async def claim(self, *, limit: int) -> list[_Lease]:
         """Take up to ``limit`` due threads, each under a token of its own: the longest
         due first, whatever their shards (every shard's due threads read in one batch)."""
+        await self._check_server()
         now, polled_at = _now_ms(), self._clock()
         shards = [s for s in self.keys.shard_ids if self._idle_until.get(s, 0.0) <= polled_at]
         if not shards:
@@ -864,7 +893,7 @@ class Flusher:
             # and may be paused in the middle of a call) may still have it committed.
             await self._expect_late(thread_uuid, seq=cut.record[0])
         replay = any(m.replay for m in batch)
-        unsure = any(m.unsure for m in batch)
+        unsure = any(m.unsure or self._given_back(m) for m in batch)
         sending = _Sending(
             thread_uuid=thread_uuid,
             lease=lease,
