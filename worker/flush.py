@@ -39,7 +39,7 @@ from afterthought.backends.base import (
 from afterthought.batching import Call, StoredIndex, asks_context, missing, pack, parts
 from afterthought.connections import FAILURES, is_cluster
 from afterthought.context_cache import PENDING, ContextCache, now_version
-from afterthought.contract import MalformedPayload, QueuedMessage, split_content
+from afterthought.contract import MalformedPayload, QueuedMessage, checksum, split_content
 from afterthought.fence import Fence
 from afterthought.identity import Identity, IdentityRegistry
 from afterthought.keys import Keys, digest
@@ -68,8 +68,6 @@ RECENT_MARGIN = 30
 #: Replayed threads' histories a worker keeps between leases hold at most this many
 #: messages in all (8 bytes each); the least recently used go first, the one in use never.
 MAX_KEPT_MESSAGES = 2_000_000
-#: A thread is read back for late copies at most this many messages deep.
-LATE_LOOKBACK = 5000
 #: Threads read back for late copies per :meth:`Flusher.repair_late` run.
 LATE_THREADS_PER_RUN = 500
 #: A thread whose call may commit late is first read back for copies this long after: the
@@ -716,28 +714,31 @@ class Flusher:
     async def _late_copies(self, thread_uuid: str, *, seq: int) -> list[tuple[str, str]]:
         """The late copies in a thread (``(copy uuid, kept uuid)``), among its messages
         from ``LATE_MARGIN`` before message ``seq`` on: what a late call can have copied
-        was sent from ``seq`` on, and stored after it."""
-        limit = 2 * LATE_MARGIN
+        was sent from ``seq`` on, and stored after it. Read page by page, newest first, as
+        deep as that is (a long re-import's first call may be thousands of messages down),
+        keeping only each message's key, checksum and uuid."""
+        read: list[tuple[tuple[str, str] | None, str, int]] = []  # newest first
+        cursor: str | None = None
         while True:
-            stored = await self.backend.recent_messages(
-                thread_uuid=thread_uuid, limit=limit, timeout=self.settings.backend_timeout
+            found, cursor = await self.backend.message_page(
+                thread_uuid=thread_uuid, cursor=cursor, timeout=self.settings.backend_timeout
             )
-            older = stored[-LATE_MARGIN:]
-            before = all(_seq_of(m) < seq for m in older)
-            if len(stored) < limit or (before and len(older) == LATE_MARGIN):
+            for m in found:
+                said = None if m.key is None or m.is_copy else (m.key, checksum(m.content))
+                read.append((said, m.uuid, _seq_of(m)))
+            older = read[-LATE_MARGIN:]
+            if cursor is None or (
+                len(older) == LATE_MARGIN and all(at < seq for _, _, at in older)
+            ):
                 break
-            if limit >= LATE_LOOKBACK:
-                log.warning("late copies: read back as far as allowed thread_uuid=%s", thread_uuid)
-                break
-            limit = min(4 * limit, LATE_LOOKBACK)
         kept: dict[tuple[str, str], str] = {}
         copies: list[tuple[str, str]] = []
-        for m in reversed(stored):  # oldest first
-            if m.key is None or m.is_copy:
+        for said, uuid, _ in reversed(read):  # oldest first
+            if said is None:
                 continue
-            first = kept.setdefault((m.key, m.content), m.uuid)
-            if first != m.uuid:
-                copies.append((m.uuid, first))
+            first = kept.setdefault(said, uuid)
+            if first != uuid:
+                copies.append((uuid, first))
         return copies
 
     async def _stored_after_all(self, lease: _Lease, head: QueuedMessage) -> bool:
@@ -1229,8 +1230,9 @@ class Flusher:
         was: a late commit of an earlier attempt and the resend are then one request where
         keys are honoured. One it holds part of (a batch cut otherwise before, e.g.
         narrowed) is sent for the rest only. A replay or an unsure batch (``whole``) is
-        checked against the whole thread (:class:`_History`), brought up to date once per lease and after an unknown outcome
-        (``sending.fresh``: a call may have landed unseen)."""
+        checked against the whole thread (:class:`_History`), brought up to date once per
+        lease and after an unknown outcome (``sending.fresh``: a call may have landed
+        unseen)."""
         wanted = [m for c in calls for m in c.messages]
         if sending.whole:
             history = sending.history = sending.history or self._keep(sending.thread_uuid)
