@@ -102,12 +102,13 @@ class HandedOut:
 # Shared helpers. head_seq reads a payload's sequence number without decoding its JSON.
 # take pops up to ``count`` items off the head whose seq is at most ``last`` (nil: any),
 # handing each to ``keep`` (if given); a seq that skips past ``done`` + 1 means Redis lost
-# the messages between: they are counted as lost and leave the depth counter too.
+# the messages between: they are counted as lost and leave the depth counter too, but for
+# those at or below ``stored`` (if given: the highest seq the worker found stored).
 _COMMON = """
 local function head_seq(item)
   return tonumber(string.match(item, '^{"seq":(%d+),'))
 end
-local function take(pending, thread, depth, lost, count, last, keep)
+local function take(pending, thread, depth, lost, count, last, keep, stored)
   local done = tonumber(redis.call('HGET', thread, 'done') or '-1')
   local taken, missing = 0, 0
   while taken < count do
@@ -119,7 +120,8 @@ local function take(pending, thread, depth, lost, count, last, keep)
     taken = taken + 1
     if keep then keep(head) end
     if seq then
-      if done >= 0 and seq > done + 1 then missing = missing + seq - done - 1 end
+      local known = math.max(done, stored or 0)
+      if done >= 0 and seq > known + 1 then missing = missing + seq - known - 1 end
       if seq > done then done = seq end
     end
   end
@@ -330,14 +332,15 @@ redis.call('HSET', KEYS[2], 'inflight', ARGV[2], 'cut', ARGV[3])
 return 1
 """
 
-# KEYS lease, pending, thread, depth, lost; ARGV token, last stored seq.
-# Pops what is done up to ``last``; returns what is left, or -1 if the lease is lost.
+# KEYS lease, pending, thread, depth, lost; ARGV token, last stored seq, the highest seq
+# found stored in the thread (0: none looked for). Pops what is done up to ``last``;
+# returns what is left, or -1 if the lease is lost.
 ACK_LUA = (
     _COMMON
     + """
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return -1 end
 local last = tonumber(ARGV[2])
-take(KEYS[2], KEYS[3], KEYS[4], KEYS[5], math.huge, last, nil)
+take(KEYS[2], KEYS[3], KEYS[4], KEYS[5], math.huge, last, nil, tonumber(ARGV[3]))
 if last > tonumber(redis.call('HGET', KEYS[3], 'persisted') or '0') then
   redis.call('HSET', KEYS[3], 'persisted', last)
 end
@@ -870,13 +873,15 @@ class ThreadQueue:
             args.append(epoch[2])
         return int(await self._replicated(self._begin, wait_ms=BEGIN_WAIT_MS, keys=keys, args=args))
 
-    async def ack(self, ref: str, token: str, *, last: int) -> int:
-        """Pop what is done up to ``last``; the messages left, or -1 if the lease is lost."""
+    async def ack(self, ref: str, token: str, *, last: int, stored: int = 0) -> int:
+        """Pop what is done up to ``last``; the messages left, or -1 if the lease is lost.
+        ``stored``: the highest seq the worker found stored in the thread (a batch Redis
+        gave back after going back in time): a gap below it is not counted lost."""
         k, shard = self.keys, self.keys.shard_of_ref(ref)
         return int(
             await self._ack(
                 keys=[k.lease(ref), k.pending(ref), k.thread(ref), k.depth(shard), k.lost(shard)],
-                args=[token, last],
+                args=[token, last, stored],
             )
         )
 

@@ -330,10 +330,18 @@ class _History:
     """The cursor of the older pages not read yet (None: none left)."""
     lease: str | None = None
     """The token of the lease that last brought it up to date."""
+    top_seq: int = 0
+    """The highest queue sequence number read back (see :meth:`Flusher._gap_stored`); not
+    raised by this worker's own calls, so a batch's own messages never cover a gap in it."""
 
     def sent(self, messages: Iterable[OutgoingMessage]) -> None:
         """Record what a call that succeeded, or a read back, found stored."""
         self.index.add_sent(messages)
+
+    def read(self, stored: Sequence[StoredMessage]) -> None:
+        """Record a page read back."""
+        self.index.add_stored(stored)
+        self.top_seq = max([self.top_seq, *map(_seq_of, stored)])
 
 
 @dataclass(frozen=True, slots=True)
@@ -918,7 +926,7 @@ class Flusher:
             stats["messages"] += stored
             stats["dead"] += 1
             return True
-        left = await self._acknowledge(lease, last)
+        left = await self._acknowledge(lease, last, stored=self._gap_stored(batch, sending))
         stats["messages"] += len(batch)
         log.info("flushed thread=%s seq=%s..%s", tk, first, last)
         await self._after_sent(tk, batch, sending, user)
@@ -1052,9 +1060,20 @@ class Flusher:
             ]
         )
 
-    async def _acknowledge(self, lease: _Lease, last: int) -> int:
-        """Pop what is done up to ``last``; the messages left. Raises if the lease is lost."""
-        left = await self.queue.ack(lease.tk, lease.token, last=last)
+    def _gap_stored(self, batch: Sequence[QueuedMessage], sending: _Sending) -> int:
+        """Up to which seq a gap before the batch is stored, not lost: a Redis gone back in
+        time lost the counter with the acknowledgements, so the agent's next message skips
+        the numbers it was handed, though the worker stored those messages (the history
+        read for the given-back batch holds them). 0 (every gap lost) for any other batch:
+        after Redis lost all its data, numbers start again and a stored one says nothing."""
+        if sending.history is None or not any(self._given_back(m) for m in batch):
+            return 0
+        return sending.history.top_seq
+
+    async def _acknowledge(self, lease: _Lease, last: int, *, stored: int = 0) -> int:
+        """Pop what is done up to ``last``; the messages left. Raises if the lease is lost.
+        ``stored``: see :meth:`_gap_stored`."""
+        left = await self.queue.ack(lease.tk, lease.token, last=last, stored=stored)
         if left == -1:
             raise _LeaseLost
         return left
@@ -1290,7 +1309,7 @@ class Flusher:
             )
             sending.stats["history_pages"] += 1
             sending.epoch.stale()  # a backend call lies between BEGIN and the first send
-            history.index.add_stored(found)
+            history.read(found)
             return found, following
 
         kept = history.older
