@@ -991,15 +991,21 @@ class ThreadQueue:
         )
         return bool(lost), marker.decode() if isinstance(marker, bytes) else str(marker)
 
-    async def server_changed_ms(self, *, now_ms: int) -> int:
+    async def server_changed_ms(self, *, now_ms: int) -> int | None:
         """When the workers first found Redis to be another server than the one holding the
         queue before (``run_id``: a restart, which may have gone back to a snapshot, or a
-        failover to a replica that may lag), 0 if never. One round trip while it is the
+        failover to a replica that may lag), 0 if never; None when the server will not say
+        which it is (``INFO`` refused: a proxy, fakeredis). One round trip while it is the
         same server; a second to record another one."""
         async with self.redis.pipeline(transaction=False) as pipe:
             pipe.info("server")
             pipe.hmget(self.keys.served_by, "run", "since")
-            info, (run, since) = await pipe.execute()
+            info, found = await pipe.execute(raise_on_error=False)
+        if isinstance(found, Exception):
+            raise found
+        if isinstance(info, ResponseError) or "run_id" not in info:
+            return None
+        run, since = found
         run_id = str(info["run_id"])
         if run is not None and run.decode() == run_id:
             return int(since or 0)

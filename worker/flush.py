@@ -526,7 +526,12 @@ class Flusher:
         checked: one ``run_id`` does not name them.)"""
         if is_cluster(self.redis) or self._clock() < self._server_checked + SERVER_CHECK_SECONDS:
             return
-        self._server_changed_ms = await self.queue.server_changed_ms(now_ms=_now_ms())
+        changed = await self.queue.server_changed_ms(now_ms=_now_ms())
+        if changed is None:  # never asked again: the server does not say which it is
+            log.warning("redis does not name its server (INFO refused): rollbacks unseen")
+            self._server_checked = float("inf")
+            return
+        self._server_changed_ms = changed
         self._server_checked = self._clock()
 
     def _given_back(self, message: QueuedMessage) -> bool:
