@@ -438,17 +438,16 @@ redis.call('PEXPIRE', KEYS[2], ARGV[4])
 return {1, found}
 """
 
-# KEYS served-by, then every shard's ready; ARGV the server's run_id, now_ms. Records the
-# server; another one than recorded, or none recorded while threads are queued (a snapshot
-# taken before a worker first wrote one), is a server that may have gone back in time:
-# ``since`` is now. Returns ``since`` (0: never changed).
+# KEYS served-by; ARGV the server's run_id, now_ms. Records the server (the first one found
+# is taken for the one the queue was written on: a running worker records it within a
+# second, before any snapshot worth restoring); another one found is a server that may
+# have gone back in time: ``since`` is now. Returns ``since`` (0: never changed).
 SERVED_BY_LUA = """
 local run = redis.call('HGET', KEYS[1], 'run')
-if run == ARGV[1] then return tonumber(redis.call('HGET', KEYS[1], 'since') or '0') end
-redis.call('HSET', KEYS[1], 'run', ARGV[1])
-local queued = run ~= false
-for i = 2, #KEYS do queued = queued or redis.call('ZCARD', KEYS[i]) > 0 end
-if queued then redis.call('HSET', KEYS[1], 'since', ARGV[2]) end
+if run ~= ARGV[1] then
+  redis.call('HSET', KEYS[1], 'run', ARGV[1])
+  if run then redis.call('HSET', KEYS[1], 'since', ARGV[2]) end
+end
 return tonumber(redis.call('HGET', KEYS[1], 'since') or '0')
 """
 
@@ -1009,10 +1008,7 @@ class ThreadQueue:
         run_id = str(info["run_id"])
         if run is not None and run.decode() == run_id:
             return int(since or 0)
-        readies = [self.keys.ready(shard) for shard in self.keys.shard_ids]
-        return int(
-            await self._served_by(keys=[self.keys.served_by, *readies], args=[run_id, now_ms])
-        )
+        return int(await self._served_by(keys=[self.keys.served_by], args=[run_id, now_ms]))
 
     # --- operations -------------------------------------------------------------------------
     async def drop_dead(self, *, shard: int | None) -> int:

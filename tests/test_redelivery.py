@@ -53,6 +53,9 @@ async def rollback(flush_first: bool) -> dict:
         s = settings_for(
             server.url, fake, Path(tempfile.mkdtemp(prefix="redelivery-")), enqueue_timeout=1.0
         )
+        r = connect(s.redis_url)
+        await drain(flusher(s), r)  # a worker runs: it has seen the server
+        await r.aclose()
         agent = Enqueuer(s)
         assert await agent.enqueue([msg(1, "m1")])
         Redis.from_url(server.url).save()
