@@ -183,10 +183,13 @@ class StoredIndex:
         for m in sent:
             self._add_keyed(str(m.metadata[MESSAGE_KEY_FIELD]), m.content, m.metadata)
 
-    def lacking(self, wanted: Sequence[OutgoingMessage]) -> list[OutgoingMessage]:
+    def lacking(
+        self, wanted: Sequence[OutgoingMessage], *, by_text: bool = True
+    ) -> list[OutgoingMessage]:
         """What of ``wanted`` the thread lacks, each once (a replay may repeat a turn queued
         in the same batch). Two texts under one key (a reused invocation id) are two
-        messages."""
+        messages. ``by_text`` False: by key only, for live messages checked against a
+        replay's index (a live "yes" is not the one another integration stored)."""
         lacking: list[OutgoingMessage] = []
         taken: set[int] = set()
         for m in wanted:
@@ -199,7 +202,9 @@ class StoredIndex:
             if part in taken or part in self or whole in self:
                 continue
             taken.add(part)
-            said = _digest("said", m.role, m.content) if self.replay and m.role else None
+            said = (
+                _digest("said", m.role, m.content) if by_text and self.replay and m.role else None
+            )
             if said is not None and self._said_count(said) >= m.saying:
                 continue
             lacking.append(m)

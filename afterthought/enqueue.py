@@ -143,6 +143,8 @@ class Enqueuer:
         self._spool_lock = threading.Lock()
         """Held to spool a thread's messages or to find the spool replayed (before
         ``_lock``, never inside it)."""
+        self._spool_stamp = self.spool.stamp()
+        """The spool as :meth:`_look_at_spool` last found it (before reading it)."""
         self._spooled: set[str] = self.spool.threads()
         """Threads with messages in the spool, this process's or (found as it began) an
         earlier process's, perhaps of a session this one goes on with: their next messages
@@ -192,6 +194,7 @@ class Enqueuer:
         if self._mislaid:
             self._drop(len(messages), why=MISLAID, quiet=True)
             return False
+        self._look_at_spool()
         with self._lock:
             # The thread's earlier messages still wait, in the buffer or the spool.
             behind = thread in self._held or thread in self._spooled
@@ -212,6 +215,21 @@ class Enqueuer:
             return False
         self._hold(messages, maybe_queued=why == UNREACHABLE)
         return False
+
+    def _look_at_spool(self) -> None:
+        """Another process of this machine (one that exited while Redis did not answer it)
+        may have spooled a turn of a session this one goes on with: its threads join
+        ``_spooled``, so their next messages queue behind the spooled ones. Two stats an
+        enqueue; the spool is read only when they changed."""
+        stamp = self.spool.stamp()
+        if stamp == self._spool_stamp:
+            return
+        self._spool_stamp = stamp
+        threads = self.spool.threads()
+        if threads:
+            with self._lock:
+                self._spooled |= threads
+            self._replay_due = True
 
     async def send(self, messages: Sequence[QueuedMessage]) -> str | None:
         """One attempt on the running loop's client, no buffering: None once queued, else
@@ -447,10 +465,9 @@ class Enqueuer:
         if not self.breaker.allow():
             written = await self._write_directly(thread, held)
             return 0.0 if written else self.breaker.retry_in() or backoff
-        messages = [
-            h.message.model_copy(update={"unsure": True}) if h.maybe_stored else h.message
-            for h in held
-        ]
+        # Before ``sending`` is set: a message an earlier attempt may have queued is unsure
+        # as it is in the spool, since Redis may have lost its key with the message.
+        messages = [h.to_send() for h in held]
         for h in held:
             h.sending = True
         try:

@@ -152,6 +152,14 @@ class Keys:
         restart without persistence, a flush, a failover to an empty replica)."""
         return f"{self._in(shard)}:marker"
 
+    @property
+    def served_by(self) -> str:
+        """HASH, durable state kept for good: ``run``, the ``run_id`` of the Redis server
+        the workers last found holding the queue, and ``since`` (ms), when they first found
+        another one there (a restart from a snapshot or a cut-short AOF, a failover): that
+        server may have given back messages whose acknowledgement it lost."""
+        return f"{self.prefix}:served-by"
+
     def data_lost(self, shard: int | None = None) -> str:
         """HASH: a marker found gone -> when (ms), for ``status``; expires a week after the
         last one."""

@@ -124,12 +124,13 @@ class HandedOut:
 # Shared helpers. head_seq reads a payload's sequence number without decoding its JSON.
 # take pops up to ``count`` items off the head whose seq is at most ``last`` (nil: any),
 # handing each to ``keep`` (if given); a seq that skips past ``done`` + 1 means Redis lost
-# the messages between: they are counted as lost and leave the depth counter too.
+# the messages between: they are counted as lost and leave the depth counter too, but for
+# those at or below ``stored`` (if given: the highest seq the worker found stored).
 _COMMON = """
 local function head_seq(item)
   return tonumber(string.match(item, '^{"seq":(%d+),'))
 end
-local function take(pending, thread, depth, lost, count, last, keep)
+local function take(pending, thread, depth, lost, count, last, keep, stored)
   local done = tonumber(redis.call('HGET', thread, 'done') or '-1')
   local taken, missing = 0, 0
   while taken < count do
@@ -141,7 +142,8 @@ local function take(pending, thread, depth, lost, count, last, keep)
     taken = taken + 1
     if keep then keep(head) end
     if seq then
-      if done >= 0 and seq > done + 1 then missing = missing + seq - done - 1 end
+      local known = math.max(done, stored or 0)
+      if done >= 0 and seq > known + 1 then missing = missing + seq - known - 1 end
       if seq > done then done = seq end
     end
   end
@@ -405,19 +407,20 @@ return 1
 """
 
 # KEYS lease, pending, thread, depth, lost, [session, user, thread set]; ARGV token, last
-# stored seq, idle_ms, pending head, thread head (``whose``).
-# Pops what is done up to ``last``; returns what is left, or -1 if the lease is lost.
+# stored seq, the highest seq found stored in the thread (0: none looked for), idle_ms,
+# pending head, thread head (``whose``). Pops what is done up to ``last``; returns what is
+# left, or -1 if the lease is lost.
 ACK_LUA = (
     _COMMON
     + """
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return -1 end
 local last = tonumber(ARGV[2])
-take(KEYS[2], KEYS[3], KEYS[4], KEYS[5], math.huge, last, nil)
+take(KEYS[2], KEYS[3], KEYS[4], KEYS[5], math.huge, last, nil, tonumber(ARGV[3]))
 if last > tonumber(redis.call('HGET', KEYS[3], 'persisted') or '0') then
   redis.call('HSET', KEYS[3], 'persisted', last)
 end
 finish(KEYS[3], last)
-idle(KEYS[2], whose(KEYS[3], 6, 3))
+idle(KEYS[2], whose(KEYS[3], 6, 4))
 return redis.call('LLEN', KEYS[2])
 """
 )
@@ -520,6 +523,19 @@ if ARGV[1] == '' then return {0, found} end
 redis.call('HSETNX', KEYS[2], ARGV[1], ARGV[3])
 redis.call('PEXPIRE', KEYS[2], ARGV[4])
 return {1, found}
+"""
+
+# KEYS served-by; ARGV the server's run_id, now_ms. Records the server (the first one found
+# is taken for the one the queue was written on: a running worker records it within a
+# second, before any snapshot worth restoring); another one found is a server that may
+# have gone back in time: ``since`` is now. Returns ``since`` (0: never changed).
+SERVED_BY_LUA = """
+local run = redis.call('HGET', KEYS[1], 'run')
+if run ~= ARGV[1] then
+  redis.call('HSET', KEYS[1], 'run', ARGV[1])
+  if run then redis.call('HSET', KEYS[1], 'since', ARGV[2]) end
+end
+return tonumber(redis.call('HGET', KEYS[1], 'since') or '0')
 """
 
 # KEYS late; ARGV now_ms, members. Removes each member whose time is past.
@@ -652,6 +668,7 @@ class ThreadQueue:
         self._failed = redis.register_script(flag + FAILED_LUA)
         self._drop_dead = redis.register_script(DROP_DEAD_LUA)
         self._marker = redis.register_script(flag + MARKER_LUA)
+        self._served_by = redis.register_script(flag + SERVED_BY_LUA)
 
         self._late_over = redis.register_script(flag + LATE_OVER_LUA)
         self._threads: AsyncScript = redis.register_script(THREADS_LUA)
@@ -978,9 +995,13 @@ class ThreadQueue:
         keys = [k.session(app, user_id, session_id), k.user(app, user_id)]
         return [*keys, k.user_threads(app, user_id)], args
 
-    async def ack(self, ref: str, token: str, *, last: int, user: Whose | None = None) -> int:
+    async def ack(
+        self, ref: str, token: str, *, last: int, stored: int = 0, user: Whose | None = None
+    ) -> int:
         """Pop what is done up to ``last``; the messages left, or -1 if the lease is lost.
-        ``user``: whose thread it is, so the lifetimes of their keys start once it is empty."""
+        ``stored``: the highest seq the worker found stored in the thread (a batch Redis
+        gave back after going back in time): a gap below it is not counted lost. ``user``:
+        whose thread it is, so the lifetimes of their keys start once it is empty."""
         k, shard = self.keys, self.keys.shard_of_ref(ref)
         keys, args = self._lifetime(ref, user)
         return int(
@@ -989,7 +1010,7 @@ class ThreadQueue:
                     *(k.lease(ref), k.pending(ref), k.thread(ref), k.depth(shard), k.lost(shard)),
                     *keys,
                 ],
-                args=[token, last, *args],
+                args=[token, last, stored, *args],
             )
         )
 
@@ -1110,6 +1131,26 @@ class ThreadQueue:
             args=[known, uuid.uuid4().hex, now_ms, DATA_LOST_REPORT_MS],
         )
         return bool(lost), marker.decode() if isinstance(marker, bytes) else str(marker)
+
+    async def server_changed_ms(self, *, now_ms: int) -> int | None:
+        """When the workers first found Redis to be another server than the one holding the
+        queue before (``run_id``: a restart, which may have gone back to a snapshot, or a
+        failover to a replica that may lag), 0 if never; None when the server will not say
+        which it is (``INFO`` refused: a proxy, fakeredis). One round trip while it is the
+        same server; a second to record another one."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.info("server")
+            pipe.hmget(self.keys.served_by, "run", "since")
+            info, found = await pipe.execute(raise_on_error=False)
+        if isinstance(found, Exception):
+            raise found
+        if isinstance(info, ResponseError) or "run_id" not in info:
+            return None
+        run, since = found
+        run_id = str(info["run_id"])
+        if run is not None and run.decode() == run_id:
+            return int(since or 0)
+        return int(await self._served_by(keys=[self.keys.served_by], args=[run_id, now_ms]))
 
     # --- operations -------------------------------------------------------------------------
     async def drop_dead(self, *, shard: int | None) -> int:

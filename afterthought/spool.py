@@ -253,6 +253,19 @@ class Spool:
         except OSError:
             return True
 
+    def stamp(self) -> tuple[int, ...]:
+        """What an append, a claim or a finished replay changes: the directory's and the
+        live file's modification times and sizes (two stats, nothing read)."""
+        found: list[int] = []
+        for path in (self.directory, self.directory / LIVE):
+            try:
+                st = path.stat()
+            except OSError:
+                found.append(-1)
+            else:
+                found += (st.st_mtime_ns, st.st_size, st.st_ino)
+        return tuple(found)
+
     def size(self) -> int:
         """Bytes of records waiting to be replayed (replayed parts of a claim included)."""
         total = 0
@@ -353,14 +366,14 @@ class Spool:
             _fsync_dir(self.directory)  # the new file's name is durable too
         return kept
 
-    def _claim(self, passed: set[Path]) -> tuple[Path, bool] | None:
-        """The oldest claim left (by a replayer that died or stopped: ``resumed``) not
+    def _claim(self, passed: set[Path]) -> Path | None:
+        """The oldest claim left (by a replayer that died or stopped) not
         ``passed`` in this replay, else the live file renamed into a claim (appends go on
         into a new one), else None. Under the replay lock; :class:`SpoolLocked` when
         another process holds the append lock past ``lock_seconds``."""
         for claim in self._claimed():
             if claim not in passed:
-                return claim, True
+                return claim
         live = self.directory / LIVE
         with _locked(self.directory / APPEND_LOCK, wait=self.lock_seconds) as mine:
             if not mine:
@@ -370,7 +383,7 @@ class Spool:
             claim = self.directory / f"{CLAIMED}{time.time_ns():020d}-{os.getpid()}.log"
             os.rename(live, claim)
             _fsync_dir(self.directory)
-        return claim, False
+        return claim
 
     async def replay(
         self, send: Callable[[list[QueuedMessage]], Awaitable[Sent]], *, blocking: bool = False
@@ -393,10 +406,9 @@ class Spool:
         with _locked(self.directory / REPLAY_LOCK, wait=0) as mine:
             if not mine:
                 return Replayed(busy=True)
-            while (found := await _io(blocking, self._claim, passed)) is not None:
-                claim, resumed = found
+            while (claim := await _io(blocking, self._claim, passed)) is not None:
                 passed.add(claim)
-                done = await self._replay_claim(claim, resumed, send, held_back, passed, blocking)
+                done = await self._replay_claim(claim, send, held_back, passed, blocking)
                 total = replace(
                     total,
                     replayed=total.replayed + done.replayed,
@@ -409,7 +421,6 @@ class Spool:
     async def _replay_claim(
         self,
         claim: Path,
-        resumed: bool,
         send: Callable[[list[QueuedMessage]], Awaitable[Sent]],
         held_back: set[str],
         passed: set[Path],
@@ -442,9 +453,11 @@ class Spool:
             return True
 
         for end, message in await _io(blocking, _records, claim):
-            if message is not None and resumed:
-                # The replayer before may have sent what it had not marked yet (its run
-                # stopped, or it died): reconciled by the worker, however long ago.
+            if message is not None:
+                # Reconciled by the worker against the whole thread, however long ago: the
+                # replayer before may have sent what it had not marked yet (its run stopped,
+                # or it died), and a spool may wait for hours, during which the session can
+                # be re-imported (its keys pushed out of the thread's ``seen`` memory).
                 message = message.model_copy(update={"unsure": True})
             thread = None if message is None else message.thread_key
             boundary = batch and (thread != batch[0].thread_key or len(batch) >= self.chunk)

@@ -36,7 +36,7 @@ WEEK_MS = 7 * 86400 * 1000
 #: (bounded by the layout, not by users), or per user and removed by their forget.
 DURABLE = {
     "layout", "marker", "depth", "lost", "late_copies", "forgets", "audit", "quarantine",
-    "dead", "ready", "backfill", "synth", "tomb", "epoch", "arq", "user-ids",
+    "dead", "ready", "backfill", "synth", "tomb", "epoch", "arq", "user-ids", "served-by",
 }  # fmt: skip
 #: Kinds kept per session and per user, and so what must never outlive the idle lifetime.
 PER_SESSION = {"thread", "id:thread", "seen", "pending", "lease", "ctx:thread"}

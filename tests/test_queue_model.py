@@ -84,6 +84,8 @@ THREADS = (("alice", "s1"), ("bob", "s1"), ("alice", "s:2|x/y"), ("alice:s", "2|
 REFUSED_MARK = "<refused>"
 
 LEASE_SECONDS = 20.0
+#: Messages a page of the model backend's thread holds (small: a read spans pages).
+PAGE = 4
 SETTLE_SECONDS = 2.0
 #: Small, so a few steps reach every limit: batches, per-thread cap, agent buffer (which can
 #: hold more of a thread than its cap admits at once).
@@ -387,10 +389,23 @@ class FakeBackend(MemoryBackend):
         self.threads[thread_uuid] = [m for m in self.threads[thread_uuid] if m.uuid not in gone]
         return "deleted"
 
-    # The rest of the port is never called by the write path (of messages not replayed).
-    async def message_page(self, **kwargs: Any) -> Any:
-        raise NotImplementedError
+    async def message_page(
+        self, *, thread_uuid: str, cursor: str | None, timeout: float | None = None
+    ) -> tuple[list[StoredMessage], str | None]:
+        """Pages of ``PAGE`` messages, newest first; the cursor is the index (from the
+        oldest) the next page ends before. Read for an unsure message (a dead letter
+        replayed, a Redis gone back), against the whole thread."""
+        outcome = self._outcome()
+        if outcome.startswith("slow"):
+            await self._wait_out(timeout)
+        if outcome != "ok":
+            raise BackendError("timeout")
+        stored = self.threads.get(thread_uuid, [])
+        end = len(stored) if cursor is None else int(cursor)
+        start = max(0, end - PAGE)
+        return list(reversed(stored[start:end])), str(start) if start else None
 
+    # The rest of the port is never called by the write path.
     async def ensure_user(self, **kwargs: Any) -> Any:
         raise NotImplementedError
 

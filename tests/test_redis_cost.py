@@ -228,14 +228,14 @@ async def test_a_forget_that_begins_while_a_batch_is_read_back_stops_it_unsent(
     await flusher.drain(budget=10)
     unsure = queued("I live in Zorblaxia.", 2).model_copy(update={"unsure": True})
     await enqueue(local_settings, unsure)
-    read = backend.inner.recent_messages
+    read = backend.inner.message_page  # an unsure batch is read against the whole thread
 
     async def read_then_forget(**kwargs: Any) -> Any:
         found = await read(**kwargs)
         await _forget_begins(redis, local_settings)
         return found
 
-    backend.recent_messages = read_then_forget  # type: ignore[attr-defined]
+    backend.message_page = read_then_forget  # type: ignore[attr-defined]
     stats = await flusher.drain(budget=10)
     assert stats["reconciled"] == 1
     assert backend.adds == [["hello"]]  # the read-back message was never sent

@@ -399,6 +399,7 @@ DURABLE = (
     ":quarantine",
     ":audit",
     ":layout",
+    ":served-by",
     ":marker",  # named durable state: it tells a Redis that lost its data
 )
 

@@ -37,9 +37,9 @@ from afterthought.backends.base import (
     ignored_roles,
 )
 from afterthought.batching import Call, StoredIndex, asks_context, missing, pack, parts
-from afterthought.connections import FAILURES
+from afterthought.connections import FAILURES, is_cluster
 from afterthought.context_cache import PENDING, ContextCache, now_version
-from afterthought.contract import MalformedPayload, QueuedMessage, split_content
+from afterthought.contract import MalformedPayload, QueuedMessage, checksum, split_content
 from afterthought.fence import Fence
 from afterthought.identity import Identity, IdentityRegistry
 from afterthought.keys import Keys, digest
@@ -68,8 +68,6 @@ RECENT_MARGIN = 30
 #: Replayed threads' histories a worker keeps between leases hold at most this many
 #: messages in all (8 bytes each); the least recently used go first, the one in use never.
 MAX_KEPT_MESSAGES = 2_000_000
-#: A thread is read back for late copies at most this many messages deep.
-LATE_LOOKBACK = 5000
 #: Threads read back for late copies per :meth:`Flusher.repair_late` run.
 LATE_THREADS_PER_RUN = 500
 #: A thread whose call may commit late is first read back for copies this long after: the
@@ -78,6 +76,9 @@ LATE_FIRST_READ_MS = 30_000
 #: A thread is read back for late copies this far past the first message that may have
 #: one: messages stored before it (and a copy of theirs) are not read.
 LATE_MARGIN = 100
+#: How often a claiming worker asks whether Redis is still the server the queue's state was
+#: written on (:meth:`Flusher._check_server`): one round trip, whatever the load.
+SERVER_CHECK_SECONDS = 1.0
 #: How often a job looks for more due threads while it has free slots.
 CLAIM_INTERVAL = 0.05
 #: In a sharded layout, a shard that had nothing due is polled again after this long, not
@@ -338,10 +339,18 @@ class _History:
     """The cursor of the older pages not read yet (None: none left)."""
     lease: str | None = None
     """The token of the lease that last brought it up to date."""
+    top_seq: int = 0
+    """The highest queue sequence number read back (see :meth:`Flusher._gap_stored`); not
+    raised by this worker's own calls, so a batch's own messages never cover a gap in it."""
 
     def sent(self, messages: Iterable[OutgoingMessage]) -> None:
         """Record what a call that succeeded, or a read back, found stored."""
         self.index.add_sent(messages)
+
+    def read(self, stored: Sequence[StoredMessage]) -> None:
+        """Record a page read back."""
+        self.index.add_stored(stored)
+        self.top_seq = max([self.top_seq, *map(_seq_of, stored)])
 
 
 @dataclass(frozen=True, slots=True)
@@ -371,6 +380,11 @@ class _Sending:
     """Read the backend itself, not ``history``: a call may have landed unseen."""
     replay: bool
     """A replayed session: reconciled by key and by role and text."""
+    whole: bool
+    """Reconciled against the whole thread (:class:`_History`): a replay, or a batch with
+    a message that may be stored anywhere in it (``unsure``: a spool or buffer resend, a
+    dead letter, a message Redis gave back after going back in time), as the thread may
+    have grown far past it since (a re-import, the queue behind it)."""
     cut: tuple[int, int]
     """Messages per call and characters per part, as recorded with the batch."""
     record: tuple[int, int]
@@ -429,6 +443,9 @@ class Flusher:
         self._settle_now = asyncio.Event()
         self._histories: dict[str, _History] = {}
         """Replayed threads' stored messages, by thread uuid (see :class:`_History`)."""
+        self._server_changed_ms = 0
+        """When Redis was found to be another server (0: never; see :meth:`_given_back`)."""
+        self._server_checked = -float("inf")
 
     @property
     def _default_cut(self) -> tuple[int, int]:
@@ -518,9 +535,37 @@ class Flusher:
                 task.cancel()
         return stats
 
+    async def _check_server(self) -> None:
+        """Whether Redis is still the server the queue's state was written on, at most once
+        per ``SERVER_CHECK_SECONDS`` (and before a drain's first claim): a Redis restarted
+        from a snapshot, or a replica promoted while it lagged, gives back messages whose
+        acknowledgement it lost, though they are stored. (A Cluster's nodes are not
+        checked: one ``run_id`` does not name them.)"""
+        if is_cluster(self.redis) or self._clock() < self._server_checked + SERVER_CHECK_SECONDS:
+            return
+        changed = await self.queue.server_changed_ms(now_ms=_now_ms())
+        if changed is None:  # never asked again: the server does not say which it is
+            log.warning("redis does not name its server (INFO refused): rollbacks unseen")
+            self._server_checked = float("inf")
+            return
+        self._server_changed_ms = changed
+        self._server_checked = self._clock()
+
+    def _given_back(self, message: QueuedMessage) -> bool:
+        """Whether the message was queued before Redis was found to be another server (by
+        the agent's clock, which may run ``forget_clock_margin_seconds`` ahead): it may be
+        one that server gave back, stored already, anywhere below the messages stored after
+        it, so it is reconciled as ``unsure``."""
+        if not self._server_changed_ms:
+            return False
+        margin = int(self.settings.forget_clock_margin_seconds * 1000)
+        queued = message.queued_ms
+        return queued is None or queued < self._server_changed_ms + margin
+
     async def claim(self, *, limit: int) -> list[_Lease]:
         """Take up to ``limit`` due threads, each under a token of its own: the longest
         due first, whatever their shards (every shard's due threads read in one batch)."""
+        await self._check_server()
         now, polled_at = _now_ms(), self._clock()
         shards = [s for s in self.keys.shard_ids if self._idle_until.get(s, 0.0) <= polled_at]
         if not shards:
@@ -702,28 +747,31 @@ class Flusher:
     async def _late_copies(self, thread_uuid: str, *, seq: int) -> list[tuple[str, str]]:
         """The late copies in a thread (``(copy uuid, kept uuid)``), among its messages
         from ``LATE_MARGIN`` before message ``seq`` on: what a late call can have copied
-        was sent from ``seq`` on, and stored after it."""
-        limit = 2 * LATE_MARGIN
+        was sent from ``seq`` on, and stored after it. Read page by page, newest first, as
+        deep as that is (a long re-import's first call may be thousands of messages down),
+        keeping only each message's key, checksum and uuid."""
+        read: list[tuple[tuple[str, str] | None, str, int]] = []  # newest first
+        cursor: str | None = None
         while True:
-            stored = await self.backend.recent_messages(
-                thread_uuid=thread_uuid, limit=limit, timeout=self.settings.backend_timeout
+            found, cursor = await self.backend.message_page(
+                thread_uuid=thread_uuid, cursor=cursor, timeout=self.settings.backend_timeout
             )
-            older = stored[-LATE_MARGIN:]
-            before = all(_seq_of(m) < seq for m in older)
-            if len(stored) < limit or (before and len(older) == LATE_MARGIN):
+            for m in found:
+                said = None if m.key is None or m.is_copy else (m.key, checksum(m.content))
+                read.append((said, m.uuid, _seq_of(m)))
+            older = read[-LATE_MARGIN:]
+            if cursor is None or (
+                len(older) == LATE_MARGIN and all(at < seq for _, _, at in older)
+            ):
                 break
-            if limit >= LATE_LOOKBACK:
-                log.warning("late copies: read back as far as allowed thread_uuid=%s", thread_uuid)
-                break
-            limit = min(4 * limit, LATE_LOOKBACK)
         kept: dict[tuple[str, str], str] = {}
         copies: list[tuple[str, str]] = []
-        for m in reversed(stored):  # oldest first
-            if m.key is None or m.is_copy:
+        for said, uuid, _ in reversed(read):  # oldest first
+            if said is None:
                 continue
-            first = kept.setdefault((m.key, m.content), m.uuid)
-            if first != m.uuid:
-                copies.append((m.uuid, first))
+            first = kept.setdefault(said, uuid)
+            if first != uuid:
+                copies.append((uuid, first))
         return copies
 
     async def _stored_after_all(self, lease: _Lease, head: QueuedMessage) -> bool:
@@ -892,6 +940,7 @@ class Flusher:
             # and may be paused in the middle of a call) may still have it committed.
             await self._expect_late(thread_uuid, seq=cut.record[0])
         replay = any(m.replay for m in batch)
+        unsure = any(m.unsure or self._given_back(m) for m in batch)
         sending = _Sending(
             thread_uuid=thread_uuid,
             lease=lease,
@@ -899,9 +948,10 @@ class Flusher:
             history=self._kept(thread_uuid),
             epoch=epoch,
             # A recorded in-flight batch was being sent when its worker stopped: unknown.
-            reconcile=inflight is not None or replay or any(m.unsure for m in batch),
+            reconcile=inflight is not None or replay or unsure,
             fresh=inflight is not None,
             replay=replay,
+            whole=replay or unsure,
             cut=cut.calls,
             record=cut.record,
             held=cut.held,
@@ -915,7 +965,7 @@ class Flusher:
             stats["messages"] += stored
             stats["dead"] += 1
             return True
-        left = await self._acknowledge(lease, last)
+        left = await self._acknowledge(lease, last, stored=self._gap_stored(batch, sending))
         stats["messages"] += len(batch)
         log.info("flushed thread=%s seq=%s..%s", tk, first, last)
         await self._after_sent(tk, batch, sending, user)
@@ -1049,10 +1099,21 @@ class Flusher:
             ]
         )
 
-    async def _acknowledge(self, lease: _Lease, last: int) -> int:
-        """Pop what is done up to ``last``; the messages left. Raises if the lease is lost."""
+    def _gap_stored(self, batch: Sequence[QueuedMessage], sending: _Sending) -> int:
+        """Up to which seq a gap before the batch is stored, not lost: a Redis gone back in
+        time lost the counter with the acknowledgements, so the agent's next message skips
+        the numbers it was handed, though the worker stored those messages (the history
+        read for the given-back batch holds them). 0 (every gap lost) for any other batch:
+        after Redis lost all its data, numbers start again and a stored one says nothing."""
+        if sending.history is None or not any(self._given_back(m) for m in batch):
+            return 0
+        return sending.history.top_seq
+
+    async def _acknowledge(self, lease: _Lease, last: int, *, stored: int = 0) -> int:
+        """Pop what is done up to ``last``; the messages left. Raises if the lease is lost.
+        ``stored``: see :meth:`_gap_stored`."""
         left = await self.queue.ack(
-            lease.tk, lease.token, last=last, user=self._whose.get(lease.tk)
+            lease.tk, lease.token, last=last, stored=stored, user=self._whose.get(lease.tk)
         )
         if left == -1:
             raise _LeaseLost
@@ -1228,15 +1289,16 @@ class Flusher:
         """The calls of ``calls`` the backend lacks. One it lacks wholly is sent again as it
         was: a late commit of an earlier attempt and the resend are then one request where
         keys are honoured. One it holds part of (a batch cut otherwise before, e.g.
-        narrowed) is sent for the rest only. A replay is checked against the whole thread
-        (:class:`_History`), brought up to date once per lease and after an unknown outcome
-        (``sending.fresh``: a call may have landed unseen)."""
+        narrowed) is sent for the rest only. A replay or an unsure batch (``whole``) is
+        checked against the whole thread (:class:`_History`), brought up to date once per
+        lease and after an unknown outcome (``sending.fresh``: a call may have landed
+        unseen)."""
         wanted = [m for c in calls for m in c.messages]
-        if sending.replay:
+        if sending.whole:
             history = sending.history = sending.history or self._keep(sending.thread_uuid)
             if history.lease != sending.lease.token or sending.fresh or history.older:
                 await self._read_history(sending, history, margin=len(wanted) + RECENT_MARGIN)
-            lacking = history.index.lacking(wanted)
+            lacking = history.index.lacking(wanted, by_text=sending.replay)
         else:
             stored = await self.backend.recent_messages(
                 thread_uuid=sending.thread_uuid,
@@ -1288,7 +1350,7 @@ class Flusher:
             )
             sending.stats["history_pages"] += 1
             sending.epoch.stale()  # a backend call lies between BEGIN and the first send
-            history.index.add_stored(found)
+            history.read(found)
             return found, following
 
         kept = history.older
