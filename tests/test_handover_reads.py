@@ -59,7 +59,7 @@ async def test_a_head_read_on_the_old_master_is_never_recorded_over_the_new_mast
     backend = open_backend(zep_settings)
     first = Flusher(zep_settings, redis, backend)
 
-    async def lost(ref: str, token: str, *, last: int, user: object = None) -> int:
+    async def lost(ref: str, token: str, **_: object) -> int:
         return 0
 
     monkeypatch.setattr(first.queue, "ack", lost)

@@ -400,6 +400,7 @@ DURABLE = (
     ":audit",
     ":layout",
     ":served-by",
+    ":user-ids",  # the deployment's default backend user ids
     ":marker",  # named durable state: it tells a Redis that lost its data
 )
 
