@@ -400,7 +400,10 @@ if n > 0 then
   local items = redis.call('LRANGE', KEYS[3], 0, n - 1)
   local framed = {}
   for i = 1, #items do framed[i] = #items[i] .. ':' .. items[i] end
-  if #items ~= n or redis.sha1hex(table.concat(framed)) ~= ARGV[7] then return -2 end
+  if #items ~= n then return -2 end
+  -- Redis has had sha1hex since 2.6; fakeredis' Lua (the unit tests' model) has none, and
+  -- there the sequence numbers and the record alone are compared.
+  if redis.sha1hex and redis.sha1hex(table.concat(framed)) ~= ARGV[7] then return -2 end
 end
 redis.call('HSET', KEYS[2], 'inflight', ARGV[2], 'cut', ARGV[3])
 return 1
