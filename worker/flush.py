@@ -537,7 +537,8 @@ class Flusher:
 
     async def _check_server(self) -> None:
         """Whether Redis is still the server the queue's state was written on, at most once
-        per ``SERVER_CHECK_SECONDS`` (and before a drain's first claim): a Redis restarted
+        per ``SERVER_CHECK_SECONDS`` (before a drain's first claim and before each batch is
+        recorded, so a rollback during a lease is caught at its next batch): a Redis restarted
         from a snapshot, or a replica promoted while it lagged, gives back messages whose
         acknowledgement it lost, though they are stored. (A Cluster's nodes are not
         checked: one ``run_id`` does not name them.)"""
@@ -851,6 +852,10 @@ class Flusher:
         # part is acknowledged the rest, which an earlier attempt may have stored under
         # another idempotency key, is still reconciled before it is sent (W2).
         recorded = inflight is not None and _covers(inflight, first, last)
+        # Checked for every batch, not only at the claim: a Redis gone back in time while
+        # this worker holds the thread (the snapshot has its lease) gives back messages it
+        # has stored since, and they must be sent as given back (``_given_back``).
+        await self._check_server()
         # BEGIN compares the epoch too (atomically with recording the batch): the check
         # before the first backend call, unless something that takes time comes between.
         checked = (*epoch.keys, epoch.seen)
