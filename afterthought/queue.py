@@ -196,6 +196,15 @@ local function idle(pending, t)
   redis.call('PEXPIRE', t.threads, t.idle_ms)
   redis.call('PEXPIRE', t.user, t.idle_ms)
 end
+-- ``seen``'s scores are numbers of the thread's counter. A thread with neither a counter
+-- nor a queue (its hash expired idle, being shorter-lived than ``seen``, or was evicted)
+-- numbers from 1 again, so what ``seen`` kept is of another numbering and would be
+-- compared with the new one (enqueue's "added again after a forget" rule): it goes.
+local function renumbered(pending, thread, seen)
+  if not redis.call('HGET', thread, 'seq') and redis.call('LLEN', pending) == 0 then
+    redis.call('DEL', seen)
+  end
+end
 local function room(pending, depth, n, thread_cap, global_cap)
   if redis.call('LLEN', pending) + n > thread_cap then return -1 end
   if tonumber(redis.call('GET', depth) or '0') + n > global_cap then return -2 end
@@ -259,6 +268,7 @@ end
 ENQUEUE_LUA = (
     _COMMON
     + """
+renumbered(KEYS[1], KEYS[2], KEYS[7])
 local n = tonumber(ARGV[7])
 local forgot = tonumber(redis.call('GET', KEYS[8]) or '')
 local now, margin, keep = tonumber(ARGV[4]), tonumber(ARGV[8 + 2 * n]), tonumber(ARGV[9 + 2 * n])
@@ -323,6 +333,7 @@ end
 local full = room(KEYS[1], KEYS[4], 1, tonumber(ARGV[5]), tonumber(ARGV[6]))
 if full < 0 then return full end
 if redis.call('LREM', KEYS[9], 1, ARGV[7]) == 0 then return -3 end
+renumbered(KEYS[1], KEYS[2], KEYS[7])
 push(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], ARGV[3], ARGV[4],
   {ARGV[8]}, {ARGV[9]}, 0, ARGV[11], {KEYS[2], KEYS[6], KEYS[10], KEYS[11]})
 return 1
