@@ -536,15 +536,20 @@ redis.call('PEXPIRE', KEYS[2], ARGV[4])
 return {1, found}
 """
 
-# KEYS served-by; ARGV the server's run_id, now_ms. Records the server (the first one found
-# is taken for the one the queue was written on: a running worker records it within a
-# second, before any snapshot worth restoring); another one found is a server that may
-# have gone back in time: ``since`` is now. Returns ``since`` (0: never changed).
+# KEYS served-by; ARGV the server's run_id. Records the server (the first one found is
+# taken for the one the queue was written on: a running worker records it within a second,
+# before any snapshot worth restoring); another one found is a server that may have gone
+# back in time: ``since`` is now by the server's clock (``TIME``), not the worker's, which
+# may run behind and so hide messages queued just before the change. Returns ``since`` (0:
+# never changed).
 SERVED_BY_LUA = """
 local run = redis.call('HGET', KEYS[1], 'run')
 if run ~= ARGV[1] then
   redis.call('HSET', KEYS[1], 'run', ARGV[1])
-  if run then redis.call('HSET', KEYS[1], 'since', ARGV[2]) end
+  if run then
+    local t = redis.call('TIME')
+    redis.call('HSET', KEYS[1], 'since', tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
+  end
 end
 return tonumber(redis.call('HGET', KEYS[1], 'since') or '0')
 """
@@ -1143,7 +1148,7 @@ class ThreadQueue:
         )
         return bool(lost), marker.decode() if isinstance(marker, bytes) else str(marker)
 
-    async def server_changed_ms(self, *, now_ms: int) -> int | None:
+    async def server_changed_ms(self) -> int | None:
         """When the workers first found Redis to be another server than the one holding the
         queue before (``run_id``: a restart, which may have gone back to a snapshot, or a
         failover to a replica that may lag), 0 if never; None when the server will not say
@@ -1161,7 +1166,7 @@ class ThreadQueue:
         run_id = str(info["run_id"])
         if run is not None and run.decode() == run_id:
             return int(since or 0)
-        return int(await self._served_by(keys=[self.keys.served_by], args=[run_id, now_ms]))
+        return int(await self._served_by(keys=[self.keys.served_by], args=[run_id]))
 
     # --- operations -------------------------------------------------------------------------
     async def drop_dead(self, *, shard: int | None) -> int:

@@ -11,6 +11,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import pytest
 from redis import Redis
 from redis.exceptions import RedisError
 
@@ -25,6 +26,7 @@ from afterthought.spool import Spool, replay_into
 from afterthought.testing.redis_proxy import RedisProxy
 from afterthought.testing.redis_server import RedisServer, free_port
 from afterthought.testing.zep_fake import Fault, ZepFake
+from afterthought.worker import flush as flush_module
 from afterthought.worker.flush import Flusher
 from tests.redelivery_support import Clock, dup_report, flusher, session, settings_for, stand
 
@@ -288,3 +290,47 @@ async def rollback_during_lease() -> list[str]:
 def test_rollback_while_a_thread_is_held_is_caught_at_its_next_batch() -> None:
     # m4 was queued after the snapshot and never stored: lost (counted); m2 once.
     assert asyncio.run(rollback_during_lease()) == ["m1", "m2", "m3", "m5"]
+
+
+async def rollback_found_by_a_worker_behind(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """m1..m3 queued, snapshot, stored; Redis restarts from the snapshot; a worker whose
+    clock is 4 s behind finds the new server first; the agent queues m4; the other worker
+    (clock right) drains."""
+    clock = Clock()
+    server = RedisServer()
+    server.start()
+    with ZepFake() as fake:
+        s = settings_for(server.url, fake, Path(tempfile.mkdtemp(prefix="redelivery-")))
+        agent_redis = connect(s.redis_url)
+        agent = ThreadQueue(agent_redis, s)
+        worker_redis = connect(s.redis_url)
+        f = Flusher(s, worker_redis, open_backend(s), clock=clock)
+        await f.drain(budget=5)  # records the server
+        for i in (1, 2, 3):
+            assert await agent.enqueue([msg(i, f"m{i}")], now_ms=_now_ms()) == 1
+        await agent_redis.execute_command("SAVE")
+        await f.drain(budget=10)
+        with contextlib.suppress(RedisError):
+            await agent_redis.execute_command("SHUTDOWN", "NOSAVE")
+        server.stop()
+        server.start()
+        behind = flusher(s)
+        with monkeypatch.context() as m:
+            m.setattr(flush_module, "_now_ms", lambda: _now_ms() - 4000)
+            assert await behind.claim(limit=0) == []  # checks the server, claims nothing
+        await behind.redis.aclose()
+        assert await agent.enqueue([msg(4, "m4")], now_ms=_now_ms()) == 1
+        clock.t += 1.5  # past the once-a-second server check
+        await f.drain(budget=10)
+        texts = [m["content"] for m in fake.messages()]
+        await agent_redis.aclose()
+        await worker_redis.aclose()
+    server.close()
+    return texts
+
+
+def test_rollback_found_by_a_worker_whose_clock_is_behind_is_stored_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    found = asyncio.run(rollback_found_by_a_worker_behind(monkeypatch))
+    assert found == ["m1", "m2", "m3", "m4"], found

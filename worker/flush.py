@@ -544,7 +544,7 @@ class Flusher:
         checked: one ``run_id`` does not name them.)"""
         if is_cluster(self.redis) or self._clock() < self._server_checked + SERVER_CHECK_SECONDS:
             return
-        changed = await self.queue.server_changed_ms(now_ms=_now_ms())
+        changed = await self.queue.server_changed_ms()
         if changed is None:  # never asked again: the server does not say which it is
             log.warning("redis does not name its server (INFO refused): rollbacks unseen")
             self._server_checked = float("inf")
@@ -553,10 +553,11 @@ class Flusher:
         self._server_checked = self._clock()
 
     def _given_back(self, message: QueuedMessage) -> bool:
-        """Whether the message was queued before Redis was found to be another server (by
-        the agent's clock, which may run ``forget_clock_margin_seconds`` ahead): it may be
-        one that server gave back, stored already, anywhere below the messages stored after
-        it, so it is reconciled as ``unsure``."""
+        """Whether the message was queued (``queued_ms``: the agent's clock) before Redis
+        was found to be another server (``since``: Redis' own clock, whichever worker found
+        it; the agent's may run up to ``forget_clock_margin_seconds`` ahead of it): it may
+        be one that server gave back, stored already, anywhere below the messages stored
+        after it, so it is reconciled as ``unsure``."""
         if not self._server_changed_ms:
             return False
         margin = int(self.settings.forget_clock_margin_seconds * 1000)
