@@ -196,6 +196,15 @@ local function idle(pending, t)
   redis.call('PEXPIRE', t.threads, t.idle_ms)
   redis.call('PEXPIRE', t.user, t.idle_ms)
 end
+-- ``seen``'s scores are numbers of the thread's counter. A thread with neither a counter
+-- nor a queue (its hash expired idle, being shorter-lived than ``seen``, or was evicted)
+-- numbers from 1 again, so what ``seen`` kept is of another numbering and would be
+-- compared with the new one (enqueue's "added again after a forget" rule): it goes.
+local function renumbered(pending, thread, seen)
+  if not redis.call('HGET', thread, 'seq') and redis.call('LLEN', pending) == 0 then
+    redis.call('DEL', seen)
+  end
+end
 local function room(pending, depth, n, thread_cap, global_cap)
   if redis.call('LLEN', pending) + n > thread_cap then return -1 end
   if tonumber(redis.call('GET', depth) or '0') + n > global_cap then return -2 end
@@ -259,6 +268,7 @@ end
 ENQUEUE_LUA = (
     _COMMON
     + """
+renumbered(KEYS[1], KEYS[2], KEYS[7])
 local n = tonumber(ARGV[7])
 local forgot = tonumber(redis.call('GET', KEYS[8]) or '')
 local now, margin, keep = tonumber(ARGV[4]), tonumber(ARGV[8 + 2 * n]), tonumber(ARGV[9 + 2 * n])
@@ -323,6 +333,7 @@ end
 local full = room(KEYS[1], KEYS[4], 1, tonumber(ARGV[5]), tonumber(ARGV[6]))
 if full < 0 then return full end
 if redis.call('LREM', KEYS[9], 1, ARGV[7]) == 0 then return -3 end
+renumbered(KEYS[1], KEYS[2], KEYS[7])
 push(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], ARGV[3], ARGV[4],
   {ARGV[8]}, {ARGV[9]}, 0, ARGV[11], {KEYS[2], KEYS[6], KEYS[10], KEYS[11]})
 return 1
@@ -528,15 +539,20 @@ redis.call('PEXPIRE', KEYS[2], ARGV[4])
 return {1, found}
 """
 
-# KEYS served-by; ARGV the server's run_id, now_ms. Records the server (the first one found
-# is taken for the one the queue was written on: a running worker records it within a
-# second, before any snapshot worth restoring); another one found is a server that may
-# have gone back in time: ``since`` is now. Returns ``since`` (0: never changed).
+# KEYS served-by; ARGV the server's run_id. Records the server (the first one found is
+# taken for the one the queue was written on: a running worker records it within a second,
+# before any snapshot worth restoring); another one found is a server that may have gone
+# back in time: ``since`` is now by the server's clock (``TIME``), not the worker's, which
+# may run behind and so hide messages queued just before the change. Returns ``since`` (0:
+# never changed).
 SERVED_BY_LUA = """
 local run = redis.call('HGET', KEYS[1], 'run')
 if run ~= ARGV[1] then
   redis.call('HSET', KEYS[1], 'run', ARGV[1])
-  if run then redis.call('HSET', KEYS[1], 'since', ARGV[2]) end
+  if run then
+    local t = redis.call('TIME')
+    redis.call('HSET', KEYS[1], 'since', tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
+  end
 end
 return tonumber(redis.call('HGET', KEYS[1], 'since') or '0')
 """
@@ -1135,7 +1151,7 @@ class ThreadQueue:
         )
         return bool(lost), marker.decode() if isinstance(marker, bytes) else str(marker)
 
-    async def server_changed_ms(self, *, now_ms: int) -> int | None:
+    async def server_changed_ms(self) -> int | None:
         """When the workers first found Redis to be another server than the one holding the
         queue before (``run_id``: a restart, which may have gone back to a snapshot, or a
         failover to a replica that may lag), 0 if never; None when the server will not say
@@ -1153,7 +1169,7 @@ class ThreadQueue:
         run_id = str(info["run_id"])
         if run is not None and run.decode() == run_id:
             return int(since or 0)
-        return int(await self._served_by(keys=[self.keys.served_by], args=[run_id, now_ms]))
+        return int(await self._served_by(keys=[self.keys.served_by], args=[run_id]))
 
     # --- operations -------------------------------------------------------------------------
     async def drop_dead(self, *, shard: int | None) -> int:

@@ -20,7 +20,7 @@ import redis.asyncio as aioredis
 
 from afterthought.backends import open_backend
 from afterthought.backends.base import MemoryBackend, UserRef
-from afterthought.contract import QueuedMessage
+from afterthought.contract import MEMORY_SESSION, QueuedMessage
 from afterthought.identity import IdentityRegistry
 from afterthought.keys import Keys
 from afterthought.queue import HandedOut, ThreadQueue
@@ -263,6 +263,39 @@ async def test_a_counter_gone_within_the_idle_lifetime_is_still_a_loss(
     now[0] += local_settings.idle_ttl_seconds / 4
     assert await queue.enqueue([queued("three", 3)], now_ms=_ms()) == 1
     assert handed.get(ref) == 3  # it went on after the numbers Redis lost
+
+
+def _change(kind: str, content: str) -> QueuedMessage:
+    return QueuedMessage.build(
+        app="memtest",
+        user_id="alice",
+        session_id=MEMORY_SESSION,
+        invocation_id=f"{kind}:{content}",
+        role="user",
+        ordinal=0,
+        content=content,
+        kind=kind,  # type: ignore[arg-type]
+        trust="app",
+    )
+
+
+async def test_a_fact_deleted_and_added_again_after_its_thread_expired_is_queued(
+    make_settings: Callable[..., Settings], redis: aioredis.Redis, prefix: str
+) -> None:
+    """``seen`` (a day) outlives an idle thread's hash (here an hour): the thread numbers
+    from 1 again, and its ``seen`` scores, of the old numbering, made the re-added fact look
+    like a re-push of the first add (silently dropped)."""
+    settings = make_settings(idle_ttl_seconds=IDLE_SECONDS)
+    queue = ThreadQueue(redis, settings)
+    fact = _change("fact", "Alice prefers tea over coffee")
+    assert await queue.enqueue([fact], now_ms=_ms()) == 1
+    await drain(settings)
+    await _idle(redis, prefix, IDLE_SECONDS)
+    keys = Keys.of(settings)
+    assert not await redis.exists(keys.thread(queue.ref_of(fact)))
+    assert await queue.enqueue([_change("forget", "some-memory-id")], now_ms=_ms()) == 1
+    assert await queue.enqueue([fact], now_ms=_ms() + 1) == 1  # a new change: queued
+    assert await queue.enqueue([fact], now_ms=_ms() + 2) == 0  # its re-push is not
 
 
 def _ms() -> int:

@@ -6,14 +6,18 @@ thread."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import tempfile
 import time
 from pathlib import Path
 
+import pytest
 from redis import Redis
+from redis.exceptions import RedisError
 
 from afterthought.agent_hooks.backfill import Backfill, Source
 from afterthought.agent_hooks.messages import messages_from_events
+from afterthought.backends import open_backend
 from afterthought.connections import connect
 from afterthought.contract import QueuedMessage
 from afterthought.enqueue import Enqueuer
@@ -22,7 +26,9 @@ from afterthought.spool import Spool, replay_into
 from afterthought.testing.redis_proxy import RedisProxy
 from afterthought.testing.redis_server import RedisServer, free_port
 from afterthought.testing.zep_fake import Fault, ZepFake
-from tests.redelivery_support import dup_report, flusher, session, settings_for, stand
+from afterthought.worker import flush as flush_module
+from afterthought.worker.flush import Flusher
+from tests.redelivery_support import Clock, dup_report, flusher, session, settings_for, stand
 
 
 def msg(i: int, text: str) -> QueuedMessage:
@@ -221,3 +227,110 @@ async def late_copies_deep(n: int) -> dict:
 def test_late_copies_deep_below_the_top_of_a_long_thread_are_marked() -> None:
     found = asyncio.run(late_copies_deep(6000))
     assert found["unmarked"] == 0, found
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+async def rollback_during_lease() -> list[str]:
+    """m2 queued and its thread claimed, snapshot; m3, m4 queued; the worker stores m2 and
+    m3 in batches of two, then Redis restarts from the snapshot (m2 queued again, the lease
+    still held) and the agent queues m5: the worker goes on with the same lease."""
+    clock = Clock()
+    server = RedisServer()
+    server.start()
+    with ZepFake() as fake:
+        s = settings_for(
+            server.url, fake, Path(tempfile.mkdtemp(prefix="redelivery-")), batch_size=2
+        )
+        agent_redis = connect(s.redis_url)
+        agent = ThreadQueue(agent_redis, s)
+        armed = False
+
+        async def restart_after_first_batch(_: QueuedMessage) -> None:
+            nonlocal armed
+            if not armed:
+                return
+            armed = False
+            with contextlib.suppress(RedisError):
+                await agent_redis.execute_command("SHUTDOWN", "NOSAVE")
+            server.stop()
+            server.start()
+            clock.t += 1.5  # past the once-a-second server check; no claim comes between
+            assert await agent.enqueue([msg(5, "m5")], now_ms=_now_ms()) == 1
+
+        worker_redis = connect(s.redis_url)
+        f = Flusher(
+            s,
+            worker_redis,
+            open_backend(s),
+            after_flush=restart_after_first_batch,
+            clock=clock,
+        )
+        await f.drain(budget=5)  # records the server
+        await agent.enqueue([msg(1, "m1")], now_ms=_now_ms())
+        await f.drain(budget=5)
+        await agent.enqueue([msg(2, "m2")], now_ms=_now_ms())
+        (lease,) = await f.claim(limit=1)
+        armed = True
+        await agent_redis.execute_command("SAVE")
+        await agent.enqueue([msg(3, "m3")], now_ms=_now_ms())
+        await agent.enqueue([msg(4, "m4")], now_ms=_now_ms())
+        await f.flush_thread(lease)
+        clock.t += 1.5
+        await f.drain(budget=10)
+        texts = [m["content"] for m in fake.messages()]
+        await agent_redis.aclose()
+        await worker_redis.aclose()
+    server.close()
+    return texts
+
+
+def test_rollback_while_a_thread_is_held_is_caught_at_its_next_batch() -> None:
+    # m4 was queued after the snapshot and never stored: lost (counted); m2 once.
+    assert asyncio.run(rollback_during_lease()) == ["m1", "m2", "m3", "m5"]
+
+
+async def rollback_found_by_a_worker_behind(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """m1..m3 queued, snapshot, stored; Redis restarts from the snapshot; a worker whose
+    clock is 4 s behind finds the new server first; the agent queues m4; the other worker
+    (clock right) drains."""
+    clock = Clock()
+    server = RedisServer()
+    server.start()
+    with ZepFake() as fake:
+        s = settings_for(server.url, fake, Path(tempfile.mkdtemp(prefix="redelivery-")))
+        agent_redis = connect(s.redis_url)
+        agent = ThreadQueue(agent_redis, s)
+        worker_redis = connect(s.redis_url)
+        f = Flusher(s, worker_redis, open_backend(s), clock=clock)
+        await f.drain(budget=5)  # records the server
+        for i in (1, 2, 3):
+            assert await agent.enqueue([msg(i, f"m{i}")], now_ms=_now_ms()) == 1
+        await agent_redis.execute_command("SAVE")
+        await f.drain(budget=10)
+        with contextlib.suppress(RedisError):
+            await agent_redis.execute_command("SHUTDOWN", "NOSAVE")
+        server.stop()
+        server.start()
+        behind = flusher(s)
+        with monkeypatch.context() as m:
+            m.setattr(flush_module, "_now_ms", lambda: _now_ms() - 4000)
+            assert await behind.claim(limit=0) == []  # checks the server, claims nothing
+        await behind.redis.aclose()
+        assert await agent.enqueue([msg(4, "m4")], now_ms=_now_ms()) == 1
+        clock.t += 1.5  # past the once-a-second server check
+        await f.drain(budget=10)
+        texts = [m["content"] for m in fake.messages()]
+        await agent_redis.aclose()
+        await worker_redis.aclose()
+    server.close()
+    return texts
+
+
+def test_rollback_found_by_a_worker_whose_clock_is_behind_is_stored_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    found = asyncio.run(rollback_found_by_a_worker_behind(monkeypatch))
+    assert found == ["m1", "m2", "m3", "m4"], found

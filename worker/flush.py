@@ -537,13 +537,14 @@ class Flusher:
 
     async def _check_server(self) -> None:
         """Whether Redis is still the server the queue's state was written on, at most once
-        per ``SERVER_CHECK_SECONDS`` (and before a drain's first claim): a Redis restarted
+        per ``SERVER_CHECK_SECONDS`` (before a drain's first claim and before each batch is
+        recorded, so a rollback during a lease is caught at its next batch): a Redis restarted
         from a snapshot, or a replica promoted while it lagged, gives back messages whose
         acknowledgement it lost, though they are stored. (A Cluster's nodes are not
         checked: one ``run_id`` does not name them.)"""
         if is_cluster(self.redis) or self._clock() < self._server_checked + SERVER_CHECK_SECONDS:
             return
-        changed = await self.queue.server_changed_ms(now_ms=_now_ms())
+        changed = await self.queue.server_changed_ms()
         if changed is None:  # never asked again: the server does not say which it is
             log.warning("redis does not name its server (INFO refused): rollbacks unseen")
             self._server_checked = float("inf")
@@ -552,10 +553,11 @@ class Flusher:
         self._server_checked = self._clock()
 
     def _given_back(self, message: QueuedMessage) -> bool:
-        """Whether the message was queued before Redis was found to be another server (by
-        the agent's clock, which may run ``forget_clock_margin_seconds`` ahead): it may be
-        one that server gave back, stored already, anywhere below the messages stored after
-        it, so it is reconciled as ``unsure``."""
+        """Whether the message was queued (``queued_ms``: the agent's clock) before Redis
+        was found to be another server (``since``: Redis' own clock, whichever worker found
+        it; the agent's may run up to ``forget_clock_margin_seconds`` ahead of it): it may
+        be one that server gave back, stored already, anywhere below the messages stored
+        after it, so it is reconciled as ``unsure``."""
         if not self._server_changed_ms:
             return False
         margin = int(self.settings.forget_clock_margin_seconds * 1000)
@@ -851,6 +853,10 @@ class Flusher:
         # part is acknowledged the rest, which an earlier attempt may have stored under
         # another idempotency key, is still reconciled before it is sent (W2).
         recorded = inflight is not None and _covers(inflight, first, last)
+        # Checked for every batch, not only at the claim: a Redis gone back in time while
+        # this worker holds the thread (the snapshot has its lease) gives back messages it
+        # has stored since, and they must be sent as given back (``_given_back``).
+        await self._check_server()
         # BEGIN compares the epoch too (atomically with recording the batch): the check
         # before the first backend call, unless something that takes time comes between.
         checked = (*epoch.keys, epoch.seen)
