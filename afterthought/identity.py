@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import redis.asyncio as aioredis
 
-from afterthought.backends.base import MemoryBackend, UserRef
+from afterthought.backends.base import BackendError, MemoryBackend, UserRef
 from afterthought.keys import LOCK_TTL_MS, Keys, digest
 from afterthought.settings import Settings
 
@@ -157,6 +157,10 @@ class IdentityRegistry:
         user = await self._registered(app, user_id)
         if user is not None:
             return user, False
+        # A forget that begins while the backend is asked deletes the user it answers with,
+        # and may have walked the registry before this app's entry is in it: its forget
+        # times, read before and after the writes, say whether one began.
+        began = await self._forget_times(app, user_id)
         # Another app's registration of the person saves the backend a call; either way
         # this app records them, so what walks the registry (a forget) finds this app too.
         user, created = await self._person(user_id), False
@@ -176,7 +180,20 @@ class IdentityRegistry:
             ],
         )
         await self._keep_person(user_id, user)
+        if await self._forget_times(app, user_id) != began:
+            await self._redis.delete(self._keys.user(app, user_id))
+            await self._redis.delete(self._keys.person(user_id))  # untagged: on its own
+            # Transient: a retry provisions whoever speaks after the forget afresh.
+            raise BackendError("unavailable", code="forgotten_meanwhile")
         return user, created
+
+    async def _forget_times(self, app: str, user_id: str) -> list[bytes | None]:
+        """When the user (and their person, one in every app) was last forgotten; each key
+        read on its own (the person's is untagged)."""
+        times = [await self._redis.get(self._keys.forgot(app, user_id))]
+        if not self._settings.apps_apart:
+            times.append(await self._redis.get(self._keys.forgot_person(user_id)))
+        return times
 
     async def _keep_person(self, user_id: str, user: UserRef) -> None:
         """Records the person for every app, for ``idle_ttl_seconds`` from now: each new

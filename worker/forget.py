@@ -69,10 +69,16 @@ if tonumber(redis.call('GET', KEYS[2]) or '0') < tonumber(ARGV[3]) then
 end
 return redis.call('GET', KEYS[3])
 """
-#: KEYS a person's forget time; ARGV a forget's time, keep_ms. The latest of the two stays.
+#: KEYS a person's forget time; ARGV a forget's time ('' for now, by Redis' clock),
+#: keep_ms. The latest of the two stays.
 PERSON_LUA = """
-if tonumber(redis.call('GET', KEYS[1]) or '0') < tonumber(ARGV[1]) then
-  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+local at = ARGV[1]
+if at == '' then
+  local now = redis.call('TIME')
+  at = string.format('%d', now[1] * 1000 + math.floor(now[2] / 1000))
+end
+if tonumber(redis.call('GET', KEYS[1]) or '0') < tonumber(at) then
+  redis.call('SET', KEYS[1], at, 'PX', ARGV[2])
 end
 """
 #: KEYS the pending forgets; ARGV the user's digest, the record the forget began with. A
@@ -154,6 +160,12 @@ class Forgetter:
     async def forget_user(self, *, app: str, user_id: str) -> Forgotten:
         """Forget everything of the user, in every app that shares their backend user;
         ``pending`` if the backend is not done yet."""
+        person = person_key(self.settings, user_id=user_id)
+        if person is not None:
+            # Before the registry is walked: an app provisioning them meanwhile, not walked,
+            # sees the person's forget time move and takes back what it wrote
+            # (``IdentityRegistry.ensure_user``).
+            await self._person(keys=[person], args=["", FORGOT_KEEP_MS])
         try:
             aliases, known = await self.aliases(app, user_id)
         except BackendError:  # the backend is asked again when the forget completes
