@@ -183,6 +183,9 @@ class IdentityRegistry:
         if await self._forget_times(app, user_id) != began:
             await self._redis.delete(self._keys.user(app, user_id))
             await self._redis.delete(self._keys.person(user_id))  # untagged: on its own
+            # The backend's answer is the forgotten user, or them made again after the
+            # forget deleted them (the backend has no fence): gone either way.
+            await backend.delete_user(user=user)
             # Transient: a retry provisions whoever speaks after the forget afresh.
             raise BackendError("unavailable", code="forgotten_meanwhile")
         return user, created
