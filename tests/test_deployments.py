@@ -288,3 +288,21 @@ async def test_provisioning_another_app_while_the_person_is_forgotten_leaves_not
         await provisioning
     assert await redis.exists(keys.person("ada"), keys.user("B", "ada")) == 0
     await backend.aclose()
+
+
+async def test_a_lost_default_record_is_read_back_from_the_registry(
+    any_settings: Settings, redis: aioredis.Redis
+) -> None:
+    """Redis loses ``<prefix>:user-ids`` but keeps the registry: the entries say which
+    default named their users, so the deployment keeps ``{deployment}:{user_id}`` (and its
+    users' memory) instead of taking itself for one from before the default."""
+    await _turn(any_settings, APP, "ada", SECRET)
+    keys = Keys.of(any_settings)
+    assert await redis.get(keys.user_ids) == b"{deployment}:{user_id}"
+    await redis.delete(keys.user_ids)
+    registry = IdentityRegistry(redis, any_settings)
+    assert await registry.backend_user_id(app=APP, user_id="bob") == (
+        f"{any_settings.key_prefix}:bob"
+    )
+    assert await redis.get(keys.user_ids) == b"{deployment}:{user_id}"
+    assert _told(await _turn(any_settings, APP, "ada", "What is my locker code?"))
