@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import redis.asyncio as aioredis
 
-from afterthought.backends.base import MemoryBackend, UserRef
+from afterthought.backends.base import BackendError, MemoryBackend, UserRef
 from afterthought.keys import LOCK_TTL_MS, Keys, digest
 from afterthought.settings import Settings
 
@@ -46,6 +46,8 @@ return 1
 DEPLOYMENT_TEMPLATE = "{deployment}:{user_id}"
 #: The default of a deployment that had users before the default was recorded: theirs.
 LEGACY_TEMPLATE = "{user_id}"
+#: What an entry may say named it (anything else is not a default).
+_DEFAULTS = {DEPLOYMENT_TEMPLATE.encode(), LEGACY_TEMPLATE.encode()}
 #: Registry entries read per round trip when a deployment's default is first recorded.
 SCAN_PAGE = 1000
 
@@ -91,12 +93,13 @@ class IdentityRegistry:
     async def backend_user_id(self, *, app: str, user_id: str) -> str:
         """The backend's id of the ADK user: by ``zep_user_id_template``, else by the
         deployment's default (read from Redis once, recorded if it is the first to ask)."""
-        template = self._settings.zep_user_id_template
-        if template is None:
-            if self._default is None:
-                self._default = await default_template(self._redis, self._settings)
-            template = self._default
+        template = self._settings.zep_user_id_template or await self._default_template()
         return self._settings.zep_user_id(app=app, user_id=user_id, template=template)
+
+    async def _default_template(self) -> str:
+        if self._default is None:
+            self._default = await default_template(self._redis, self._settings)
+        return self._default
 
     async def lookup(self, *, app: str, user_id: str, session_id: str) -> Identity:
         """The session's identity; the user as the app has them, else (one person in every
@@ -157,6 +160,10 @@ class IdentityRegistry:
         user = await self._registered(app, user_id)
         if user is not None:
             return user, False
+        # A forget that begins while the backend is asked deletes the user it answers with,
+        # and may have walked the registry before this app's entry is in it: its forget
+        # times, read before and after the writes, say whether one began.
+        began = await self._forget_times(app, user_id)
         # Another app's registration of the person saves the backend a call; either way
         # this app records them, so what walks the registry (a forget) finds this app too.
         user, created = await self._person(user_id), False
@@ -166,17 +173,40 @@ class IdentityRegistry:
                 first_name=first_name,
                 last_name=last_name,
             )
+        # The deployment's default too, when it names them: a lost ``user-ids`` record is
+        # read back from the entries (``default_template``), not taken for an old registry.
+        named = (
+            ()
+            if self._settings.zep_user_id_template
+            else ("default", await self._default_template())
+        )
         await self._entry(
             keys=[self._keys.user(app, user_id), self._keys.user_threads(app, user_id)],
             args=[
                 *(self._idle_ms, "HSET"),
                 # The ADK ids too, so operations (pruning, forgetting) can walk the users.
                 *("user_uuid", user.user_uuid, "graph_uuid", user.graph_uuid),
-                *("app", app, "user_id", user_id),
+                *("app", app, "user_id", user_id, *named),
             ],
         )
         await self._keep_person(user_id, user)
+        if await self._forget_times(app, user_id) != began:
+            await self._redis.delete(self._keys.user(app, user_id))
+            await self._redis.delete(self._keys.person(user_id))  # untagged: on its own
+            # The backend's answer is the forgotten user, or them made again after the
+            # forget deleted them (the backend has no fence): gone either way.
+            await backend.delete_user(user=user)
+            # Transient: a retry provisions whoever speaks after the forget afresh.
+            raise BackendError("unavailable", code="forgotten_meanwhile")
         return user, created
+
+    async def _forget_times(self, app: str, user_id: str) -> list[bytes | None]:
+        """When the user (and their person, one in every app) was last forgotten; each key
+        read on its own (the person's is untagged)."""
+        times = [await self._redis.get(self._keys.forgot(app, user_id))]
+        if not self._settings.apps_apart:
+            times.append(await self._redis.get(self._keys.forgot_person(user_id)))
+        return times
 
     async def _keep_person(self, user_id: str, user: UserRef) -> None:
         """Records the person for every app, for ``idle_ttl_seconds`` from now: each new
@@ -268,45 +298,50 @@ async def default_template(redis: aioredis.Redis, settings: Settings) -> str:
     keys = Keys.of(settings)
     recorded = await redis.get(keys.user_ids)  # read first: at maxmemory a SET is refused
     if recorded is None:
-        had_users = await _index_people(redis, settings)
-        chosen = LEGACY_TEMPLATE if had_users else DEPLOYMENT_TEMPLATE
+        had_users, named = await _index_people(redis, settings)
+        # Entries that say the default named them: the record was lost, not never written.
+        chosen = named or (LEGACY_TEMPLATE if had_users else DEPLOYMENT_TEMPLATE)
         recorded = await redis.set(keys.user_ids, chosen, nx=True, get=True) or chosen.encode()
     return str(recorded.decode())
 
 
-async def _index_people(redis: aioredis.Redis, settings: Settings) -> bool:
+async def _index_people(redis: aioredis.Redis, settings: Settings) -> tuple[bool, str | None]:
     """Each registered user under their person (unless apps are kept apart); whether there
-    was any."""
-    keys, found = Keys.of(settings), False
+    was any, and the default an entry says named it (if one does)."""
+    keys, found, named = Keys.of(settings), False, None
     page: list[bytes] = []
     async for key in redis.scan_iter(match=_users_pattern(keys), count=SCAN_PAGE):
         page.append(key)
         if len(page) == SCAN_PAGE:
-            found = await _index_page(redis, settings, page) or found
-            page = []
+            some, said = await _index_page(redis, settings, page)
+            found, named, page = found or some, named or said, []
     if page:
-        found = await _index_page(redis, settings, page) or found
-    return found
+        some, said = await _index_page(redis, settings, page)
+        found, named = found or some, named or said
+    return found, named
 
 
-async def _index_page(redis: aioredis.Redis, settings: Settings, page: list[bytes]) -> bool:
+async def _index_page(
+    redis: aioredis.Redis, settings: Settings, page: list[bytes]
+) -> tuple[bool, str | None]:
     keys = Keys.of(settings)
     async with redis.pipeline(transaction=False) as pipe:
         for key in page:
-            pipe.hmget(key, ["user_id", "user_uuid", "graph_uuid"])
+            pipe.hmget(key, ["user_id", "user_uuid", "graph_uuid", "default"])
         entries = await pipe.execute()
     people = [
         (user_id.decode(), user)
-        for user_id, user_uuid, graph_uuid in entries
+        for user_id, user_uuid, graph_uuid, _ in entries
         if user_id and (user := _user_ref(user_uuid, graph_uuid)) is not None
     ]
+    named = next((d.decode() for *_, d in entries if d in _DEFAULTS), None)
     if people and not settings.apps_apart:
         async with redis.pipeline(transaction=False) as pipe:
             for user_id, user in people:
                 pipe.hset(keys.person(user_id), mapping=_fields(user))
                 pipe.pexpire(keys.person(user_id), int(settings.idle_ttl_seconds * 1000))
             await pipe.execute()
-    return bool(people)
+    return bool(people), named
 
 
 def _users_pattern(keys: Keys) -> str:

@@ -8,6 +8,8 @@ import json
 import logging
 import math
 import os
+import string
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
@@ -100,13 +102,16 @@ class SettingsError(ValueError):
         for error in exc.errors(include_input=False):
             if error["type"] == "default_factory_not_called":
                 continue  # a default that waits for the field in error: not a second error
-            field = ".".join(str(part) for part in error["loc"])
+            # The setting alone: a part below it may be a dict key, and a key pasted
+            # into the wrong variable must not be echoed.
+            field = str(error["loc"][0]) if error["loc"] else ""
             # Our checks' words, without the prefix pydantic puts before a ValueError's.
             message = error["msg"].removeprefix("Value error, ")
             # An error found under a variable's own name (REDIS_URL) is named by it alone.
             if field and not field.isupper():
                 field = f"{field} ({_variable(field)})"
-            problems.append((field, message))
+            if (field, message) not in problems:
+                problems.append((field, message))
         return cls(problems)
 
 
@@ -156,7 +161,9 @@ class Settings(BaseSettings):
     )
     """Zep Cloud key; when unset the embedded local backend is used."""
     zep_base_url: str | None = Field(
-        None, validation_alias=AliasChoices("ZEP_BASE_URL", "zep_base_url")
+        None,
+        validation_alias=AliasChoices("ZEP_BASE_URL", "zep_base_url"),
+        repr=False,  # it may hold a password
     )
     """Overrides Zep's API address, e.g. ``http://127.0.0.1:8011/api/v4`` for the fake."""
     backend: Literal["zep", "local"] | None = None
@@ -515,16 +522,8 @@ class Settings(BaseSettings):
     @field_validator("zep_user_id_template")
     @classmethod
     def _known_fields(cls, value: str | None) -> str | None:
-        if value is None:
-            return value
-        try:
-            value.format(app="a", user_id="u", deployment="d")
-        except (KeyError, IndexError, ValueError) as exc:
-            raise ValueError(
-                "zep_user_id_template may use only {deployment}, {app} and {user_id}"
-            ) from exc
-        if "{user_id}" not in value:
-            raise ValueError("zep_user_id_template must contain {user_id}")
+        if value is not None:
+            _template_fields(value)  # raises what is wrong with it
         return value
 
     def as_env(self) -> dict[str, str]:
@@ -557,9 +556,59 @@ class Settings(BaseSettings):
     def apps_apart(self) -> bool:
         """Whether one user id names another person in each app (the template has
         ``{app}``); the default names one person in every app."""
-        return "{app}" in (self.zep_user_id_template or "")
+        template = self.zep_user_id_template
+        return template is not None and "app" in _template_fields(template)[0]
 
     def zep_user_id(self, *, app: str, user_id: str, template: str) -> str:
         """The backend user id by ``template`` (the setting, else the deployment's default:
         ``IdentityRegistry.backend_user_id`` knows which)."""
-        return template.format(app=app, user_id=user_id, deployment=self.key_prefix)
+        values = {"app": app, "user_id": user_id, "deployment": self.key_prefix}
+        fields, separators = _template_fields(template)
+        if len(fields) > 1:
+            # Each part escaped, so the text between them marks where each ends: (app
+            # ``x``, user ``y:z``) and (app ``x:y``, user ``z``) are two backend users.
+            values = {name: _escape(text, separators) for name, text in values.items()}
+        return template.format(**values)
+
+
+#: What a ``zep_user_id_template`` may name.
+TEMPLATE_FIELDS = ("deployment", "app", "user_id")
+
+
+@lru_cache(maxsize=64)
+def _template_fields(template: str) -> tuple[tuple[str, ...], str]:
+    """The fields a template names, in order, and the characters of the text between them
+    (escaped in each part: ``Settings.zep_user_id``); ValueError, one line without the
+    template, for one that is not ``{deployment}``, ``{app}`` and ``{user_id}``, each bare,
+    ``{user_id}`` among them, any two apart."""
+    try:
+        parts = list(string.Formatter().parse(template))
+    except ValueError:
+        raise ValueError("zep_user_id_template has a lone { or }") from None
+    # Each field with the literal text before it (``{{`` parses as a piece of its own).
+    named, text = [], ""
+    for literal, field, spec, conversion in parts:
+        text += literal
+        if field is None:
+            continue
+        if field not in TEMPLATE_FIELDS or spec or conversion:
+            raise ValueError(
+                "zep_user_id_template may use only {deployment}, {app} and {user_id}, each "
+                "bare (no format, conversion, attribute or index)"
+            )
+        named.append((text, field))
+        text = ""
+    if "user_id" not in [field for _, field in named]:
+        raise ValueError("zep_user_id_template must contain {user_id}")
+    between = [text for text, _ in named[1:]]
+    if not all(between):
+        raise ValueError("zep_user_id_template must have text between any two fields")
+    return tuple(field for _, field in named), "".join(sorted(set("".join(between))))
+
+
+def _escape(text: str, separators: str) -> str:
+    """``text`` with ``%`` and each separator percent-encoded (UTF-8)."""
+    return "".join(
+        "".join(f"%{byte:02X}" for byte in char.encode()) if char in separators + "%" else char
+        for char in text
+    )

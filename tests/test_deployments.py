@@ -244,3 +244,65 @@ async def test_forgetting_the_person_in_an_app_that_never_saw_them_forgets_them(
         assert await registry.lookup_user(app=app, user_id="ada") is None
         assert not await _found(any_settings, app, "ada", "locker code")
     assert await redis.exists(Keys.of(any_settings).person("ada")) == 0
+
+
+async def test_provisioning_another_app_while_the_person_is_forgotten_leaves_nothing(
+    any_settings: Settings, redis: aioredis.Redis
+) -> None:
+    """An app provisions the person (the backend slow to reply) while a forget from
+    another app runs and ends: it takes back its entry and the person's, and says so."""
+    import asyncio
+
+    from afterthought.agent_hooks.provisioning import ensure_thread, ensure_user
+    from afterthought.backends.base import BackendError
+    from afterthought.worker.forget import Forgetter
+
+    keys = Keys.of(any_settings)
+    await ensure_user(app="A", user_id="ada", settings=any_settings)
+    await redis.delete(keys.person("ada"))  # expired: app B asks the backend
+    asked, answer = asyncio.Event(), asyncio.Event()
+    backend = open_backend(any_settings)
+
+    class SlowReply:
+        def __getattr__(self, name: str) -> Any:
+            return getattr(backend, name)
+
+        async def ensure_user(self, **kwargs: Any) -> Any:
+            got = await backend.ensure_user(**kwargs)
+            asked.set()
+            await answer.wait()
+            return got
+
+    provisioning = asyncio.create_task(
+        ensure_thread(
+            app="B", user_id="ada", session_id="s1", settings=any_settings, backend=SlowReply()
+        )
+    )
+    await asyncio.wait_for(asked.wait(), 30)
+    done = await Forgetter(any_settings, redis, open_backend(any_settings)).forget_user(
+        app="A", user_id="ada"
+    )
+    assert not done.pending
+    answer.set()
+    with pytest.raises(BackendError, match="forgotten_meanwhile"):
+        await provisioning
+    assert await redis.exists(keys.person("ada"), keys.user("B", "ada")) == 0
+    await backend.aclose()
+
+
+async def test_a_lost_default_record_is_read_back_from_the_registry(
+    any_settings: Settings, redis: aioredis.Redis
+) -> None:
+    """Redis loses ``<prefix>:user-ids`` but keeps the registry: the entries say which
+    default named their users, so the deployment keeps ``{deployment}:{user_id}`` (and its
+    users' memory) instead of taking itself for one from before the default."""
+    await _turn(any_settings, APP, "ada", SECRET)
+    keys = Keys.of(any_settings)
+    assert await redis.get(keys.user_ids) == b"{deployment}:{user_id}"
+    await redis.delete(keys.user_ids)
+    registry = IdentityRegistry(redis, any_settings)
+    assert await registry.backend_user_id(app=APP, user_id="bob") == (
+        f"{any_settings.key_prefix}:bob"
+    )
+    assert await redis.get(keys.user_ids) == b"{deployment}:{user_id}"
+    assert _told(await _turn(any_settings, APP, "ada", "What is my locker code?"))

@@ -265,3 +265,21 @@ async def test_the_audit_log_is_off_without_a_key_and_never_names_the_user(
     plain = digest(APP, "alice").encode()
     assert all(plain not in value for e in entries for value in e.values())
     assert len({e[b"user"] for e in entries}) == 1  # one user, one keyed reference
+
+
+async def test_a_dead_letter_outlives_no_forget_when_the_thread_set_idled_out(
+    make_settings: Callable[..., Settings], redis: aioredis.Redis
+) -> None:
+    """The user's thread set expires (``idle_ttl_seconds``) while a dead letter of theirs
+    waits for an operator: the forget finds the letter by whose it is, and a dry run
+    counts it."""
+    settings = make_settings()
+    await _dead_letter(settings, redis, DEAD_WORDS)
+    await redis.delete(Keys.of(settings).user_threads(APP, "alice"))
+    backend = open_backend(settings)
+    forgetter = Forgetter(settings, redis, backend)
+    assert (await forgetter.held(APP, "alice")).dead_letters == 1
+    done = await forgetter.forget_user(app=APP, user_id="alice")
+    await backend.aclose()
+    assert done.dead_letters == 1
+    assert await redis_hits(redis, settings.key_prefix, ["walrus", "klaxon"]) == {}

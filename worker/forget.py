@@ -34,7 +34,7 @@ from afterthought.audit import AuditLog, Entry
 from afterthought.backends.base import BackendError, HistoryMessage, MemoryBackend, UserRef
 from afterthought.backends.retrieval import query_stems
 from afterthought.context_cache import COOLING, PENDING, ContextCache
-from afterthought.contract import DeadLetter
+from afterthought.contract import DeadLetter, MalformedPayload, QueuedMessage
 from afterthought.facts import StoredFact, statement
 from afterthought.fence import Fence
 from afterthought.identity import IdentityRegistry
@@ -69,10 +69,16 @@ if tonumber(redis.call('GET', KEYS[2]) or '0') < tonumber(ARGV[3]) then
 end
 return redis.call('GET', KEYS[3])
 """
-#: KEYS a person's forget time; ARGV a forget's time, keep_ms. The latest of the two stays.
+#: KEYS a person's forget time; ARGV a forget's time ('' for now, by Redis' clock),
+#: keep_ms. The latest of the two stays.
 PERSON_LUA = """
-if tonumber(redis.call('GET', KEYS[1]) or '0') < tonumber(ARGV[1]) then
-  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+local at = ARGV[1]
+if at == '' then
+  local now = redis.call('TIME')
+  at = string.format('%d', now[1] * 1000 + math.floor(now[2] / 1000))
+end
+if tonumber(redis.call('GET', KEYS[1]) or '0') < tonumber(at) then
+  redis.call('SET', KEYS[1], at, 'PX', ARGV[2])
 end
 """
 #: KEYS the pending forgets; ARGV the user's digest, the record the forget began with. A
@@ -154,6 +160,12 @@ class Forgetter:
     async def forget_user(self, *, app: str, user_id: str) -> Forgotten:
         """Forget everything of the user, in every app that shares their backend user;
         ``pending`` if the backend is not done yet."""
+        person = person_key(self.settings, user_id=user_id)
+        if person is not None:
+            # Before the registry is walked: an app provisioning them meanwhile, not walked,
+            # sees the person's forget time move and takes back what it wrote
+            # (``IdentityRegistry.ensure_user``).
+            await self._person(keys=[person], args=["", FORGOT_KEEP_MS])
         try:
             aliases, known = await self.aliases(app, user_id)
         except BackendError:  # the backend is asked again when the forget completes
@@ -206,7 +218,7 @@ class Forgetter:
         done = Forgotten(
             dry_run=True,
             queued=sum(queued),
-            dead_letters=sum(d.thread in threads for d in dead),
+            dead_letters=sum(_theirs(d, set(threads), app=app, user_id=user_id) for d in dead),
             quarantined=len(await quarantine.entries(app=app, user_id=user_id)),
             fact_count=0,
             statement_count=0,
@@ -300,7 +312,7 @@ class Forgetter:
             done.queued += await self.queue.purge(ref, before_epoch=epoch)
         dead = self.keys.dead(self.keys.shard_of(app, user_id))
         for raw in await self.redis.lrange(dead, 0, -1):
-            if DeadLetter.parse(raw).thread in threads:
+            if _theirs(DeadLetter.parse(raw), threads, app=app, user_id=user_id):
                 done.dead_letters += await self.redis.lrem(dead, 1, raw)
         done.quarantined = await Quarantine(self.redis, self.settings).drop_user(
             app=app, user_id=user_id
@@ -450,6 +462,18 @@ def person_key(settings: Settings, *, user_id: str) -> str | None:
     without ``{app}`` one user id is one person in every app, and forgetting them in one
     forgets them in all; None when the template keeps apps apart."""
     return None if settings.apps_apart else Keys.of(settings).forgot_person(user_id)
+
+
+def _theirs(letter: DeadLetter, threads: set[str], *, app: str, user_id: str) -> bool:
+    """Whether a dead letter is the user's: on one of their threads, or saying it is theirs
+    (their thread set may have idled out while the letter waits for an operator)."""
+    if letter.thread in threads:
+        return True
+    try:
+        message = QueuedMessage.decode(letter.item)
+    except MalformedPayload:
+        return False
+    return (message.app, message.user_id) == (app, user_id)
 
 
 def _shown(fact: StoredFact) -> str:
