@@ -262,7 +262,9 @@ async def test_first_turn_of_a_new_session_is_served_from_the_cache(
 ) -> None:
     """Zep ingests asynchronously: the block the worker got back with a batch may lack it,
     so it serves only that session, and the next new session reads through once; the
-    sessions after that are served from the cache."""
+    sessions after that are served from the cache (``cached`` mode: the default reads
+    for the message)."""
+    zep_settings = zep_settings.model_copy(update={"context_mode": "cached"})
     await _remembered(zep_settings)
     runner, model = make_runner(create_callbacks(settings=zep_settings))
     await say(runner, "alice", await new_session(runner, "alice"), "Hi")  # reads through
@@ -277,7 +279,11 @@ async def test_a_stale_block_is_served_then_refreshed_once(
     make_settings: Callable[..., Settings], zep_fake: ZepFake, redis: aioredis.Redis
 ) -> None:
     settings = make_settings(
-        backend="zep", zep_api_key="k", zep_base_url=zep_fake.base_url, context_fresh_seconds=0
+        backend="zep",
+        zep_api_key="k",
+        zep_base_url=zep_fake.base_url,
+        context_fresh_seconds=0,
+        context_mode="cached",
     )
     await _remembered(settings)
     await ContextCache(settings).write(

@@ -79,7 +79,7 @@ async def test_zep_holds_each_message_once_in_order(
     assert all(r.idempotency_key and r.idempotency_key.startswith("batch:") for r in adds)
     assert all(r.body["ignore_roles"] == ["assistant"] for r in adds)
     (user,) = zep_fake.users()
-    assert user["user_id"] == "alice"
+    assert user["user_id"] == f"{zep_settings.key_prefix}:alice"  # the deployment's alice
 
 
 async def test_local_backend_is_a_durable_file(

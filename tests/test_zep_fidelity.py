@@ -28,6 +28,7 @@ from afterthought.backends.local import LocalBackend
 from afterthought.backends.zep import EPISODE_LIMIT, ZepBackend, split_text
 from afterthought.contract import MEMORY_SESSION, DeadLetter, QueuedMessage
 from afterthought.facts import Fact
+from afterthought.identity import IdentityRegistry
 from afterthought.keys import Keys
 from afterthought.settings import Settings
 from afterthought.testing import Fault, ZepFake
@@ -84,6 +85,17 @@ def _fact_item(text: str, n: int = 1) -> QueuedMessage:
         kind="fact",
         trust="app",
     )
+
+
+async def _named(settings: Settings, user_id: str = "alice") -> str:
+    """The backend user id the deployment gives ``user_id`` of the test app."""
+    client = aioredis.Redis.from_url(settings.redis_url)
+    try:
+        return await IdentityRegistry(client, settings).backend_user_id(
+            app="memtest", user_id=user_id
+        )
+    finally:
+        await client.aclose()
 
 
 def _long_text(chars: int) -> str:
@@ -336,7 +348,7 @@ async def test_managed_mode_writes_app_memory_as_edges_with_our_provenance(
     assert edge["fact"] == "Alice is allergic to peanuts."
     assert edge["attributes"]["trust"] == "app" and edge["attributes"]["source_keys"]
     backend = ZepBackend(settings)
-    user, _ = await backend.ensure_user(zep_user_id="alice")
+    user, _ = await backend.ensure_user(zep_user_id=await _named(settings))
     (fact,) = await backend.list_facts(user=user)
     assert not fact.extracted
     await backend.aclose()
@@ -447,7 +459,7 @@ async def test_zep_mode_pruning_leaves_zep_extracted_edges_alone_unless_opted_in
     await enqueue(settings, queued("I like tea. I like tea.", 1), queued("I live in Porto.", 2))
     await drain(settings)
     backend = ZepBackend(settings)
-    user, _ = await backend.ensure_user(zep_user_id="alice")
+    user, _ = await backend.ensure_user(zep_user_id=await _named(settings))
     ours = [
         Fact(subject="user", predicate="likes", value=v, importance=0.1, source_keys=[v])
         for v in ("coffee", "the coffee")
@@ -568,7 +580,7 @@ async def test_the_adapter_survives_every_idempotency_behaviour(
     # Paging: the server's pages are smaller than asked for.
     recent = await backend.recent_messages(thread_uuid=alice, limit=40)
     assert [m.content for m in recent] == [m.content for m in reversed(said)]
-    alice_ref, _ = await backend.ensure_user(zep_user_id="alice")
+    alice_ref, _ = await backend.ensure_user(zep_user_id=await _named(settings))
     history, cursor = await backend.user_messages(user=alice_ref, after=None, limit=100)
     assert [m.content for m in history] == [m.content for m in said] and cursor
 
