@@ -155,17 +155,22 @@ def _clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
 
 
-@pytest.fixture
-def prefix() -> Iterator[str]:
-    value = f"t{uuid.uuid4().hex[:12]}"
-    yield value
+def remove_prefix(value: str) -> None:
+    """Deletes a test deployment's keys from the shared Redis: the flat layout's, arq's,
+    and the sharded layout's (``{prefix:s:x}:...``)."""
     client = syncredis.Redis.from_url(REDIS_URL)
-    # The flat layout's keys, arq's, and the sharded layout's (``{prefix:s:x}:...``).
     for pattern in (f"{value}:*", f"arq:*{value}:*", f"{{{value}:*"):
         keys = list(client.scan_iter(match=pattern, count=1000))
         if keys:
             client.delete(*keys)
     client.close()
+
+
+@pytest.fixture
+def prefix() -> Iterator[str]:
+    value = f"t{uuid.uuid4().hex[:12]}"
+    yield value
+    remove_prefix(value)
 
 
 @pytest.fixture

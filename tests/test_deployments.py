@@ -13,7 +13,6 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-import redis as syncredis
 import redis.asyncio as aioredis
 from google.adk.agents import LlmAgent
 from google.adk.apps import App
@@ -27,7 +26,7 @@ from afterthought.keys import Keys, digest
 from afterthought.settings import Settings
 from afterthought.testing.stand_in_model import StandInLlm, memory_lines
 from tests.adk_support import say
-from tests.conftest import BOTH_LAYOUTS, REDIS_URL, drain
+from tests.conftest import BOTH_LAYOUTS, drain, remove_prefix
 
 APP = "memtest"
 SECRET = "My locker code is Quuxblorf."
@@ -38,12 +37,7 @@ def second_prefix(prefix: str) -> Iterator[str]:
     """Another deployment's prefix on the same Redis, cleaned up as ``prefix`` is."""
     value = f"{prefix}x"
     yield value
-    client = syncredis.Redis.from_url(REDIS_URL)
-    for pattern in (f"{value}:*", f"arq:*{value}:*", f"{{{value}:*"):
-        keys = list(client.scan_iter(match=pattern, count=1000))
-        if keys:
-            client.delete(*keys)
-    client.close()
+    remove_prefix(value)
 
 
 @pytest.fixture(params=["local", "zep"])
