@@ -18,7 +18,11 @@ APP = "memtest"
 
 
 def make_runner(
-    callbacks: MemoryCallbacks, model: StandInLlm | None = None, **agent_kwargs: Any
+    callbacks: MemoryCallbacks,
+    model: StandInLlm | None = None,
+    *,
+    app: str = APP,
+    **agent_kwargs: Any,
 ) -> tuple[Runner, StandInLlm]:
     model = model or StandInLlm()
     agent = LlmAgent(
@@ -29,7 +33,7 @@ def make_runner(
         after_model_callback=callbacks.after_model_callback,
         **agent_kwargs,
     )
-    return Runner(app_name=APP, agent=agent, session_service=InMemorySessionService()), model
+    return Runner(app_name=app, agent=agent, session_service=InMemorySessionService()), model
 
 
 async def new_session(runner: Runner, user_id: str) -> str:

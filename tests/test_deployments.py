@@ -25,7 +25,7 @@ from afterthought.identity import IdentityRegistry
 from afterthought.keys import Keys, digest
 from afterthought.settings import Settings
 from afterthought.testing.stand_in_model import StandInLlm, memory_lines
-from tests.adk_support import say
+from tests.adk_support import make_runner, say
 from tests.conftest import BOTH_LAYOUTS, drain, remove_prefix
 
 APP = "memtest"
@@ -77,15 +77,7 @@ async def _turn(  # type: ignore[no-untyped-def]
     """One turn of ``user`` in ``app`` (a new session, or ``session_id``) through a real
     Runner (the callbacks); the lines of the memory block the model was shown. Drained
     after, unless ``drained`` is False."""
-    callbacks = create_callbacks(settings=settings)
-    model = StandInLlm()
-    agent = LlmAgent(
-        name="helper",
-        model=model,
-        before_model_callback=callbacks.before_model_callback,
-        after_model_callback=callbacks.after_model_callback,
-    )
-    runner = Runner(app_name=app, agent=agent, session_service=InMemorySessionService())
+    runner, model = make_runner(create_callbacks(settings=settings), app=app)
     session = await runner.session_service.create_session(
         app_name=app, user_id=user, session_id=session_id
     )

@@ -254,21 +254,7 @@ async def test_the_search_tool_never_searches_a_graph_pinned_in_foreign_state(
 
 async def _app_turn(settings: Settings, app: str, user: str, text: str) -> list[str]:
     """One turn of ``user`` in another app of the deployment; the block it was shown."""
-    from google.adk.agents import LlmAgent
-    from google.adk.runners import Runner
-    from google.adk.sessions import InMemorySessionService
-
-    from afterthought.testing.stand_in_model import StandInLlm
-
-    callbacks = create_callbacks(settings=settings)
-    model = StandInLlm()
-    agent = LlmAgent(
-        name="helper",
-        model=model,
-        before_model_callback=callbacks.before_model_callback,
-        after_model_callback=callbacks.after_model_callback,
-    )
-    runner = Runner(app_name=app, agent=agent, session_service=InMemorySessionService())
+    runner, model = make_runner(create_callbacks(settings=settings), app=app)
     session = await runner.session_service.create_session(app_name=app, user_id=user)
     await say(runner, user, session.id, text)
     await drain(settings)
