@@ -255,8 +255,14 @@ def main() -> None:
             zep_base_url=fake.base_url,
         )
         settings = default.model_copy(update={"context_mode": "cached"})
+        # The local store's deployment is a deployment of its own: a worker serves one
+        # store, and the Zep worker would dead-letter the local store's users.
         local = default.model_copy(
-            update={"backend": "local", "local_db_path": Path(tmp) / "memory.sqlite3"}
+            update={
+                "backend": "local",
+                "local_db_path": Path(tmp) / "memory.sqlite3",
+                "key_prefix": f"{default.key_prefix}-local",
+            }
         )
         if args.hang:
             try:
@@ -282,6 +288,7 @@ def main() -> None:
             theirs = asyncio.run(zep_adk(fake.base_url, few))
         finally:
             asyncio.run(cleanup(settings))
+            asyncio.run(cleanup(local))
     base = _percentiles(baseline)
 
     def added(samples: list[float]) -> dict[str, float]:
