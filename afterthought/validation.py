@@ -10,7 +10,9 @@ checks then look at that view, at the view with spaced-out letters joined and le
 undone, at its letters alone, and at whatever an encoded payload (base64, hex, percent,
 HTML entities, escapes, rot13 or reversed text when the text says so) decodes to.
 
-What is refused: text that tries to steer the agent (override earlier instructions, reveal
+The rules name what they can (English phrasings, markup, encodings); then a small
+multilingual classifier shipped in the package (:mod:`afterthought.classifier`) reads the
+view for orders in any language. What is refused: text that tries to steer the agent (override earlier instructions, reveal
 its prompt, change its persona, claim authority over it, standing orders to it, hidden
 triggers, orders about what it tells other people, claimed rights or disabled checks,
 dressing that poses as memory), markup and role prefixes, tool or retrieval output, and
