@@ -12,14 +12,15 @@ HTML entities, escapes, rot13 or reversed text when the text says so) decodes to
 
 The rules name what they can (English phrasings, markup, encodings); then a small
 multilingual classifier shipped in the package (:mod:`afterthought.classifier`) reads the
-view for orders in any language. What is refused: text that tries to steer the agent (override earlier instructions, reveal
-its prompt, change its persona, claim authority over it, standing orders to it, hidden
-triggers, orders about what it tells other people, claimed rights or disabled checks,
-dressing that poses as memory), markup and role prefixes, tool or retrieval output, and
-— by provenance — anything the assistant or a tool asserted about the user. What
-passes: what people say about themselves, including their *preferences* about how the
-assistant should serve them ("always use metric for me", "call me Sam", "keep answers
-short"): a preference is a fact about the user, and memory exists to keep it."""
+view for orders in any language. What is refused: text that tries to steer the agent
+(override earlier instructions, reveal its prompt, change its persona, claim authority
+over it, standing orders to it, hidden triggers, orders about what it tells other people,
+claimed rights or disabled checks, dressing that poses as memory), markup and role
+prefixes, tool or retrieval output, and — by provenance — anything the assistant or a tool
+asserted about the user. What passes: what people say about themselves, including their
+*preferences* about how the assistant should serve them ("always use metric for me", "call
+me Sam", "keep answers short"): a preference is a fact about the user, and memory exists
+to keep it."""
 
 from __future__ import annotations
 
