@@ -13,6 +13,8 @@ import unicodedata
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from afterthought.validation import normalise_mapped
+
 FACTS_HEADER = "# Facts about the user (current)"
 #: Says what the lines under it are: the user's words, quoted, never orders to follow
 #: (OWASP's guidance for agent memory: retrieved memory is data, not instructions). The
@@ -315,18 +317,26 @@ def shorten(text: str, limit: int) -> str:
 #: What could end a statement's quotes or pose as the block's structure from inside one:
 #: quotes, a backslash (it would escape the escape), headers, code fences, tags and role
 #: markers ("<|im_start|>", "[INST]"), the brackets of an entry's date.
-_FENCE_CHARS = re.compile(r'["\\#`<>\[\]\u201c\u201d\u201e\u201f\u2033\uff02]')
+_FENCE_CHARS = frozenset('"\\#`<>[]')
+#: Double quotes the normalised view keeps as they are, though a reader takes them for one.
+_QUOTE_LIKE = frozenset(
+    "\u201c\u201d\u201e\u201f\u2033\u2036\u02ba\u02dd\u05f4\u3003\u301d\u301e\u301f\u275d\u275e"
+)
 
 
 def as_quoted_data(text: str, limit: int) -> str:
     """``text`` as the block quotes it: one line (:func:`shorten`) in double quotes, every
     character that could close the quotes or spoof the block's structure escaped with a
-    backslash (a curly or full-width quote becomes an escaped straight one), so nothing
-    a user said can end the quotation, start a header or an entry, or open a fence."""
-    inner = _FENCE_CHARS.sub(
-        lambda m: "\\" + ('"' if m.group(0) not in "\\#`<>[]" else m.group(0)),
-        shorten(text, limit),
-    )
+    backslash, so nothing a user said can end the quotation, start a header or an entry,
+    or open a fence. A character is judged by what it reads as (the normalised view of
+    :mod:`afterthought.validation`): a curly, full-width or look-alike quote becomes an
+    escaped straight one, a full-width or look-alike bracket or hash an escaped ASCII one,
+    and a zero-width character between them hides nothing."""
+    line = shorten(text, limit)
+    view, origin = normalise_mapped(line)
+    read_as = {origin[i]: char for i, char in enumerate(view) if char in _FENCE_CHARS}
+    read_as |= {i: '"' for i, char in enumerate(line) if char in _QUOTE_LIKE}
+    inner = "".join("\\" + read_as[i] if i in read_as else char for i, char in enumerate(line))
     return f'"{inner}"'
 
 

@@ -1,0 +1,67 @@
+"""A small multilingual classifier of instruction-like text: how much a statement reads
+as an order to the assistant rather than something a person says about their life.
+
+The rules of :mod:`afterthought.validation` catch what they can name (markup, encoded
+payloads, the English phrasings); this model scores the rest, in any language, from
+the statement's normalised view (look-alikes folded, accents and invisible characters
+dropped): character 2- to 4-grams, which need no word boundaries (Chinese, Japanese,
+Thai) and see through inflection, and word 1- and 2-grams. A logistic regression over
+them, trained by ``bench/train_classifier.py`` on ``tests/fixtures/validation/
+training.jsonl`` and the tuning splits of the corpus; its weights ship in
+``classifier.json`` beside this module (no download, no dependency, pure Python: a few
+dictionary look-ups per character)."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import re
+from functools import cache
+from pathlib import Path
+
+MODEL = Path(__file__).with_name("classifier.json")
+#: Character n-gram sizes, and at most this many characters read (a long paste is judged
+#: by its start and end; the rules read all of it).
+CHAR_SIZES = (2, 3, 4)
+MAX_CHARS = 600
+
+_SPACES = re.compile(r"\s+")
+_WORD = re.compile(r"\w+")
+
+
+def features(view: str) -> set[str]:
+    """The n-grams of a normalised view (:func:`afterthought.validation.normalise`):
+    character n-grams of its collapsed spacing, prefixed ``w:`` for words."""
+    text = _SPACES.sub(" ", view).strip()
+    if len(text) > MAX_CHARS:
+        text = text[: MAX_CHARS // 2] + " " + text[-MAX_CHARS // 2 :]
+    padded = f" {text} "
+    grams = {padded[i : i + n] for n in CHAR_SIZES for i in range(len(padded) - n + 1)}
+    words = _WORD.findall(text)
+    grams.update(f"w:{w}" for w in words)
+    grams.update(f"w:{a} {b}" for a, b in itertools.pairwise(words))
+    return grams
+
+
+@cache
+def _model() -> tuple[dict[str, float], float, float]:
+    data = json.loads(MODEL.read_text(encoding="utf-8"))
+    return data["weights"], float(data["bias"]), float(data["threshold"])
+
+
+def score(view: str) -> float:
+    """The probability the model gives that ``view`` is an order to the assistant.
+    Weights are summed over the n-grams present and scaled by the square root of their
+    number, so a long statement is not more suspect for being long."""
+    weights, bias, _ = _model()
+    grams = features(view)
+    if not grams:
+        return 0.0
+    total = sum(weights.get(g, 0.0) for g in grams) / math.sqrt(len(grams))
+    return 1.0 / (1.0 + math.exp(-(bias + total)))
+
+
+def threshold() -> float:
+    """The score from which a statement is refused (chosen by the training script)."""
+    return _model()[2]
