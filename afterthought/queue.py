@@ -121,6 +121,16 @@ class HandedOut:
         return seq if self._clock() - at <= self._trust else 0
 
 
+# The ``run_id`` of the server running the script (nil when ``INFO`` is refused): a restart
+# changes it, and the script that records a batch compares it in the same step, so no
+# check a second earlier leaves a window.
+_SERVER = """
+local function run_id()
+  local ok, info = pcall(redis.call, 'INFO', 'server')
+  return ok and string.match(info, 'run_id:(%x+)') or nil
+end
+"""
+
 # Shared helpers. head_seq reads a payload's sequence number without decoding its JSON.
 # take pops up to ``count`` items off the head whose seq is at most ``last`` (nil: any),
 # handing each to ``keep`` (if given); a seq that skips past ``done`` + 1 means Redis lost
@@ -268,7 +278,9 @@ end
 """
 
 # KEYS pending, thread, ready, depth, epoch, user threads, seen, forgot, the session's and
-# the user's registry entries (kept while the messages wait: ``keep``)
+# the user's registry entries (kept while the messages wait: ``keep``), the shard's
+# served-by (the first writer names the server: a snapshot with messages in it names the
+# server they were queued on, see ``SERVED_BY_LUA``)
 # ARGV seen_keys, seen_ttl_ms, ref, now_ms, thread_cap, shard_cap, n, keys[n], payloads[n],
 # margin_ms, keep_ms, known (push's). A key ``seen`` holds from before the thread's last
 # queued forget (``forget``: its seq and said_ms) is appended again when the message was
@@ -288,6 +300,7 @@ end
 # payloads for the worker's own comparisons.
 ENQUEUE_LUA = (
     _COMMON
+    + _SERVER
     + """
 renumbered(KEYS[1], KEYS[2], KEYS[7])
 local n = tonumber(ARGV[7])
@@ -326,6 +339,10 @@ if full < 0 then return {full, 0, 0, skew} end
 local pushed = push(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], ARGV[3],
   keys, items, tonumber(ARGV[10 + 2 * n]), nil, {KEYS[2], KEYS[6], KEYS[9], KEYS[10]},
   skew)
+if redis.call('EXISTS', KEYS[11]) == 0 then
+  local live = run_id()
+  if live then redis.call('HSET', KEYS[11], 'run', live) end
+end
 for i = #items, 1, -1 do
   if forgets[i] then
     redis.call('HSET', KEYS[2], 'forget', (pushed[1] - #items + i) .. ':' .. forgets[i])
@@ -371,15 +388,6 @@ return 1
 
 _ALLOW_OOM = "#!lua flags=allow-oom\n"
 
-# The ``run_id`` of the server running the script (nil when ``INFO`` is refused): a restart
-# changes it, and the script that records a batch compares it in the same step, so no
-# check a second earlier leaves a window.
-_SERVER = """
-local function run_id()
-  local ok, info = pcall(redis.call, 'INFO', 'server')
-  return ok and string.match(info, 'run_id:(%x+)') or nil
-end
-"""
 
 # KEYS ready, then one lease per thread; ARGV lease_ms, until_ms, then token and ref per
 # thread. Takes each thread nobody holds; its ready score moves a lease out, so if this
@@ -887,7 +895,11 @@ class ThreadQueue:
             # Half the budget: a replica that lags must not turn every turn's write
             # into a timeout (the message is queued; it is the copy that is late).
             wait_ms=max(1, int(self.settings.enqueue_timeout * 500)),
-            keys=[*self._append_keys(ref, head), *self._registry_keys(head)],
+            keys=[
+                *self._append_keys(ref, head),
+                *self._registry_keys(head),
+                self.keys.served_by(self.keys.shard_of_ref(ref)),
+            ],
             args=[
                 *self._seen_args(),
                 ref,
