@@ -56,6 +56,8 @@ def parts(batch: Sequence[QueuedMessage], part_chars: int) -> list[OutgoingMessa
                 MESSAGE_KEY_FIELD: m.key if len(pieces) == 1 else f"{m.key}:{i}",
                 "afterthought_seq": m.seq or 0,
             }
+            if m.numbering is not None:
+                metadata[NUMBERING_FIELD] = m.numbering
             if len(pieces) > 1:
                 metadata["afterthought_part"] = f"{i + 1}/{len(pieces)}"
                 metadata[WHOLE_FIELD] = m.checksum
@@ -72,6 +74,8 @@ def parts(batch: Sequence[QueuedMessage], part_chars: int) -> list[OutgoingMessa
     return out
 
 
+#: The name of the thread's numbering a message's ``afterthought_seq`` belongs to.
+NUMBERING_FIELD = "afterthought_numbering"
 #: A part's metadata: the checksum of the whole message, so a thread read back knows a
 #: message by its base key and text whatever ``max_message_chars`` split it.
 WHOLE_FIELD = "afterthought_whole"

@@ -108,7 +108,15 @@ class QueuedMessage(BaseModel):
     seq: int | None = None
     """Per-thread sequence number, assigned by the enqueue script."""
     queued_ms: int | None = None
-    """When the enqueue script queued it (Redis' clock of the caller, ms): status's ages."""
+    """When the enqueue script queued it (Redis' clock, ms): status's ages, and what the
+    worker compares with when Redis was found to be another server."""
+    skew_ms: int = 0
+    """How far the clock that stamped ``said_ms`` ran ahead of Redis' when it was queued
+    (the enqueue script's; the way there included): ``said_ms - skew_ms`` is on Redis'
+    clock, where forgets are timed."""
+    numbering: int | None = None
+    """The name of the thread's numbering its ``seq`` belongs to (the enqueue script's; a
+    thread whose hash expired idle numbers from 1 again under another). None: unknown."""
     epoch: int = 0
     """The user's deletion epoch when queued (by the script); forgetting bumps it."""
     key: str
@@ -215,8 +223,8 @@ class QueuedMessage(BaseModel):
         return thread_key(app=self.app, user_id=self.user_id, session_id=self.session_id)
 
     def encode(self) -> str:
-        """JSON without ``seq``, ``epoch`` and ``queued_ms``: the enqueue script prepends them."""
-        return self.model_dump_json(exclude={"seq", "epoch", "queued_ms"})
+        """JSON without the header the enqueue script prepends."""
+        return self.model_dump_json(exclude={"seq", "epoch", "queued_ms", "skew_ms", "numbering"})
 
     @classmethod
     def decode(cls, raw: bytes | str) -> QueuedMessage:

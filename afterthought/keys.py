@@ -152,13 +152,15 @@ class Keys:
         restart without persistence, a flush, a failover to an empty replica)."""
         return f"{self._in(shard)}:marker"
 
-    @property
-    def served_by(self) -> str:
-        """HASH, durable state kept for good: ``run``, the ``run_id`` of the Redis server
-        the workers last found holding the queue, and ``since`` (ms), when they first found
-        another one there (a restart from a snapshot or a cut-short AOF, a failover): that
-        server may have given back messages whose acknowledgement it lost."""
-        return f"{self.prefix}:served-by"
+    def served_by(self, shard: int | None = None) -> str:
+        """HASH, durable state kept for good, one a shard (in its slot: on a Cluster each
+        shard is served by its own node): ``run``, the ``run_id`` of the Redis server the
+        workers last found holding the shard, and ``since`` (ms, Redis' clock), when they
+        first found another one there (a restart from a snapshot or a cut-short AOF, a
+        failover), or found none while the shard held messages (a snapshot from before
+        any worker ran): that server may have given back messages whose acknowledgement
+        it lost."""
+        return f"{self._in(shard)}:served-by"
 
     def data_lost(self, shard: int | None = None) -> str:
         """HASH: a marker found gone -> when (ms), for ``status``; expires a week after the

@@ -58,7 +58,7 @@ from afterthought.connections import (
 from afterthought.contract import QueuedMessage
 from afterthought.keys import Keys
 from afterthought.settings import Settings
-from afterthought.telemetry import lost_messages
+from afterthought.telemetry import clock_skewed, lost_messages
 
 log = logging.getLogger("afterthought.queue")
 
@@ -120,6 +120,16 @@ class HandedOut:
         seq, at = self._last.get(thread, (0, 0.0))
         return seq if self._clock() - at <= self._trust else 0
 
+
+# The ``run_id`` of the server running the script (nil when ``INFO`` is refused): a restart
+# changes it, and the script that records a batch compares it in the same step, so no
+# check a second earlier leaves a window.
+_SERVER = """
+local function run_id()
+  local ok, info = pcall(redis.call, 'INFO', 'server')
+  return ok and string.match(info, 'run_id:(%x+)') or nil
+end
+"""
 
 # Shared helpers. head_seq reads a payload's sequence number without decoding its JSON.
 # take pops up to ``count`` items off the head whose seq is at most ``last`` (nil: any),
@@ -210,31 +220,48 @@ local function room(pending, depth, n, thread_cap, global_cap)
   if tonumber(redis.call('GET', depth) or '0') + n > global_cap then return -2 end
   return 0
 end
+-- Redis' own clock (ms): what the queue compares with other servers' times (``since``, a
+-- forget's), never a caller's.
+local function clock_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
 -- ``known``: the highest number the caller was handed for this thread (0: none). A
 -- counter below it went back with the messages after it (a failover to a replica that
 -- lagged, a restart without the last writes): it goes on after ``known``, so the numbers
 -- Redis lost are a gap the worker counts as lost, and none is handed out twice. ``stamp``:
--- the epoch to queue under (a replayed letter's own); nil: the user's current one. Returns
--- the last number handed out and how many the counter skipped. ``held``: what ``keep``
--- keeps while the messages wait.
-local function push(pending, thread, ready, depth, epoch_key, threads, seen, ref, now, keys, items,
-    known, stamp, held)
+-- the epoch to queue under (a replayed letter's own); nil: the user's current one.
+-- ``skew``: how far the clock that stamped the messages' ``said_ms`` runs ahead of
+-- Redis'. Returns the last number handed out and how many the counter skipped. ``held``:
+-- what ``keep`` keeps while the messages wait. A numbering that starts at 1 is named
+-- (``numbering``: Redis' clock then) and every payload carries the name, as the backend's
+-- copy of it does: a thread idle long enough to lose its hash numbers from 1 again, and
+-- the worker must not take its old numbers for the new ones (``Flusher._gap_stored``). One
+-- that goes on after ``known`` on a counter that was lost has lost its name with it.
+local function push(pending, thread, ready, depth, epoch_key, threads, seen, ref, keys, items,
+    known, stamp, held, skew)
   local seq = tonumber(redis.call('HGET', thread, 'seq') or '0')
+  local queued = clock_ms()
   if seq == 0 then
     -- A new thread, or one whose counter Redis lost (evicted) while messages wait: go on
     -- after the last of them, so acknowledgements by sequence number stay right.
     local tail = redis.call('LINDEX', pending, -1)
     seq = tail and head_seq(tail) or 0
-    if seq == 0 then redis.call('HSETNX', thread, 'done', 0) end
+    if seq == 0 then
+      redis.call('HSETNX', thread, 'done', 0)
+      if known == 0 then redis.call('HSET', thread, 'numbering', queued) end
+    end
   end
   local skipped = math.max(0, known - seq)
   seq = seq + skipped
   local epoch = stamp or redis.call('GET', epoch_key) or '0'
+  local numbering = redis.call('HGET', thread, 'numbering')
+  local named = numbering and (',"numbering":' .. numbering) or ''
   for i = 1, #items do
     seq = seq + 1
     redis.call('RPUSH', pending,
-      '{"seq":' .. seq .. ',"epoch":' .. epoch .. ',"queued_ms":' .. now .. ','
-        .. string.sub(items[i], 2))
+      '{"seq":' .. seq .. ',"epoch":' .. epoch .. ',"queued_ms":' .. queued .. ',"skew_ms":'
+        .. skew .. named .. ',' .. string.sub(items[i], 2))
     redis.call('ZADD', seen, seq, keys[i])
   end
   local excess = redis.call('ZCARD', seen) - tonumber(ARGV[1])
@@ -245,13 +272,15 @@ local function push(pending, thread, ready, depth, epoch_key, threads, seen, ref
   keep(held)
   redis.call('INCRBY', depth, #items)
   -- NX keeps the score of a claimed or deferred thread: its holder re-checks on release.
-  redis.call('ZADD', ready, 'NX', now, ref)
+  redis.call('ZADD', ready, 'NX', queued, ref)
   return {seq, skipped}
 end
 """
 
 # KEYS pending, thread, ready, depth, epoch, user threads, seen, forgot, the session's and
-# the user's registry entries (kept while the messages wait: ``keep``)
+# the user's registry entries (kept while the messages wait: ``keep``), the shard's
+# served-by (the first writer names the server: a snapshot with messages in it names the
+# server they were queued on, see ``SERVED_BY_LUA``)
 # ARGV seen_keys, seen_ttl_ms, ref, now_ms, thread_cap, shard_cap, n, keys[n], payloads[n],
 # margin_ms, keep_ms, known (push's). A key ``seen`` holds from before the thread's last
 # queued forget (``forget``: its seq and said_ms) is appended again when the message was
@@ -264,14 +293,20 @@ end
 # a spool or a retry. A replay's ``said_ms`` is its event's time (months old, for an
 # import of old sessions): it is held to a forget still remembered only; the time limit
 # would refuse every import of old history. (``,"replay":true,`` is found in the JSON's
-# structure only: inside a string every quote is escaped.)
+# structure only: inside a string every quote is escaped.) ``said_ms`` is the caller's
+# clock and a forget's time Redis': they are compared on Redis' (``said - skew``, the
+# caller's clock now against Redis' now, give or take the way here), so a caller's clock
+# ahead of Redis' refuses what it must; the skew is returned too, and stamped into the
+# payloads for the worker's own comparisons.
 ENQUEUE_LUA = (
     _COMMON
+    + _SERVER
     + """
 renumbered(KEYS[1], KEYS[2], KEYS[7])
 local n = tonumber(ARGV[7])
 local forgot = tonumber(redis.call('GET', KEYS[8]) or '')
 local now, margin, keep = tonumber(ARGV[4]), tonumber(ARGV[8 + 2 * n]), tonumber(ARGV[9 + 2 * n])
+local skew = now - clock_ms()
 local last = redis.call('HGET', KEYS[2], 'forget')
 local forget_seq = last and tonumber(string.match(last, '^(%d+):'))
 local forget_ms = last and tonumber(string.match(last, ':(%d+)$'))
@@ -279,34 +314,42 @@ local keys, items, taken, forgets = {}, {}, {}, {}
 for i = 1, n do
   local key = ARGV[7 + i]
   local item = ARGV[7 + n + i]
-  local said = tonumber(string.match(item, '^{"v":%d+,"said_ms":(%d+),'))
+  local made = tonumber(string.match(item, '^{"v":%d+,"said_ms":(%d+),'))
+  local said = made and made - skew
   local at = tonumber(redis.call('ZSCORE', KEYS[7], key) or '')
   -- Seen before the thread's last forget, made after it: a new change, not a re-push.
   local again = at and forget_seq and said and at < forget_seq and said >= forget_ms
   if not taken[key] and (not at or again) then
     local live = not string.find(item, ',"replay":true,', 1, true)
-    if said and ((forgot and said < forgot + margin) or (live and now - said > keep)) then
-      return {-4, 0, 0}
+    if said and ((forgot and said < forgot + margin) or (live and now - made > keep)) then
+      return {-4, 0, 0, skew}
     end
     taken[key] = true
     keys[#keys + 1] = key
     items[#items + 1] = item
     -- Only a real field matches: a quote inside a JSON string is escaped.
-    if string.find(item, ',"kind":"forget",', 1, true) then forgets[#items] = said or now end
+    if string.find(item, ',"kind":"forget",', 1, true) then
+      forgets[#items] = said or (now - skew)
+    end
   end
 end
-if #items == 0 then return {0, 0, 0} end
+if #items == 0 then return {0, 0, 0, skew} end
 local full = room(KEYS[1], KEYS[4], #items, tonumber(ARGV[5]), tonumber(ARGV[6]))
-if full < 0 then return {full, 0, 0} end
+if full < 0 then return {full, 0, 0, skew} end
 local pushed = push(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], ARGV[3],
-  ARGV[4], keys, items, tonumber(ARGV[10 + 2 * n]), nil, {KEYS[2], KEYS[6], KEYS[9], KEYS[10]})
+  keys, items, tonumber(ARGV[10 + 2 * n]), nil, {KEYS[2], KEYS[6], KEYS[9], KEYS[10]},
+  skew)
+if redis.call('EXISTS', KEYS[11]) == 0 then
+  local live = run_id()
+  if live then redis.call('HSET', KEYS[11], 'run', live) end
+end
 for i = #items, 1, -1 do
   if forgets[i] then
     redis.call('HSET', KEYS[2], 'forget', (pushed[1] - #items + i) .. ':' .. forgets[i])
     break
   end
 end
-return {#items, pushed[1], pushed[2]}
+return {#items, pushed[1], pushed[2], skew}
 """
 )
 
@@ -319,12 +362,15 @@ return {#items, pushed[1], pushed[2]}
 # it was first queued under: a forget that raised the epoch since (and still waits to
 # purge) drops it, as it drops every message queued before it, ``said_ms`` or not.
 # KEYS as enqueue's first eight + dead, then the registry entries; ARGV seen_keys,
-# seen_ttl_ms, ref, now_ms, thread_cap, shard_cap, letter, key, payload, margin_ms, epoch.
+# seen_ttl_ms, ref, now_ms, thread_cap, shard_cap, letter, key, payload, margin_ms, epoch,
+# the skew its ``said_ms`` was stamped with when it was first queued.
 # Returns 1, -1 / -2 (caps), -3 (the letter is gone) or -4 (dropped as forgotten).
 REPLAY_LUA = (
     _COMMON
     + """
+local skew = tonumber(ARGV[12])
 local said = tonumber(string.match(ARGV[9], '^{"v":%d+,"said_ms":(%d+),'))
+said = said and said - skew
 local forgot = tonumber(redis.call('GET', KEYS[8]) or '')
 if said and forgot and said < forgot + tonumber(ARGV[10]) then
   if redis.call('LREM', KEYS[9], 1, ARGV[7]) == 0 then return -3 end
@@ -334,13 +380,14 @@ local full = room(KEYS[1], KEYS[4], 1, tonumber(ARGV[5]), tonumber(ARGV[6]))
 if full < 0 then return full end
 if redis.call('LREM', KEYS[9], 1, ARGV[7]) == 0 then return -3 end
 renumbered(KEYS[1], KEYS[2], KEYS[7])
-push(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], ARGV[3], ARGV[4],
-  {ARGV[8]}, {ARGV[9]}, 0, ARGV[11], {KEYS[2], KEYS[6], KEYS[10], KEYS[11]})
+push(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], ARGV[3],
+  {ARGV[8]}, {ARGV[9]}, 0, ARGV[11], {KEYS[2], KEYS[6], KEYS[10], KEYS[11]}, skew)
 return 1
 """
 )
 
 _ALLOW_OOM = "#!lua flags=allow-oom\n"
+
 
 # KEYS ready, then one lease per thread; ARGV lease_ms, until_ms, then token and ref per
 # thread. Takes each thread nobody holds; its ready score moves a lease out, so if this
@@ -389,18 +436,24 @@ return out
 # KEYS lease, thread, pending, then optionally the user's epoch and forgetting mark; ARGV
 # token, ``first:last``, ``per_call:part_chars``, the record and cut the batch was decided
 # on ('' for none), how many payloads it is at the head and their digest (``head_digest``;
-# 0: not checked), then the epoch the batch was read under. Records the batch about to be
+# 0: not checked), the ``run_id`` of the server the worker last checked (``SERVED_BY_LUA``;
+# '' for none), then the epoch the batch was read under. Records the batch about to be
 # sent and its cut into calls, so an attempt after a crash or by another worker sends
 # exactly its calls again: 1, 0 if the lease is lost, -1 if the user was forgotten since
 # ``epoch`` was read or is being forgotten, -2 if this node's record, cut or head is not the
-# one the batch was decided on (nothing recorded in either case). The last check is what
+# one the batch was decided on, -3 if this node is not the server the worker checked (a
+# restart since, which may have given back what the batch holds: the worker checks again
+# and reads the head again) (nothing recorded in any case). The -2 check is what
 # makes a read on one node and a record on another safe: in a handover a worker's pooled
 # connections still reach the old master for seconds while its new ones reach the new
 # master, so its head may be read where an earlier attempt's record is missing, and written
 # over where that record is.
-BEGIN_LUA = """
+BEGIN_LUA = (
+    _SERVER
+    + """
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
-if KEYS[4] and (tonumber(redis.call('GET', KEYS[4]) or '0') ~= tonumber(ARGV[8])
+if ARGV[8] ~= '' and run_id() ~= ARGV[8] then return -3 end
+if KEYS[4] and (tonumber(redis.call('GET', KEYS[4]) or '0') ~= tonumber(ARGV[9])
     or redis.call('GET', KEYS[5]) == 'pending') then
   return -1
 end
@@ -419,6 +472,7 @@ end
 redis.call('HSET', KEYS[2], 'inflight', ARGV[2], 'cut', ARGV[3])
 return 1
 """
+)
 
 # KEYS lease, pending, thread, depth, lost, [session, user, thread set]; ARGV token, last
 # stored seq, the highest seq found stored in the thread (0: none looked for), idle_ms,
@@ -539,23 +593,31 @@ redis.call('PEXPIRE', KEYS[2], ARGV[4])
 return {1, found}
 """
 
-# KEYS served-by; ARGV the server's run_id. Records the server (the first one found is
-# taken for the one the queue was written on: a running worker records it within a second,
-# before any snapshot worth restoring); another one found is a server that may have gone
-# back in time: ``since`` is now by the server's clock (``TIME``), not the worker's, which
-# may run behind and so hide messages queued just before the change. Returns ``since`` (0:
-# never changed).
-SERVED_BY_LUA = """
+# KEYS the shard's served-by, ready, depth. Records the server that runs it (its
+# ``run_id``, read by the script itself: the node that holds the shard, on a Cluster too).
+# Another one than recorded is a server that may have gone back in time; none recorded
+# while the shard holds messages is one restored from a snapshot taken before any worker
+# ran (an empty shard found first is a new one, or one emptied, which the markers report).
+# Either way ``since`` is now by the server's clock (``TIME``), not the worker's, which
+# may run behind and so hide messages queued just before the change. Returns {``since``
+# (0: never changed), the run_id}, or {-1, ''} when the server will not say which it is
+# (``INFO`` renamed away or refused, a proxy).
+SERVED_BY_LUA = (
+    _SERVER
+    + """
+local live = run_id()
+if not live then return {-1, ''} end
 local run = redis.call('HGET', KEYS[1], 'run')
-if run ~= ARGV[1] then
-  redis.call('HSET', KEYS[1], 'run', ARGV[1])
-  if run then
+if run ~= live then
+  redis.call('HSET', KEYS[1], 'run', live)
+  if run or redis.call('ZCARD', KEYS[2]) > 0 or tonumber(redis.call('GET', KEYS[3]) or '0') > 0 then
     local t = redis.call('TIME')
     redis.call('HSET', KEYS[1], 'since', tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
   end
 end
-return tonumber(redis.call('HGET', KEYS[1], 'since') or '0')
+return {tonumber(redis.call('HGET', KEYS[1], 'since') or '0'), live}
 """
+)
 
 # KEYS late; ARGV now_ms, members. Removes each member whose time is past.
 LATE_OVER_LUA = """
@@ -604,6 +666,10 @@ SENTINEL_VIEW_SECONDS = 1.0
 
 #: What :meth:`ThreadQueue.begin` returns when the thread is not as the batch was read.
 CHANGED = -2
+#: ... and when the node is not the server the worker last checked.
+SERVER_CHANGED = -3
+#: How often a process logs that its clock is off Redis' (``ThreadQueue._clock_told``).
+SKEW_LOG_SECONDS = 60.0
 #: What the enqueue and replay scripts return when a cap refuses the messages.
 REFUSED = {-1: "thread queue full", -2: "queue full"}
 GONE = -3
@@ -695,6 +761,7 @@ class ThreadQueue:
         self._view_at = -math.inf
         self._replica_counts: dict[str, int] = {}
         """How many replicas each Cluster master's last ``ROLE`` listed, by node name."""
+        self._skew_told = -math.inf
 
     async def _replicated(
         self, script: AsyncScript, *, keys: list[str], args: list[Any], wait_ms: int
@@ -823,12 +890,16 @@ class ThreadQueue:
         ``now_ms``: the caller's clock, the one the messages' ``said_ms`` were made by."""
         head = messages[0]
         ref = self.ref_of(head)
-        outcome, last, skipped = await self._replicated(
+        outcome, last, skipped, skew = await self._replicated(
             self._enqueue,
             # Half the budget: a replica that lags must not turn every turn's write
             # into a timeout (the message is queued; it is the copy that is late).
             wait_ms=max(1, int(self.settings.enqueue_timeout * 500)),
-            keys=[*self._append_keys(ref, head), *self._registry_keys(head)],
+            keys=[
+                *self._append_keys(ref, head),
+                *self._registry_keys(head),
+                self.keys.served_by(self.keys.shard_of_ref(ref)),
+            ],
             args=[
                 *self._seen_args(),
                 ref,
@@ -857,7 +928,21 @@ class ThreadQueue:
             )
         if last:
             self.handed_out.note(ref, int(last))
+        self._clock_told(int(skew))
         return int(outcome)
+
+    def _clock_told(self, skew_ms: int) -> None:
+        """Report a caller's clock off Redis' by more than ``forget_clock_margin_seconds``
+        (once a minute: a log line; every enqueue: the counter). The queue's decisions do
+        not depend on it (the scripts compare on Redis' clock); the turns' reference times,
+        and what an exit spool holds, do."""
+        if abs(skew_ms) <= self.settings.forget_clock_margin_seconds * 1000:
+            return
+        clock_skewed.add(1)
+        now = time.monotonic()
+        if now - self._skew_told >= SKEW_LOG_SECONDS:
+            self._skew_told = now
+            log.warning("clock off redis skew_ms=%d (this process minus redis)", skew_ms)
 
     async def replay(self, letter: bytes, message: QueuedMessage, *, now_ms: int) -> int:
         """Re-queue one dead letter (of the dead letters of its thread's shard) at its
@@ -884,6 +969,7 @@ class ThreadQueue:
                     again.encode(),
                     int(self.settings.forget_clock_margin_seconds * 1000),
                     message.epoch,
+                    message.skew_ms,
                 ],
             )
         )
@@ -974,6 +1060,7 @@ class ThreadQueue:
         read: tuple[bytes | None, tuple[int, int] | None],
         head: Sequence[bytes] = (),
         epoch: tuple[str, str, int] | None = None,
+        server: str = "",
     ) -> int:
         """Record the batch about to be sent and its ``cut`` (messages per call,
         characters per part): after a failover, a crash or a lost lease, a next attempt
@@ -983,9 +1070,11 @@ class ThreadQueue:
         is still the head of its queue: a read of another node, or of this one before it
         changed, would write over the record of calls already sent cut otherwise. With
         ``epoch`` (the user's epoch key, forgetting key, and the epoch the batch was read
-        under), only if the user was not forgotten since and is not being forgotten. 1 when
+        under), only if the user was not forgotten since and is not being forgotten. With
+        ``server`` (the ``run_id`` :meth:`served_by` last found), only on that server. 1 when
         recorded, 0 when the lease is lost, -1 when the user was (being) forgotten,
-        :data:`CHANGED` when the thread is not as read."""
+        :data:`CHANGED` when the thread is not as read, :data:`SERVER_CHANGED` when the
+        server is another."""
         record, was = read
         keys = [self.keys.lease(ref), self.keys.thread(ref), self.keys.pending(ref)]
         args: list[Any] = [
@@ -996,6 +1085,7 @@ class ThreadQueue:
             f"{was[0]}:{was[1]}" if was else "",
             len(head),
             head_digest(head),
+            server,
         ]
         if epoch is not None:
             keys += [epoch[0], epoch[1]]
@@ -1151,25 +1241,20 @@ class ThreadQueue:
         )
         return bool(lost), marker.decode() if isinstance(marker, bytes) else str(marker)
 
-    async def server_changed_ms(self) -> int | None:
-        """When the workers first found Redis to be another server than the one holding the
-        queue before (``run_id``: a restart, which may have gone back to a snapshot, or a
-        failover to a replica that may lag), 0 if never; None when the server will not say
-        which it is (``INFO`` refused: a proxy, fakeredis). One round trip while it is the
-        same server; a second to record another one."""
-        async with self.redis.pipeline(transaction=False) as pipe:
-            pipe.info("server")
-            pipe.hmget(self.keys.served_by, "run", "since")
-            info, found = await pipe.execute(raise_on_error=False)
-        if isinstance(found, Exception):
-            raise found
-        if isinstance(info, ResponseError) or "run_id" not in info:
+    async def served_by(self, shard: int | None) -> tuple[int, str] | None:
+        """The server holding the shard, as ``(since, run_id)``: ``since`` is when the
+        workers first found it to be another server than the one that held the shard before
+        (a restart, which may have gone back to a snapshot, or a failover to a replica that
+        may lag), or found it without a record while the shard held messages; 0 if never.
+        None when the server will not say which it is (``INFO`` refused or renamed, a proxy,
+        fakeredis). One round trip, on the node of the shard."""
+        k = self.keys
+        since, run = await self._served_by(
+            keys=[k.served_by(shard), k.ready(shard), k.depth(shard)]
+        )
+        if int(since) < 0:
             return None
-        run, since = found
-        run_id = str(info["run_id"])
-        if run is not None and run.decode() == run_id:
-            return int(since or 0)
-        return int(await self._served_by(keys=[self.keys.served_by], args=[run_id]))
+        return int(since), _text(run)
 
     # --- operations -------------------------------------------------------------------------
     async def drop_dead(self, *, shard: int | None) -> int:

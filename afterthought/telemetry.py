@@ -48,6 +48,11 @@ lost_messages = _meter.create_counter(
     " next enqueue (its counter went back: a failover to a replica that lagged, a restart"
     " without its last writes).",
 )
+clock_skewed = _meter.create_counter(
+    "afterthought.clock.skewed",
+    description="Enqueues whose process clock was off Redis' by more than"
+    " forget_clock_margin_seconds (reported only: the queue compares on Redis' clock).",
+)
 spool_events = _meter.create_counter(
     "afterthought.queue.spool",
     description="Messages this process wrote to the machine's spool (spooled) and replayed"

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import random
 import secrets
 import time
@@ -36,8 +37,16 @@ from afterthought.backends.base import (
     UserRef,
     ignored_roles,
 )
-from afterthought.batching import Call, StoredIndex, asks_context, missing, pack, parts
-from afterthought.connections import FAILURES, is_cluster
+from afterthought.batching import (
+    NUMBERING_FIELD,
+    Call,
+    StoredIndex,
+    asks_context,
+    missing,
+    pack,
+    parts,
+)
+from afterthought.connections import FAILURES
 from afterthought.context_cache import PENDING, ContextCache, now_version
 from afterthought.contract import MalformedPayload, QueuedMessage, checksum, split_content
 from afterthought.fence import Fence
@@ -45,7 +54,7 @@ from afterthought.identity import Identity, IdentityRegistry
 from afterthought.keys import Keys, digest
 from afterthought.quarantine import Entry as QuarantineEntry
 from afterthought.quarantine import Quarantine
-from afterthought.queue import CHANGED, Head, ThreadQueue
+from afterthought.queue import CHANGED, SERVER_CHANGED, Head, ThreadQueue
 from afterthought.settings import Settings
 from afterthought.validation import refusal
 from afterthought.worker import metrics
@@ -339,9 +348,10 @@ class _History:
     """The cursor of the older pages not read yet (None: none left)."""
     lease: str | None = None
     """The token of the lease that last brought it up to date."""
-    top_seq: int = 0
-    """The highest queue sequence number read back (see :meth:`Flusher._gap_stored`); not
-    raised by this worker's own calls, so a batch's own messages never cover a gap in it."""
+    tops: dict[int | None, int] = field(default_factory=dict)
+    """The highest queue sequence number read back, by the numbering it belongs to (None:
+    stored without one's name; see :meth:`Flusher._gap_stored`); not raised by this
+    worker's own calls, so a batch's own messages never cover a gap in it."""
 
     def sent(self, messages: Iterable[OutgoingMessage]) -> None:
         """Record what a call that succeeded, or a read back, found stored."""
@@ -350,7 +360,18 @@ class _History:
     def read(self, stored: Sequence[StoredMessage]) -> None:
         """Record a page read back."""
         self.index.add_stored(stored)
-        self.top_seq = max([self.top_seq, *map(_seq_of, stored)])
+        for m in stored:
+            named = m.metadata.get(NUMBERING_FIELD)
+            numbering = named if isinstance(named, int) else None
+            self.tops[numbering] = max(self.tops.get(numbering, 0), _seq_of(m))
+
+    def top_seq(self, numbering: int | None) -> int:
+        """The highest sequence number read back of that numbering; of any, for a numbering
+        whose name is unknown (queued before numberings were named, or one that went on
+        after its counter was lost)."""
+        if numbering is None:
+            return max(self.tops.values(), default=0)
+        return self.tops.get(numbering, 0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -443,9 +464,11 @@ class Flusher:
         self._settle_now = asyncio.Event()
         self._histories: dict[str, _History] = {}
         """Replayed threads' stored messages, by thread uuid (see :class:`_History`)."""
-        self._server_changed_ms = 0
-        """When Redis was found to be another server (0: never; see :meth:`_given_back`)."""
-        self._server_checked = -float("inf")
+        self._served: dict[int | None, tuple[int, str] | None] = {}
+        """Each shard's server as last checked (``ThreadQueue.served_by``; None: it does
+        not say which it is; see :meth:`_given_back`)."""
+        self._server_checked: dict[int | None, float] = {}
+        self._unnamed_told = False
 
     @property
     def _default_cut(self) -> tuple[int, int]:
@@ -470,10 +493,11 @@ class Flusher:
             cut=cut,
             read=(f"{first}:{last}".encode(), sending.held),
             epoch=(*sending.epoch.keys, sending.epoch.seen),
+            server=self._server_of(sending.lease.tk),
         )
         if not began:
             raise _LeaseLost
-        if began == CHANGED:
+        if began in (CHANGED, SERVER_CHANGED):
             raise _Changed
         if began < 0:
             raise _Forgotten
@@ -535,39 +559,63 @@ class Flusher:
                 task.cancel()
         return stats
 
-    async def _check_server(self) -> None:
-        """Whether Redis is still the server the queue's state was written on, at most once
-        per ``SERVER_CHECK_SECONDS`` (before a drain's first claim and before each batch is
-        recorded, so a rollback during a lease is caught at its next batch): a Redis restarted
-        from a snapshot, or a replica promoted while it lagged, gives back messages whose
-        acknowledgement it lost, though they are stored. (A Cluster's nodes are not
-        checked: one ``run_id`` does not name them.)"""
-        if is_cluster(self.redis) or self._clock() < self._server_checked + SERVER_CHECK_SECONDS:
+    async def _check_server(self, shards: Iterable[int | None]) -> None:
+        """Whether each shard's Redis is still the server its state was written on, at most
+        once per ``SERVER_CHECK_SECONDS`` a shard (before a claim and before each batch is
+        recorded, so a rollback during a lease is caught at its next batch; the record
+        itself is refused on another server, see ``BEGIN_LUA``): a Redis restarted from a
+        snapshot, or a replica promoted while it lagged, gives back messages whose
+        acknowledgement it lost, though they are stored. On a Cluster each shard is checked
+        on its own node."""
+        due = [
+            s
+            for s in dict.fromkeys(shards)
+            if self._clock() >= self._server_checked.get(s, -math.inf) + SERVER_CHECK_SECONDS
+        ]
+        if not due:
             return
-        changed = await self.queue.server_changed_ms()
-        if changed is None:  # never asked again: the server does not say which it is
-            log.warning("redis does not name its server (INFO refused): rollbacks unseen")
-            self._server_checked = float("inf")
-            return
-        self._server_changed_ms = changed
-        self._server_checked = self._clock()
+        checked = self._clock()
+        found = await asyncio.gather(*(self.queue.served_by(s) for s in due))
+        for shard, served in zip(due, found, strict=True):
+            self._served[shard] = served
+            self._server_checked[shard] = checked
+        unnamed = sum(served is None for served in self._served.values())
+        metrics.REDIS_SERVER_UNNAMED.set(unnamed)
+        if unnamed and not self._unnamed_told:
+            self._unnamed_told = True
+            log.warning(
+                "redis does not name its server (INFO refused) shards=%d:"
+                " every batch there is reconciled against its thread",
+                unnamed,
+            )
 
-    def _given_back(self, message: QueuedMessage) -> bool:
-        """Whether the message was queued (``queued_ms``: the agent's clock) before Redis
-        was found to be another server (``since``: Redis' own clock, whichever worker found
-        it; the agent's may run up to ``forget_clock_margin_seconds`` ahead of it): it may
-        be one that server gave back, stored already, anywhere below the messages stored
-        after it, so it is reconciled as ``unsure``."""
-        if not self._server_changed_ms:
+    def _server_of(self, tk: str) -> str:
+        """The ``run_id`` the thread's shard was last checked on ('': none known)."""
+        served = self._served.get(self.keys.shard_of_ref(tk))
+        return served[1] if served else ""
+
+    def _given_back(self, message: QueuedMessage, shard: int | None) -> bool:
+        """Whether the message may be one its shard's server gave back, stored already,
+        anywhere below the messages stored after it, so it is reconciled as ``unsure``:
+        queued (``queued_ms``, Redis' clock) before the server was found to be another
+        (``since``, Redis' clock, whichever worker found it; the margin covers two servers'
+        clocks, a failover's), or on a server that does not say which it is (every one:
+        nothing tells a rollback there)."""
+        if shard not in self._served:
+            return False
+        served = self._served[shard]
+        if served is None:
+            return True
+        since = served[0]
+        if not since:
             return False
         margin = int(self.settings.forget_clock_margin_seconds * 1000)
         queued = message.queued_ms
-        return queued is None or queued < self._server_changed_ms + margin
+        return queued is None or queued < since + margin
 
     async def claim(self, *, limit: int) -> list[_Lease]:
         """Take up to ``limit`` due threads, each under a token of its own: the longest
         due first, whatever their shards (every shard's due threads read in one batch)."""
-        await self._check_server()
         now, polled_at = _now_ms(), self._clock()
         shards = [s for s in self.keys.shard_ids if self._idle_until.get(s, 0.0) <= polled_at]
         if not shards:
@@ -593,6 +641,7 @@ class Flusher:
         tks = [ref for _, ref in ranked if ref not in self._active][:limit]
         if not tks:
             return []
+        await self._check_server(self.keys.shard_of_ref(tk) for tk in tks)
         tokens = [f"{self._token}:{self._claims + i}" for i in range(len(tks))]
         self._claims += len(tks)
         claimed_at = self._clock()  # before the claim is sent: never later than Redis' expiry
@@ -844,7 +893,7 @@ class Flusher:
             or (
                 person_forgot is not None
                 and m.said_ms is not None
-                and m.said_ms < person_forgot + margin
+                and m.said_ms - m.skew_ms < person_forgot + margin
             )
         ]
         if forgotten:  # queued before the user was forgotten: dropped, never sent
@@ -855,8 +904,10 @@ class Flusher:
         recorded = inflight is not None and _covers(inflight, first, last)
         # Checked for every batch, not only at the claim: a Redis gone back in time while
         # this worker holds the thread (the snapshot has its lease) gives back messages it
-        # has stored since, and they must be sent as given back (``_given_back``).
-        await self._check_server()
+        # has stored since, and they must be sent as given back (``_given_back``). BEGIN
+        # records only on the server checked: one restarted within the second is found.
+        shard = self.keys.shard_of_ref(tk)
+        await self._check_server((shard,))
         # BEGIN compares the epoch too (atomically with recording the batch): the check
         # before the first backend call, unless something that takes time comes between.
         checked = (*epoch.keys, epoch.seen)
@@ -866,26 +917,28 @@ class Flusher:
         if recorded:
             low, high = (int(x) for x in (inflight or b"").decode().split(":"))
             record = (low, high)
-        if recorded and not self.settings.redis_wait_replicas:
-            began = 2  # nothing written, nothing compared: the first check reads
-        else:
-            # Recorded now; or, recorded already, written again, the same, and confirmed
-            # before it is relied on: it may be one a master wrote and never replicated
-            # before it was replaced (a failed attempt's), or the new master's workers
-            # would send the batch again. Only where the record, cut and head are still
-            # those read: the read may have reached another node (see ``BEGIN_LUA``).
-            began = await self.queue.begin(
-                tk,
-                lease.token,
-                first=record[0],
-                last=record[1],
-                cut=cut,
-                read=(inflight, head.cut),
-                head=raw_items[: len(batch)],
-                epoch=checked,
-            )
+        # Recorded now; or, recorded already, written again, the same, and confirmed before
+        # it is relied on: it may be one a master wrote and never replicated before it was
+        # replaced (a failed attempt's), or the new master's workers would send the batch
+        # again; and one a restored snapshot gave back must be found on the server checked.
+        # Only where the record, cut and head are still those read: the read may have
+        # reached another node (see ``BEGIN_LUA``).
+        began = await self.queue.begin(
+            tk,
+            lease.token,
+            first=record[0],
+            last=record[1],
+            cut=cut,
+            read=(inflight, head.cut),
+            head=raw_items[: len(batch)],
+            epoch=checked,
+            server=self._server_of(tk),
+        )
         if not began:
             raise _LeaseLost
+        if began == SERVER_CHANGED:  # checked again before the head is read again
+            self._server_checked.pop(shard, None)
+            raise _Changed
         if began == CHANGED:
             raise _Changed
         if began < 0:  # forgotten since the head was read: nothing of it is sent
@@ -946,7 +999,7 @@ class Flusher:
             # and may be paused in the middle of a call) may still have it committed.
             await self._expect_late(thread_uuid, seq=cut.record[0])
         replay = any(m.replay for m in batch)
-        unsure = any(m.unsure or self._given_back(m) for m in batch)
+        unsure = any(m.unsure or self._given_back(m, self.keys.shard_of_ref(tk)) for m in batch)
         sending = _Sending(
             thread_uuid=thread_uuid,
             lease=lease,
@@ -1111,9 +1164,10 @@ class Flusher:
         the numbers it was handed, though the worker stored those messages (the history
         read for the given-back batch holds them). 0 (every gap lost) for any other batch:
         after Redis lost all its data, numbers start again and a stored one says nothing."""
-        if sending.history is None or not any(self._given_back(m) for m in batch):
+        shard = self.keys.shard_of_ref(sending.lease.tk)
+        if sending.history is None or not any(self._given_back(m, shard) for m in batch):
             return 0
-        return sending.history.top_seq
+        return sending.history.top_seq(batch[0].numbering)
 
     async def _acknowledge(self, lease: _Lease, last: int, *, stored: int = 0) -> int:
         """Pop what is done up to ``last``; the messages left. Raises if the lease is lost.

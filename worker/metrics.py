@@ -282,3 +282,10 @@ def serve(host: str, port: int, health: Health) -> WSGIServer:
     threading.Thread(target=server.serve_forever, name="afterthought-metrics", daemon=True).start()
     log.info("metrics serving host=%s port=%d", host, server.server_port)
     return server
+
+
+REDIS_SERVER_UNNAMED = Gauge(
+    "afterthought_redis_server_unnamed",
+    "Shards whose Redis does not say which server it is (INFO refused or renamed): a rollback"
+    " there cannot be found, so every batch is reconciled against its whole thread.",
+)

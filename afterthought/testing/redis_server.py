@@ -8,6 +8,7 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 
@@ -41,8 +42,10 @@ def _binary() -> str:
 class RedisServer:
     """``with RedisServer() as url:`` — a private Redis on a free loopback port."""
 
-    def __init__(self, port: int | None = None) -> None:
+    def __init__(self, port: int | None = None, *, args: Sequence[str] = ()) -> None:
+        """``args``: more of ``redis-server``'s options (``--rename-command INFO ""``)."""
         self.port = port or free_port()
+        self._args = list(args)
         self._dir = tempfile.TemporaryDirectory(prefix="afterthought-redis-")
         self._proc: subprocess.Popen[bytes] | None = None
 
@@ -66,6 +69,7 @@ class RedisServer:
                 self._dir.name,
                 "--maxmemory-policy",
                 "noeviction",
+                *self._args,
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
