@@ -32,6 +32,7 @@ from pydantic_settings import (
 )
 
 from afterthought.connections import parse as parse_redis_url
+from afterthought.connections import split_url
 from afterthought.keys import MAX_SHARDS, digest
 
 log = logging.getLogger("afterthought.settings")
@@ -432,8 +433,12 @@ class Settings(BaseSettings):
         # Else a worker reports ready and every call fails; never quoted (it may hold a
         # password).
         if value is not None:
-            scheme, _, rest = value.partition("://")
-            if scheme.lower() not in ("http", "https") or not rest.split("/")[0]:
+            parts = split_url(value, "ZEP_BASE_URL")
+            try:
+                parts.port  # noqa: B018 - raises on a port out of range or not a number
+            except ValueError:
+                raise ValueError("its port must be a number 0-65535") from None
+            if parts.scheme.lower() not in ("http", "https") or not parts.hostname:
                 raise ValueError("must be an http:// or https:// URL with a host")
         return value
 
