@@ -49,7 +49,7 @@ def test_a_number_out_of_range_is_a_bad_setting_named_without_its_value(
 def test_a_fact_lifetime_out_of_range_is_a_bad_setting(
     days: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("AFTERTHOUGHT_FACT_TTL_DAYS", '{"ephemeral": %s}' % days)
+    monkeypatch.setenv("AFTERTHOUGHT_FACT_TTL_DAYS", '{"ephemeral": ' + days + "}")
     with pytest.raises(SettingsError, match="fact_ttl_days"):
         Settings()
     assert Settings(fact_ttl_days=json.loads('{"ephemeral": 36500}')).fact_ttl_days
