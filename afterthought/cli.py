@@ -467,7 +467,8 @@ def _operate(args: argparse.Namespace) -> int:
                 if not (known or held.queued or held.dead_letters or held.quarantined):
                     print(f"afterthought: no {who} in the backend or queued", file=sys.stderr)
                     return ATTENTION
-                print(json.dumps(asdict(held) | {"users": len(aliases) if known else 0}))
+                print(json.dumps(_forget_report(held) | {"users": len(aliases) if known else 0}))
+                _show(held, args.show)
                 others = len(aliases) - 1
                 also = f" (and the {others} other app(s) sharing them)" if others else ""
                 print(
@@ -489,7 +490,9 @@ def _operate(args: argparse.Namespace) -> int:
             if not args.query and not args.fact and nothing and not done.pending:
                 print(f"afterthought: nothing of {who} was stored", file=sys.stderr)
                 return ATTENTION
-            print(json.dumps(asdict(done)))
+            print(json.dumps(_forget_report(done)))
+            if done.dry_run:
+                _show(done, args.show)
             if done.pending:
                 print(
                     "afterthought: the backend has not confirmed the deletion yet; the "
@@ -507,9 +510,29 @@ def _operate(args: argparse.Namespace) -> int:
     return _with_redis(args, work)
 
 
+def _forget_report(done: Forgotten) -> dict[str, object]:
+    """What a forget prints: counts and ids, never the user's words (``texts``,
+    ``statements``): the report lands in job logs, where forgotten words must not."""
+    return {k: v for k, v in asdict(done).items() if k not in ("texts", "statements")}
+
+
+def _show(done: Forgotten, show: bool) -> None:
+    """``--show`` on a dry run: the sample of what would be forgotten, to a terminal only
+    (stderr, when it is one), for the operator to confirm."""
+    if not show:
+        return
+    if not sys.stderr.isatty():
+        print("afterthought: --show writes to a terminal only: nothing shown", file=sys.stderr)
+        return
+    for text in done.texts:
+        print(f"fact: {text}", file=sys.stderr)
+    for text in done.statements:
+        print(f"statement: {text}", file=sys.stderr)
+
+
 async def _forget_user(forgetter: Forgetter, app: str, user_id: str) -> Forgotten:
     """Forget the user, reported as the dry run lists it: what the backend held of them
-    (counted, a sample shown) before it was deleted."""
+    (counted, the first facts' ids) before it was deleted."""
     from afterthought.backends.base import BackendError
     from afterthought.worker.forget import Forgotten
 
@@ -518,7 +541,7 @@ async def _forget_user(forgetter: Forgetter, app: str, user_id: str) -> Forgotte
     except BackendError:  # the forget goes on (pending): the backend cannot say what it held
         had = Forgotten()
     done = await forgetter.forget_user(app=app, user_id=user_id)
-    done.facts, done.texts, done.statements = had.facts, had.texts, had.statements
+    done.facts = had.facts
     done.fact_count, done.statement_count = had.fact_count, had.statement_count
     return done
 
@@ -791,6 +814,11 @@ def _parser() -> argparse.ArgumentParser:
         "--query", type=_query, help="facts holding every word (listed unless --yes)"
     )
     forget.add_argument("--yes", action="store_true", help="really forget")
+    forget.add_argument(
+        "--show",
+        action="store_true",
+        help="a dry run also shows the facts' and statements' words, on a terminal only",
+    )
     forget.set_defaults(run=_operate, usage=forget)
 
     sweep = commands.add_parser(

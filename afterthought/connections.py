@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 from typing import Any, Literal, cast
-from urllib.parse import parse_qs, unquote, urlsplit
+from urllib.parse import SplitResult, parse_qs, unquote, urlsplit
 
 import redis
 import redis.asyncio as aioredis
@@ -78,7 +78,7 @@ class RedisTarget:
 def parse(url: str) -> RedisTarget:
     """The target of a URL; ``ValueError`` (never quoting the URL, which may hold a
     password) when it names none."""
-    parts = urlsplit(url)
+    parts = split_url(url, "the Redis URL")
     scheme = parts.scheme
     if scheme in _CLUSTER:
         return _cluster(parts.netloc, parts.path, parts.query, tls=_CLUSTER[scheme])
@@ -122,6 +122,19 @@ def parse(url: str) -> RedisTarget:
         password=unquote(parts.password) if parts.password else None,
         sentinel_auth={k.removeprefix("sentinel_"): v for k, v in query.items()},
     )
+
+
+def split_url(url: str, what: str) -> SplitResult:
+    """``url`` split; ``ValueError`` naming ``what``, never the URL, when it cannot be
+    (urllib's own errors quote the host part, credentials and all: a character that NFKC
+    turns into a separator, such as a full-width ``#``, or a ``[`` left open)."""
+    try:
+        return urlsplit(url)
+    except ValueError:
+        raise ValueError(
+            f"{what} cannot be read as a URL (an unclosed [, or a character such as a "
+            "full-width # that reads as a separator: percent-encode the password)"
+        ) from None
 
 
 def _cluster(netloc: str, path: str, query: str, *, tls: bool) -> RedisTarget:

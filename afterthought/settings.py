@@ -32,9 +32,13 @@ from pydantic_settings import (
 )
 
 from afterthought.connections import parse as parse_redis_url
+from afterthought.connections import split_url
 from afterthought.keys import MAX_SHARDS, digest
 
 log = logging.getLogger("afterthought.settings")
+
+#: The most days a setting counts in (a century): a fact's age, pruning's grace.
+MAX_DAYS = 36_500
 
 #: Variables of ours that are not settings (the test suite's Redis).
 OTHER_VARIABLES = frozenset({"AFTERTHOUGHT_TEST_REDIS_URL"})
@@ -178,6 +182,9 @@ class Settings(BaseSettings):
         frozen=True,
         # A bad URL or key must not be echoed into a log by whoever prints the error.
         hide_input_in_errors=True,
+        # Every number is finite (and each has an upper bound): an infinite duration
+        # overflows where it becomes a deadline or a key's lifetime.
+        allow_inf_nan=False,
     )
 
     redis_url: str = Field(
@@ -255,7 +262,7 @@ class Settings(BaseSettings):
     """Display name stored with assistant messages."""
     max_message_chars: int = Field(2500, ge=100, le=1_000_000)
     """Backend per-message limit; longer content is split into ordered parts, never cut."""
-    max_queued_chars: int = Field(1_000_000, ge=1000)
+    max_queued_chars: int = Field(1_000_000, ge=1000, le=100_000_000)
     """Largest message accepted into the queue at all (protects Redis)."""
     backend_timeout: float = Field(10.0, gt=0, le=300)
     """Seconds a worker-side backend call may take before it counts as a timeout; with the
@@ -269,25 +276,25 @@ class Settings(BaseSettings):
     back, about once a minute, for copies of its messages, which are repaired; and a batch
     that keeps failing is not cut into other calls (narrowed to its first message) before
     it has been failing this long, as a call cut otherwise carries another key."""
-    retry_max_attempts: int = Field(10, ge=1)
+    retry_max_attempts: int = Field(10, ge=1, le=1000)
     """Failed attempts after which a message that keeps failing is dead-lettered, once the
     backend has taken other writes meanwhile (an outage dead-letters nothing)."""
-    retry_max_age_seconds: float = Field(3 * 86400, gt=0)
+    retry_max_age_seconds: float = Field(3 * 86400, gt=0, le=365 * 86400)
     """A message failing for longer than this is dead-lettered, outage or not."""
     tool_timeout: float = Field(5.0, gt=0, le=60)
     """Seconds a model-called memory tool may wait for the backend."""
-    context_max_chars: int = Field(4000, ge=100)
+    context_max_chars: int = Field(4000, ge=100, le=100_000)
     """Largest context block requested from the backend."""
-    context_fresh_seconds: float = Field(60.0, ge=0)
+    context_fresh_seconds: float = Field(60.0, ge=0, le=30 * 86400)
     """A cached block younger than this is served as is; older, it is served and refreshed."""
-    context_ttl_seconds: float = Field(7 * 86400, gt=0)
+    context_ttl_seconds: float = Field(7 * 86400, gt=0, le=365 * 86400)
     """A cached block older than this is gone (and read through again)."""
-    context_settle_seconds: float = Field(5.0, ge=0)
+    context_settle_seconds: float = Field(5.0, ge=0, le=3600)
     """On a backend that ingests asynchronously (Zep), a user's block for new sessions is
     read again this long after their last stored batch (debounced)."""
-    read_breaker_failures: int = Field(3, ge=1)
+    read_breaker_failures: int = Field(3, ge=1, le=1000)
     """Consecutive failed memory reads that stop the turn path from calling the backend."""
-    read_breaker_seconds: float = Field(10.0, gt=0)
+    read_breaker_seconds: float = Field(10.0, gt=0, le=3600)
     """How long the turn path then serves only what the cache holds."""
     context_template_uuid: str | None = None
     """Context template rendering every block (see ``afterthought.templates``)."""
@@ -299,19 +306,19 @@ class Settings(BaseSettings):
     """Threads one worker process flushes at the same time."""
     provision_on_worker: bool = True
     """Provision a missing Zep user/thread from the worker; else dead-letter ``unprovisioned``."""
-    idle_ttl_seconds: float = Field(30 * 86400, ge=1)
+    idle_ttl_seconds: float = Field(30 * 86400, ge=1, le=3650 * 86400)
     """How long a session's keys (its queue state, its registry entry) outlive its last
     message, and a user's (registry entry, thread set) the last of their sessions: then
     they expire, and are rebuilt on demand (the same backend user; see docs/DESIGN.md,
     "Key lifetimes"). Never while a message of theirs is queued or in flight."""
-    thread_queue_cap: int = Field(10_000, ge=1)
+    thread_queue_cap: int = Field(10_000, ge=1, le=10_000_000)
     """Queued messages one thread may hold before enqueue pushes back."""
-    queue_cap: int = Field(1_000_000, ge=1)
+    queue_cap: int = Field(1_000_000, ge=1, le=1_000_000_000)
     """Queued messages all threads together may hold before enqueue pushes back. With
     ``redis_shards = N`` each shard holds at most ``ceil(queue_cap / N)`` (a shard's cap is
     checked in one slot, without reading the others'), so one busy shard may push back
     while the deployment as a whole is below this."""
-    buffer_size: int = Field(10_000, ge=0)
+    buffer_size: int = Field(10_000, ge=0, le=10_000_000)
     """Messages an agent process keeps in memory while Redis is unreachable; more go to
     the spool."""
     exit_flush_seconds: float = Field(1.0, ge=0, le=60)
@@ -325,18 +332,18 @@ class Settings(BaseSettings):
     """Directory of the spool: the messages this machine's agents could not hand to Redis
     (at exit, or past ``buffer_size``), replayed by the next agent process or a worker
     here. The default is one per deployment and Redis, in the user data directory."""
-    spool_max_bytes: int = Field(64 * 1024 * 1024, ge=4096)
+    spool_max_bytes: int = Field(64 * 1024 * 1024, ge=4096, le=2**40)
     """Largest the spool may grow; messages past it are dropped and counted."""
-    breaker_failures: int = Field(3, ge=1)
+    breaker_failures: int = Field(3, ge=1, le=1000)
     """Consecutive Redis failures that open the enqueue circuit breaker."""
-    breaker_seconds: float = Field(5.0, gt=0)
+    breaker_seconds: float = Field(5.0, gt=0, le=3600)
     """How long an open breaker keeps the turn path away from Redis."""
-    pause_seconds: float = Field(60.0, gt=0)
+    pause_seconds: float = Field(60.0, gt=0, le=86400)
     """After a 401/403 all workers pause this long, then one probes again."""
     direct_write_on_outage: bool = False
     """While Redis is down, the agent writes buffered messages to the backend itself (for
     threads whose identity it has seen), trading strict thread order for durability."""
-    synthesis_idle_seconds: float = Field(5.0, ge=0)
+    synthesis_idle_seconds: float = Field(5.0, ge=0, le=86400)
     """Synthesis runs this long after a user's last flushed message (debounced)."""
     synthesis_model: str | None = None
     """An ADK model name for fact extraction (e.g. a Gemini model); else the offline rules."""
@@ -344,13 +351,13 @@ class Settings(BaseSettings):
     """Write facts the assistant asserted about the user (quarantined by default)."""
     fact_ttl_days: dict[str, float] = Field(default_factory=lambda: {"ephemeral": 7.0})
     """Days a fact of a kind lives (JSON in the environment); kinds not named live on."""
-    stale_days: float = Field(365.0, gt=0)
+    stale_days: float = Field(365.0, gt=0, le=MAX_DAYS)
     """Unimportant facts (importance < 0.5) not restated for this long are pruned."""
-    superseded_grace_days: float = Field(30.0, ge=0)
+    superseded_grace_days: float = Field(30.0, ge=0, le=MAX_DAYS)
     """Superseded facts are kept this long (for history), then pruned."""
     prune_at: str = "03:17"
     """UTC time (``HH:MM``) of the workers' daily prune, or ``off`` to schedule it yourself."""
-    max_facts_per_user: int = Field(500, ge=1)
+    max_facts_per_user: int = Field(500, ge=1, le=1_000_000)
     """Above this, the least important x least recent facts are pruned."""
     prune_zep_edges: bool = False
     """Pruning may delete the edges Zep extracted itself; else only the facts we wrote."""
@@ -363,7 +370,7 @@ class Settings(BaseSettings):
     audit_key: SecretStr | None = None
     """HMAC key of the audit log's user references and content digests; the log is off
     without one (kept out of Redis, so Redis alone cannot tie entries to a user)."""
-    audit_max_entries: int = Field(100_000, ge=100)
+    audit_max_entries: int = Field(100_000, ge=100, le=100_000_000)
     """Entries the audit stream keeps (older ones are trimmed)."""
     metrics_port: int | None = Field(None, ge=0, le=65535)
     """Port of a worker's Prometheus ``/metrics`` and ``/healthz``; off when unset."""
@@ -405,8 +412,11 @@ class Settings(BaseSettings):
     @classmethod
     def _positive_days(cls, value: dict[str, float]) -> dict[str, float]:
         # A fact that lives no days (or NaN of them) would be pruned as soon as it is written.
-        if not all(0 < days < math.inf for days in value.values()):
-            raise ValueError("each kind's days must be a number > 0 (leave a kind out to keep it)")
+        if not all(0 < days <= MAX_DAYS for days in value.values()):
+            raise ValueError(
+                f"each kind's days must be a number > 0 and at most {MAX_DAYS} "
+                "(leave a kind out to keep it)"
+            )
         return value
 
     @property
@@ -432,8 +442,12 @@ class Settings(BaseSettings):
         # Else a worker reports ready and every call fails; never quoted (it may hold a
         # password).
         if value is not None:
-            scheme, _, rest = value.partition("://")
-            if scheme.lower() not in ("http", "https") or not rest.split("/")[0]:
+            parts = split_url(value, "ZEP_BASE_URL")
+            try:
+                parts.port  # noqa: B018 - raises on a port out of range or not a number
+            except ValueError:
+                raise ValueError("its port must be a number 0-65535") from None
+            if parts.scheme.lower() not in ("http", "https") or not parts.hostname:
                 raise ValueError("must be an http:// or https:// URL with a host")
         return value
 

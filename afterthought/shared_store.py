@@ -64,11 +64,27 @@ async def store_of(
         mine = await backend.store_id() if create or backend.path.exists() else None
         return mine, str(backend.path)
     if isinstance(backend, ZepBackend):
-        url, key = settings.zep_base_url or "", settings.zep_api_key
+        key = settings.zep_api_key
         secret = key.get_secret_value() if key else ""
-        project = hashlib.sha256(f"{url}\0{secret}".encode()).hexdigest()[:16]
-        return f"zep:{project}", f"Zep at {urlsplit(url).hostname or 'its default URL'}"
+        where = zep_address(settings.zep_base_url)
+        project = hashlib.sha256(f"{where}\0{secret}".encode()).hexdigest()[:16]
+        return f"zep:{project}", f"Zep at {urlsplit(where).hostname}"
     return None
+
+
+def zep_address(base_url: str | None) -> str:
+    """Zep's API address as every spelling of it compares: unset is the SDK's default,
+    scheme and host in lower case, a default port and a trailing slash dropped, no
+    credentials. An agent that leaves ``ZEP_BASE_URL`` unset and a worker that spells the
+    default out use one store."""
+    from zep_cloud.environment import ZepEnvironment
+
+    parts = urlsplit(base_url or ZepEnvironment.DEFAULT.value)
+    scheme = parts.scheme.lower()
+    port = "" if parts.port in (None, {"http": 80, "https": 443}.get(scheme)) else f":{parts.port}"
+    host = (parts.hostname or "").lower()
+    host = f"[{host}]" if ":" in host else host  # an IPv6 address, bracketed as it was
+    return f"{scheme}://{host}{port}{parts.path.rstrip('/')}"
 
 
 async def announce(

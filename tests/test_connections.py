@@ -196,3 +196,38 @@ async def test_a_cluster_error_never_reaches_the_turn(error: Exception, where: s
     assert clustered.buffered == 1 and clustered.breaker.failures == 1
     assert clustered.dropped == 0
     clustered._drainer.stop()
+
+
+CANARY = "hunter2canary"
+#: A URL urllib cannot split, with the canary as its password, for every URL setting and
+#: topology: its own error would quote the host part, password and all.
+UNSPLITTABLE = [
+    ("REDIS_URL", f"redis://:{CANARY}\uff03@127.0.0.1:6379/0"),
+    ("REDIS_URL", f"redis://{CANARY}\uff20:pw@127.0.0.1:6379/0"),
+    ("REDIS_URL", f"redis://:{CANARY}@[::1/0"),
+    ("AFTERTHOUGHT_REDIS_URL", f"rediss://u:{CANARY}\uff1a@h:6379/0"),
+    ("REDIS_URL", f"redis+sentinel://:{CANARY}\uff0f@h:26379/svc"),
+    ("REDIS_URL", f"redis+cluster://:{CANARY}\uff1f@h:7000"),
+    ("ARQ_REDIS_URL", f"redis://:{CANARY}\uff03@h:6379/0"),
+    ("ARQ_REDIS_URL", f"redis+sentinel://:{CANARY}\uff03@h:26379/svc"),
+    ("ZEP_BASE_URL", f"https://u:{CANARY}\uff03@api.example.com/api/v4"),
+    ("ZEP_BASE_URL", f"https://u:{CANARY}@api.example.com:{CANARY}/api/v4"),
+]
+
+
+@pytest.mark.parametrize(("variable", "url"), UNSPLITTABLE)
+def test_a_url_that_cannot_be_split_is_one_line_naming_the_setting_never_the_value(
+    variable: str, url: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from afterthought import cli
+
+    monkeypatch.setenv(variable, url)
+    with pytest.raises(SettingsError) as refused:  # the agent's entry
+        create_callbacks()
+    said = str(refused.value)
+    assert CANARY not in said and "\n" not in said
+    assert variable.removeprefix("AFTERTHOUGHT_") in said.upper()
+    assert cli.main(["status"]) == cli.USAGE
+    out = capsys.readouterr()
+    assert CANARY not in out.out + out.err
+    assert out.err.count("\n") == 1 and "bad setting" in out.err

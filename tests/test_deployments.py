@@ -137,6 +137,46 @@ async def test_two_deployments_with_one_session_id_each_store_their_own(
     assert _told(await _found(first, APP, "ada", "locker code"))
 
 
+async def test_two_deployments_that_import_one_session_each_store_it(
+    two_deployments: Callable[..., tuple[Settings, Settings]], redis: aioredis.Redis
+) -> None:
+    """A backfill (``add_session_to_memory``) of one ADK session into each of two
+    deployments: the messages' and calls' keys are made from ADK's ids and the words, the
+    same in both, and the second import was taken for a replay of the first and stored
+    nowhere (the local store kept keys per file; Zep, the fake assumes, keeps them per
+    project). Each deployment's ada holds it, with no dead letter."""
+    from google.adk.events.event import Event
+    from google.adk.memory.memory_entry import MemoryEntry
+    from google.genai import types
+
+    sessions = InMemorySessionService()
+    session = await sessions.create_session(app_name=APP, user_id="ada", session_id="import1")
+    for author, text in (("user", SECRET), ("assistant", "Noted.")):
+        role = "user" if author == "user" else "model"
+        content = types.Content(role=role, parts=[types.Part(text=text)])
+        await sessions.append_event(
+            session, Event(invocation_id="inv-1", author=author, content=content)
+        )
+    session = await sessions.get_session(app_name=APP, user_id="ada", session_id="import1")
+    assert session is not None
+    deployments = two_deployments()
+    for settings in deployments:
+        service = ZepMemoryService(settings=settings)
+        try:
+            await service.add_session_to_memory(session)
+            note = types.Content(parts=[types.Part(text="I am allergic to peanuts.")])
+            await service.add_memory(
+                app_name=APP, user_id="ada", memories=[MemoryEntry(content=note)]
+            )
+        finally:
+            await service.memory.aclose()
+        await drain(settings)
+    for settings in deployments:
+        assert await redis.llen(Keys.of(settings).dead()) == 0
+        assert _told(await _found(settings, APP, "ada", "locker code")), settings.key_prefix
+        assert any("peanut" in hit for hit in await _found(settings, APP, "ada", "peanuts"))
+
+
 async def test_two_deployments_that_say_they_share_users_share_them(
     two_deployments: Callable[..., tuple[Settings, Settings]],
 ) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import shutil
 import sqlite3
 import threading
 from collections.abc import AsyncIterator
@@ -551,6 +552,54 @@ async def test_a_file_of_the_old_schema_is_migrated_once(tmp_path: Path) -> None
     await again.delete_user(user=alice)
     await again.aclose()
     assert b"beagle is called" in path.read_bytes() and b"he was a beagle" not in path.read_bytes()
+
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+async def test_a_file_of_version_5_keeps_its_messages_and_gets_keys_per_thread(
+    tmp_path: Path,
+) -> None:
+    """``fixtures/local_store_v5.sqlite3`` was written by the release before (schema 5):
+    ``alpha:ada``'s thread holds "I was born in Porto" (key ``k1``) and an assistant turn
+    (``k2``), stored by the call ``batch:import1``; message keys and call keys were unique
+    in the file. Opened now, what it holds is found as before and a replay into alpha's
+    thread stores nothing, while the same call into another deployment's thread (beta's
+    import of the same session) is stored, which version 5 took for a replay."""
+    path = tmp_path / "v5.sqlite3"
+    shutil.copy(FIXTURES / "local_store_v5.sqlite3", path)
+    store = LocalBackend(path)
+    alpha = await store.find_user(zep_user_id="alpha:ada")
+    assert alpha is not None
+    assert "born in Porto" in await _context(store, alpha, "born Porto")
+    call = [
+        OutgoingMessage("user", "I was born in Porto", DAY, metadata={MESSAGE_KEY_FIELD: "k1"}),
+        OutgoingMessage("assistant", "Nice, Porto!", DAY, metadata={MESSAGE_KEY_FIELD: "k2"}),
+    ]
+    alphas = await store.create_thread(user=alpha, idempotency_key="thread:alpha")
+    for key in ("batch:import1", "batch:import1-resent"):
+        await store.add_messages(thread_uuid=alphas, messages=call, idempotency_key=key)
+    beta, betas = await _user(store, "beta:ada")
+    await store.add_messages(thread_uuid=betas, messages=call, idempotency_key="batch:import1")
+    assert "born in Porto" in await _context(store, beta, "born Porto")
+    (hit,) = await store.search(
+        graph_uuid=alpha.graph_uuid,
+        request=SearchRequest(query="Porto", scope="episodes", limit=5),
+        timeout=10,
+    )
+    assert await store.delete_memory(user=alpha, memory_uuid=hit.uuid)  # the trigger unindexes
+    assert "Porto" not in await _context(store, alpha, "born Porto")
+    assert "born in Porto" in await _context(store, beta, "born Porto")
+    await store.aclose()
+    db = sqlite3.connect(path)
+    assert db.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,)
+    counts = db.execute(
+        "SELECT t.idempotency_key, count(*) FROM messages m JOIN threads t"
+        " ON t.uuid = m.thread_uuid GROUP BY t.idempotency_key ORDER BY 1"
+    ).fetchall()
+    assert counts == [("thread:alpha", 1), ("thread:beta:ada", 2)]
+    assert db.execute("PRAGMA foreign_key_check").fetchall() == []
+    db.close()
 
 
 @pytest.mark.parametrize(

@@ -1377,3 +1377,29 @@ async def test_messages_a_restarted_redis_lost_are_counted_at_the_threads_next_e
     finally:
         proc.kill()
         proc.wait()
+
+
+@pytest.mark.parametrize(
+    ("one", "other", "same"),
+    [
+        (None, "https://api.getzep.com/api/v4", True),
+        (None, "https://API.GetZep.com:443/api/v4/", True),
+        ("HTTPS://api.getzep.com/api/v4", "https://api.getzep.com/api/v4/", True),
+        ("http://[::1]:8011/api/v4", "http://[::1]:8011/api/v4/", True),
+        (None, "https://api.getzep.com:8443/api/v4", False),
+        (None, "https://zep.example.com/api/v4", False),
+    ],
+)
+async def test_one_zep_address_spelt_two_ways_is_one_store(
+    make_settings: Callable[..., Settings], one: str | None, other: str | None, same: bool
+) -> None:
+    """An agent that leaves ZEP_BASE_URL unset and a worker that spells the default out
+    write to one Zep project: no "different stores" warning between them."""
+    from afterthought.backends.zep import ZepBackend
+    from afterthought.shared_store import store_of
+
+    found = []
+    for url in (one, other):
+        settings = make_settings(backend="zep", zep_api_key="k", zep_base_url=url)
+        found.append(await store_of(settings, ZepBackend(settings)))
+    assert (found[0] == found[1]) is same, found

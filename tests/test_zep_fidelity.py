@@ -204,7 +204,28 @@ async def test_the_fake_pages_lists_with_a_maximum_page_size(zep_fake: ZepFake) 
     assert [m.content async for m in first] == [f"m{i}" for i in reversed(range(20))]
 
 
+async def test_the_fake_keeps_keys_per_project_or_per_path(zep_fake: ZepFake) -> None:
+    """Whether Zep keeps a key per project or per request path is not documented: the
+    default is the project (one key sent to two threads is one request, the second
+    replayed and stored nowhere); ``key_scope`` ``path`` keeps it per path."""
+    zep = AsyncZep(api_key="k", base_url=zep_fake.base_url, max_retries=0)
+    user = await zep.user.create(user_id="u1")
+    threads = [
+        str((await zep.thread.create(user_uuid=str(user.uuid_), idempotency_key=k)).uuid_)
+        for k in ("t1", "t2")
+    ]
+    one = [AddMessage(role="user", content="a")]
+    for thread in threads:
+        await zep.thread.add_messages(thread, messages=one, idempotency_key="k")
+    assert [len(zep_fake.messages(t)) for t in threads] == [1, 0]
+    zep_fake.configure({"key_scope": "path"})
+    for thread in threads:
+        await zep.thread.add_messages(thread, messages=one, idempotency_key="k2")
+    assert [len(zep_fake.messages(t)) for t in threads] == [2, 1]
+
+
 async def test_the_fake_scopes_keys_per_endpoint_and_compares_bodies(zep_fake: ZepFake) -> None:
+    zep_fake.configure({"key_scope": "path"})
     zep = AsyncZep(api_key="k", base_url=zep_fake.base_url, max_retries=0)
     user = await zep.user.create(user_id="u1")
     thread = str((await zep.thread.create(user_uuid=str(user.uuid_), idempotency_key="k")).uuid_)

@@ -56,21 +56,36 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 log = logging.getLogger("afterthought.local")
 
-SCHEMA = """
+#: A message's key is unique in its thread, not in the file: two deployments (two backend
+#: users) that import one ADK session store it each in their own thread (the keys are made
+#: from ADK's ids alone, ``contract.message_key``).
+MESSAGES_COLUMNS = """
+  id INTEGER PRIMARY KEY, uuid TEXT UNIQUE NOT NULL,
+  thread_uuid TEXT NOT NULL REFERENCES threads(uuid) ON DELETE CASCADE,
+  message_key TEXT, role TEXT NOT NULL, name TEXT, content TEXT NOT NULL,
+  metadata TEXT NOT NULL, reference_time TEXT, ingested INTEGER NOT NULL,
+  created_at TEXT NOT NULL, user_uuid TEXT, clean INTEGER NOT NULL DEFAULT 0,
+  eligible INTEGER NOT NULL DEFAULT 0, informative INTEGER NOT NULL DEFAULT 0, replied TEXT"""
+MESSAGES_INDEXES = (
+    "CREATE INDEX IF NOT EXISTS messages_thread ON messages(thread_uuid, id)",
+    "CREATE UNIQUE INDEX IF NOT EXISTS messages_key ON messages(thread_uuid, message_key)",
+)
+#: A call's key is kept per thread, as Zep keeps it per request path: the same call to
+#: another thread is another call. Gone with the thread.
+IDEMPOTENCY_COLUMNS = """
+  thread_uuid TEXT NOT NULL REFERENCES threads(uuid) ON DELETE CASCADE, key TEXT NOT NULL,
+  created_at TEXT NOT NULL, PRIMARY KEY (thread_uuid, key)"""
+
+SCHEMA = (
+    """
 CREATE TABLE IF NOT EXISTS users (
   uuid TEXT PRIMARY KEY, user_id TEXT UNIQUE NOT NULL, graph_uuid TEXT NOT NULL,
   first_name TEXT, last_name TEXT, created_at TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS threads (
   uuid TEXT PRIMARY KEY, user_uuid TEXT NOT NULL REFERENCES users(uuid) ON DELETE CASCADE,
   idempotency_key TEXT UNIQUE, created_at TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS messages (
-  id INTEGER PRIMARY KEY, uuid TEXT UNIQUE NOT NULL,
-  thread_uuid TEXT NOT NULL REFERENCES threads(uuid) ON DELETE CASCADE,
-  message_key TEXT UNIQUE, role TEXT NOT NULL, name TEXT, content TEXT NOT NULL,
-  metadata TEXT NOT NULL, reference_time TEXT, ingested INTEGER NOT NULL,
-  created_at TEXT NOT NULL, user_uuid TEXT, clean INTEGER NOT NULL DEFAULT 0,
-  eligible INTEGER NOT NULL DEFAULT 0, informative INTEGER NOT NULL DEFAULT 0, replied TEXT);
-CREATE INDEX IF NOT EXISTS messages_thread ON messages(thread_uuid, id);
+CREATE TABLE IF NOT EXISTS messages (MESSAGES_COLUMNS);
+MESSAGES_INDEXES;
 CREATE TABLE IF NOT EXISTS facts (
   uuid TEXT PRIMARY KEY, user_uuid TEXT NOT NULL REFERENCES users(uuid) ON DELETE CASCADE,
   subject TEXT NOT NULL, predicate TEXT NOT NULL, value TEXT NOT NULL,
@@ -79,21 +94,25 @@ CREATE TABLE IF NOT EXISTS facts (
 CREATE INDEX IF NOT EXISTS facts_user ON facts(user_uuid, invalid_at);
 CREATE UNIQUE INDEX IF NOT EXISTS facts_unique
   ON facts(user_uuid, subject, predicate, value, source_keys);
-CREATE TABLE IF NOT EXISTS idempotency (key TEXT PRIMARY KEY, created_at TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS idempotency (IDEMPOTENCY_COLUMNS);
 -- One id per file: agent and worker compare theirs (``afterthought.shared_store``).
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 INSERT OR IGNORE INTO meta VALUES ('store_id', lower(hex(randomblob(16))));
 CREATE TABLE IF NOT EXISTS templates (
   uuid TEXT PRIMARY KEY, name TEXT UNIQUE NOT NULL, template TEXT NOT NULL,
   created_at TEXT NOT NULL);
-"""
+""".replace("MESSAGES_COLUMNS", MESSAGES_COLUMNS)
+    .replace("MESSAGES_INDEXES", ";\n".join(MESSAGES_INDEXES))
+    .replace("IDEMPOTENCY_COLUMNS", IDEMPOTENCY_COLUMNS)
+)
 
 #: ``PRAGMA user_version`` once the retrieval schema below is in place. Files written
 #: before it are at 0; version 1 indexed no ``replied`` column; version 2 indexed words
 #: unscoped; version 3 indexed an owner column too; version 4 left case and what a letter
-#: is to the SQLite build. An older file's messages gain the
-#: columns (before 2) and are indexed afresh, once.
-SCHEMA_VERSION = 5
+#: is to the SQLite build; version 5 kept message keys and call keys unique in the whole
+#: file. An older file's messages gain the columns (before 2), its keys their thread
+#: (before 6), and are indexed afresh, once.
+SCHEMA_VERSION = 6
 #: Columns added to ``messages`` by the retrieval schema: ``user_uuid`` (the owner, so
 #: retrieval never joins threads), ``clean`` (``validation.detect`` found nothing,
 #: decided at write time), ``eligible`` (a clean, ingested user turn: the only rows
@@ -437,7 +456,8 @@ class LocalBackend(MemoryBackend):
             if not found:
                 raise BackendError("not_found", status=404, code="thread")
             seen = db.execute(
-                "INSERT OR IGNORE INTO idempotency VALUES (?, ?)", (idempotency_key, _now())
+                "INSERT OR IGNORE INTO idempotency VALUES (?, ?, ?)",
+                (thread_uuid, idempotency_key, _now()),
             )
             if seen.rowcount:
                 self._insert(db, thread_uuid, found[0], messages, verdicts, ignore_roles)
@@ -472,8 +492,9 @@ class LocalBackend(MemoryBackend):
             replied = _reply_context(previous) if verdict.eligible else None
             # A turn not ingested (an ignored role) is no question a statement answers.
             previous = (m.role or "", m.content, verdict.clean and m.role not in ignore_roles)
-            # The unique message key makes a replay under a new batch key a no-op too.
-            key = _stored_key(db, m.metadata.get(MESSAGE_KEY_FIELD), m.content)
+            # The message key, unique in the thread, makes a replay under a new batch key a
+            # no-op too.
+            key = _stored_key(db, thread_uuid, m.metadata.get(MESSAGE_KEY_FIELD), m.content)
             inserted = db.execute(
                 "INSERT OR IGNORE INTO messages (uuid, thread_uuid, message_key, role, name,"
                 " content, metadata, reference_time, ingested, created_at, user_uuid, clean,"
@@ -505,7 +526,7 @@ class LocalBackend(MemoryBackend):
             self._store_vectors(db, self._embedder, indexed, texts)
 
     async def remove_copies(self, *, thread_uuid: str, copies: Sequence[tuple[str, str]]) -> str:
-        """Deleted. The store's unique message key keeps a late call from storing a copy
+        """Deleted. A message key, unique in its thread, keeps a late call from storing a copy
         at all; one found all the same (written by another tool) goes like any other."""
 
         def work(db: sqlite3.Connection) -> None:
@@ -1111,13 +1132,17 @@ def _replaced(db: sqlite3.Connection, user_uuid: str) -> dict[int, str | None]:
     return {by_key[key]: on for key, on in keys.items() if key in by_key}
 
 
-def _stored_key(db: sqlite3.Connection, key: object, content: str) -> object:
-    """The message key a message is stored under. Another text under a stored key is
-    another message (a client reused an invocation id: the queue keeps both), stored under
-    the key and its text's checksum; the same text again is the same message."""
+def _stored_key(db: sqlite3.Connection, thread_uuid: str, key: object, content: str) -> object:
+    """The message key a message is stored under in its thread. Another text under a
+    stored key is another message (a client reused an invocation id: the queue keeps
+    both), stored under the key and its text's checksum; the same text again is the same
+    message."""
     if key is None:
         return None
-    found = db.execute("SELECT content FROM messages WHERE message_key = ?", (key,)).fetchone()
+    found = db.execute(
+        "SELECT content FROM messages WHERE thread_uuid = ? AND message_key = ?",
+        (thread_uuid, key),
+    ).fetchone()
     if found is None or found[0] == content:
         return key
     return f"{key}#{checksum(content)}"
@@ -1211,11 +1236,16 @@ def _migrate(db: sqlite3.Connection, *, upgrade: bool) -> None:
             db.execute("SELECT id, role, content, ingested FROM messages") if version < 2 else ()
         )
     }
+    # Off while the messages table is rebuilt (version 6): dropping it would otherwise
+    # delete its vectors (it can be changed only outside a transaction).
+    db.execute("PRAGMA foreign_keys=OFF")
     db.execute("BEGIN IMMEDIATE")
     try:
         if db.execute("PRAGMA user_version").fetchone()[0] < SCHEMA_VERSION:
             if version < 2:
                 _add_columns(db, verdicts)
+            if version < 6:
+                _keys_per_thread(db)
             for statement in RETRIEVAL_SCHEMA:
                 db.execute(statement)
             rows = db.execute(
@@ -1228,6 +1258,34 @@ def _migrate(db: sqlite3.Connection, *, upgrade: bool) -> None:
     except BaseException:
         db.rollback()
         raise
+    finally:
+        db.execute("PRAGMA foreign_keys=ON")
+
+
+def _keys_per_thread(db: sqlite3.Connection) -> None:
+    """Version 6: a message key unique in its thread and a call's key kept per thread,
+    where they were unique in the file (another deployment's import of the same session
+    was taken for a replay and stored nothing). The messages keep their ids (the index's
+    and the vectors' rowids). The file-wide call keys go: which thread each was for is not
+    recorded, and a call sent again is stored once all the same, by its messages' keys,
+    which every writer's messages carry."""
+    keyed = [
+        row[1]
+        for row in db.execute("PRAGMA index_list(messages)").fetchall()
+        if row[3] == "u"
+        and [c[2] for c in db.execute(f"PRAGMA index_info('{row[1]}')")] == ["message_key"]
+    ]
+    if keyed:  # the key is unique in the file: the table is made again without that
+        columns = ", ".join(r[1] for r in db.execute("PRAGMA table_info(messages)"))
+        db.execute(f"CREATE TABLE messages_per_thread ({MESSAGES_COLUMNS})")
+        db.execute(f"INSERT INTO messages_per_thread ({columns}) SELECT {columns} FROM messages")
+        db.execute("DROP TABLE messages")
+        db.execute("ALTER TABLE messages_per_thread RENAME TO messages")
+    for index in MESSAGES_INDEXES:
+        db.execute(index)
+    if "thread_uuid" not in {r[1] for r in db.execute("PRAGMA table_info(idempotency)")}:
+        db.execute("DROP TABLE idempotency")
+        db.execute(f"CREATE TABLE idempotency ({IDEMPOTENCY_COLUMNS})")
 
 
 def _add_columns(db: sqlite3.Connection, verdicts: dict[int, _Verdict]) -> None:

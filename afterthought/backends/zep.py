@@ -219,6 +219,15 @@ def _load_sdk() -> None:
         importlib.import_module(name)
 
 
+def scoped_key(key: str, target: str) -> str:
+    """An idempotency key as sent to Zep: the caller's, and what it writes to (a thread, a
+    graph). Zep may keep keys per project rather than per request path, and the callers'
+    keys are made from ADK's ids and the words (``batching.Call``, ``contract``): another
+    deployment's (or another backend user's) import of the same session, or the same fact,
+    would be taken for a replay of the first and stored nowhere."""
+    return f"{key}@{digest(target, size=16)}"
+
+
 class ZepBackend(MemoryBackend):
     name = "zep"
     capabilities = Capabilities(
@@ -358,7 +367,8 @@ class ZepBackend(MemoryBackend):
         # caller's key, the options here. Callers keep the body of a call the same at
         # every attempt (the worker asks ``return_context`` of every call alike,
         # ``batching.asks_context``), so every attempt carries the first one's key.
-        key = f"{idempotency_key}:{digest(str(return_context), *sorted(ignore_roles), size=12)}"
+        options = digest(str(return_context), *sorted(ignore_roles), size=12)
+        key = scoped_key(f"{idempotency_key}:{options}", thread_uuid)
         result = await self._call(
             lambda z: z.thread.add_messages(
                 thread_uuid,
@@ -441,7 +451,8 @@ class ZepBackend(MemoryBackend):
             lambda z: z.context.create_template(
                 name=name,
                 template=template,
-                idempotency_key=f"template:{name}",
+                # Templates are the project's: one name with another text is another one.
+                idempotency_key=f"template:{digest(name, template)}",
                 request_options=self._options(),
             )
         )
@@ -484,7 +495,9 @@ class ZepBackend(MemoryBackend):
         add = key if said_ms is None else f"{key}@{said_ms}"
         for i, piece in enumerate(pieces):
             part_key = key if len(pieces) == 1 else f"{key}:{i}"
-            idempotency = f"fact:{add}" if len(pieces) == 1 else f"fact:{add}:{i}"
+            idempotency = scoped_key(
+                f"fact:{add}" if len(pieces) == 1 else f"fact:{add}:{i}", user.graph_uuid
+            )
             metadata: dict[str, Any] = {MESSAGE_KEY_FIELD: part_key, "trust": trust}
             if len(pieces) > 1:
                 metadata["afterthought_part"] = f"{i + 1}/{len(pieces)}"
@@ -705,8 +718,10 @@ class ZepBackend(MemoryBackend):
             )
             for fact in add
         ]
-        key = "facts:" + digest(
-            *(f.signature for f in add), *(k for f in add for k in f.source_keys)
+        key = scoped_key(
+            "facts:"
+            + digest(*(f.signature for f in add), *(k for f in add for k in f.source_keys)),
+            user.graph_uuid,
         )
         await self._call(
             lambda z: z.graph.edge.add(

@@ -154,7 +154,7 @@ class _State:
     threads: dict[str, JSON] = field(default_factory=dict)
     messages: dict[str, list[JSON]] = field(default_factory=dict)
     replies: dict[tuple[str, str, str], _Kept] = field(default_factory=dict)
-    """Replies to keyed mutations, by method, path and key."""
+    """Replies to keyed mutations, by key (and method and path: ``key_scope``)."""
     episodes: dict[str, list[JSON]] = field(default_factory=dict)
     templates: dict[str, JSON] = field(default_factory=dict)
     edges: dict[str, list[JSON]] = field(default_factory=dict)
@@ -184,6 +184,7 @@ class ZepFake:
         idempotency_window: float | None = None,
         key_reuse: str = "422",
         key_in_flight: str = "409",
+        key_scope: str = "project",
         duplicate_user_status: int = 400,
         plan: str = "free",
         too_long_status: int = 400,
@@ -217,6 +218,9 @@ class ZepFake:
         self.key_in_flight = key_in_flight
         """A repeated key while the first request runs: ``wait`` for it and replay its
         reply, answer ``409``, or ``run_both``."""
+        self.key_scope = key_scope
+        """Where a key is known: in the whole ``project`` (one key on two paths, two
+        threads say, is one request), or per ``path`` (method and path)."""
         self.duplicate_user_status = duplicate_user_status
         """``user.create`` of a taken ``user_id``: 400 "already exists" (as Zep answers) or 409."""
         self.plan = plan
@@ -406,8 +410,9 @@ class ZepFake:
     def configure(self, body: JSON) -> None:
         """Set switches (any of :data:`_SWITCHES`) and add ``faults``. Defaults:
         ``honor_idempotency`` True, ``idempotency_window`` None (forever), ``key_reuse``
-        ``422``, ``key_in_flight`` ``409``, ``duplicate_user_status`` 400, ``plan`` ``free``
-        (2,500 characters), ``too_long_status`` 400, ``delete_pending_polls`` 2,
+        ``422``, ``key_in_flight`` ``409``, ``key_scope`` ``project``,
+        ``duplicate_user_status`` 400, ``plan`` ``free`` (2,500 characters),
+        ``too_long_status`` 400, ``delete_pending_polls`` 2,
         ``delete_pending_seconds`` 1, ``delete_outcome`` ``succeeded``,
         ``ingestion_lag_calls`` 1 (as Zep: a write shows from the next call on),
         ``ingestion_lag_seconds`` 0, ``max_page_size`` 50, ``search_unmatched``
@@ -477,10 +482,11 @@ class ZepFake:
             yield
             return
         with self._lock:
-            held = self._keys_in_flight.setdefault((method, path, key), threading.Lock())
+            scope = self._scope(method, path, key)
+            held = self._keys_in_flight.setdefault(scope, threading.Lock())
             # One served late is still running: a repeat gets 409, or (``wait``, which
             # cannot wait for a clock a test moves) runs, and the late one replays it.
-            late = any((h.method, h.path, h.key) == (method, path, key) for h in self._state.held)
+            late = any(self._scope(h.method, h.path, h.key) == scope for h in self._state.held)
         if late and self.key_in_flight == "409":
             raise _error(409, "idempotency_conflict", "a request with this key is in progress")
         if not held.acquire(blocking=self.key_in_flight == "wait"):
@@ -494,7 +500,13 @@ class ZepFake:
         """Whether a reply is kept for this key (checked on arrival: with ``run_both``, a
         request that arrived before any reply was kept runs, whatever lands meanwhile)."""
         with self._lock:
-            return (method, path, key or "") in self._state.replies
+            return self._scope(method, path, key) in self._state.replies
+
+    def _scope(self, method: str, path: str, key: str | None) -> tuple[str, str, str]:
+        """What a key is known by (``key_scope``)."""
+        if self.key_scope == "project":
+            return ("", "", key or "")
+        return (method, path, key or "")
 
     def handle(
         self,
@@ -517,7 +529,7 @@ class ZepFake:
             with self._lock:
                 self._calls += 1
                 self._settle()
-                scope = (method, path, key or "")
+                scope = self._scope(method, path, key)
                 request = json.dumps(body, sort_keys=True)
                 kept = self._state.replies.get(scope) if keyed and replay else None
                 if kept is not None and self._honoured(kept):
@@ -1130,6 +1142,7 @@ _SWITCHES: dict[str, tuple[Any, ...]] = {
     "idempotency_window": (),
     "key_reuse": KEY_REUSE,
     "key_in_flight": KEY_IN_FLIGHT,
+    "key_scope": ("project", "path"),
     "duplicate_user_status": (400, 409),
     "plan": tuple(PLAN_CONTENT_LIMITS),
     "too_long_status": (400, 413),
