@@ -33,6 +33,7 @@ from afterthought.backends.retrieval import (
     HOP_FROM,
     Statement,
     fuse,
+    expansion_terms,
     hop_terms,
     informativeness,
     match_expression,
@@ -707,6 +708,8 @@ class LocalBackend(MemoryBackend):
 
     def _ranked(self, db: sqlite3.Connection, user_uuid: str, query: str) -> list[int]:
         lexical = _lexical(db, user_uuid, query_terms(query))
+        if expansion := expansion_terms(query):
+            lexical = fuse([lexical, _lexical(db, user_uuid, expansion)])
         if self._embedder is None or self._dense is None or not query.strip():
             return lexical
         from afterthought.backends.embeddings import unit_rows

@@ -246,6 +246,33 @@ def informativeness(text: str) -> int:
     return sum(1 for signal in signals if signal)
 
 
+#: Saying words added to a question at most (``expansion_terms``).
+MAX_EXPANSION = 24
+
+
+@functools.lru_cache(maxsize=1)
+def _concepts() -> tuple[tuple[frozenset[str], tuple[str, ...]], ...]:
+    from afterthought.concepts import CONCEPTS
+
+    return tuple(
+        (frozenset(stem(w) for w in words(asking)), tuple(saying.split()))
+        for asking, saying in CONCEPTS
+    )
+
+
+def expansion_terms(query: str) -> list[str]:
+    """The words a statement about what ``query`` asks is commonly said with
+    (``afterthought.concepts``): "what's my pup's name?" asks about pets, said with "dog",
+    "cat", "adopted"... Words the query holds are left out; none for a query that names no
+    concept."""
+    asked = query_stems(query)
+    out: dict[str, None] = {}
+    for asking, saying in _concepts():
+        if asked & asking:
+            out.update((w, None) for w in saying if stem(w) not in asked)
+    return list(out)[:MAX_EXPANSION]
+
+
 #: A second hop from the best statements' names: "the restaurant Mbali recommended" finds
 #: "Mbali swears by Dosa Palace", whose "Dosa Palace" finds "took Ugo to Dosa Palace"; "my
 #: trip to see my aunt" finds "my aunt Rahel lives in Calgary" by "aunt".

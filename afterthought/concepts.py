@@ -1,0 +1,85 @@
+"""What a question about the user's life is asked in, and what the answer is said in.
+
+People ask "what's my pup's name?" of a statement that says "Cannoli (our dog) knocked a
+glass over", and "where am I based these days?" of "we finally moved to Montreal": the
+words of the question are not those of the answer, and a lexical index finds nothing
+without a bridge. Each concept here is one everyday topic of a personal history: the words
+that ask about it, and the words a statement about it is commonly said with. A question
+holding an asking word is also ranked by the saying words (``retrieval.expansion_terms``).
+
+Data only, general English, one concept per entry; words are matched as the index reads
+them (stemmed, case and accents folded), a phrase as a phrase."""
+
+from __future__ import annotations
+
+#: (asking words, saying words) per concept.
+CONCEPTS: tuple[tuple[str, str], ...] = (
+    # Where the user lives.
+    (
+        "live living home city town based address neighbourhood neighborhood relocate"
+        " relocated move moved packed country",
+        "live lived living moved move relocation relocated settled flat apartment house"
+        " rent unpacking here",
+    ),
+    # Work.
+    (
+        "work working job employer company career office employed hired profession"
+        " living colleague",
+        "work job start started offer onboarding hired company office role position"
+        " promoted colleagues boss shift",
+    ),
+    # Pets.
+    (
+        "pet pets pup puppy dog doggy cat kitty kitten rodent bird animal vet four-legged"
+        " furry fish hamster rabbit",
+        "dog cat puppy kitten hamster rabbit parrot budgie ferret tortoise turtle fish"
+        " vet adopted shelter pet guinea pig",
+    ),
+    # Food, drink and what the user cannot have.
+    (
+        "eat food menu dessert dinner meal restaurant potluck recipe cook cooking snack"
+        " breakfast lunch drink drinks bar toast wine beer cocktail order cafe cafe"
+        " safely",
+        "allergic allergy intolerant intolerance vegan vegetarian gluten coeliac celiac"
+        " lactose dairy nuts teetotal sober alcohol diet halal kosher",
+    ),
+    # Health and the body.
+    (
+        "health hike hiking winter cold outdoor outdoors skating ski skiing exercise"
+        " sport pack mountains",
+        "condition diagnosed asthma arthritis migraine knee back injury cold fingers"
+        " allergy allergic",
+    ),
+    # Travel.
+    (
+        "trip travel travelling traveling holiday vacation abroad flight fly weekend"
+        " getaway visit",
+        "flying fly plane flight travel trip holiday passport visa seasick",
+    ),
+    # Family.
+    (
+        "family kids children child son daughter day out parent",
+        "kids children son daughter twins baby toddler wife husband partner family",
+    ),
+    # The home itself.
+    (
+        "table hosting furniture guests sofa space room suit apartment flat house",
+        "studio flat apartment small tiny garden house room bedroom",
+    ),
+    # Learning.
+    ("language languages learning picking study studying course", "learning lessons speak fluent"),
+    # Reading.
+    ("novels novel books book author authors read reading", "reading rereading novel book author"),
+    # Sport teams.
+    ("club team fan support supporter football soccer match", "support fan season match team"),
+    # Music.
+    (
+        "instrument practice music musical play playing",
+        "piano guitar violin drums cello flute practice lessons",
+    ),
+    # Exercise routines.
+    (
+        "mileage running run distance pool swim swimming gym weekly routine workout",
+        "km miles lengths laps running swimming gym week",
+    ),
+)
