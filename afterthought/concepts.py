@@ -58,7 +58,7 @@ CONCEPTS: tuple[tuple[str, str], ...] = (
     ),
     # Family.
     (
-        "family kids children child son daughter day out parent",
+        "family kids children child son daughter parent",
         "kids children son daughter twins baby toddler wife husband partner family",
     ),
     # The home itself.

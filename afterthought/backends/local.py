@@ -39,6 +39,7 @@ from afterthought.backends.retrieval import (
     match_expression,
     query_stems,
     query_terms,
+    question_terms,
     question_in,
     render_block,
     scoped,
@@ -707,7 +708,7 @@ class LocalBackend(MemoryBackend):
         return list(dict.fromkeys([*best, *second[:RELEVANT_HOPS], *first]))
 
     def _ranked(self, db: sqlite3.Connection, user_uuid: str, query: str) -> list[int]:
-        lexical = _lexical(db, user_uuid, query_terms(query))
+        lexical = _lexical(db, user_uuid, question_terms(query))
         if expansion := expansion_terms(query):
             lexical = fuse([lexical, _lexical(db, user_uuid, expansion)])
         if self._embedder is None or self._dense is None or not query.strip():

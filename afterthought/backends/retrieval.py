@@ -45,6 +45,14 @@ _STOPWORD_TEXT = """
     thank please sure really well lol haha hmm
 """
 STOPWORDS = frozenset(_STOPWORD_TEXT.split())
+#: How a question about the past is framed ("remind me", "these days", "what's it called
+#: again"): words of the asking, not of the thing asked about, so they select and weigh
+#: nothing in a question (they are still indexed, and still found in a search).
+_FRAMING_TEXT = """
+    remind again usual usually day days currently current moment lately recently nowadays
+    tell mentioned mention said say remember thing things something anything kind sort
+"""
+FRAMING = frozenset(_FRAMING_TEXT.split())
 
 
 def _marks() -> str:
@@ -132,6 +140,12 @@ def query_terms(query: str) -> list[str]:
     named = {w.casefold() for w in _WORD.findall(query) if w[:1].isupper() or w.isdigit()}
     kept = set(sorted(terms, key=lambda t: (t in named, len(t)), reverse=True)[:MAX_TERMS])
     return [t for t in terms if t in kept]
+
+
+def question_terms(query: str) -> list[str]:
+    """What a block is retrieved by for the user's message: its content words
+    (``query_terms``) less the words that frame a question about the past (``FRAMING``)."""
+    return [t for t in query_terms(query) if t not in FRAMING]
 
 
 #: The index's tokenizer: Porter stemming over unicode61 with diacritics removed.
@@ -410,7 +424,9 @@ def claims(text: str) -> dict[str, str]:
     for number, unit in _AMOUNT.findall(text):
         counted = [w for w in unit.casefold().split() if w not in _UNIT_FILLER]
         if len(counted) >= 2 and counted[0] not in STOPWORDS:
-            found["amount:" + " ".join(counted[:2])] = number
+            # What is counted is its first word: "50 lengths at the pool" and "60 lengths
+            # now" count one thing, whatever follows.
+            found["amount:" + counted[0]] = number
     for place in _PLACE.findall(text):
         found["place"] = place.casefold()
     return found
