@@ -77,6 +77,30 @@ CONCEPTS: tuple[tuple[str, str], ...] = (
         "instrument practice music musical play playing",
         "piano guitar violin drums cello flute practice lessons",
     ),
+    # Studies.
+    (
+        "university college school degree course project thesis study studies exam",
+        "dissertation thesis degree exam exams graduated graduation course essay",
+    ),
+    # Appointments.
+    (
+        "appointment optician doctor dentist clinic hospital checkup scan",
+        "appointment eye test dentist doctor scan check",
+    ),
+    # Races and events entered.
+    ("race 5k 10k 21k 42k marathon", "marathon half race 10k 5k"),
+    # Speaking and performing.
+    (
+        "speaker speaking speech talk presentation debut perform performance stage",
+        "talk conference presentation speech gig stage",
+    ),
+    # Gardening.
+    ("garden plot gardening grow growing", "allotment garden plot vegetables"),
+    # Official papers.
+    (
+        "ceremony citizenship naturalisation naturalization passport visa papers",
+        "citizenship ceremony passport visa residency",
+    ),
     # Exercise routines.
     (
         "mileage running run distance pool swim swimming gym weekly routine workout",
