@@ -52,8 +52,7 @@ CONCEPTS: tuple[tuple[str, str], ...] = (
     ),
     # Travel.
     (
-        "trip travel travelling traveling holiday vacation abroad flight fly weekend"
-        " getaway visit",
+        "trip travel travelling traveling holiday vacation abroad flight fly weekend getaway visit",
         "flying fly plane flight travel trip holiday passport visa seasick",
     ),
     # Family.
