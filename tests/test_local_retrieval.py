@@ -1099,3 +1099,18 @@ async def test_the_second_hop_starts_from_each_of_the_best_statements(
     await _say(backend, thread, *(f"I watered the fern number {i} today" for i in range(60)))
     block = await _context(backend, alice, "Which city am I travelling to in August?", 800)
     assert "stay with Elio" in block and "docks in Brno" in block
+
+
+async def test_a_wish_or_a_plan_not_carried_out_supersedes_nothing(
+    backend: LocalBackend,
+) -> None:
+    alice, thread = await _user(backend, "alice")
+    await _say(backend, thread, "Big news, we finally moved to Montreal last weekend.", at=DAY)
+    later = "2026-04-02T10:00:00+00:00"
+    await _say(
+        backend, thread, "If I ever moved it would be to Almaty, but that's a fantasy.", at=later
+    )
+    await _say(backend, thread, "We thought about moving to Ghent but the rents are mad.", at=later)
+    said = _said(await _context(backend, alice, "which city did I move to?"))
+    assert '- [2026-03-02] "Big news, we finally moved to Montreal last weekend."' in said
+    assert not any("superseded" in line for line in said)

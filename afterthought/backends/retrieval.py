@@ -415,19 +415,30 @@ _PLACE = re.compile(
 )
 
 
+#: What makes a sentence a wish, a plan or a thing nearly done rather than a fact.
+_UNREAL = re.compile(
+    r"\b(?:if|would|could|might|maybe|perhaps|thought about|thinking about|considered"
+    r"|considering|nearly|almost|wish|dream|someday|one day|fantasy|tempted)\b",
+    re.I,
+)
+
+
 @functools.lru_cache(maxsize=16384)
 def claims(text: str) -> dict[str, str]:
     """What ``text`` gives as the user's value of something: slot -> value (see
     ``_AMOUNT``, ``_PLACE``). An amount counts only with two words of what it counts
     ("50 km a week", not "3 kids": another person's three kids are no update)."""
     found: dict[str, str] = {}
-    for number, unit in _AMOUNT.findall(text):
+    # A wish or a plan not carried out gives no value: "if I ever moved it would be to
+    # Almaty" and "we thought about moving to Ghent" leave the user where they live.
+    said = " ".join(s for s in _SENTENCE_OR_LINE.split(text) if not _UNREAL.search(s))
+    for number, unit in _AMOUNT.findall(said):
         counted = [w for w in unit.casefold().split() if w not in _UNIT_FILLER]
         if len(counted) >= 2 and counted[0] not in STOPWORDS:
             # What is counted is its first word: "50 lengths at the pool" and "60 lengths
             # now" count one thing, whatever follows.
             found["amount:" + counted[0]] = number
-    for place in _PLACE.findall(text):
+    for place in _PLACE.findall(said):
         found["place"] = place.casefold()
     return found
 
