@@ -24,16 +24,18 @@ CONCEPTS: tuple[tuple[str, str], ...] = (
     # Work.
     (
         "work working job employer company career office employed hired profession"
-        " living colleague",
+        " living colleague salary firm pays",
         "work job start started offer onboarding hired company office role position"
         " promoted colleagues boss shift",
     ),
     # Pets.
     (
-        "pet pets pup puppy dog doggy cat kitty kitten rodent bird animal vet four-legged"
-        " furry fish hamster rabbit",
-        "dog cat puppy kitten hamster rabbit parrot budgie ferret tortoise turtle fish"
-        " vet adopted shelter pet guinea pig",
+        "pet pets pup puppy dog doggy cat kitty kitten moggy rodent bird animal vet"
+        " four-legged furry feathered shelled fish hamster rabbit bunny lizard reptile"
+        " snake tortoise turtle",
+        "dog cat puppy kitten hamster rabbit bunny parrot budgie canary ferret tortoise"
+        " turtle lizard gecko snake fish goldfish gerbil chinchilla hedgehog guinea pig"
+        " vet adopted shelter pet",
     ),
     # Food, drink and what the user cannot have.
     (
@@ -57,8 +59,8 @@ CONCEPTS: tuple[tuple[str, str], ...] = (
     ),
     # Family.
     (
-        "family kids children child son daughter parent",
-        "kids children son daughter twins baby toddler wife husband partner family",
+        "family kids children child son daughter parent parents father mother",
+        "kids children son daughter twins baby toddler wife husband partner family dad mum mom",
     ),
     # The home itself.
     (
@@ -66,15 +68,22 @@ CONCEPTS: tuple[tuple[str, str], ...] = (
         "studio flat apartment small tiny garden house room bedroom",
     ),
     # Learning.
-    ("language languages learning picking study studying course", "learning lessons speak fluent"),
+    (
+        "language languages tongue learning picking study studying course",
+        "learning lessons speak fluent teacher pronunciation vocabulary grammar",
+    ),
     # Reading.
-    ("novels novel books book author authors read reading", "reading rereading novel book author"),
+    (
+        "novels novel books book author authors writer writers read reading",
+        "reading rereading novel book author",
+    ),
     # Sport teams.
     ("club team fan support supporter football soccer match", "support fan season match team"),
     # Music.
     (
-        "instrument practice music musical play playing",
-        "piano guitar violin drums cello flute practice lessons",
+        "instrument practice music musical play playing band keyboard",
+        "piano guitar violin viola drums cello flute trumpet trombone saxophone clarinet"
+        " ukulele harp bass practice lessons",
     ),
     # Studies.
     (
@@ -99,6 +108,23 @@ CONCEPTS: tuple[tuple[str, str], ...] = (
     (
         "ceremony citizenship naturalisation naturalization passport visa papers",
         "citizenship ceremony passport visa residency",
+    ),
+    # Where the user grew up.
+    (
+        "raised grow grew childhood born hometown upbringing",
+        "grew up born childhood raised",
+    ),
+    # Cars and driving.
+    (
+        "car cars drive driving driver vehicle licence license insurance parking",
+        "car drive driving sold bought test",
+    ),
+    # Coffee, tea and other daily habits.
+    ("caffeine coffee tea drinks cups", "coffee coffees espresso tea cups caffeine"),
+    # Hobbies.
+    (
+        "pastime pastimes hobby hobbies interests free time spare weekend activity",
+        "hobby hobbies obsession obsessions signed took club",
     ),
     # Exercise routines.
     (

@@ -261,7 +261,7 @@ def informativeness(text: str) -> int:
 
 
 #: Saying words added to a question at most (``expansion_terms``).
-MAX_EXPANSION = 24
+MAX_EXPANSION = 40
 
 
 @functools.lru_cache(maxsize=1)
