@@ -31,6 +31,7 @@ from afterthought.backends.base import (
 )
 from afterthought.backends.retrieval import (
     HOP_FROM,
+    asks_now,
     Statement,
     expansion_terms,
     fuse,
@@ -718,7 +719,10 @@ class LocalBackend(MemoryBackend):
     def _ranked(self, db: sqlite3.Connection, user_uuid: str, query: str) -> list[int]:
         lexical = _lexical(db, user_uuid, question_terms(query))
         if expansion := expansion_terms(query):
-            lexical = fuse([lexical, _lexical(db, user_uuid, expansion)])
+            said = _lexical(db, user_uuid, expansion)
+            # "Where do I work now?": of the statements on the topic, the newer first.
+            newest = sorted(said, reverse=True) if asks_now(query) else []
+            lexical = fuse([lexical, said, newest])
         if self._embedder is None or self._dense is None or not query.strip():
             return lexical
         from afterthought.backends.embeddings import unit_rows

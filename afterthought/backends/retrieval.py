@@ -274,6 +274,16 @@ def _concepts() -> tuple[tuple[frozenset[str], tuple[str, ...]], ...]:
     )
 
 
+_NOW = re.compile(
+    r"\b(?:now|currently|current|these days|at the moment|nowadays|lately|still|anymore)\b", re.I
+)
+
+
+def asks_now(query: str) -> bool:
+    """Whether ``query`` asks how things are now ("where do I work these days?")."""
+    return _NOW.search(query) is not None
+
+
 def expansion_terms(query: str) -> list[str]:
     """The words a statement about what ``query`` asks is commonly said with
     (``afterthought.concepts``): "what's my pup's name?" asks about pets, said with "dog",
