@@ -1114,3 +1114,22 @@ async def test_a_wish_or_a_plan_not_carried_out_supersedes_nothing(
     said = _said(await _context(backend, alice, "which city did I move to?"))
     assert '- [2026-03-02] "Big news, we finally moved to Montreal last weekend."' in said
     assert not any("superseded" in line for line in said)
+
+
+async def test_a_question_about_now_finds_the_newest_word_on_its_topic(
+    backend: LocalBackend,
+) -> None:
+    alice, thread = await _user(backend, "alice")
+    january, june = "2026-01-05T08:00:00+00:00", "2026-06-05T08:00:00+00:00"
+    for employer in ("Vodafone", "Philips", "Nokia"):
+        await _say(
+            backend,
+            thread,
+            f"First week at {employer} done, the onboarding at the office was intense.",
+            at=january,
+        )
+    await _say(backend, thread, *(f"I fixed the shelf number {i} today" for i in range(60)))
+    await _say(backend, thread, "Oh and I accepted the offer from Unilever!", at=june)
+    await _say(backend, thread, *(f"I watered the fern number {i} today" for i in range(60)))
+    block = await _context(backend, alice, "Which company am I with these days?", 420)
+    assert "Unilever" in block
