@@ -109,6 +109,14 @@ CONCEPTS: tuple[tuple[str, str], ...] = (
         "ceremony citizenship naturalisation naturalization passport visa papers",
         "citizenship ceremony passport visa residency",
     ),
+    # What advice to the user must respect: asked for advice, the block should hold
+    # what limits it (a fear, an injury, a diet, the hours they keep, who comes along).
+    (
+        "suggest recommend recommendation plan tips advice ideas idea best good schedule book",
+        "allergic allergy intolerant fear terrified afraid phobia injury physio knee"
+        " ankle shoulder back shifts twins teetotal sober vegan vegetarian condition"
+        " diagnosed pregnant",
+    ),
     # Where the user grew up.
     (
         "raised grow grew childhood born hometown upbringing",
