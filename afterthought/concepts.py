@@ -125,7 +125,7 @@ CONCEPTS: tuple[tuple[str, str], ...] = (
     # Cars and driving.
     (
         "car cars drive driving driver vehicle licence license insurance parking",
-        "car drive driving sold bought test",
+        "car drive driving sold bought traded wheels secondhand test",
     ),
     # Coffee, tea and other daily habits.
     ("caffeine coffee tea drinks cups", "coffee coffees espresso tea cups caffeine"),

@@ -31,8 +31,8 @@ from afterthought.backends.base import (
 )
 from afterthought.backends.retrieval import (
     HOP_FROM,
-    asks_now,
     Statement,
+    asks_now,
     expansion_terms,
     fuse,
     hop_terms,
