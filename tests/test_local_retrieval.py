@@ -26,8 +26,10 @@ from afterthought.backends.retrieval import (
     SAID_HEADER,
     STATEMENT_CHARS,
     Statement,
+    expansion_terms,
     fuse,
     query_terms,
+    question_terms,
     render_block,
     scope,
     scoped,
@@ -1089,3 +1091,94 @@ async def test_the_statements_of_a_changed_fact_come_with_every_block(
         ' the river"',
         '- [2025-06-05] "The relocation to Da Nang is done!"',
     ]
+
+
+# --- questions asked in other words than the answer was said in -------------------------------
+
+
+def test_framing_words_of_a_question_select_nothing() -> None:
+    assert question_terms("Remind me, what's my usual pool distance these days?") == [
+        "pool",
+        "distance",
+    ]
+
+
+def test_a_question_about_a_topic_is_also_asked_in_the_words_it_is_said_in() -> None:
+    assert "dog" in expansion_terms("I'm filling in the vet form, what's my pup's name?")
+    assert "moved" in expansion_terms("Which town do I call home at the moment?")
+    assert expansion_terms("Summarise the Silk Road in a paragraph") == []
+
+
+async def test_a_statement_said_in_other_words_than_the_question_is_found(
+    backend: LocalBackend,
+) -> None:
+    alice, thread = await _user(backend, "alice")
+    await _say(backend, thread, "Cannoli (our dog) knocked a glass off the table again.")
+    await _say(backend, thread, *(f"I fixed the shelf number {i} today" for i in range(60)))
+    block = await _context(
+        backend, alice, "I'm filling in the vet form, what's my pup's name?", 600
+    )
+    assert "Cannoli" in block
+
+
+async def test_an_amount_changed_in_other_words_is_marked_superseded(
+    backend: LocalBackend,
+) -> None:
+    alice, thread = await _user(backend, "alice")
+    await _say(backend, thread, "My routine is 50 lengths at the pool, most days.", at=DAY)
+    await _say(backend, thread, "Oh and I've pushed it to 60 lengths now, feeling strong.", at=DAY)
+    said = _said(await _context(backend, alice, "how far do I swim at the pool?"))
+    assert said[:2] == [
+        '- [2026-03-02] (superseded on 2026-03-02) "My routine is 50 lengths at the pool, most'
+        ' days."',
+        '- [2026-03-02] "Oh and I\'ve pushed it to 60 lengths now, feeling strong."',
+    ]
+
+
+async def test_the_second_hop_starts_from_each_of_the_best_statements(
+    backend: LocalBackend,
+) -> None:
+    """The best statements' names, all together, would be cut before the third's."""
+    alice, thread = await _user(backend, "alice")
+    await _say(backend, thread, "Elio, my brother, works on the docks in Brno.")
+    await _say(backend, thread, *(f"I fixed the shelf number {i} today" for i in range(60)))
+    await _say(backend, thread, "August in the city: Ana, Bea, Carla, Dora, Eva, Fia.")
+    await _say(backend, thread, "August in the city: Gil, Hal, Ivo, Jon, Kai, Leo.")
+    await _say(backend, thread, "I'm taking a week off in August to stay with Elio.")
+    await _say(backend, thread, *(f"I watered the fern number {i} today" for i in range(60)))
+    block = await _context(backend, alice, "Which city am I travelling to in August?", 800)
+    assert "stay with Elio" in block and "docks in Brno" in block
+
+
+async def test_a_wish_or_a_plan_not_carried_out_supersedes_nothing(
+    backend: LocalBackend,
+) -> None:
+    alice, thread = await _user(backend, "alice")
+    await _say(backend, thread, "Big news, we finally moved to Montreal last weekend.", at=DAY)
+    later = "2026-04-02T10:00:00+00:00"
+    await _say(
+        backend, thread, "If I ever moved it would be to Almaty, but that's a fantasy.", at=later
+    )
+    await _say(backend, thread, "We thought about moving to Ghent but the rents are mad.", at=later)
+    said = _said(await _context(backend, alice, "which city did I move to?"))
+    assert '- [2026-03-02] "Big news, we finally moved to Montreal last weekend."' in said
+    assert not any("superseded" in line for line in said)
+
+
+async def test_a_question_about_now_finds_the_newest_word_on_its_topic(
+    backend: LocalBackend,
+) -> None:
+    alice, thread = await _user(backend, "alice")
+    january, june = "2026-01-05T08:00:00+00:00", "2026-06-05T08:00:00+00:00"
+    for employer in ("Vodafone", "Philips", "Nokia"):
+        await _say(
+            backend,
+            thread,
+            f"First week at {employer} done, the onboarding at the office was intense.",
+            at=january,
+        )
+    await _say(backend, thread, *(f"I fixed the shelf number {i} today" for i in range(60)))
+    await _say(backend, thread, "Oh and I accepted the offer from Unilever!", at=june)
+    await _say(backend, thread, *(f"I watered the fern number {i} today" for i in range(60)))
+    block = await _context(backend, alice, "Which company am I with these days?", 420)
+    assert "Unilever" in block

@@ -32,6 +32,8 @@ from afterthought.backends.base import (
 from afterthought.backends.retrieval import (
     HOP_FROM,
     Statement,
+    asks_now,
+    expansion_terms,
     fuse,
     hop_terms,
     informativeness,
@@ -39,6 +41,7 @@ from afterthought.backends.retrieval import (
     query_stems,
     query_terms,
     question_in,
+    question_terms,
     render_block,
     scoped,
     split_by_frequency,
@@ -168,8 +171,8 @@ MESSAGE_PAGE = 1000
 RELEVANT = 20
 #: Changed facts whose statements (old and new) every block is offered.
 CHANGED_FACTS = 5
-#: Candidates from the second hop (``retrieval.hop_terms``), placed after the best first.
-RELEVANT_HOPS = 5
+#: Candidates from the second hop (``retrieval.hop_terms``) from each of the best first.
+RELEVANT_HOPS = 2
 #: At most about this many rows are scored by BM25 per query (see ``_lexical``).
 RANKED_ROWS = 1000
 #: When every word of a query is common, the newest rows holding the least common of them
@@ -710,24 +713,37 @@ class LocalBackend(MemoryBackend):
         return found
 
     def _relevant(self, db: sqlite3.Connection, user_uuid: str, query: str) -> list[int]:
-        """The statements about ``query``, then, after the best ``HOP_FROM``, those about
-        the names and relations these hold (``hop_terms``): what a question needs two
-        statements for."""
+        """The statements about ``query``, then, after the best ``HOP_FROM``, for each of
+        these the best ``RELEVANT_HOPS`` about the names and relations it holds
+        (``hop_terms``): what a question needs two statements for ("the city I visit in
+        August" is in "my brother Elio lives in Brno", found by "Elio" from "a week off in
+        August to stay with Elio")."""
         first = self._ranked(db, user_uuid, query)
         best = first[:HOP_FROM]
         if not best:
             return first
-        texts = [
-            r[0]
-            for r in db.execute(
-                f"SELECT content FROM messages WHERE id IN ({','.join('?' * len(best))})", best
-            )
+        texts = dict(
+            db.execute(
+                f"SELECT id, content FROM messages WHERE id IN ({','.join('?' * len(best))})", best
+            ).fetchall()
+        )
+        second = [
+            found
+            for message_id in best
+            if message_id in texts
+            for found in _lexical(db, user_uuid, hop_terms([texts[message_id]], query))[
+                :RELEVANT_HOPS
+            ]
         ]
-        second = _lexical(db, user_uuid, hop_terms(texts, query))
-        return list(dict.fromkeys([*best, *second[:RELEVANT_HOPS], *first]))
+        return list(dict.fromkeys([*best, *second, *first]))
 
     def _ranked(self, db: sqlite3.Connection, user_uuid: str, query: str) -> list[int]:
-        lexical = _lexical(db, user_uuid, query_terms(query))
+        lexical = _lexical(db, user_uuid, question_terms(query))
+        if expansion := expansion_terms(query):
+            said = _lexical(db, user_uuid, expansion)
+            # "Where do I work now?": of the statements on the topic, the newer first.
+            newest = sorted(said, reverse=True) if asks_now(query) else []
+            lexical = fuse([lexical, said, newest])
         if self._embedder is None or self._dense is None or not query.strip():
             return lexical
         from afterthought.backends.embeddings import unit_rows

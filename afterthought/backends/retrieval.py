@@ -47,6 +47,14 @@ _STOPWORD_TEXT = """
     thank please sure really well lol haha hmm
 """
 STOPWORDS = frozenset(_STOPWORD_TEXT.split())
+#: How a question about the past is framed ("remind me", "these days", "what's it called
+#: again"): words of the asking, not of the thing asked about, so they select and weigh
+#: nothing in a question (they are still indexed, and still found in a search).
+_FRAMING_TEXT = """
+    remind again usual usually day days currently current moment lately recently nowadays
+    tell mentioned mention said say remember thing things something anything kind sort
+"""
+FRAMING = frozenset(_FRAMING_TEXT.split())
 
 
 def _marks() -> str:
@@ -134,6 +142,12 @@ def query_terms(query: str) -> list[str]:
     named = {w.casefold() for w in _WORD.findall(query) if w[:1].isupper() or w.isdigit()}
     kept = set(sorted(terms, key=lambda t: (t in named, len(t)), reverse=True)[:MAX_TERMS])
     return [t for t in terms if t in kept]
+
+
+def question_terms(query: str) -> list[str]:
+    """What a block is retrieved by for the user's message: its content words
+    (``query_terms``) less the words that frame a question about the past (``FRAMING``)."""
+    return [t for t in query_terms(query) if t not in FRAMING]
 
 
 #: The index's tokenizer: Porter stemming over unicode61 with diacritics removed.
@@ -246,6 +260,43 @@ def informativeness(text: str) -> int:
     )
     signals = (named, _DIGIT.search(text), _DATE.search(text), _RELATION.search(text))
     return sum(1 for signal in signals if signal)
+
+
+#: Saying words added to a question at most (``expansion_terms``).
+MAX_EXPANSION = 40
+
+
+@functools.lru_cache(maxsize=1)
+def _concepts() -> tuple[tuple[frozenset[str], tuple[str, ...]], ...]:
+    from afterthought.concepts import CONCEPTS
+
+    return tuple(
+        (frozenset(stem(w) for w in words(asking)), tuple(saying.split()))
+        for asking, saying in CONCEPTS
+    )
+
+
+_NOW = re.compile(
+    r"\b(?:now|currently|current|these days|at the moment|nowadays|lately|still|anymore)\b", re.I
+)
+
+
+def asks_now(query: str) -> bool:
+    """Whether ``query`` asks how things are now ("where do I work these days?")."""
+    return _NOW.search(query) is not None
+
+
+def expansion_terms(query: str) -> list[str]:
+    """The words a statement about what ``query`` asks is commonly said with
+    (``afterthought.concepts``): "what's my pup's name?" asks about pets, said with "dog",
+    "cat", "adopted"... Words the query holds are left out; none for a query that names no
+    concept."""
+    asked = query_stems(query)
+    out: dict[str, None] = {}
+    for asking, saying in _concepts():
+        if asked & asking:
+            out.update((w, None) for w in saying if stem(w) not in asked)
+    return list(out)[:MAX_EXPANSION]
 
 
 #: A second hop from the best statements' names: "the restaurant Mbali recommended" finds
@@ -384,17 +435,30 @@ _PLACE = re.compile(
 )
 
 
+#: What makes a sentence a wish, a plan or a thing nearly done rather than a fact.
+_UNREAL = re.compile(
+    r"\b(?:if|would|could|might|maybe|perhaps|thought about|thinking about|considered"
+    r"|considering|nearly|almost|wish|dream|someday|one day|fantasy|tempted)\b",
+    re.I,
+)
+
+
 @functools.lru_cache(maxsize=16384)
 def claims(text: str) -> dict[str, str]:
     """What ``text`` gives as the user's value of something: slot -> value (see
     ``_AMOUNT``, ``_PLACE``). An amount counts only with two words of what it counts
     ("50 km a week", not "3 kids": another person's three kids are no update)."""
     found: dict[str, str] = {}
-    for number, unit in _AMOUNT.findall(text):
+    # A wish or a plan not carried out gives no value: "if I ever moved it would be to
+    # Almaty" and "we thought about moving to Ghent" leave the user where they live.
+    said = " ".join(s for s in _SENTENCE_OR_LINE.split(text) if not _UNREAL.search(s))
+    for number, unit in _AMOUNT.findall(said):
         counted = [w for w in unit.casefold().split() if w not in _UNIT_FILLER]
         if len(counted) >= 2 and counted[0] not in STOPWORDS:
-            found["amount:" + " ".join(counted[:2])] = number
-    for place in _PLACE.findall(text):
+            # What is counted is its first word: "50 lengths at the pool" and "60 lengths
+            # now" count one thing, whatever follows.
+            found["amount:" + counted[0]] = number
+    for place in _PLACE.findall(said):
         found["place"] = place.casefold()
     return found
 
