@@ -232,6 +232,25 @@ def _reshard(args: argparse.Namespace) -> int:
     return _with_redis(args, work)
 
 
+def _sweep(args: argparse.Namespace) -> int:
+    """Lifetimes for keys an older version wrote without one: a dry run unless ``--yes``."""
+    from afterthought.lifetimes import sweep
+
+    async def work(settings: Settings, client: aioredis.Redis) -> int:
+        done = await sweep(
+            client, settings, apply=bool(args.yes), cursor=args.cursor, pages=args.pages
+        )
+        print(json.dumps(asdict(done)))
+        if done.cursor is not None:
+            print(f"not done: run again with --cursor {done.cursor}", file=sys.stderr)
+        if done.dry_run:
+            print("a dry run: add --yes to give them their lifetimes", file=sys.stderr)
+            return USAGE
+        return OK
+
+    return _with_redis(args, work)
+
+
 def _describe(status: Status) -> str:
     q, pause, synth = status.queue, status.pause, status.synthesis
     oldest = "-" if q.oldest_age_seconds is None else f"{q.oldest_age_seconds:.1f}s"
@@ -773,6 +792,20 @@ def _parser() -> argparse.ArgumentParser:
     )
     forget.add_argument("--yes", action="store_true", help="really forget")
     forget.set_defaults(run=_operate, usage=forget)
+
+    sweep = commands.add_parser(
+        "sweep",
+        parents=shared,
+        help="give keys written without a lifetime theirs (a dry run unless --yes)",
+        description="Sessions' and users' keys written before they had lifetimes expire "
+        "idle_ttl_seconds after this (never while a message of theirs waits); nothing else "
+        "is touched. Counts them (JSON) and exits 2 without --yes. At most --pages pages "
+        "of 1000 keys a run: one that stops before the end prints where to resume.",
+    )
+    sweep.add_argument("--yes", action="store_true", help="give them their lifetimes")
+    sweep.add_argument("--cursor", help="resume where a run stopped (it printed this)")
+    sweep.add_argument("--pages", type=_count, default=1000, help="pages of 1000 keys a run")
+    sweep.set_defaults(run=_sweep, usage=sweep)
 
     backfill = commands.add_parser(
         "backfill",

@@ -195,7 +195,14 @@ class IdentityRegistry:
             await self._redis.delete(self._keys.person(user_id))  # untagged: on its own
             # The backend's answer is the forgotten user, or them made again after the
             # forget deleted them (the backend has no fence): gone either way.
-            await backend.delete_user(user=user)
+            try:
+                await backend.delete_user(user=user)
+            except BackendError:
+                # Left in the backend: the forget is recorded pending again, so a worker's
+                # sweep deletes them by their backend user id, and ``status`` counts it.
+                from afterthought.worker.forget import reopen  # the forget imports us
+
+                await reopen(self._redis, self._settings, app=app, user_id=user_id)
             # Transient: a retry provisions whoever speaks after the forget afresh.
             raise BackendError("unavailable", code="forgotten_meanwhile")
         return user, created

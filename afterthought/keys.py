@@ -358,3 +358,30 @@ class Keys:
 
     def lock(self, name: str) -> str:
         return f"{self.prefix}:lock:{name}"
+
+    # --- lifetimes of keys written before them (``afterthought.lifetimes``) ----------------
+    def lifetime_of(self, name: str) -> tuple[str, tuple[str, ...]] | None:
+        """For one of the deployment's keys whose lifetime waits on a queue (docs/DESIGN.md,
+        "Key lifetimes"), its kind and what guards it, from its name alone: a thread hash
+        or a session's registry entry, the session's pending list; a user's registry entry
+        or thread set, their thread set and the head of their shard's pending lists. None for
+        any other key. A session entry's last part is the digest of the session's ids, of
+        which its thread key is the first 24 characters (``contract.thread_key``: the
+        same digest, shorter)."""
+        if name.startswith("{"):
+            head = name[: name.find("}") + 1]
+            if not head.startswith(f"{{{self.prefix}:"):
+                return None
+        elif name.startswith(f"{self.prefix}:"):
+            head = self.prefix
+        else:
+            return None
+        kind, _, rest = name[len(head) + 1 :].rpartition(":")
+        pending = f"{head}:pending:"
+        if kind == "thread":
+            return kind, (pending + rest,)
+        if kind.startswith("id:thread:"):
+            return "id:thread", (pending + rest[:24],)
+        if kind in ("id:user", "threads"):
+            return kind, (f"{head}:threads:{rest}", pending)
+        return None

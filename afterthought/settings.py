@@ -98,13 +98,16 @@ class SettingsError(ValueError):
 
     @classmethod
     def of(cls, exc: ValidationError) -> SettingsError:
-        problems = []
+        problems, extra = [], []
         for error in exc.errors(include_input=False):
             if error["type"] == "default_factory_not_called":
                 continue  # a default that waits for the field in error: not a second error
             # The setting alone: a part below it may be a dict key, and a key pasted
             # into the wrong variable must not be echoed.
             field = str(error["loc"][0]) if error["loc"] else ""
+            if error["type"] == "extra_forbidden":
+                extra.append(field)  # the caller's text, not a setting: never said
+                continue
             # Our checks' words, without the prefix pydantic puts before a ValueError's.
             message = error["msg"].removeprefix("Value error, ")
             # An error found under a variable's own name (REDIS_URL) is named by it alone.
@@ -112,7 +115,47 @@ class SettingsError(ValueError):
                 field = f"{field} ({_variable(field)})"
             if (field, message) not in problems:
                 problems.append((field, message))
+        if extra:
+            problems.append(("", _no_such_setting(extra, keywords=True)))
         return cls(problems)
+
+
+def _no_such_setting(names: list[str], *, keywords: bool = False) -> str:
+    """What is wrong with variables (or keyword arguments) that name no setting, without
+    them (one may be a key pasted where a name goes): how many, and the settings they
+    probably meant, as the project names them."""
+    known = _known_variables()
+    if keywords:
+        known = {words: words.lower() for words in known if words.lower() in Settings.model_fields}
+    meant = sorted(
+        {
+            known[close[0]]
+            for name in names
+            if (close := difflib.get_close_matches(_words(name), list(known), n=1))
+        }
+    )
+    what = "keyword argument" if keywords else "AFTERTHOUGHT_ variable"
+    said = f"{len(names)} {what}{'s name' if len(names) > 1 else ' names'} no setting"
+    return said + (f" (did you mean {', '.join(meant)}?)" if meant else "")
+
+
+def _words(name: str) -> str:
+    """A variable or keyword as the settings' variables are compared: ``KEY_PREFIX``."""
+    return name.upper().removeprefix("AFTERTHOUGHT_")
+
+
+def _known_variables() -> dict[str, str]:
+    """Each setting's variables by their words (``KEY_PREFIX``), as the project names them."""
+    known = {}
+    for name, info in Settings.model_fields.items():
+        alias = info.validation_alias
+        for variable in (
+            [str(a) for a in alias.choices if str(a).isupper()]
+            if isinstance(alias, AliasChoices)
+            else [f"AFTERTHOUGHT_{name.upper()}"]
+        ):
+            known[_words(variable)] = variable
+    return known
 
 
 def _variable(field: str) -> str:
@@ -443,49 +486,44 @@ class Settings(BaseSettings):
     @classmethod
     def _absolute_spool(cls, value: Path) -> Path:
         # An agent and a worker started in other directories must name the same spool.
-        return value.expanduser().absolute()
+        return _absolute(value)
 
     @field_validator("local_db_path")
     @classmethod
     def _absolute_store(cls, value: Path) -> Path:
         # Made absolute where it is read: a relative path names another file in a process
-        # started elsewhere, and the logs and warnings should say which file is meant.
+        # started elsewhere. Said without the path, which is the user's text.
         if str(value) == ":memory:":
             return value
-        resolved = value.expanduser().absolute()
+        resolved = _absolute(value)
         if not value.expanduser().is_absolute():
             _warn_once(
                 f"relative:{value}",
-                "local_db_path %s is relative: it names %s here; the agent and the workers "
-                "must resolve the same file (give an absolute path)",
-                value,
-                resolved,
+                "local_db_path (AFTERTHOUGHT_LOCAL_DB_PATH) is relative: each process resolves "
+                "it in its own working directory, so the agent and the workers may use "
+                "different files (give an absolute path)",
             )
         return resolved
 
     @model_validator(mode="after")
     def _unknown_variables(self) -> Settings:
         # A misspelt variable (AFTERTHOUGHT_PREFIX) is otherwise ignored without a word.
-        # Named, never its value (it may be a key).
-        known = {}  # what a variable is compared by (its words), and the variable
-        for name, info in type(self).model_fields.items():
-            alias = info.validation_alias
-            for variable in (
-                [str(a) for a in alias.choices if str(a).isupper()]
-                if isinstance(alias, AliasChoices)
-                else [f"AFTERTHOUGHT_{name.upper()}"]
-            ):
-                known[variable.removeprefix("AFTERTHOUGHT_")] = variable
-        for variable in sorted(os.environ):
-            upper = variable.upper()
-            if not upper.startswith("AFTERTHOUGHT_") or upper in OTHER_VARIABLES:
-                continue
-            words = upper.removeprefix("AFTERTHOUGHT_")
-            if known.get(words) == upper:
-                continue
-            close = difflib.get_close_matches(words, list(known), n=1)
-            meant = f" (did you mean {known[close[0]]}?)" if close else ""
-            _warn_once(f"unknown:{variable}", "unknown setting %s ignored%s", variable, meant)
+        # Not named (its name may be a key pasted where the name goes): counted, with the
+        # settings they probably meant.
+        known = _known_variables()
+        unknown = sorted(
+            variable
+            for variable in os.environ
+            if variable.upper().startswith("AFTERTHOUGHT_")
+            and variable.upper() not in OTHER_VARIABLES
+            and known.get(_words(variable)) != variable.upper()
+        )
+        if unknown:
+            _warn_once(
+                "unknown:" + digest(*unknown),
+                "%s: ignored (`env | grep ^AFTERTHOUGHT_` lists them)",
+                _no_such_setting(unknown),
+            )
         return self
 
     @model_validator(mode="after")
@@ -604,6 +642,15 @@ def _template_fields(template: str) -> tuple[tuple[str, ...], str]:
     if not all(between):
         raise ValueError("zep_user_id_template must have text between any two fields")
     return tuple(field for _, field in named), "".join(sorted(set("".join(between))))
+
+
+def _absolute(path: Path) -> Path:
+    """``path`` from the root, ``~`` expanded; ValueError, without the path, for a ``~user``
+    this machine has no home for (pathlib's RuntimeError would not say which setting)."""
+    try:
+        return path.expanduser().absolute()
+    except RuntimeError:
+        raise ValueError("starts with ~ of a user without a home directory here") from None
 
 
 def _escape(text: str, separators: str) -> str:

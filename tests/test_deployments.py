@@ -276,6 +276,62 @@ async def test_provisioning_another_app_while_the_person_is_forgotten_leaves_not
     await backend.aclose()
 
 
+async def test_a_raced_provisioning_that_cannot_take_back_its_user_leaves_a_pending_forget(
+    any_settings: Settings, redis: aioredis.Redis
+) -> None:
+    """The backend makes the person again after a forget from another app deleted them,
+    and refuses the delete that would take them back: the forget is pending again
+    (``status`` counts it), and a worker's resume deletes the user left behind."""
+    import asyncio
+
+    from afterthought.agent_hooks.provisioning import ensure_thread, ensure_user
+    from afterthought.backends.base import BackendError
+    from afterthought.status import snapshot
+    from afterthought.worker.forget import Forgetter
+
+    keys = Keys.of(any_settings)
+    await ensure_user(app="A", user_id="ada", settings=any_settings)
+    await redis.delete(keys.person("ada"))  # expired: app B asks the backend
+    asked, answer = asyncio.Event(), asyncio.Event()
+    backend = open_backend(any_settings)
+
+    class LateAndStubborn:
+        def __getattr__(self, name: str) -> Any:
+            return getattr(backend, name)
+
+        async def ensure_user(self, **kwargs: Any) -> Any:
+            asked.set()
+            await answer.wait()  # the forget ran meanwhile: this makes them again
+            return await backend.ensure_user(**kwargs)
+
+        async def delete_user(self, **kwargs: Any) -> None:
+            raise BackendError("unavailable", code="test")
+
+    provisioning = asyncio.create_task(
+        ensure_thread(
+            app="B",
+            user_id="ada",
+            session_id="s1",
+            settings=any_settings,
+            backend=LateAndStubborn(),
+        )
+    )
+    await asyncio.wait_for(asked.wait(), 30)
+    forgetter = Forgetter(any_settings, redis, backend)
+    assert not (await forgetter.forget_user(app="A", user_id="ada")).pending
+    answer.set()
+    with pytest.raises(BackendError, match="forgotten_meanwhile"):
+        await provisioning
+    named = await IdentityRegistry(redis, any_settings).backend_user_id(app="B", user_id="ada")
+    assert await backend.find_user(zep_user_id=named) is not None  # left behind
+    assert await redis.hexists(keys.forgets, digest("B", "ada"))
+    assert (await snapshot(redis, any_settings)).forgets.pending == 1
+    await forgetter.resume_pending()
+    assert await backend.find_user(zep_user_id=named) is None
+    assert (await snapshot(redis, any_settings)).forgets.pending == 0
+    await backend.aclose()
+
+
 async def test_a_lost_default_record_is_read_back_from_the_registry(
     any_settings: Settings, redis: aioredis.Redis
 ) -> None:

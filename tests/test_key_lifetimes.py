@@ -300,3 +300,113 @@ async def test_a_fact_deleted_and_added_again_after_its_thread_expired_is_queued
 
 def _ms() -> int:
     return int(time.time() * 1000)
+
+
+@BOTH_LAYOUTS
+async def test_the_sweep_gives_keys_of_an_older_version_their_lifetimes(
+    make_settings: Callable[..., Settings],
+    redis: aioredis.Redis,
+    prefix: str,
+    second_prefix: str,
+) -> None:
+    """Keys written before they had lifetimes (made here by taking theirs away) get the
+    documented one from ``afterthought sweep`` — in pages, resumed from the cursor each
+    run prints — except a session whose messages wait and its user; durable state and
+    another deployment's keys keep what they had."""
+    from afterthought.lifetimes import sweep
+
+    settings = make_settings(idle_ttl_seconds=IDLE_SECONDS)
+    for u in range(3):
+        for s in range(2):
+            await enqueue(settings, _said(u, s, 1))
+    await drain(settings)
+    waiting = _said(0, 0, 2)  # user 0's session 0 says more while no worker runs
+    await enqueue(settings, waiting)
+    keys, queue = Keys.of(settings), ThreadQueue(redis, settings)
+    other = Keys(second_prefix, settings.redis_shards)
+    others = [
+        other.thread(other.thread_ref("soak", "user-0", "s0")),
+        other.user("soak", "user-0"),
+        other.user_threads("a", "u"),
+    ]
+    for name in others:
+        await redis.set(name, "x")
+    before = await _keys(redis, prefix)
+    for name, ttl in before.items():  # as an older version wrote them
+        if _kind(name, prefix) in {"thread", "id:thread", "id:user", "threads"} and ttl > 0:
+            await redis.persist(name)
+    old = await _keys(redis, prefix)
+
+    dry = await sweep(redis, settings, apply=False)
+    assert dry.cursor is None and dict(dry.given) == {
+        "thread": 5, "id:thread": 5, "id:user": 2, "threads": 2,
+    }  # fmt: skip
+    unchanged = {name: ttl == -1 for name, ttl in old.items()}
+    assert {n: t == -1 for n, t in (await _keys(redis, prefix)).items()} == unchanged
+
+    runs, cursor = 0, None
+    while True:
+        runs += 1
+        done = await sweep(redis, settings, apply=True, cursor=cursor, pages=1, page=5)
+        if done.cursor is None:
+            break
+        cursor = done.cursor
+    assert runs > 2  # resumed, not done at once
+    now = await _keys(redis, prefix)
+    held = {keys.thread(queue.ref_of(waiting))}
+    held |= {keys.session(waiting.app, waiting.user_id, waiting.session_id)}
+    held |= {keys.user(waiting.app, waiting.user_id)}
+    held |= {keys.user_threads(waiting.app, waiting.user_id)}
+    for name, ttl in now.items():
+        kind = _kind(name, prefix)
+        if name in held:
+            assert ttl == -1, kind  # a message of theirs waits
+        elif kind in {"thread", "id:thread", "id:user", "threads"}:
+            assert 0 < ttl <= IDLE_SECONDS * 1000, kind
+        else:
+            assert (ttl == -1) == (old[name] == -1), kind  # durable stays durable
+    assert [await redis.pttl(name) for name in others] == [-1, -1, -1]
+    assert not (await sweep(redis, settings, apply=True)).given  # nothing left to give
+    await redis.delete(*others)
+
+
+@pytest.fixture
+def second_prefix(prefix: str) -> str:
+    """Another deployment's prefix on the same Redis (its keys deleted by the test)."""
+    return f"{prefix}x"
+
+
+def test_the_sweep_command_is_a_dry_run_unless_told(local_settings: Settings) -> None:
+    from tests.conftest import run_cli
+
+    dry = run_cli(local_settings, "sweep")
+    assert dry.returncode == 2 and "add --yes" in dry.stderr
+    assert json.loads(dry.stdout)["dry_run"] is True
+    done = run_cli(local_settings, "sweep", "--yes", "--pages", "1000")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["cursor"] is None
+    bad = run_cli(local_settings, "sweep", "--cursor", "x")
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "--cursor" in bad.stderr
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open (issue 22): Zep v4 takes no client thread id and its thread.create replay "
+    "window is undocumented; past it, a session whose registry entry idled out goes on in a "
+    "new thread (see docs/DESIGN.md, Key lifetimes)",
+)
+async def test_a_session_back_after_its_idle_lifetime_keeps_its_backend_thread(
+    zep_settings: Settings, zep_fake: ZepFake, redis: aioredis.Redis, prefix: str
+) -> None:
+    settings = zep_settings.model_copy(update={"idle_ttl_seconds": IDLE_SECONDS})
+    queue = ThreadQueue(redis, settings)
+    assert await queue.enqueue([queued("I like tea", 1)], now_ms=_ms()) == 1
+    await drain(settings)
+    registry = IdentityRegistry(redis, settings)
+    first = await registry.lookup(app="memtest", user_id="alice", session_id="s1")
+    zep_fake.idempotency_window = 0.0  # Zep no longer replays the thread's creation
+    await _idle(redis, prefix, IDLE_SECONDS)
+    assert await queue.enqueue([queued("and biscuits", 2)], now_ms=_ms()) == 1
+    await drain(settings)
+    again = await registry.lookup(app="memtest", user_id="alice", session_id="s1")
+    assert again.thread_uuid == first.thread_uuid

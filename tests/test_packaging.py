@@ -98,6 +98,12 @@ async def test_the_first_agent_remembers_with_a_worker_in_another_process(
         # A secret pasted into the wrong variable, a nested one too, is never echoed.
         ("AFTERTHOUGHT_LEASE_SECONDS", "sk-live-SECRET", "lease_seconds"),
         ("AFTERTHOUGHT_FACT_TTL_DAYS", '{"ephemeral": "sk-live-SECRET"}', "fact_ttl_days"),
+        # A ~user without a home here: pathlib's RuntimeError was a traceback.
+        (
+            "AFTERTHOUGHT_SPOOL_PATH",
+            "~sk-live-SECRET/spool",
+            "spool_path (AFTERTHOUGHT_SPOOL_PATH)",
+        ),
     ],
 )
 def test_the_first_agent_with_a_bad_setting_says_one_line(

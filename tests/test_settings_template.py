@@ -4,9 +4,13 @@ show a value (issue 22's break-it round)."""
 from __future__ import annotations
 
 import json
+import logging
+import traceback
 
 import pytest
+from pydantic import AliasChoices
 
+from afterthought import settings as settings_module
 from afterthought.settings import Settings, SettingsError
 
 SECRET = "z_SECRETkey1234567890abcdef"
@@ -84,3 +88,89 @@ def test_a_template_of_one_field_renders_the_user_id_as_it_is() -> None:
     assert settings.zep_user_id(app="a", user_id="s:u", template="{deployment}:{user_id}") == (
         "d:s%3Au"
     )
+
+
+#: What a secret pasted into the wrong place looks like: no message, log or traceback may
+#: hold it.
+CANARY = "sk_live_CANARY7f3e9a"
+#: Each setting's bad value holding the canary, in the environment; the rest are refused
+#: as the canary alone (not a number, not a choice, not a URL, ...).
+BAD = {
+    "redis_url": f"redis://:{CANARY}@/0",  # no host
+    "arq_redis_url": f"redis://:{CANARY}@/0",
+    "zep_api_key": f"{CANARY} pasted",  # a space
+    "zep_base_url": f"ftp://{CANARY}",
+    "key_prefix": f"{CANARY} x",
+    "local_db_path": f"~{CANARY}/memory.sqlite3",  # a user this machine has no home for
+    "spool_path": f"~{CANARY}/spool",
+    "zep_user_id_template": "{" + CANARY + "}",
+    "fact_ttl_days": json.dumps({CANARY: -1}),
+}
+#: Settings any text is a value of (names, free-form ids, a key): taken as given, never
+#: logged either.
+ANY_TEXT = {
+    "embedding_model", "assistant_name", "context_template_uuid", "synthesis_model",
+    "audit_key", "metrics_host",
+}  # fmt: skip
+
+
+def _variable_of(field: str) -> str:
+    alias = Settings.model_fields[field].validation_alias
+    return (
+        str(alias.choices[0])
+        if isinstance(alias, AliasChoices)
+        else f"AFTERTHOUGHT_{field.upper()}"
+    )
+
+
+@pytest.mark.parametrize("field", sorted(Settings.model_fields))
+def test_no_setting_echoes_a_value_in_its_error_its_logs_or_its_traceback(
+    field: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Table-driven over every setting: a bad value holding a secret is refused in one
+    line naming the setting (and the variable the project defines), never the value."""
+    monkeypatch.setattr(settings_module, "_warned", set())
+    variable = _variable_of(field)
+    monkeypatch.setenv(variable, BAD.get(field, CANARY))
+    caplog.set_level(logging.DEBUG)
+    if field in ANY_TEXT:
+        Settings()
+    else:
+        with pytest.raises(SettingsError) as refused:
+            Settings()
+        said = str(refused.value)
+        trace = "".join(traceback.format_exception(refused.value))
+        assert "\n" not in said and said.startswith("bad setting: ")
+        assert CANARY not in said and CANARY not in trace
+        assert variable in said
+    assert CANARY not in caplog.text
+
+
+def test_an_unknown_variable_or_keyword_is_not_named(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``AFTERTHOUGHT_<a key pasted as a name>``: counted and what it probably meant said,
+    the name itself never (it is the user's text)."""
+    monkeypatch.setattr(settings_module, "_warned", set())
+    monkeypatch.setenv(f"AFTERTHOUGHT_{CANARY}", "1")
+    monkeypatch.setenv("AFTERTHOUGHT_PREFIX", "shop")
+    caplog.set_level(logging.WARNING)
+    Settings()
+    assert CANARY.upper() not in caplog.text.upper()
+    assert "2 AFTERTHOUGHT_ variables name no setting" in caplog.text
+    assert "did you mean AFTERTHOUGHT_KEY_PREFIX?" in caplog.text
+    with pytest.raises(SettingsError) as refused:
+        Settings(**{CANARY: 1, "key_prefx": "shop"})
+    assert CANARY not in str(refused.value)
+    assert "2 keyword arguments name no setting (did you mean key_prefix?)" in str(refused.value)
+
+
+def test_a_relative_store_is_warned_about_without_its_path(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(settings_module, "_warned", set())
+    caplog.set_level(logging.WARNING)
+    settings = Settings(local_db_path=f"{CANARY}/memory.sqlite3")
+    assert settings.local_db_path.is_absolute()
+    assert "local_db_path (AFTERTHOUGHT_LOCAL_DB_PATH) is relative" in caplog.text
+    assert CANARY not in caplog.text

@@ -148,7 +148,6 @@ class Forgetter:
         self.keys = Keys.of(settings)
         self.registry = IdentityRegistry(redis, settings)
         self._cool = redis.register_script(COOL_LUA)
-        self._mark = redis.register_script(MARK_LUA)
         self._done = redis.register_script(DONE_LUA)
         self._person = redis.register_script(PERSON_LUA)
         self.cache = ContextCache(settings)
@@ -178,7 +177,7 @@ class Forgetter:
             # The durable entry first: a stop before the marks leaves a forget a worker
             # resumes (and marks), never marks that no worker knows to finish.
             await self.redis.hset(self.keys.forgets, digest(a, u), json.dumps(record))
-            await self._marks(record)
+            await _marks(self.redis, self.settings, record)
         done = Forgotten(users=len(aliases) if known else 0)
         for a, u in aliases:
             step = await self._complete(a, u)
@@ -254,36 +253,13 @@ class Forgetter:
         done = []
         for raw in (await self.redis.hgetall(self.keys.forgets)).values():
             record = json.loads(raw)
-            await self._marks(record)
+            await _marks(self.redis, self.settings, record)
             done.append(await self._complete(record["app"], record["user_id"]))
         return done
 
-    async def _marks(self, record: dict[str, Any]) -> None:
-        """Mark the user of a recorded forget as being forgotten, with its epoch (a record
-        of an earlier version has none: its forget raised the epoch itself)."""
-        app, user_id = record["app"], record["user_id"]
-        k = self.keys
-        forgot = await self._mark(
-            keys=[k.forgetting(app, user_id), k.epoch(app, user_id), k.forgot(app, user_id)],
-            args=[PENDING, PENDING_MARK_MS, int(record.get("epoch", 0)), FORGOT_KEEP_MS],
-        )
-        person = person_key(self.settings, user_id=user_id)
-        if person is not None and forgot is not None:
-            # Before any wait or purge: a worker of another app the registry does not map
-            # to them yet (turns still queued there) drops what they said before it; and
-            # such an app no longer finds them under their person (as it reads them).
-            await self._person(keys=[person], args=[forgot, FORGOT_KEEP_MS])
-            await self.redis.delete(self.keys.person(user_id))
-
     async def reopen(self, *, app: str, user_id: str) -> None:
-        """A write for the user raced their forget and may have landed after its deletion:
-        the forget is pending again (under the epoch it raised, so what the user said since
-        stays queued), and a worker does it again (``resume_pending``)."""
-        epoch = await self.cache.epoch(self.redis, app=app, user_id=user_id)
-        record = {"app": app, "user_id": user_id, "since": int(time.time() * 1000), "epoch": epoch}
-        await self.redis.hset(self.keys.forgets, digest(app, user_id), json.dumps(record))
-        await self._marks(record)
-        log.warning("forget reopened user=%s: a write raced it", digest(app, user_id))
+        """The user's forget done again (:func:`reopen`)."""
+        await reopen(self.redis, self.settings, app=app, user_id=user_id)
 
     async def raced(self, fence: Fence, *, app: str, user_id: str) -> bool:
         """After a backend write a job made under ``fence``: whether the user's forget
@@ -455,6 +431,36 @@ class Forgetter:
             else:
                 done.statements += _said(await self._restatements(user, fact))
         return done
+
+
+async def _marks(redis: aioredis.Redis, settings: Settings, record: dict[str, Any]) -> None:
+    """Mark the user of a recorded forget as being forgotten, with its epoch (a record of
+    an earlier version has none: its forget raised the epoch itself)."""
+    app, user_id = record["app"], record["user_id"]
+    k = Keys.of(settings)
+    forgot = await redis.register_script(MARK_LUA)(
+        keys=[k.forgetting(app, user_id), k.epoch(app, user_id), k.forgot(app, user_id)],
+        args=[PENDING, PENDING_MARK_MS, int(record.get("epoch", 0)), FORGOT_KEEP_MS],
+    )
+    person = person_key(settings, user_id=user_id)
+    if person is not None and forgot is not None:
+        # Before any wait or purge: a worker of another app the registry does not map to
+        # them yet (turns still queued there) drops what they said before it; and such an
+        # app no longer finds them under their person (as it reads them).
+        await redis.register_script(PERSON_LUA)(keys=[person], args=[forgot, FORGOT_KEEP_MS])
+        await redis.delete(k.person(user_id))
+
+
+async def reopen(redis: aioredis.Redis, settings: Settings, *, app: str, user_id: str) -> None:
+    """A write for the user raced their forget and may have landed after its deletion (or
+    what it wrote could not be taken back): the forget is pending again (under the epoch
+    it raised, so what the user said since stays queued; ``status`` counts it), and a
+    worker does it again (``Forgetter.resume_pending``), finding the backend user by id."""
+    epoch = await ContextCache(settings).epoch(redis, app=app, user_id=user_id)
+    record = {"app": app, "user_id": user_id, "since": int(time.time() * 1000), "epoch": epoch}
+    await redis.hset(Keys.of(settings).forgets, digest(app, user_id), json.dumps(record))
+    await _marks(redis, settings, record)
+    log.warning("forget reopened user=%s: a write raced it", digest(app, user_id))
 
 
 def person_key(settings: Settings, *, user_id: str) -> str | None:
