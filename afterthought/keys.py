@@ -27,6 +27,11 @@ from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
 
 #: A lock's lifetime. (Every key's lifetime: docs/DESIGN.md, "Key lifetimes".)
 LOCK_TTL_MS = 10_000
+#: The field of a user's registry entry (``Keys.user``) that says since when (ms, Redis'
+#: clock) its map of sessions to threads is whole: the user was new, or the map was
+#: rebuilt from the backend. Missing, or older than ``served-by``'s ``since`` (Redis went
+#: back to a snapshot, which may lack threads made after it): rebuilt on the next miss.
+MAPPED_FIELD = "mapped"
 
 
 def digest(*ids: str, size: int = 32) -> str:
@@ -240,11 +245,34 @@ class Keys:
 
     # --- identity registry -----------------------------------------------------------
     def user(self, app: str, user_id: str) -> str:
-        """HASH ``user_uuid``, ``graph_uuid`` of an ADK (app, user)."""
+        """HASH of an ADK (app, user): ``user_uuid``, ``graph_uuid``, the ADK ids, and the
+        user's sessions, ``thread:<tag>`` -> thread uuid (:meth:`thread_field`), with
+        :data:`MAPPED_FIELD`. The sessions live as long as their user: an active user's
+        old sessions keep their thread whatever the backend replays."""
         return f"{self._user_base(app, user_id)}:id:user:{digest(app, user_id)}"
 
+    def session_tag(self, app: str, user_id: str, session_id: str) -> str:
+        """What the backend knows a session by (``SESSION_FIELD`` in its messages'
+        metadata): the deployment over the session's digest, no raw id. Of the session's
+        digest, so the name of a registry entry of before (:meth:`session`) gives it too."""
+        return self.tag_of(digest(app, user_id, session_id))
+
+    def tag_of(self, session_digest: str) -> str:
+        """The session tag of a session's digest (``digest(app, user_id, session_id)``)."""
+        return digest(self.prefix, session_digest)
+
+    def thread_field(self, app: str, user_id: str, session_id: str) -> str:
+        """The field of the user's entry that holds the session's thread uuid."""
+        return self.tag_field(self.session_tag(app, user_id, session_id))
+
+    @staticmethod
+    def tag_field(tag: str) -> str:
+        """The field of a user's entry that holds the thread of the session tagged ``tag``."""
+        return f"thread:{tag}"
+
     def session(self, app: str, user_id: str, session_id: str) -> str:
-        """STRING thread uuid of an ADK session (under its user, so forget finds it)."""
+        """STRING thread uuid of an ADK session, as versions before the user's map
+        (:meth:`user`) wrote it: read while it lives (its idle lifetime), never written."""
         return (
             f"{self._user_base(app, user_id)}:id:thread:"
             f"{digest(app, user_id)}:{digest(app, user_id, session_id)}"

@@ -368,11 +368,12 @@ return 1
 """
 
 # KEYS pending, thread, then (when the worker knows whose thread it is) the user's epoch,
-# forgetting mark, registry user and registry session, all in the user's slot; ARGV count.
-# Everything a worker reads before it sends a batch, in one round trip: the first
-# ``count`` payloads, the in-flight record, its cut and the head's failed attempts and
-# since when, then the user's deletion epoch and forgetting mark and the registry's
-# user_uuid, graph_uuid and thread (false when not asked: a reply has no holes).
+# forgetting mark, registry user and the session's entry of before the user's map, all in
+# the user's slot; ARGV count, then the session's field of the user's map. Everything a
+# worker reads before it sends a batch, in one round trip: the first ``count`` payloads,
+# the in-flight record, its cut and the head's failed attempts and since when, then the
+# user's deletion epoch and forgetting mark and the registry's user_uuid, graph_uuid and
+# thread (the map's, else the old entry's; false when not asked: a reply has no holes).
 HEAD_LUA = """
 local out = {redis.call('LRANGE', KEYS[1], 0, tonumber(ARGV[1]) - 1)}
 local state = redis.call('HMGET', KEYS[2], 'inflight', 'attempts', 'cut', 'failing_since')
@@ -380,8 +381,8 @@ out[2], out[3], out[4], out[5] = state[1], state[2], state[3], state[4]
 out[6], out[7], out[8], out[9], out[10] = false, false, false, false, false
 if KEYS[3] then
   out[6], out[7] = redis.call('GET', KEYS[3]), redis.call('GET', KEYS[4])
-  local user = redis.call('HMGET', KEYS[5], 'user_uuid', 'graph_uuid')
-  out[8], out[9], out[10] = user[1], user[2], redis.call('GET', KEYS[6])
+  local user = redis.call('HMGET', KEYS[5], 'user_uuid', 'graph_uuid', ARGV[2])
+  out[8], out[9], out[10] = user[1], user[2], user[3] or redis.call('GET', KEYS[6])
 end
 return out
 """
@@ -934,7 +935,7 @@ class ThreadQueue:
         forgetting mark and registry entries too, in the same round trip (the thread's
         and its user's keys share a slot)."""
         k = self.keys
-        keys = [k.pending(ref), k.thread(ref)]
+        keys, args = [k.pending(ref), k.thread(ref)], [str(count)]
         if user is not None:
             app, user_id, session_id = user
             keys += [
@@ -943,7 +944,8 @@ class ThreadQueue:
                 k.user(app, user_id),
                 k.session(app, user_id, session_id),
             ]
-        reply = await self._head(keys=keys, args=[count])
+            args.append(k.thread_field(app, user_id, session_id))
+        reply = await self._head(keys=keys, args=args)
         reply += [None] * (10 - len(reply))
         items, inflight, attempts, cut, since, epoch, forgetting, user_uuid, graph_uuid, thread = (
             reply

@@ -389,12 +389,6 @@ def test_the_sweep_command_is_a_dry_run_unless_told(local_settings: Settings) ->
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "--cursor" in bad.stderr
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open (issue 22): Zep v4 takes no client thread id and its thread.create replay "
-    "window is undocumented; past it, a session whose registry entry idled out goes on in a "
-    "new thread (see docs/DESIGN.md, Key lifetimes)",
-)
 async def test_a_session_back_after_its_idle_lifetime_keeps_its_backend_thread(
     zep_settings: Settings, zep_fake: ZepFake, redis: aioredis.Redis, prefix: str
 ) -> None:
