@@ -239,3 +239,27 @@ def test_the_local_store_replays_thread_creates(
     from afterthought.backends import open_backend
 
     assert open_backend(make_settings()).capabilities.replays_thread_creates
+
+
+async def test_a_session_entry_of_before_the_map_moves_into_it(
+    zep_settings: Settings, zep_fake: ZepFake, redis: aioredis.Redis
+) -> None:
+    """A deployment upgraded with a session's own entry (``id:thread``, which expires with
+    the session) and a user entry without a map: the session's next flush moves the entry
+    into the user's map, so it lives as long as the user, not the session."""
+    queue = ThreadQueue(redis, zep_settings)
+    assert await queue.enqueue([queued("before", 1)], now_ms=_ms()) == 1
+    await drain(zep_settings)
+    keys, field = (
+        Keys.of(zep_settings),
+        Keys.of(zep_settings).thread_field("memtest", "alice", "s1"),
+    )
+    user, old = keys.user("memtest", "alice"), keys.session("memtest", "alice", "s1")
+    thread_uuid = (await redis.hget(user, field)).decode()
+    await redis.hdel(user, field, MAPPED_FIELD)  # as a version before the map wrote them
+    await redis.set(old, thread_uuid)
+    assert await queue.enqueue([queued("after", 2)], now_ms=_ms()) == 1
+    await drain(zep_settings)
+    assert (await redis.hget(user, field)).decode() == thread_uuid
+    assert not await redis.exists(old)
+    assert [m["content"] for m in zep_fake.messages(thread_uuid)] == ["before", "after"]
