@@ -391,8 +391,9 @@ class Keys:
     def lifetime_of(self, name: str) -> tuple[str, tuple[str, ...]] | None:
         """For one of the deployment's keys whose lifetime waits on a queue (docs/DESIGN.md,
         "Key lifetimes"), its kind and what guards it, from its name alone: a thread hash
-        or a session's registry entry, the session's pending list; a user's registry entry
-        or thread set, their thread set and the head of their shard's pending lists. None for
+        or a session's registry entry, the session's pending list (and for the entry, its
+        user's entry and the field of their map it moves to); a user's registry entry or
+        thread set, their thread set and the head of their shard's pending lists. None for
         any other key. A session entry's last part is the digest of the session's ids, of
         which its thread key is the first 24 characters (``contract.thread_key``: the
         same digest, shorter)."""
@@ -409,7 +410,8 @@ class Keys:
         if kind == "thread":
             return kind, (pending + rest,)
         if kind.startswith("id:thread:"):
-            return "id:thread", (pending + rest[:24],)
+            user = f"{head}:id:user:{kind.removeprefix('id:thread:')}"
+            return "id:thread", (pending + rest[:24], user, self.tag_field(self.tag_of(rest)))
         if kind in ("id:user", "threads"):
             return kind, (f"{head}:threads:{rest}", pending)
         return None

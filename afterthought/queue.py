@@ -431,8 +431,8 @@ return 1
 
 # KEYS lease, pending, thread, depth, lost, [session, user, thread set]; ARGV token, last
 # stored seq, the highest seq found stored in the thread (0: none looked for), idle_ms,
-# pending head, thread head, the session's field (``whose``). Pops what is done up to ``last``; returns what is
-# left, or -1 if the lease is lost.
+# pending head, thread head, the session's field (``whose``). Pops what is done up to
+# ``last``; returns what is left, or -1 if the lease is lost.
 ACK_LUA = (
     _COMMON
     + """

@@ -326,7 +326,9 @@ async def test_the_sweep_gives_keys_of_an_older_version_their_lifetimes(
     for u in range(3):
         for s in range(2):  # each session's entry, as a version before the user's map wrote it
             said = _said(u, s, 1)
-            await redis.set(keys.session(said.app, said.user_id, said.session_id), "a-uuid")
+            await redis.set(keys.session(said.app, said.user_id, said.session_id), f"{u}/{s}")
+            await redis.hdel(keys.user(said.app, said.user_id), keys.thread_field(*said_ids(said)))
+    await redis.set(keys.session("soak", "gone", "s"), "x")  # its user's entry expired
     other = Keys(second_prefix, settings.redis_shards)
     others = [
         other.thread(other.thread_ref("soak", "user-0", "s0")),
@@ -343,8 +345,9 @@ async def test_the_sweep_gives_keys_of_an_older_version_their_lifetimes(
 
     dry = await sweep(redis, settings, apply=False)
     assert dry.cursor is None and dict(dry.given) == {
-        "thread": 5, "id:thread": 5, "id:user": 2, "threads": 2,
+        "thread": 5, "id:thread": 1, "id:user": 2, "threads": 2,
     }  # fmt: skip
+    assert dry.moved == 6  # into their user's map, where they live as long as the user
     unchanged = {name: ttl == -1 for name, ttl in old.items()}
     assert {n: t == -1 for n, t in (await _keys(redis, prefix)).items()} == unchanged
 
@@ -371,7 +374,19 @@ async def test_the_sweep_gives_keys_of_an_older_version_their_lifetimes(
             assert (ttl == -1) == (old[name] == -1), kind  # durable stays durable
     assert [await redis.pttl(name) for name in others] == [-1, -1, -1]
     assert not (await sweep(redis, settings, apply=True)).given  # nothing left to give
+    for u in range(3):
+        for s in range(2):
+            said = _said(u, s, 1)
+            mapped = await redis.hget(
+                keys.user(said.app, said.user_id), keys.thread_field(*said_ids(said))
+            )
+            assert mapped == f"{u}/{s}".encode()
+            assert not await redis.exists(keys.session(said.app, said.user_id, said.session_id))
     await redis.delete(*others)
+
+
+def said_ids(m: QueuedMessage) -> tuple[str, str, str]:
+    return m.app, m.user_id, m.session_id
 
 
 @pytest.fixture
