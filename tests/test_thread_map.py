@@ -139,7 +139,11 @@ async def test_a_user_with_threads_over_several_pages_has_each_session_rebuilt_o
         keys.session_tag("memtest", "alice", sid) for sid in sessions
     }
     zep_fake.idempotency_window = 0.0  # Zep no longer replays the threads' creation
-    await redis.delete(keys.user("memtest", "alice"))  # Redis lost the user and their map
+    # Redis lost the user and their map (and, as a version before the map kept them, the
+    # sessions' entries).
+    await redis.delete(
+        keys.user("memtest", "alice"), *(keys.session("memtest", "alice", s) for s in sessions)
+    )
     zep_fake.requests.clear()
     before = _rebuilds()
     for n, sid in enumerate(sessions):
