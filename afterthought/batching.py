@@ -12,9 +12,14 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from afterthought.backends.base import MESSAGE_KEY_FIELD, OutgoingMessage, StoredMessage
+from afterthought.backends.base import (
+    MESSAGE_KEY_FIELD,
+    SESSION_FIELD,
+    OutgoingMessage,
+    StoredMessage,
+)
 from afterthought.contract import QueuedMessage, checksum, split_content
-from afterthought.keys import digest
+from afterthought.keys import Keys, digest
 
 if TYPE_CHECKING:
     from afterthought.settings import Settings
@@ -46,15 +51,18 @@ def asks_context(settings: Settings) -> bool:
     return settings.context_template_uuid is None
 
 
-def parts(batch: Sequence[QueuedMessage], part_chars: int) -> list[OutgoingMessage]:
-    """Each message as ordered parts (W6), its key (per part) and sequence in metadata."""
+def parts(batch: Sequence[QueuedMessage], part_chars: int, keys: Keys) -> list[OutgoingMessage]:
+    """Each message as ordered parts (W6), its key (per part), sequence and session tag
+    (``keys.session_tag``) in metadata."""
     out: list[OutgoingMessage] = []
     for m in batch:
         pieces = split_content(m.content, part_chars)
+        tag = keys.session_tag(m.app, m.user_id, m.session_id)
         for i, piece in enumerate(pieces):
             metadata: dict[str, str | int] = {
                 MESSAGE_KEY_FIELD: m.key if len(pieces) == 1 else f"{m.key}:{i}",
                 "afterthought_seq": m.seq or 0,
+                SESSION_FIELD: tag,
             }
             if m.numbering is not None:
                 metadata[NUMBERING_FIELD] = m.numbering

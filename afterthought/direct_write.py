@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from afterthought.backends.base import MemoryBackend, ignored_roles
 from afterthought.batching import asks_context, missing, pack, parts
 from afterthought.contract import QueuedMessage
+from afterthought.keys import Keys
 from afterthought.settings import Settings
 
 log = logging.getLogger("afterthought.enqueue")
@@ -39,7 +40,7 @@ class DirectWriter:
     async def write(self, messages: Sequence[QueuedMessage]) -> None:
         """Persist messages of one known thread; raises on failure (they stay buffered)."""
         thread_uuid = self._threads[messages[0].thread_key]
-        wanted = parts(messages, self._settings.max_message_chars)
+        wanted = parts(messages, self._settings.max_message_chars, Keys.of(self._settings))
         stored = await self._backend.recent_messages(
             thread_uuid=thread_uuid, limit=len(wanted) + 30
         )

@@ -7,7 +7,9 @@ or worker, any process) finds it with one round trip."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
+import logging
 import secrets
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -15,8 +17,11 @@ from dataclasses import dataclass
 import redis.asyncio as aioredis
 
 from afterthought.backends.base import BackendError, MemoryBackend, UserRef
-from afterthought.keys import LOCK_TTL_MS, Keys, digest
+from afterthought.keys import LOCK_TTL_MS, MAPPED_FIELD, Keys, digest
 from afterthought.settings import Settings
+from afterthought.worker.metrics import THREAD_MAP_REBUILDS
+
+log = logging.getLogger("afterthought.identity")
 
 # Compare-and-delete: only the holder's token releases the lock.
 RELEASE_LUA = """
@@ -31,14 +36,34 @@ WRITE_LUA = "#!lua flags=allow-oom\nreturn redis.call(ARGV[1], KEYS[1], unpack(A
 # entry's lifetime in one step: none while the guard exists with no expiry (messages of
 # theirs wait, and the queue scripts' ``keep`` holds it so), else ``idle_ms``
 # (docs/DESIGN.md, "Key lifetimes").
-ENTRY_LUA = """
-redis.call(ARGV[2], KEYS[1], unpack(ARGV, 3))
+_LIFETIME_LUA = """
 if KEYS[2] and redis.call('PTTL', KEYS[2]) == -1 then
   redis.call('PERSIST', KEYS[1])
 else
   redis.call('PEXPIRE', KEYS[1], ARGV[1])
 end
 return 1
+"""
+ENTRY_LUA = "\nredis.call(ARGV[2], KEYS[1], unpack(ARGV, 3))" + _LIFETIME_LUA
+# KEYS the user's entry and thread set (the guard); ARGV idle_ms, the user's uuid, the
+# map's ``mapped`` time ('' leaves it), then field, thread uuid pairs. Sessions into the
+# user's map, with the entry's lifetime as ENTRY_LUA gives it, only while the entry is that
+# user's: a forget (or an expiry) meanwhile must leave no map without its user, which the
+# next user of those ids would take for theirs. A field there stays (a create under the
+# session's lock wrote it). 0 when the entry is not the user's.
+MAP_LUA = (
+    """
+if redis.call('HGET', KEYS[1], 'user_uuid') ~= ARGV[2] then return 0 end
+for i = 4, #ARGV, 2 do redis.call('HSETNX', KEYS[1], ARGV[i], ARGV[i + 1]) end
+if ARGV[3] ~= '' then redis.call('HSET', KEYS[1], '"""
+    + MAPPED_FIELD
+    + """', ARGV[3]) end"""
+    + _LIFETIME_LUA
+)
+# Extends a lock its holder's token still holds.
+RENEW_LUA = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
+return 0
 """
 
 #: The default backend user id of a deployment that had no users when it was recorded: no
@@ -50,6 +75,11 @@ LEGACY_TEMPLATE = "{user_id}"
 _DEFAULTS = {DEPLOYMENT_TEMPLATE.encode(), LEGACY_TEMPLATE.encode()}
 #: Registry entries read per round trip when a deployment's default is first recorded.
 SCAN_PAGE = 1000
+#: The most threads of one user a rebuild of their map reads (newest first), at a backend
+#: call each: a session of an older one goes on in a new thread (logged as truncated).
+MAP_REBUILD_THREADS = 500
+#: Threads read between two renewals of the locks a rebuild holds.
+RENEW_EVERY = 10
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,7 +112,9 @@ class IdentityRegistry:
             ("#!lua flags=allow-oom" if allow_oom else "") + ENTRY_LUA
         )
         self._idle_ms = int(settings.idle_ttl_seconds * 1000)
+        self._map = redis.register_script(("#!lua flags=allow-oom" if allow_oom else "") + MAP_LUA)
         self._release = redis.register_script(RELEASE_LUA)
+        self._renew = redis.register_script(RENEW_LUA)
         self._default: str | None = None
 
     async def _command(self, command: str, key: str, *args: str | int) -> object:
@@ -104,11 +136,13 @@ class IdentityRegistry:
     async def lookup(self, *, app: str, user_id: str, session_id: str) -> Identity:
         """The session's identity; the user as the app has them, else (one person in every
         app) as another app of the deployment has them."""
+        field = self._keys.thread_field(app, user_id, session_id)
         async with self._redis.pipeline(transaction=False) as pipe:
-            pipe.hmget(self._keys.user(app, user_id), ["user_uuid", "graph_uuid"])
+            pipe.hmget(self._keys.user(app, user_id), ["user_uuid", "graph_uuid", field])
             pipe.get(self._keys.session(app, user_id, session_id))
-            (user_uuid, graph_uuid), thread = await pipe.execute()
+            (user_uuid, graph_uuid, mapped), entry = await pipe.execute()
         user = _user_ref(user_uuid, graph_uuid) or await self._person(user_id)
+        thread = mapped or entry  # the user's map, else the session's entry of before it
         return Identity(user=user, thread_uuid=thread.decode() if thread else None)
 
     async def lookup_user(self, *, app: str, user_id: str) -> UserRef | None:
@@ -180,13 +214,15 @@ class IdentityRegistry:
             if self._settings.zep_user_id_template
             else ("default", await self._default_template())
         )
+        # A user the backend did not have has no thread anywhere: their map is whole.
+        whole = (MAPPED_FIELD, await self._redis_ms()) if created else ()
         await self._entry(
             keys=[self._keys.user(app, user_id), self._keys.user_threads(app, user_id)],
             args=[
                 *(self._idle_ms, "HSET"),
                 # The ADK ids too, so operations (pruning, forgetting) can walk the users.
                 *("user_uuid", user.user_uuid, "graph_uuid", user.graph_uuid),
-                *("app", app, "user_id", user_id, *named),
+                *("app", app, "user_id", user_id, *named, *whole),
             ],
         )
         await self._keep_person(user_id, user)
@@ -246,10 +282,16 @@ class IdentityRegistry:
             backend, app=app, user_id=user_id, first_name=first_name, last_name=last_name
         )
         # Locked per session, not per user: a user's new sessions are provisioned in parallel.
-        async with self._lock(digest(app, user_id, session_id)):
+        async with self._lock(digest(app, user_id, session_id)) as held:
             known = await self.lookup(app=app, user_id=user_id, session_id=session_id)
             if known.thread_uuid is not None:
                 return user, known.thread_uuid, False
+            if not backend.capabilities.replays_thread_creates and await self._rebuild(
+                backend, app, user_id, user, held
+            ):
+                known = await self.lookup(app=app, user_id=user_id, session_id=session_id)
+                if known.thread_uuid is not None:
+                    return user, known.thread_uuid, False
             # Scoped by the deployment and the user: two users who pick the same session id
             # get two threads, and so do two deployments on one store (whose keys are not
             # scoped by the backend's user, unlike Zep's).
@@ -257,13 +299,84 @@ class IdentityRegistry:
                 user=user,
                 idempotency_key=f"thread:{digest(self._keys.prefix, app, user_id, session_id)}",
             )
-            pending = self._keys.pending(self._keys.thread_ref(app, user_id, session_id))
-            await self._entry(
-                keys=[self._keys.session(app, user_id, session_id), pending],
-                args=[self._idle_ms, "SET", thread_uuid],
+            await self._record_threads(
+                app, user_id, user, {self._keys.session_tag(app, user_id, session_id): thread_uuid}
             )
             await self._keep_person(user_id, user)
             return user, thread_uuid, True
+
+    async def _rebuild(
+        self, backend: MemoryBackend, app: str, user_id: str, user: UserRef, held: _Lock
+    ) -> bool:
+        """Rebuilds the user's map from the backend if it may be missing threads (not
+        whole since Redis last went back: ``MAPPED_FIELD``), once: under the user's own
+        lock, so their other sessions wait for it rather than create a thread it would have
+        found; ``held`` (the session's lock) is renewed with it. True if it ran (by this
+        call or another's meanwhile)."""
+        if await self._whole(app, user_id):
+            return False
+        async with self._lock(f"map:{digest(app, user_id)}") as building:
+            if await self._whole(app, user_id):
+                return True
+            since = await self._redis_ms()  # before the read: what is made after it is new
+            found: dict[str, str] = {}
+            read, truncated = 0, False
+            async with contextlib.aclosing(backend.session_threads(user=user)) as threads:
+                async for thread_uuid, tag in threads:
+                    if read == MAP_REBUILD_THREADS:
+                        truncated = True
+                        break
+                    read += 1
+                    if tag is not None:
+                        found[tag] = thread_uuid  # newest first: a session's first thread wins
+                    if read % RENEW_EVERY == 0:
+                        await held.renew()
+                        await building.renew()
+            await self._record_threads(app, user_id, user, found, mapped=since)
+        THREAD_MAP_REBUILDS.labels("truncated" if truncated else "whole").inc()
+        log.warning(
+            "thread map rebuilt user=%s threads=%d sessions=%d truncated=%s",
+            digest(app, user_id),
+            read,
+            len(found),
+            truncated,
+        )
+        return True
+
+    async def _whole(self, app: str, user_id: str) -> bool:
+        """Whether the user's map holds every thread of theirs: whole since it was made
+        (``MAPPED_FIELD``), and Redis has not gone back (``served-by``) since."""
+        mapped = await self._redis.hget(self._keys.user(app, user_id), MAPPED_FIELD)
+        if mapped is None:
+            return False
+        since = await self._redis.hget(self._keys.served_by, "since")
+        return int(since or 0) <= int(mapped)
+
+    async def _record_threads(
+        self,
+        app: str,
+        user_id: str,
+        user: UserRef,
+        threads: dict[str, str],
+        *,
+        mapped: int | None = None,
+    ) -> None:
+        """Sessions (by tag) and their threads into the user's map (``MAP_LUA``)."""
+        pairs = itertools.chain.from_iterable(
+            (Keys.tag_field(tag), thread_uuid) for tag, thread_uuid in threads.items()
+        )
+        recorded = await self._map(
+            keys=[self._keys.user(app, user_id), self._keys.user_threads(app, user_id)],
+            args=[self._idle_ms, user.user_uuid, "" if mapped is None else mapped, *pairs],
+        )
+        if not recorded:
+            # Forgotten (or expired) since the user was read: a retry provisions afresh.
+            raise BackendError("unavailable", code="registry_changed")
+
+    async def _redis_ms(self) -> int:
+        """Now by Redis' clock (``served-by``'s ``since`` is by it too)."""
+        seconds, micros = await self._redis.time()
+        return int(seconds) * 1000 + int(micros) // 1000
 
     async def ensure(
         self, backend: MemoryBackend, *, app: str, user_id: str, session_id: str
@@ -374,12 +487,17 @@ class _Lock:
         self._key = key
         self._token = secrets.token_hex(8)
 
-    async def __aenter__(self) -> None:
+    async def __aenter__(self) -> _Lock:
         async with asyncio.timeout(LOCK_TTL_MS / 1000 * 2):
             while not await self._registry._command(
                 "SET", self._key, self._token, "NX", "PX", LOCK_TTL_MS
             ):
                 await asyncio.sleep(0.02)
+        return self
+
+    async def renew(self) -> None:
+        """Another lifetime, for a holder whose work outlasts one."""
+        await self._registry._renew(keys=[self._key], args=[self._token, LOCK_TTL_MS])
 
     async def __aexit__(self, *exc: object) -> None:
         await self._registry._release(keys=[self._key], args=[self._token])

@@ -27,6 +27,11 @@ from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
 
 #: A lock's lifetime. (Every key's lifetime: docs/DESIGN.md, "Key lifetimes".)
 LOCK_TTL_MS = 10_000
+#: The field of a user's registry entry (``Keys.user``) that says since when (ms, Redis'
+#: clock) its map of sessions to threads is whole: the user was new, or the map was
+#: rebuilt from the backend. Missing, or older than ``served-by``'s ``since`` (Redis went
+#: back to a snapshot, which may lack threads made after it): rebuilt on the next miss.
+MAPPED_FIELD = "mapped"
 
 
 def digest(*ids: str, size: int = 32) -> str:
@@ -242,11 +247,34 @@ class Keys:
 
     # --- identity registry -----------------------------------------------------------
     def user(self, app: str, user_id: str) -> str:
-        """HASH ``user_uuid``, ``graph_uuid`` of an ADK (app, user)."""
+        """HASH of an ADK (app, user): ``user_uuid``, ``graph_uuid``, the ADK ids, and the
+        user's sessions, ``thread:<tag>`` -> thread uuid (:meth:`thread_field`), with
+        :data:`MAPPED_FIELD`. The sessions live as long as their user: an active user's
+        old sessions keep their thread whatever the backend replays."""
         return f"{self._user_base(app, user_id)}:id:user:{digest(app, user_id)}"
 
+    def session_tag(self, app: str, user_id: str, session_id: str) -> str:
+        """What the backend knows a session by (``SESSION_FIELD`` in its messages'
+        metadata): the deployment over the session's digest, no raw id. Of the session's
+        digest, so the name of a registry entry of before (:meth:`session`) gives it too."""
+        return self.tag_of(digest(app, user_id, session_id))
+
+    def tag_of(self, session_digest: str) -> str:
+        """The session tag of a session's digest (``digest(app, user_id, session_id)``)."""
+        return digest(self.prefix, session_digest)
+
+    def thread_field(self, app: str, user_id: str, session_id: str) -> str:
+        """The field of the user's entry that holds the session's thread uuid."""
+        return self.tag_field(self.session_tag(app, user_id, session_id))
+
+    @staticmethod
+    def tag_field(tag: str) -> str:
+        """The field of a user's entry that holds the thread of the session tagged ``tag``."""
+        return f"thread:{tag}"
+
     def session(self, app: str, user_id: str, session_id: str) -> str:
-        """STRING thread uuid of an ADK session (under its user, so forget finds it)."""
+        """STRING thread uuid of an ADK session, as versions before the user's map
+        (:meth:`user`) wrote it: read while it lives (its idle lifetime), never written."""
         return (
             f"{self._user_base(app, user_id)}:id:thread:"
             f"{digest(app, user_id)}:{digest(app, user_id, session_id)}"
@@ -365,8 +393,9 @@ class Keys:
     def lifetime_of(self, name: str) -> tuple[str, tuple[str, ...]] | None:
         """For one of the deployment's keys whose lifetime waits on a queue (docs/DESIGN.md,
         "Key lifetimes"), its kind and what guards it, from its name alone: a thread hash
-        or a session's registry entry, the session's pending list; a user's registry entry
-        or thread set, their thread set and the head of their shard's pending lists. None for
+        or a session's registry entry, the session's pending list (and for the entry, its
+        user's entry and the field of their map it moves to); a user's registry entry or
+        thread set, their thread set and the head of their shard's pending lists. None for
         any other key. A session entry's last part is the digest of the session's ids, of
         which its thread key is the first 24 characters (``contract.thread_key``: the
         same digest, shorter)."""
@@ -383,7 +412,8 @@ class Keys:
         if kind == "thread":
             return kind, (pending + rest,)
         if kind.startswith("id:thread:"):
-            return "id:thread", (pending + rest[:24],)
+            user = f"{head}:id:user:{kind.removeprefix('id:thread:')}"
+            return "id:thread", (pending + rest[:24], user, self.tag_field(self.tag_of(rest)))
         if kind in ("id:user", "threads"):
             return kind, (f"{head}:threads:{rest}", pending)
         return None

@@ -1,9 +1,11 @@
 """Lifetimes for the keys a version from before them wrote without one (``afterthought
 sweep``): a session's thread hash and registry entry, a user's registry entry and thread
 set. Those are given ``idle_ttl_seconds`` on their next activity; an idle user's would
-otherwise stay forever. The sweep gives each the lifetime the queue's scripts would
-(``queue.idle``: never while a message of theirs waits) and touches nothing else: durable
-state, keys that expire already, other deployments' keys (the scan matches the prefix).
+otherwise stay forever. A session's registry entry of before the user's map (``Keys.user``)
+is moved into it while its user's entry is there, so it lives as long as the user. The
+sweep gives each the lifetime the queue's scripts would (``queue.idle``: never while a
+message of theirs waits) and touches nothing else: durable state, keys that expire
+already, other deployments' keys (the scan matches the prefix).
 
 Bounded and resumable: a run reads at most ``pages`` pages of the scan and answers where
 the next one begins (a cursor to pass back), so a large keyspace is swept in steps; a key
@@ -40,6 +42,19 @@ end
 if ARGV[2] == '1' then redis.call('PEXPIRE', KEYS[1], ARGV[1]) end
 return 1
 """
+#: KEYS a session's registry entry of before the user's map, the user's entry; ARGV the
+#: session's field of the map, '1' to apply. Moves the entry into the map (where it lives
+#: as long as the user; ``queue.idle`` does the same at the session's next flush) while
+#: the user's entry is there; 1 if it was (or would be) moved.
+MOVE_LUA = """
+local thread = redis.call('GET', KEYS[1])
+if not thread or redis.call('HEXISTS', KEYS[2], 'user_uuid') == 0 then return 0 end
+if ARGV[2] == '1' then
+  redis.call('HSETNX', KEYS[2], ARGV[1], thread)
+  redis.call('DEL', KEYS[1])
+end
+return 1
+"""
 #: Keys read per page of the scan.
 PAGE = 1000
 #: Pages one run reads at most by default (a million keys).
@@ -53,6 +68,9 @@ class Swept:
     dry_run: bool
     given: Counter[str] = field(default_factory=Counter)
     """Keys by kind (``thread``, ``id:thread``, ``id:user``, ``threads``)."""
+    moved: int = 0
+    """Session registry entries of before the user's map moved into it (their user's
+    entry was there; the others are given a lifetime, ``given["id:thread"]``)."""
     scanned: int = 0
     cursor: str | None = None
     """Where the next run begins (``--cursor``); None: the scan is complete."""
@@ -70,7 +88,11 @@ async def sweep(
     """Give the deployment's keys that have none the lifetime the docs define (a dry run
     counts them) for at most ``pages`` pages of the scan from ``cursor``."""
     keys, done = Keys.of(settings), Swept(dry_run=not apply)
-    scripts = (redis.register_script(SESSION_LUA), redis.register_script(USER_LUA))
+    scripts = (
+        redis.register_script(SESSION_LUA),
+        redis.register_script(USER_LUA),
+        redis.register_script(MOVE_LUA),
+    )
     args = (int(settings.idle_ttl_seconds * 1000), "1" if apply else "0")
     # Both layouts' names: a deployment that resharded may keep flat entries of before.
     targets = [
@@ -93,18 +115,21 @@ async def sweep(
 
 
 async def _give(
-    scripts: tuple[AsyncScript, AsyncScript],
+    scripts: tuple[AsyncScript, AsyncScript, AsyncScript],
     keys: Keys,
     names: list[str],
     args: tuple[int, str],
     done: Swept,
 ) -> None:
-    session, user = scripts
+    session, user, move = scripts
     for name in names:
         found = keys.lifetime_of(name)
         if found is None:
             continue
         kind, guards = found
+        if kind == "id:thread" and await move(keys=[name, guards[1]], args=[guards[2], args[1]]):
+            done.moved += 1
+            continue
         if kind in ("thread", "id:thread"):
             given = await session(keys=[name, guards[0]], args=args)
         else:

@@ -183,13 +183,14 @@ local function keep(held)
   for _, key in pairs(held) do redis.call('PERSIST', key) end
 end
 -- ``idle``'s arguments: the thread's hash, ARGV[a] (idle_ms, then the heads of the shard's
--- pending and thread key names) and, when the caller knows whose thread it is, KEYS[k]
--- (the session's registry entry, the user's, the user's thread set).
+-- pending and thread key names, then the session's field of the user's map) and, when the
+-- caller knows whose thread it is, KEYS[k] (the session's registry entry of before the
+-- user's map, the user's entry, the user's thread set).
 local function whose(thread, k, a)
   local t = {thread = thread, idle_ms = ARGV[a]}
   if KEYS[k] then
     t.session, t.user, t.threads = KEYS[k], KEYS[k + 1], KEYS[k + 2]
-    t.pending_head, t.thread_head = ARGV[a + 1], ARGV[a + 2]
+    t.pending_head, t.thread_head, t.field = ARGV[a + 1], ARGV[a + 2], ARGV[a + 3]
   end
   return t
 end
@@ -197,7 +198,14 @@ local function idle(pending, t)
   if redis.call('EXISTS', pending) == 1 then return end
   redis.call('PEXPIRE', t.thread, t.idle_ms)
   if not t.threads then return end
-  redis.call('PEXPIRE', t.session, t.idle_ms)
+  -- A session's entry of before the user's map moves into it, to live as long as the user.
+  local entry = redis.call('GET', t.session)
+  if entry and redis.call('HEXISTS', t.user, 'user_uuid') == 1 then
+    redis.call('HSETNX', t.user, t.field, entry)
+    redis.call('DEL', t.session)
+  elseif entry then
+    redis.call('PEXPIRE', t.session, t.idle_ms)
+  end
   for _, ref in ipairs(redis.call('SMEMBERS', t.threads)) do
     local tk = string.match(ref, '([^/]*)$')
     if redis.call('EXISTS', t.pending_head .. tk) == 1 then return end
@@ -415,11 +423,12 @@ return 1
 """
 
 # KEYS pending, thread, then (when the worker knows whose thread it is) the user's epoch,
-# forgetting mark, registry user and registry session, all in the user's slot; ARGV count.
-# Everything a worker reads before it sends a batch, in one round trip: the first
-# ``count`` payloads, the in-flight record, its cut and the head's failed attempts and
-# since when, then the user's deletion epoch and forgetting mark and the registry's
-# user_uuid, graph_uuid and thread (false when not asked: a reply has no holes).
+# forgetting mark, registry user and the session's entry of before the user's map, all in
+# the user's slot; ARGV count, then the session's field of the user's map. Everything a
+# worker reads before it sends a batch, in one round trip: the first ``count`` payloads,
+# the in-flight record, its cut and the head's failed attempts and since when, then the
+# user's deletion epoch and forgetting mark and the registry's user_uuid, graph_uuid and
+# thread (the map's, else the old entry's; false when not asked: a reply has no holes).
 HEAD_LUA = """
 local out = {redis.call('LRANGE', KEYS[1], 0, tonumber(ARGV[1]) - 1)}
 local state = redis.call('HMGET', KEYS[2], 'inflight', 'attempts', 'cut', 'failing_since')
@@ -427,8 +436,8 @@ out[2], out[3], out[4], out[5] = state[1], state[2], state[3], state[4]
 out[6], out[7], out[8], out[9], out[10] = false, false, false, false, false
 if KEYS[3] then
   out[6], out[7] = redis.call('GET', KEYS[3]), redis.call('GET', KEYS[4])
-  local user = redis.call('HMGET', KEYS[5], 'user_uuid', 'graph_uuid')
-  out[8], out[9], out[10] = user[1], user[2], redis.call('GET', KEYS[6])
+  local user = redis.call('HMGET', KEYS[5], 'user_uuid', 'graph_uuid', ARGV[2])
+  out[8], out[9], out[10] = user[1], user[2], user[3] or redis.call('GET', KEYS[6])
 end
 return out
 """
@@ -476,8 +485,8 @@ return 1
 
 # KEYS lease, pending, thread, depth, lost, [session, user, thread set]; ARGV token, last
 # stored seq, the highest seq found stored in the thread (0: none looked for), idle_ms,
-# pending head, thread head (``whose``). Pops what is done up to ``last``; returns what is
-# left, or -1 if the lease is lost.
+# pending head, thread head, the session's field (``whose``). Pops what is done up to
+# ``last``; returns what is left, or -1 if the lease is lost.
 ACK_LUA = (
     _COMMON
     + """
@@ -494,7 +503,7 @@ return redis.call('LLEN', KEYS[2])
 )
 
 # KEYS lease, pending, dead, thread, depth, lost, [session, user, thread set]; ARGV token,
-# count, ref, reason, attempts, now_ms, last seq ('' for any), then ``whose``'s three.
+# count, ref, reason, attempts, now_ms, last seq ('' for any), then ``whose``'s four.
 # Moves the first ``count`` items, up to ``last``, to the dead letters: a JSON header
 # line, then the item's bytes untouched (a malformed item may not even be UTF-8). Returns
 # what is left.
@@ -517,7 +526,7 @@ return redis.call('LLEN', KEYS[2])
 )
 
 # KEYS lease, pending, ready, thread, lost, depth, [session, user, thread set]; ARGV token,
-# ref, next_ms, then ``whose``'s three.
+# ref, next_ms, then ``whose``'s four.
 # Gives the thread back: due again at next_ms if anything is still queued. An empty queue
 # whose counter says more was queued lost those messages: counted, and the gap closed.
 RELEASE_LUA = (
@@ -1020,7 +1029,7 @@ class ThreadQueue:
         forgetting mark and registry entries too, in the same round trip (the thread's
         and its user's keys share a slot)."""
         k = self.keys
-        keys = [k.pending(ref), k.thread(ref)]
+        keys, args = [k.pending(ref), k.thread(ref)], [str(count)]
         if user is not None:
             app, user_id, session_id = user
             keys += [
@@ -1029,7 +1038,8 @@ class ThreadQueue:
                 k.user(app, user_id),
                 k.session(app, user_id, session_id),
             ]
-        reply = await self._head(keys=keys, args=[count])
+            args.append(k.thread_field(app, user_id, session_id))
+        reply = await self._head(keys=keys, args=args)
         reply += [None] * (10 - len(reply))
         items, inflight, attempts, cut, since, epoch, forgetting, user_uuid, graph_uuid, thread = (
             reply
@@ -1095,13 +1105,15 @@ class ThreadQueue:
     def _lifetime(self, ref: str, user: Whose | None) -> tuple[list[str], list[Any]]:
         """The keys and arguments of the scripts' ``idle``: the registry entries and thread
         set of the thread's user when the caller knows them (``user``: app, user id, session
-        id), and the lifetime with the shard's key heads."""
+        id) and the session's field of the user's map, and the lifetime with the shard's
+        key heads."""
         k, shard = self.keys, self.keys.shard_of_ref(ref)
         args = [self.idle_ms, k.thread_head("pending", shard), k.thread_head("thread", shard)]
         if user is None:
             return [], args
         app, user_id, session_id = user
         keys = [k.session(app, user_id, session_id), k.user(app, user_id)]
+        args.append(k.thread_field(app, user_id, session_id))
         return [*keys, k.user_threads(app, user_id)], args
 
     async def ack(

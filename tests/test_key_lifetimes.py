@@ -104,9 +104,10 @@ async def test_a_drained_session_and_its_user_have_lifetimes(
     await drain(local_settings)
     keys = await _keys(redis, prefix)
     idle_ms = 30 * 86400 * 1000  # the default ``idle_ttl_seconds``
-    for kind in ("thread", "id:thread", "id:user", "threads"):
+    for kind in ("thread", "id:user", "threads"):
         (ttl,) = [t for k, t in keys.items() if _kind(k, prefix) == kind]
         assert 0 < ttl <= idle_ms, kind
+    assert "id:thread" not in {_kind(k, prefix) for k in keys}  # the session is in id:user
     assert not _unbounded(keys, prefix, longest_ms=max(idle_ms, WEEK_MS))
 
 
@@ -132,9 +133,8 @@ async def test_soak_200_users_then_idle_keeps_no_key_of_idle_sessions(
     for u in waiting:
         m = _said(u, 0, 3)
         ref = queue.ref_of(m)
-        held = [keys.thread(ref), keys.session(m.app, m.user_id, m.session_id)]
-        held += [keys.user(m.app, m.user_id), keys.user_threads(m.app, m.user_id)]
-        assert [after_drain[k] for k in held] == [-1] * 4
+        held = [keys.thread(ref), keys.user(m.app, m.user_id), keys.user_threads(m.app, m.user_id)]
+        assert [after_drain[k] for k in held] == [-1] * 3
 
     expired_at_idle = await _idle(redis, prefix, IDLE_SECONDS)
     at_idle = Counter(_kind(k, prefix) for k in await _keys(redis, prefix))
@@ -147,7 +147,7 @@ async def test_soak_200_users_then_idle_keeps_no_key_of_idle_sessions(
     per_user = sum(n for kind, n in per_kind.items() if kind in {"synth", "tomb", "epoch"})
     assert per_user <= users
     session_keys = sum(n for kind, n in per_kind.items() if kind in PER_SESSION)
-    assert session_keys <= 3 * len(waiting)  # thread, id:thread, pending
+    assert session_keys <= 2 * len(waiting)  # thread, pending
     print(
         json.dumps(
             {
@@ -323,6 +323,12 @@ async def test_the_sweep_gives_keys_of_an_older_version_their_lifetimes(
     waiting = _said(0, 0, 2)  # user 0's session 0 says more while no worker runs
     await enqueue(settings, waiting)
     keys, queue = Keys.of(settings), ThreadQueue(redis, settings)
+    for u in range(3):
+        for s in range(2):  # each session's entry, as a version before the user's map wrote it
+            said = _said(u, s, 1)
+            await redis.set(keys.session(said.app, said.user_id, said.session_id), f"{u}/{s}")
+            await redis.hdel(keys.user(said.app, said.user_id), keys.thread_field(*said_ids(said)))
+    await redis.set(keys.session("soak", "gone", "s"), "x")  # its user's entry expired
     other = Keys(second_prefix, settings.redis_shards)
     others = [
         other.thread(other.thread_ref("soak", "user-0", "s0")),
@@ -339,8 +345,9 @@ async def test_the_sweep_gives_keys_of_an_older_version_their_lifetimes(
 
     dry = await sweep(redis, settings, apply=False)
     assert dry.cursor is None and dict(dry.given) == {
-        "thread": 5, "id:thread": 5, "id:user": 2, "threads": 2,
+        "thread": 5, "id:thread": 1, "id:user": 2, "threads": 2,
     }  # fmt: skip
+    assert dry.moved == 6  # into their user's map, where they live as long as the user
     unchanged = {name: ttl == -1 for name, ttl in old.items()}
     assert {n: t == -1 for n, t in (await _keys(redis, prefix)).items()} == unchanged
 
@@ -367,7 +374,19 @@ async def test_the_sweep_gives_keys_of_an_older_version_their_lifetimes(
             assert (ttl == -1) == (old[name] == -1), kind  # durable stays durable
     assert [await redis.pttl(name) for name in others] == [-1, -1, -1]
     assert not (await sweep(redis, settings, apply=True)).given  # nothing left to give
+    for u in range(3):
+        for s in range(2):
+            said = _said(u, s, 1)
+            mapped = await redis.hget(
+                keys.user(said.app, said.user_id), keys.thread_field(*said_ids(said))
+            )
+            assert mapped == f"{u}/{s}".encode()
+            assert not await redis.exists(keys.session(said.app, said.user_id, said.session_id))
     await redis.delete(*others)
+
+
+def said_ids(m: QueuedMessage) -> tuple[str, str, str]:
+    return m.app, m.user_id, m.session_id
 
 
 @pytest.fixture
@@ -389,12 +408,6 @@ def test_the_sweep_command_is_a_dry_run_unless_told(local_settings: Settings) ->
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "--cursor" in bad.stderr
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open (issue 22): Zep v4 takes no client thread id and its thread.create replay "
-    "window is undocumented; past it, a session whose registry entry idled out goes on in a "
-    "new thread (see docs/DESIGN.md, Key lifetimes)",
-)
 async def test_a_session_back_after_its_idle_lifetime_keeps_its_backend_thread(
     zep_settings: Settings, zep_fake: ZepFake, redis: aioredis.Redis, prefix: str
 ) -> None:

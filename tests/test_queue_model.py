@@ -296,7 +296,11 @@ class FakeBackend(MemoryBackend):
 
     name = "fake"
     capabilities = Capabilities(
-        extracts_facts=False, ignores_roles=False, async_deletes=False, ingests_async=False
+        extracts_facts=False,
+        ignores_roles=False,
+        async_deletes=False,
+        ingests_async=False,
+        replays_thread_creates=True,
     )
 
     def __init__(self, clock: Clock, settings: Settings) -> None:

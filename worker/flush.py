@@ -831,7 +831,7 @@ class Flusher:
         if lease.thread_uuid is None:
             return False
         await self._sleep(self.settings.backend_settle_seconds)
-        wanted = parts([head], self.settings.max_message_chars)
+        wanted = parts([head], self.settings.max_message_chars, self.keys)
         stored = await self.backend.recent_messages(
             thread_uuid=lease.thread_uuid,
             limit=len(wanted) + 30,
@@ -1242,7 +1242,7 @@ class Flusher:
         then smaller parts, before giving up (413 / 400 too long)."""
         while True:
             per_call, part_chars = sending.cut
-            calls = pack(parts(batch, part_chars), per_call)
+            calls = pack(parts(batch, part_chars, self.keys), per_call)
             try:
                 await self._send_all(sending, calls)
                 return

@@ -75,6 +75,12 @@ BACKEND_SECONDS = Histogram(
     ["operation", "outcome"],
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
 )
+THREAD_MAP_REBUILDS = Counter(
+    "afterthought_thread_map_rebuilds",
+    "Users whose map of sessions to backend threads was rebuilt from the backend (Redis "
+    "lost it or went back): whole, or truncated at identity.MAP_REBUILD_THREADS threads.",
+    ["outcome"],
+)
 SPOOL_MESSAGES = Counter(
     "afterthought_spool_messages",
     "Messages of this machine's spool (what its agents could not queue) the worker queued "

@@ -4,7 +4,7 @@ and what each backend can do (:class:`Capabilities`), so callers never branch on
 from __future__ import annotations
 
 import abc
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncGenerator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
@@ -19,6 +19,11 @@ MESSAGE_KEY_FIELD = "afterthought_key"
 #: Metadata key that marks a late copy of a message, where the backend cannot delete one
 #: message (Zep v4): the uuid of the copy that stays. Reads of history skip what carries it.
 COPY_OF_FIELD = "afterthought_copy_of"
+#: Metadata key that carries the session a message was said in, as a digest of the
+#: deployment and the session's ids (``Keys.session_tag``, never a raw id): the user's map
+#: of sessions to threads is rebuilt from it where the backend does not replay a thread's
+#: creation (``Capabilities.replays_thread_creates``).
+SESSION_FIELD = "afterthought_session"
 
 ErrorKind = Literal[
     "timeout",
@@ -115,6 +120,11 @@ class Capabilities:
     async_deletes: bool
     #: Ingestion is asynchronous: a context read right after a write may not reflect it.
     ingests_async: bool
+    #: ``create_thread`` with one idempotency key gives the same thread for good (the
+    #: local store), so a session's thread is found again without the registry's map;
+    #: else (Zep v4: no client thread id, a replay window of its own) the map is rebuilt
+    #: from the backend (:meth:`MemoryBackend.session_threads`) when Redis lost it.
+    replays_thread_creates: bool
 
 
 class MemoryBackend(abc.ABC):
@@ -139,6 +149,12 @@ class MemoryBackend(abc.ABC):
     @abc.abstractmethod
     async def create_thread(self, *, user: UserRef, idempotency_key: str) -> str:
         """Create a thread; callers serialise this per session (see the identity registry)."""
+
+    def session_threads(self, *, user: UserRef) -> AsyncGenerator[tuple[str, str | None]]:
+        """The user's threads, newest first, each with the session tag
+        (:data:`SESSION_FIELD`) its first message carries (None: empty, or untagged).
+        Asked only of backends that do not replay thread creates."""
+        raise NotImplementedError
 
     @abc.abstractmethod
     async def thread_owner(self, *, thread_uuid: str) -> str | None:

@@ -215,7 +215,11 @@ MATCHED = 0.001
 class LocalBackend(MemoryBackend):
     name = "local"
     capabilities = Capabilities(
-        extracts_facts=False, ignores_roles=False, async_deletes=False, ingests_async=False
+        extracts_facts=False,
+        ignores_roles=False,
+        async_deletes=False,
+        ingests_async=False,
+        replays_thread_creates=True,
     )
 
     def __init__(

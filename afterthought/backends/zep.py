@@ -15,7 +15,7 @@ import logging
 import re
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 import httpx
@@ -29,6 +29,7 @@ from zep_cloud.core.request_options import RequestOptions
 from afterthought.backends.base import (
     COPY_OF_FIELD,
     MESSAGE_KEY_FIELD,
+    SESSION_FIELD,
     BackendError,
     Capabilities,
     ErrorKind,
@@ -231,7 +232,11 @@ def scoped_key(key: str, target: str) -> str:
 class ZepBackend(MemoryBackend):
     name = "zep"
     capabilities = Capabilities(
-        extracts_facts=True, ignores_roles=True, async_deletes=True, ingests_async=True
+        extracts_facts=True,
+        ignores_roles=True,
+        async_deletes=True,
+        ingests_async=True,
+        replays_thread_creates=False,
     )
 
     def __init__(self, settings: Settings) -> None:
@@ -327,6 +332,31 @@ class ZepBackend(MemoryBackend):
         if not thread.uuid_:
             raise BackendError("invalid_response", code="thread without uuid")
         return str(thread.uuid_)
+
+    @override
+    async def session_threads(self, *, user: UserRef) -> AsyncGenerator[tuple[str, str | None]]:
+        """A page of the user's threads a call (the pager follows the cursor), then a call
+        per thread for its first message."""
+        threads = await self._call(
+            lambda z: z.thread.list(
+                user_uuid=user.user_uuid,
+                page_size=PAGE_SIZE,
+                order_by="created_at",
+                order="desc",
+                request_options=self._options(),
+            )
+        )
+        async for thread in _classified(threads):
+            if not thread.uuid_ or (thread.user_uuid and thread.user_uuid != user.user_uuid):
+                continue  # a server that ignores the filter must not mix users
+            first = await self._call(
+                lambda z, t=str(thread.uuid_): z.thread.list_messages(  # type: ignore[misc]
+                    t, page_size=1, order="asc", request_options=self._options()
+                )
+            )
+            tag = next(iter(first.items or []), None)
+            found = (tag.metadata or {}).get(SESSION_FIELD) if tag is not None else None
+            yield str(thread.uuid_), found if isinstance(found, str) else None
 
     async def thread_owner(self, *, thread_uuid: str) -> str | None:
         try:

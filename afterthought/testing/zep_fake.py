@@ -123,6 +123,7 @@ class Recorded:
     status: int
     """0 until answered (and for a dropped connection)."""
     at: float
+    query: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -1079,11 +1080,21 @@ class ZepFake:
         return 200, page
 
     def _list_threads(self, *, query: JSON, body: Any) -> tuple[int, JSON]:
+        """Filtered by ``user_uuid``, sorted by ``order_by`` (``created_at``, ``updated_at``
+        or ``uuid``; creation order if none) in ``order``, in pages (as Zep's ``GET
+        /threads``); threads of one timestamp in creation order (reversed by ``desc``)."""
         items = [
             t
             for t in self._state.threads.values()
             if not query.get("user_uuid") or t["user_uuid"] == query["user_uuid"]
         ]
+        by = query.get("order_by")
+        if by not in (None, "created_at", "updated_at", "uuid"):
+            raise _error(400, "bad_request", "order_by")
+        if by is not None:
+            items.sort(key=lambda t: str(t[by]))
+        if query.get("order") == "desc":
+            items.reverse()
         return 200, self._page(items, query)
 
     def _delete_edge(
@@ -1257,7 +1268,7 @@ class _Handler(BaseHTTPRequestHandler):
         query = {k: v[-1] for k, v in parse_qs(url.query).items()}
         key = self.headers.get("Idempotency-Key")
         # Recorded on arrival, so a request that hangs is visible while it hangs.
-        seen = self._record(method, path, key, body)
+        seen = self._record(method, path, key, body, query)
         if not (self.headers.get("Authorization") or "").startswith("Api-Key "):
             seen.status = 401
             self._reply(401, {"error": {"code": "unauthorized", "message": "missing key"}})
@@ -1335,8 +1346,10 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             self._reply(404, {"error": {"code": "not_found", "message": "unknown control"}})
 
-    def _record(self, method: str, path: str, key: str | None, body: Any) -> Recorded:
-        seen = Recorded(method, path, key, body, status=0, at=time.time())
+    def _record(
+        self, method: str, path: str, key: str | None, body: Any, query: dict[str, str]
+    ) -> Recorded:
+        seen = Recorded(method, path, key, body, status=0, at=time.time(), query=query)
         with self.server_fake._lock:
             self.server_fake.requests.append(seen)
         return seen
