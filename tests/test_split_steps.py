@@ -17,6 +17,7 @@ from afterthought.context_cache import COOLING, PENDING, WRITE_LUA, ContextCache
 from afterthought.identity import IdentityRegistry
 from afterthought.keys import Keys, digest
 from afterthought.settings import Settings
+from afterthought.worker import forget as forget_module
 from afterthought.worker.forget import Forgetter
 from afterthought.worker.jobs import resume_forgets
 
@@ -93,12 +94,13 @@ async def test_a_forget_stopped_after_recording_itself_is_finished_by_a_worker(
     await redis.set(keys.epoch(APP, "alice"), 4)  # forgotten four times before
     forgetter = Forgetter(settings, redis, backend)
 
-    async def stop(record: dict[str, Any]) -> None:
+    async def stop(*args: Any) -> None:
         raise Stopped
 
-    monkeypatch.setattr(forgetter, "_marks", stop)
+    monkeypatch.setattr(forget_module, "_marks", stop)
     with pytest.raises(Stopped):
         await forgetter.forget_user(app=APP, user_id="alice")
+    monkeypatch.undo()
     record = json.loads(await redis.hget(keys.forgets, digest(APP, "alice")))
     assert (record["app"], record["user_id"], record["epoch"]) == (APP, "alice", 5)
     assert not await redis.exists(keys.forgetting(APP, "alice"))  # no marks yet
