@@ -349,7 +349,8 @@ class IdentityRegistry:
         mapped = await self._redis.hget(self._keys.user(app, user_id), MAPPED_FIELD)
         if mapped is None:
             return False
-        since = await self._redis.hget(self._keys.served_by, "since")
+        served_by = self._keys.served_by(self._keys.shard_of(app, user_id))  # the user's shard
+        since = await self._redis.hget(served_by, "since")
         return int(since or 0) <= int(mapped)
 
     async def _record_threads(
