@@ -11,7 +11,7 @@ import contextlib
 import itertools
 import logging
 import secrets
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
 import redis.asyncio as aioredis
@@ -19,7 +19,6 @@ import redis.asyncio as aioredis
 from afterthought.backends.base import BackendError, MemoryBackend, UserRef
 from afterthought.keys import LOCK_TTL_MS, MAPPED_FIELD, Keys, digest
 from afterthought.settings import Settings
-from afterthought.worker.metrics import THREAD_MAP_REBUILDS
 
 log = logging.getLogger("afterthought.identity")
 
@@ -101,9 +100,17 @@ class Identity:
 
 class IdentityRegistry:
     def __init__(
-        self, redis: aioredis.Redis, settings: Settings, *, allow_oom: bool = False
+        self,
+        redis: aioredis.Redis,
+        settings: Settings,
+        *,
+        allow_oom: bool = False,
+        rebuilt: Callable[[bool], None] | None = None,
     ) -> None:
-        """``allow_oom``: provision at ``maxmemory`` too (the worker, on Redis 7)."""
+        """``allow_oom``: provision at ``maxmemory`` too (the worker, on Redis 7).
+        ``rebuilt``: told of each map rebuilt from the backend (whether truncated), for the
+        process's metrics."""
+        self._rebuilt = rebuilt
         self._redis = redis
         self._settings = settings
         self._keys = Keys.of(settings)
@@ -236,7 +243,7 @@ class IdentityRegistry:
             except BackendError:
                 # Left in the backend: the forget is recorded pending again, so a worker's
                 # sweep deletes them by their backend user id, and ``status`` counts it.
-                from afterthought.worker.forget import reopen  # the forget imports us
+                from afterthought.forget_marks import reopen  # it imports the queue: late
 
                 await reopen(self._redis, self._settings, app=app, user_id=user_id)
             # Transient: a retry provisions whoever speaks after the forget afresh.
@@ -333,7 +340,8 @@ class IdentityRegistry:
                         await held.renew()
                         await building.renew()
             await self._record_threads(app, user_id, user, found, mapped=since)
-        THREAD_MAP_REBUILDS.labels("truncated" if truncated else "whole").inc()
+        if self._rebuilt is not None:
+            self._rebuilt(truncated)
         log.warning(
             "thread map rebuilt user=%s threads=%d sessions=%d truncated=%s",
             digest(app, user_id),

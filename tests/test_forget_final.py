@@ -335,20 +335,26 @@ async def test_an_enqueue_retried_after_a_forget_is_refused(
 async def test_the_margin_refuses_what_a_clock_ahead_stamped_just_after_the_forget(
     make_settings: Callable[..., Settings], redis: aioredis.Redis
 ) -> None:
-    """An agent's clock may run ahead of Redis': a message it stamps up to the margin
-    after the forget began is refused too; one stamped after the margin is queued."""
+    """A message said (on Redis' clock) up to the margin after the forget began is refused;
+    one said after the margin is queued — whatever the agent's clock says: its skew from
+    Redis' is taken off its stamps, so an agent ahead of Redis refuses what it must and
+    queues what it may."""
     settings = make_settings(forget_clock_margin_seconds=5.0)
     backend = open_backend(settings)
     await Forgetter(settings, redis, backend).forget_user(app=APP, user_id="alice")
     await backend.aclose()
-    forgot = int(await redis.get(Keys.of(settings).forgot(APP, "alice")) or 0)
-    assert forgot and await redis.pttl(Keys.of(settings).forgot(APP, "alice")) > 0
+    forgot_key = Keys.of(settings).forgot(APP, "alice")
+    assert await redis.get(forgot_key) and await redis.pttl(forgot_key) > 0
+    seconds, micros = await redis.time()
+    now = seconds * 1000 + micros // 1000
+    await redis.set(forgot_key, now - 6000, keepttl=True)  # the forget began 6 s ago
     queue = ThreadQueue(redis, settings)
-    near = _said("within the margin", 1).model_copy(update={"said_ms": forgot + 4000})
-    far = _said("past the margin", 2).model_copy(update={"said_ms": forgot + 6000})
-    assert await queue.enqueue([near], now_ms=forgot + 4000) == FORGOTTEN
-    assert await queue.enqueue([near, far], now_ms=forgot + 6000) == FORGOTTEN  # nothing queued
-    assert await queue.enqueue([far], now_ms=forgot + 6000) == 1
+    for ahead in (0, 3000):  # the agent's clock on time, then 3 s ahead of Redis'
+        near = _said("within the margin", 1).model_copy(update={"said_ms": now - 2000 + ahead})
+        far = _said("past the margin", 2).model_copy(update={"said_ms": now + ahead})
+        assert await queue.enqueue([near], now_ms=now + ahead) == FORGOTTEN
+        assert await queue.enqueue([near, far], now_ms=now + ahead) == FORGOTTEN  # nothing
+    assert await queue.enqueue([far], now_ms=now + 3000) == 1
     # Older than a forget is remembered: refused, whether or not one is known.
     old = QueuedMessage.build(
         app=APP,
@@ -359,7 +365,7 @@ async def test_the_margin_refuses_what_a_clock_ahead_stamped_just_after_the_forg
         ordinal=0,
         content="from long ago",
     ).model_copy(update={"said_ms": 1})
-    assert await queue.enqueue([old], now_ms=forgot) == FORGOTTEN
+    assert await queue.enqueue([old], now_ms=now) == FORGOTTEN
 
 
 async def test_an_adk_agent_buffering_through_a_forget_stores_none_of_it(

@@ -97,7 +97,7 @@ async def test_a_forget_stopped_after_recording_itself_is_finished_by_a_worker(
     async def stop(*args: Any) -> None:
         raise Stopped
 
-    monkeypatch.setattr(forget_module, "_marks", stop)
+    monkeypatch.setattr(forget_module, "marks", stop)
     with pytest.raises(Stopped):
         await forgetter.forget_user(app=APP, user_id="alice")
     monkeypatch.undo()

@@ -50,6 +50,7 @@ from afterthought.connections import FAILURES
 from afterthought.context_cache import PENDING, ContextCache, now_version
 from afterthought.contract import MalformedPayload, QueuedMessage, checksum, split_content
 from afterthought.fence import Fence
+from afterthought.forget_marks import person_key
 from afterthought.identity import Identity, IdentityRegistry
 from afterthought.keys import Keys, digest
 from afterthought.quarantine import Entry as QuarantineEntry
@@ -58,7 +59,7 @@ from afterthought.queue import CHANGED, SERVER_CHANGED, Head, ThreadQueue
 from afterthought.settings import Settings
 from afterthought.validation import refusal
 from afterthought.worker import metrics
-from afterthought.worker.forget import Forgetter, person_key
+from afterthought.worker.forget import Forgetter
 from afterthought.worker.pacing import MAX_IN_JOB_WAIT, Pacing
 from afterthought.worker.retry import NARROW_AFTER, decide
 
@@ -439,7 +440,14 @@ class Flusher:
         self.backend = backend
         self.keys = Keys.of(settings)
         self.queue = ThreadQueue(redis, settings, allow_oom=allow_oom)
-        self.registry = IdentityRegistry(redis, settings, allow_oom=allow_oom)
+        self.registry = IdentityRegistry(
+            redis,
+            settings,
+            allow_oom=allow_oom,
+            rebuilt=lambda truncated: metrics.THREAD_MAP_REBUILDS.labels(
+                "truncated" if truncated else "whole"
+            ).inc(),
+        )
         self.pacing = Pacing(redis, self.keys, pause_seconds=settings.pause_seconds)
         self.ignore_roles = ignored_roles(settings, backend)
         self.cache = ContextCache(settings)

@@ -26,7 +26,6 @@ import logging
 import re
 import time
 from dataclasses import dataclass, field
-from typing import Any
 
 import redis.asyncio as aioredis
 
@@ -37,6 +36,7 @@ from afterthought.context_cache import COOLING, PENDING, ContextCache
 from afterthought.contract import DeadLetter, MalformedPayload, QueuedMessage
 from afterthought.facts import StoredFact, statement
 from afterthought.fence import Fence
+from afterthought.forget_marks import PERSON_LUA, marks, person_key, reopen
 from afterthought.identity import IdentityRegistry
 from afterthought.keys import Keys, digest
 from afterthought.quarantine import Quarantine
@@ -55,32 +55,6 @@ if redis.call('GET', KEYS[1]) ~= ARGV[1] then
 end
 """
 #: KEYS the user's forgetting mark, epoch, forget time; ARGV pending, ms, epoch, keep_ms. The
-#: forget's marks: the user is being forgotten, and their epoch is at least the one the
-#: forget recorded (raised once however often a resume repeats it, so what they said since
-#: stays) — and, as it is raised, when (Redis' clock: one clock for every forgetter), so the
-#: enqueue script refuses what an agent made before, however late it comes.
-MARK_LUA = """
-redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-if tonumber(redis.call('GET', KEYS[2]) or '0') < tonumber(ARGV[3]) then
-  redis.call('SET', KEYS[2], ARGV[3])
-  local now = redis.call('TIME')
-  local ms = string.format('%d', now[1] * 1000 + math.floor(now[2] / 1000))
-  redis.call('SET', KEYS[3], ms, 'PX', ARGV[4])
-end
-return redis.call('GET', KEYS[3])
-"""
-#: KEYS a person's forget time; ARGV a forget's time ('' for now, by Redis' clock),
-#: keep_ms. The latest of the two stays.
-PERSON_LUA = """
-local at = ARGV[1]
-if at == '' then
-  local now = redis.call('TIME')
-  at = string.format('%d', now[1] * 1000 + math.floor(now[2] / 1000))
-end
-if tonumber(redis.call('GET', KEYS[1]) or '0') < tonumber(at) then
-  redis.call('SET', KEYS[1], at, 'PX', ARGV[2])
-end
-"""
 #: KEYS the pending forgets; ARGV the user's digest, the record the forget began with. A
 #: forget is done only if nobody recorded it again meanwhile (a write that raced it).
 DONE_LUA = """
@@ -97,8 +71,6 @@ SHOWN_CHARS = 80
 SAMPLE = 5
 #: Statements read from the backend per call while counting them.
 COUNT_PAGE = 1000
-#: A forget's mark outlives a stopped process this long; a worker resumes it before then.
-PENDING_MARK_MS = 24 * 3600 * 1000
 #: After a forget, cache writes stay refused this long: a block read from the backend
 #: before the deletion finished may still be on its way to the cache.
 COOL_DOWN_MS = 60_000
@@ -177,7 +149,7 @@ class Forgetter:
             # The durable entry first: a stop before the marks leaves a forget a worker
             # resumes (and marks), never marks that no worker knows to finish.
             await self.redis.hset(self.keys.forgets, digest(a, u), json.dumps(record))
-            await _marks(self.redis, self.settings, record)
+            await marks(self.redis, self.settings, record)
         done = Forgotten(users=len(aliases) if known else 0)
         for a, u in aliases:
             step = await self._complete(a, u)
@@ -253,12 +225,12 @@ class Forgetter:
         done = []
         for raw in (await self.redis.hgetall(self.keys.forgets)).values():
             record = json.loads(raw)
-            await _marks(self.redis, self.settings, record)
+            await marks(self.redis, self.settings, record)
             done.append(await self._complete(record["app"], record["user_id"]))
         return done
 
     async def reopen(self, *, app: str, user_id: str) -> None:
-        """The user's forget done again (:func:`reopen`)."""
+        """The user's forget done again (:func:`afterthought.forget_marks.reopen`)."""
         await reopen(self.redis, self.settings, app=app, user_id=user_id)
 
     async def raced(self, fence: Fence, *, app: str, user_id: str) -> bool:
@@ -431,43 +403,6 @@ class Forgetter:
             else:
                 done.statements += _said(await self._restatements(user, fact))
         return done
-
-
-async def _marks(redis: aioredis.Redis, settings: Settings, record: dict[str, Any]) -> None:
-    """Mark the user of a recorded forget as being forgotten, with its epoch (a record of
-    an earlier version has none: its forget raised the epoch itself)."""
-    app, user_id = record["app"], record["user_id"]
-    k = Keys.of(settings)
-    forgot = await redis.register_script(MARK_LUA)(
-        keys=[k.forgetting(app, user_id), k.epoch(app, user_id), k.forgot(app, user_id)],
-        args=[PENDING, PENDING_MARK_MS, int(record.get("epoch", 0)), FORGOT_KEEP_MS],
-    )
-    person = person_key(settings, user_id=user_id)
-    if person is not None and forgot is not None:
-        # Before any wait or purge: a worker of another app the registry does not map to
-        # them yet (turns still queued there) drops what they said before it; and such an
-        # app no longer finds them under their person (as it reads them).
-        await redis.register_script(PERSON_LUA)(keys=[person], args=[forgot, FORGOT_KEEP_MS])
-        await redis.delete(k.person(user_id))
-
-
-async def reopen(redis: aioredis.Redis, settings: Settings, *, app: str, user_id: str) -> None:
-    """A write for the user raced their forget and may have landed after its deletion (or
-    what it wrote could not be taken back): the forget is pending again (under the epoch
-    it raised, so what the user said since stays queued; ``status`` counts it), and a
-    worker does it again (``Forgetter.resume_pending``), finding the backend user by id."""
-    epoch = await ContextCache(settings).epoch(redis, app=app, user_id=user_id)
-    record = {"app": app, "user_id": user_id, "since": int(time.time() * 1000), "epoch": epoch}
-    await redis.hset(Keys.of(settings).forgets, digest(app, user_id), json.dumps(record))
-    await _marks(redis, settings, record)
-    log.warning("forget reopened user=%s: a write raced it", digest(app, user_id))
-
-
-def person_key(settings: Settings, *, user_id: str) -> str | None:
-    """Where a forget of the user's person is timed: with a ``zep_user_id_template``
-    without ``{app}`` one user id is one person in every app, and forgetting them in one
-    forgets them in all; None when the template keeps apps apart."""
-    return None if settings.apps_apart else Keys.of(settings).forgot_person(user_id)
 
 
 def _theirs(letter: DeadLetter, threads: set[str], *, app: str, user_id: str) -> bool:
