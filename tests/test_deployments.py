@@ -9,6 +9,7 @@ plugin, and ``search_memory`` under either app's name all give the same memory."
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -20,11 +21,15 @@ from google.adk.runners import Runner
 from google.adk.sessions import InMemorySessionService
 
 from afterthought.agent_hooks import MemoryPlugin, ZepMemoryService, create_callbacks
+from afterthought.agent_hooks.provisioning import ensure_thread, ensure_user
 from afterthought.backends import open_backend
+from afterthought.backends.base import BackendError
 from afterthought.identity import IdentityRegistry
 from afterthought.keys import Keys, digest
 from afterthought.settings import Settings
+from afterthought.status import snapshot
 from afterthought.testing.stand_in_model import StandInLlm, memory_lines
+from afterthought.worker.forget import Forgetter
 from tests.adk_support import make_runner, say
 from tests.conftest import BOTH_LAYOUTS, drain, remove_prefix
 
@@ -259,8 +264,6 @@ async def test_forgetting_the_person_in_an_app_that_never_saw_them_forgets_them(
 ) -> None:
     """The person's entry lets an app the registry has not mapped them in read their
     memory; a forget from there finds them, and no app reads them afterwards."""
-    from afterthought.worker.forget import Forgetter
-
     await _turn(any_settings, "shop", "ada", SECRET)
     forgetter = Forgetter(any_settings, redis, open_backend(any_settings))
     done = await forgetter.forget_user(app="preload_agent", user_id="ada")
@@ -272,46 +275,59 @@ async def test_forgetting_the_person_in_an_app_that_never_saw_them_forgets_them(
     assert await redis.exists(Keys.of(any_settings).person("ada")) == 0
 
 
+class _HeldProvisioning:
+    """The backend as an app's provisioning meets it while a forget from another app runs:
+    its reply held until the test lets it go, the user made before the hold or after it
+    (the forget deleted them meanwhile), and the delete that would take them back refused
+    or not."""
+
+    def __init__(self, backend: Any, *, made_after: bool, refuse_delete: bool) -> None:
+        self._backend, self._made_after, self._refuse_delete = backend, made_after, refuse_delete
+        self.asked, self.answer = asyncio.Event(), asyncio.Event()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._backend, name)
+
+    async def ensure_user(self, **kwargs: Any) -> Any:
+        got = None if self._made_after else await self._backend.ensure_user(**kwargs)
+        self.asked.set()
+        await self.answer.wait()
+        return await self._backend.ensure_user(**kwargs) if self._made_after else got
+
+    async def delete_user(self, **kwargs: Any) -> None:
+        if self._refuse_delete:
+            raise BackendError("unavailable", code="test")
+        await self._backend.delete_user(**kwargs)
+
+
+async def _provision_through_a_forget(
+    settings: Settings, redis: aioredis.Redis, held: _HeldProvisioning, backend: Any
+) -> Forgetter:
+    """App A knows ada; app B provisions her (her person entry expired: B asks the
+    backend) through ``held`` while A forgets her; B's provisioning says it was raced."""
+    await ensure_user(app="A", user_id="ada", settings=settings)
+    await redis.delete(Keys.of(settings).person("ada"))
+    provisioning = asyncio.create_task(
+        ensure_thread(app="B", user_id="ada", session_id="s1", settings=settings, backend=held)
+    )
+    await asyncio.wait_for(held.asked.wait(), 30)
+    forgetter = Forgetter(settings, redis, backend)
+    assert not (await forgetter.forget_user(app="A", user_id="ada")).pending
+    held.answer.set()
+    with pytest.raises(BackendError, match="forgotten_meanwhile"):
+        await provisioning
+    return forgetter
+
+
 async def test_provisioning_another_app_while_the_person_is_forgotten_leaves_nothing(
     any_settings: Settings, redis: aioredis.Redis
 ) -> None:
     """An app provisions the person (the backend slow to reply) while a forget from
     another app runs and ends: it takes back its entry and the person's, and says so."""
-    import asyncio
-
-    from afterthought.agent_hooks.provisioning import ensure_thread, ensure_user
-    from afterthought.backends.base import BackendError
-    from afterthought.worker.forget import Forgetter
-
-    keys = Keys.of(any_settings)
-    await ensure_user(app="A", user_id="ada", settings=any_settings)
-    await redis.delete(keys.person("ada"))  # expired: app B asks the backend
-    asked, answer = asyncio.Event(), asyncio.Event()
     backend = open_backend(any_settings)
-
-    class SlowReply:
-        def __getattr__(self, name: str) -> Any:
-            return getattr(backend, name)
-
-        async def ensure_user(self, **kwargs: Any) -> Any:
-            got = await backend.ensure_user(**kwargs)
-            asked.set()
-            await answer.wait()
-            return got
-
-    provisioning = asyncio.create_task(
-        ensure_thread(
-            app="B", user_id="ada", session_id="s1", settings=any_settings, backend=SlowReply()
-        )
-    )
-    await asyncio.wait_for(asked.wait(), 30)
-    done = await Forgetter(any_settings, redis, open_backend(any_settings)).forget_user(
-        app="A", user_id="ada"
-    )
-    assert not done.pending
-    answer.set()
-    with pytest.raises(BackendError, match="forgotten_meanwhile"):
-        await provisioning
+    held = _HeldProvisioning(backend, made_after=False, refuse_delete=False)
+    await _provision_through_a_forget(any_settings, redis, held, open_backend(any_settings))
+    keys = Keys.of(any_settings)
     assert await redis.exists(keys.person("ada"), keys.user("B", "ada")) == 0
     await backend.aclose()
 
@@ -322,49 +338,12 @@ async def test_a_raced_provisioning_that_cannot_take_back_its_user_leaves_a_pend
     """The backend makes the person again after a forget from another app deleted them,
     and refuses the delete that would take them back: the forget is pending again
     (``status`` counts it), and a worker's resume deletes the user left behind."""
-    import asyncio
-
-    from afterthought.agent_hooks.provisioning import ensure_thread, ensure_user
-    from afterthought.backends.base import BackendError
-    from afterthought.status import snapshot
-    from afterthought.worker.forget import Forgetter
-
-    keys = Keys.of(any_settings)
-    await ensure_user(app="A", user_id="ada", settings=any_settings)
-    await redis.delete(keys.person("ada"))  # expired: app B asks the backend
-    asked, answer = asyncio.Event(), asyncio.Event()
     backend = open_backend(any_settings)
-
-    class LateAndStubborn:
-        def __getattr__(self, name: str) -> Any:
-            return getattr(backend, name)
-
-        async def ensure_user(self, **kwargs: Any) -> Any:
-            asked.set()
-            await answer.wait()  # the forget ran meanwhile: this makes them again
-            return await backend.ensure_user(**kwargs)
-
-        async def delete_user(self, **kwargs: Any) -> None:
-            raise BackendError("unavailable", code="test")
-
-    provisioning = asyncio.create_task(
-        ensure_thread(
-            app="B",
-            user_id="ada",
-            session_id="s1",
-            settings=any_settings,
-            backend=LateAndStubborn(),
-        )
-    )
-    await asyncio.wait_for(asked.wait(), 30)
-    forgetter = Forgetter(any_settings, redis, backend)
-    assert not (await forgetter.forget_user(app="A", user_id="ada")).pending
-    answer.set()
-    with pytest.raises(BackendError, match="forgotten_meanwhile"):
-        await provisioning
+    held = _HeldProvisioning(backend, made_after=True, refuse_delete=True)
+    forgetter = await _provision_through_a_forget(any_settings, redis, held, backend)
     named = await IdentityRegistry(redis, any_settings).backend_user_id(app="B", user_id="ada")
     assert await backend.find_user(zep_user_id=named) is not None  # left behind
-    assert await redis.hexists(keys.forgets, digest("B", "ada"))
+    assert await redis.hexists(Keys.of(any_settings).forgets, digest("B", "ada"))
     assert (await snapshot(redis, any_settings)).forgets.pending == 1
     await forgetter.resume_pending()
     assert await backend.find_user(zep_user_id=named) is None
