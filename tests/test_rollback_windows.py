@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+import redis.asyncio as aioredis
 from redis import Redis
 from redis.exceptions import RedisError
 
@@ -31,12 +32,18 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
-def _restart(server: RedisServer) -> None:
-    """Redis restarted from its last snapshot (``SAVE``): what came after it is gone."""
+async def _restart(
+    server: RedisServer, r: aioredis.Redis, agent: ThreadQueue
+) -> tuple[aioredis.Redis, ThreadQueue]:
+    """Redis restarted from its last snapshot (``SAVE``): what came after it is gone. The
+    agent's process goes on (a new connection, the numbers it was handed kept)."""
+    await r.aclose()
     with contextlib.suppress(RedisError):
         Redis.from_url(server.url).execute_command("SHUTDOWN", "NOSAVE")
     server.stop()
     server.start()
+    r = connect(agent.settings.redis_url)
+    return r, ThreadQueue(r, agent.settings, handed_out=agent.handed_out)
 
 
 def _lost(server: RedisServer, settings) -> int:
@@ -61,10 +68,7 @@ async def snapshot_before_any_worker() -> dict:
         assert await agent.enqueue([msg(1, "m1")], now_ms=_now_ms()) == 1
         await r.execute_command("SAVE")
         await drain(flusher(s), r)
-        await r.aclose()
-        _restart(server)
-        r = connect(s.redis_url)
-        agent = ThreadQueue(r, s, handed_out=agent.handed_out)
+        r, agent = await _restart(server, r, agent)
         assert await agent.enqueue([msg(2, "m2")], now_ms=_now_ms()) == 1
         await drain(flusher(s), r)
         await r.aclose()
@@ -94,10 +98,7 @@ async def rollback_without_info(caplog: pytest.LogCaptureFixture) -> dict:
         for i in (2, 3):
             assert await agent.enqueue([msg(i, f"m{i}")], now_ms=_now_ms()) == 1
         await drain(flusher(s), r)
-        await r.aclose()
-        _restart(server)
-        r = connect(s.redis_url)
-        agent = ThreadQueue(r, s, handed_out=agent.handed_out)
+        r, agent = await _restart(server, r, agent)
         assert await agent.enqueue([msg(4, "m4")], now_ms=_now_ms()) == 1
         with caplog.at_level(logging.WARNING, logger="afterthought.worker.flush"):
             await drain(flusher(s), r)
@@ -139,10 +140,7 @@ async def renumbered_then_rolled_back() -> dict:
         await r.execute_command("SAVE")
         for i in (3, 4):
             assert await agent.enqueue([msg(10 + i, f"n{i}")], now_ms=_now_ms()) == 1
-        await r.aclose()
-        _restart(server)
-        r = connect(s.redis_url)
-        agent = ThreadQueue(r, s, handed_out=agent.handed_out)
+        r, agent = await _restart(server, r, agent)
         assert await agent.enqueue([msg(15, "n5")], now_ms=_now_ms()) == 1
         await drain(flusher(s), r)
         await r.aclose()
@@ -181,10 +179,7 @@ async def agent_ahead_rollback() -> list[str]:
         await say(2)
         await say(3)
         await drain(flusher(s), r)
-        await r.aclose()
-        _restart(server)
-        r = connect(s.redis_url)
-        agent = ThreadQueue(r, s, handed_out=agent.handed_out)
+        r, agent = await _restart(server, r, agent)
         await say(4)
         await drain(flusher(s), r)
         await r.aclose()
