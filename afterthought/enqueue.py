@@ -37,6 +37,7 @@ from afterthought.queue import FORGOTTEN, REFUSED, HandedOut, ThreadQueue
 from afterthought.settings import Settings
 from afterthought.spool import Sent, Spool
 from afterthought.telemetry import queue_failures, spool_events, watch_buffer
+from afterthought.tracing import enqueue_span
 
 log = logging.getLogger("afterthought.enqueue")
 
@@ -175,9 +176,17 @@ class Enqueuer:
 
     async def enqueue(self, messages: Sequence[QueuedMessage]) -> bool:
         """Queue messages of one thread in order; True once Redis holds them. False: they
-        wait in the buffer (the drain thread sends them), or were dropped and counted."""
+        wait in the buffer (the drain thread sends them), or were dropped and counted.
+        Traced (``afterthought.tracing``): wherever they go from here, they carry the
+        enqueue's context."""
         if not messages:
             return True
+        with enqueue_span(messages) as (span, traced):
+            queued = await self._enqueue(traced)
+            span.set_attribute("afterthought.queued", queued)
+            return queued
+
+    async def _enqueue(self, messages: Sequence[QueuedMessage]) -> bool:
         thread = messages[0].thread_key
         if any(m.thread_key != thread for m in messages):
             raise ValueError("enqueue takes messages of one thread at a time")

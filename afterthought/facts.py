@@ -46,6 +46,10 @@ SINGLE_VALUED = frozenset(
         "mother_in_law",
         "father_in_law",
         "boss",
+        "car",
+        "home",
+        "alcohol",
+        "works_shifts",
     }
 )
 _VOLATILE_TEXT = """
@@ -55,8 +59,9 @@ _VOLATILE_TEXT = """
 #: Facts whose value moves with a life (home, work, diet, a dose): once the user speaks of
 #: one again, their latest words are the authority (synthesis retires the fact).
 VOLATILE = frozenset(_VOLATILE_TEXT.split())
-#: Prefixes of single-valued families: one favourite of each sort, one date per event.
-SINGLE_VALUED_PREFIXES = ("favourite_", "event_")
+#: Prefixes of single-valued families: one favourite of each sort, one date per event, one
+#: current amount of each routine ("50 km a week", then "30 km a week").
+SINGLE_VALUED_PREFIXES = ("favourite_", "event_", "routine_")
 #: ``not_lives_in: Paris`` retracts ``lives_in: Paris`` ("I don't live in Paris anymore");
 #: it is never stored itself.
 RETRACTION = "not_"

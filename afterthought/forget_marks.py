@@ -16,6 +16,7 @@ from afterthought.context_cache import PENDING, ContextCache
 from afterthought.keys import Keys, digest
 from afterthought.queue import FORGOT_KEEP_MS
 from afterthought.settings import Settings
+from afterthought.shared_store import store_name
 
 log = logging.getLogger("afterthought.worker.forget")
 
@@ -58,7 +59,7 @@ async def marks(redis: aioredis.Redis, settings: Settings, record: dict[str, Any
         keys=[k.forgetting(app, user_id), k.epoch(app, user_id), k.forgot(app, user_id)],
         args=[PENDING, PENDING_MARK_MS, int(record.get("epoch", 0)), FORGOT_KEEP_MS],
     )
-    person = person_key(settings, user_id=user_id)
+    person = person_key(settings, app=app, user_id=user_id)
     if person is not None and forgot is not None:
         # Before any wait or purge: a worker of another app the registry does not map to
         # them yet (turns still queued there) drops what they said before it; and such an
@@ -79,8 +80,16 @@ async def reopen(redis: aioredis.Redis, settings: Settings, *, app: str, user_id
     log.warning("forget reopened user=%s: a write raced it", digest(app, user_id))
 
 
-def person_key(settings: Settings, *, user_id: str) -> str | None:
+def person_key(settings: Settings, *, app: str, user_id: str) -> str | None:
     """Where a forget of the user's person is timed: with a ``zep_user_id_template``
     without ``{app}`` one user id is one person in every app, and forgetting them in one
-    forgets them in all; None when the template keeps apps apart."""
+    forgets them in all; None when the template keeps apps apart. With one without
+    ``{deployment}`` the backend user is every sharing deployment's, and so is the time
+    (``Keys.forgot_shared``, by the store and the backend user id)."""
+    if settings.users_shared:
+        assert settings.zep_user_id_template is not None  # no default shares users
+        named = settings.zep_user_id(
+            app=app, user_id=user_id, template=settings.zep_user_id_template
+        )
+        return Keys.forgot_shared(store_name(settings), named)
     return None if settings.apps_apart else Keys.of(settings).forgot_person(user_id)

@@ -1,4 +1,5 @@
-"""Every Redis key name, in one place. All carry the deployment prefix.
+"""Every Redis key name, in one place. All carry the deployment prefix but one family
+(``forgot_shared``: what deployments that share users share is named by their store).
 
 Two layouts. With ``redis_shards = 0`` (the default, one Redis or a Sentinel set) names
 are ``prefix:kind:id``, as they always were. With ``redis_shards = N`` (required on Redis
@@ -41,6 +42,8 @@ def digest(*ids: str, size: int = 32) -> str:
     return hashlib.sha256(json.dumps(ids, ensure_ascii=True).encode()).hexdigest()[:size]
 
 
+#: The per-user marks of a forget or a synthesis at work (``forgetting``, ``synthesizing``).
+_MARKS = ("forgetting", "synthesizing")
 #: The most virtual shards a deployment may have (each is polled by every dispatcher).
 MAX_SHARDS = 1024
 
@@ -284,9 +287,14 @@ class Keys:
         """HASH ``user_uuid``, ``graph_uuid`` of the person a user id names in every app (a
         ``zep_user_id_template`` without ``{app}``), so an app the registry has not mapped
         them in yet reads their memory from the first turn. Lives ``idle_ttl_seconds`` from
-        their last new thread (a miss falls back to the backend, which names them the same);
-        a forget removes it. Untagged (their apps are in different shards)."""
+        their last message or new thread (a miss falls back to the backend, which names them
+        the same); a forget removes it. Untagged (their apps are in different shards)."""
         return f"{self.prefix}:id:person:{digest(user_id)}"
+
+    @property
+    def people(self) -> str:
+        """The SCAN pattern of every person's entry (:meth:`person`)."""
+        return f"{self.prefix}:id:person:*"
 
     @property
     def user_ids(self) -> str:
@@ -294,6 +302,21 @@ class Keys:
         first time it is needed (durable): ``{deployment}:{user_id}``, or ``{user_id}`` for
         a deployment that had users before it was recorded."""
         return f"{self.prefix}:user-ids"
+
+    @property
+    def user_ids_settled(self) -> str:
+        """STRING (durable): the ``zep_user_id_template`` in effect when a worker last went
+        over the registry for it (``afterthought.identity.settle_template``): another one in
+        effect at a worker's start makes it go over the registry again."""
+        return f"{self.prefix}:user-ids:settled"
+
+    @property
+    def user_ids_history(self) -> str:
+        """ZSET (durable, bounded: ``identity.MAX_TEMPLATES``): every
+        ``zep_user_id_template`` that named the deployment's backend users, by when it was
+        last in effect (ms). A forget renders each: the backend users of a template changed
+        since stay there, and what tied a user to them in the registry expires."""
+        return f"{self.prefix}:user-ids:history"
 
     # --- the context cache (R2) -------------------------------------------------------
     def context_user(self, app: str, user_id: str) -> str:
@@ -337,6 +360,12 @@ class Keys:
         a message older than that is refused anyway."""
         return f"{self._user_base(app, user_id)}:forgot:{digest(app, user_id)}"
 
+    def forgot_cache(self, app: str, user_id: str) -> str:
+        """STRING ms (Redis' clock) when the user's latest forget (of a fact, or of them)
+        ended: a block whose read began before it is never cached (it may hold what was
+        forgotten). Lives ``context_ttl_seconds``, as long as a block it refuses would."""
+        return f"{self._user_base(app, user_id)}:forgot:ctx:{digest(app, user_id)}"
+
     def forgot_person(self, user_id: str) -> str:
         """STRING ms (Redis' clock) when a forget of the person a user id names in every app
         (a ``zep_user_id_template`` without ``{app}``) last began: the worker drops what
@@ -344,6 +373,33 @@ class Keys:
         are in different shards), so only read on its own; expires as ``forgot`` does. (By
         the user id: with the template ``{user_id}`` the backend user id, as it was named.)"""
         return f"{self.prefix}:forgot:person:{digest(user_id)}"
+
+    @staticmethod
+    def forgot_shared(store: str, backend_user_id: str) -> str:
+        """STRING ms (Redis' clock) when a forget of a backend user that deployments share
+        (a ``zep_user_id_template`` without ``{deployment}``) last began, in any of them:
+        each drops what the person said before it, and takes a registry entry of theirs
+        that names the deleted user for stale. Named by the store and the backend user id,
+        not by a deployment (the one family of keys so named: what is shared is the
+        store's); untagged, read on its own; expires as ``forgot`` does."""
+        return f"afterthought:shared:forgot:{digest(store, backend_user_id)}"
+
+    @staticmethod
+    def sharing(store: str) -> str:
+        """ZSET key prefix -> ms of its workers' last heartbeat: the deployments that share
+        users on ``store`` (a ``zep_user_id_template`` without ``{deployment}``), so a
+        forget in one sweeps what the others hold of the person in Redis. Named by the
+        store as ``forgot_shared`` is; expires ``SHARING_SECONDS`` after the last beat of
+        any of them (a member older than that counts for nothing)."""
+        return f"afterthought:shared:prefixes:{digest(store)}"
+
+    @staticmethod
+    def sharing_names(where: str) -> str:
+        """HASH key prefix -> JSON (the store name it shares users under, when): the
+        deployments that share users on one store as its workers see it (a local store's
+        id, a Zep address), so a worker tells when two of them name it differently (then a
+        forget in one misses the other). Expires as ``stores`` does."""
+        return f"afterthought:shared:names:{digest(where)}"
 
     def forgetting(self, app: str, user_id: str) -> str:
         """STRING set while the user is being forgotten, and for a short cool-down after:
@@ -395,8 +451,10 @@ class Keys:
         "Key lifetimes"), its kind and what guards it, from its name alone: a thread hash
         or a session's registry entry, the session's pending list (and for the entry, its
         user's entry and the field of their map it moves to); a user's registry entry or
-        thread set, their thread set and the head of their shard's pending lists. None for
-        any other key. A session entry's last part is the digest of the session's ids, of
+        thread set, their thread set and the head of their shard's pending lists; a user's
+        epoch or synthesis watermark (durable, removed once none is left), their registry
+        entry, thread set and the marks of a forget or synthesis of theirs. None for any
+        other key. A session entry's last part is the digest of the session's ids, of
         which its thread key is the first 24 characters (``contract.thread_key``: the
         same digest, shorter)."""
         if name.startswith("{"):
@@ -416,4 +474,7 @@ class Keys:
             return "id:thread", (pending + rest[:24], user, self.tag_field(self.tag_of(rest)))
         if kind in ("id:user", "threads"):
             return kind, (f"{head}:threads:{rest}", pending)
+        if kind in ("epoch", "synth"):
+            # Durable per user, of use only while something of the user is left.
+            return kind, tuple(f"{head}:{k}:{rest}" for k in ("id:user", "threads", *_MARKS))
         return None

@@ -153,6 +153,19 @@ sonraki sohbet
 """
 
 MENTION_CUES = """
+polish
+proofread
+rephrase
+reword
+rewrite
+draft
+does that sound
+does this sound
+corrige
+revisa
+korrigier
+überarbeite
+correggi
 play
 whisper
 murmur
@@ -369,9 +382,32 @@ hikaye
 çevir
 ödev
 makale
+przetłumacz
+tłumacz
+dịch
+terjemah
+vertaal
+översätt
+переклад
 """
 
 REPORTERS = """
+daughter
+son
+kid
+grandma
+grandpa
+granny
+aunt
+uncle
+cousin
+neighbour
+neighbor
+partner
+girlfriend
+boyfriend
+roommate
+flatmate
 villain
 hero
 robot
@@ -447,4 +483,1014 @@ lehrerin
 arzt
 formular
 rezept
+"""
+
+#: The one spoken to as "you", in the languages users speak: with :data:`ASSISTANT`, whom
+#: a clause addresses (an order to the agent says "you"; a story or a report says "she").
+YOU = """
+you
+your
+yours
+yourself
+u
+ur
+tu
+ti
+usted
+ustedes
+vous
+votre
+toi
+ton
+du
+dich
+dir
+dein
+deine
+deinen
+jij
+jou
+jouw
+ty
+ciebie
+cie
+tobie
+twoj
+twoje
+sen
+seni
+sana
+senin
+kamu
+anda
+kau
+tum
+tumhe
+aap
+voce
+teu
+tua
+tuo
+ты
+тебя
+тебе
+твой
+твои
+вы
+вас
+вам
+ваш
+ти
+твоє
+你
+您
+あなた
+君
+お前
+너
+네가
+당신
+니가
+أنت
+انت
+لك
+تو
+شما
+אתה
+לך
+คุณ
+เธอ
+आप
+तुम
+"""
+
+#: Words that name the agent itself (or its makers' settings) rather than a person.
+ASSISTANT = """
+assistant
+ai
+bot
+chatbot
+model
+llm
+gpt
+system
+agent
+asistente
+assistente
+asystent
+assistent
+asisten
+ia
+ki
+ии
+бот
+ассистент
+помощник
+助手
+助理
+人工智能
+アシスタント
+ボット
+어시스턴트
+챗봇
+المساعد
+ذكاء اصطناعي
+trợ lý
+yapay zeka
+सहायक
+"""
+
+#: The speaker as the subject ("I", "my"): what people say about their own life.
+SELF = """
+i
+i'm
+im
+my
+me
+je
+j'
+moi
+mon
+ma
+ich
+mein
+meine
+mir
+mich
+yo
+mi
+eu
+meu
+minha
+io
+mio
+ik
+mijn
+ja
+moj
+moja
+jag
+min
+ben
+benim
+aku
+saya
+mình
+tôi
+я
+мой
+моя
+мне
+меня
+我
+私
+僕
+나
+내가
+저
+제가
+أنا
+من
+אני
+ฉัน
+मैं
+मेरा
+मेरी
+"""
+
+#: Words that turn a message to a new matter ("btw", "anyway", "oh and"): a clause starts
+#: after them, as after a full stop.
+TURNS = """
+btw
+by the way
+anyway
+anyways
+oh and
+oh also
+also
+plus
+ps
+p.s.
+por cierto
+au fait
+à propos
+übrigens
+кстати
+а ещё
+对了
+顺便
+ところで
+あと
+그리고
+아 그리고
+trouwens
+oh iya
+à mà
+ว่าแต่
+a propósito
+aliás
+comunque
+tra l'altro
+"""
+
+#: Verbs said to the agent as orders (imperatives, "you are now"): a cue the classifier
+#: weighs with whom the clause addresses, not a rule by itself ("I ignored my alarm").
+ORDERS = """
+ignore
+disregard
+forget
+reveal
+show me your
+print your
+repeat your
+pretend
+act as
+never mention
+don't mention
+do not mention
+don't tell
+never tell
+stop warning
+always recommend
+reply with
+respond with
+answer only
+you are now
+you're now
+stay in character
+turn off
+ignora
+olvida
+muéstrame
+revela
+finge
+actúa como
+nunca menciones
+no menciones
+no le digas
+nunca digas
+recomienda
+envía
+contéstame
+respóndeme
+desactiva
+ahora eres
+oublie
+montre-moi
+révèle
+affiche
+fais semblant
+agis comme
+ne mentionne
+ne dis jamais
+recommande
+envoie
+réponds
+désactive
+tu es maintenant
+tu es désormais
+ignoriere
+vergiss
+zeig mir
+verrate
+tu so
+tu einfach so
+erwähne nie
+erwähne nicht
+sag nie
+sag niemandem
+empfiehl
+schick
+antworte
+deaktiviere
+du bist jetzt
+bist du jetzt
+dimentica
+mostrami
+rivela
+fingi
+fai finta
+comportati come
+non menzionare
+non dire mai
+consiglia
+rispondi
+disattiva
+ora sei
+esqueça
+mostre
+revele
+finja
+aja como
+nunca mencione
+não mencione
+nunca diga
+nunca conte
+recomende
+envie
+responda
+desative
+agora você é
+negeer
+vergeet
+verklap
+doe alsof
+noem nooit
+zeg nooit
+vertel nooit
+stuur
+beantwoord
+je bent nu
+ignoruj
+zignoruj
+zapomnij
+pokaż
+ujawnij
+udawaj
+nie wspominaj
+nie mów
+polecaj
+wyślij
+wysyłaj
+odpowiadaj
+wyłącz
+jesteś teraz
+игнорируй
+забудь
+покажи
+раскрой
+выведи
+притворись
+не упоминай
+не говори
+никому не говори
+советуй
+рекомендуй
+отправь
+отправляй
+пересылай
+отвечай
+отключи
+теперь ты
+ігноруй
+розкрий
+вдавай
+не згадуй
+не кажи
+радь
+надішли
+надсилай
+відповідай
+вимкни
+тепер ти
+yok say
+görmezden gel
+unut
+göster
+gibi davran
+asla söyleme
+bahsetme
+öner
+gönder
+yanıtla
+cevap ver
+artık sen
+تجاهل
+انس
+اعرض
+اكشف
+تظاهر
+لا تذكر
+لا تخبر
+لا تقل
+أرسل
+أجب
+عطل
+أنت الآن
+نادیده بگیر
+فراموش کن
+نشان بده
+وانمود کن
+نگو
+حرف نزن
+پیشنهاد بده
+بفرست
+התעלם
+שכח
+הצג
+העמד פנים
+אל תזכיר
+אל תגיד
+תמליץ
+שלח
+אתה עכשיו
+अनदेखा करो
+नजरअंदाज करो
+भूल जाओ
+दिखाओ
+नाटक करो
+मत बताना
+ज़िक्र मत
+सुझाओ
+भेज दो
+जवाब दो
+अब तुम
+ignore karo
+bhool jao
+dikhao
+mat batana
+忽略
+无视
+忘掉
+显示
+透露
+假装
+扮演
+不要提
+别提
+不要告诉
+别告诉
+只推荐
+发送
+发到
+你现在是
+無視して
+忘れて
+見せて
+表示して
+ふりをして
+演じて
+言わないで
+触れないで
+勧めて
+送って
+解除して
+무시해
+잊어
+보여 줘
+알려 줘
+척해
+말하지 마
+언급하지 마
+추천해
+보내
+대답해
+너는 이제
+bỏ qua
+quên
+hiển thị
+tiết lộ
+giả vờ
+đóng vai
+đừng nhắc
+đừng nói
+giới thiệu
+trả lời
+abaikan
+lupakan
+tunjukkan
+tampilkan
+bocorkan
+pura-pura
+jangan sebut
+jangan bilang
+rekomendasikan
+kirimkan
+matikan
+เพิกเฉย
+ลืม
+แสดง
+เปิดเผย
+แกล้งทำ
+อย่าพูดถึง
+อย่าบอก
+แนะนำ
+ignorera
+glöm
+avslöja
+låtsas
+nämn aldrig
+säg aldrig
+rekommendera
+skicka
+du är nu
+"""
+
+#: What the agent's makers set and an attack wants lifted: its instructions, rules,
+#: filters, warnings.
+RULES = """
+instructions
+rules
+prompt
+filters
+restrictions
+guidelines
+safety
+warnings
+disclaimers
+configuration
+programming
+limitations
+instrucciones
+reglas
+filtros
+restricciones
+advertencias
+limitaciones
+règles
+consignes
+filtres
+avertissements
+anweisungen
+regeln
+vorgaben
+filter
+einschränkungen
+warnhinweise
+sicherheitshinweise
+istruzioni
+regole
+filtri
+restrizioni
+avvisi
+instruções
+regras
+restrições
+avisos
+instructies
+regels
+beperkingen
+waarschuwingen
+instrukcj
+zasad
+filtry
+ograniczeń
+ostrzeżeń
+инструкци
+правил
+фильтр
+ограничени
+предупреждени
+промпт
+інструкці
+фільтр
+обмежен
+попереджен
+talimat
+kural
+filtre
+kısıtlama
+uyarı
+التعليمات
+القواعد
+فلاتر
+الفلاتر
+القيود
+التحذيرات
+دستورالعمل
+قوانین
+فیلتر
+محدودیت
+ההוראות
+הכללים
+מסננים
+הגבלות
+निर्देश
+नियम
+फ़िल्टर
+चेतावनी
+rules nahi
+指令
+规则
+提示词
+过滤
+限制
+警告
+指示
+ルール
+制限
+フィルター
+プロンプト
+지시
+규칙
+제한
+필터
+프롬프트
+경고
+quy tắc
+luật lệ
+bộ lọc
+giới hạn
+cảnh báo
+instruksi
+aturan
+batasan
+peringatan
+คำสั่ง
+ตัวกรอง
+ข้อจำกัด
+คำเตือน
+instruktioner
+regler
+begränsningar
+varningar
+"""
+
+#: People other than the speaker, as a planted order names them ("anyone who asks").
+OTHERS = """
+anyone
+anybody
+everyone
+everybody
+users
+customers
+clients
+people who
+cualquiera
+todo el mundo
+los usuarios
+clientes
+quiconque
+tout le monde
+les utilisateurs
+jedem
+jeder
+alle nutzer
+kunden
+chiunque
+tutti
+gli utenti
+qualquer pessoa
+todos
+os usuários
+iedereen
+klanten
+każdemu
+wszystkim
+klientom
+всем
+каждому
+кто спрашивает
+клиентам
+усім
+кожному
+herkese
+müşterilere
+لكل من
+أي أحد
+العملاء
+هر کسی
+כל מי
+हर किसी
+सबको
+任何人
+所有人
+用户
+誰にでも
+全員
+ユーザー
+누구에게나
+모든 사람
+사용자
+bất kỳ ai
+mọi người
+siapa pun
+semua orang
+ทุกคน
+alla
+vem som helst
+"""
+
+#: "Never", "ever again", "for good": what a gag order or a standing order says.
+NEVER = """
+never
+ever again
+for good
+nunca
+jamás
+jamais
+plus jamais
+nie wieder
+niemals
+mai più
+nunca mais
+nooit
+nigdy
+никогда
+ніколи
+asla
+hiçbir zaman
+أبدا
+أبدًا
+هرگز
+לעולם
+कभी नहीं
+कभी मत
+永远
+千万
+絶対
+二度と
+절대
+다시는
+không bao giờ
+đừng bao giờ
+jangan pernah
+ไม่ว่า
+อย่า
+aldrig
+"""
+
+#: Asking for something to be kept: memory itself, and the verbs that write to it. With an
+#: order to others or about later turns it is a plant; with a fact about the user it is
+#: what memory is for: the classifier weighs it with the other cues.
+PERSIST = """
+memory
+memories
+remember this
+remember that
+keep in mind
+don't forget
+do not forget
+save this
+save that
+store this
+store that
+commit to memory
+make it stick
+permanent
+permanently
+lasting
+memoria
+memorias
+recuerda
+recuérdalo
+guarda esto
+guárdalo
+no lo olvides
+mémoire
+retiens
+souviens-toi
+n'oublie pas
+gedächtnis
+speicher
+merk dir
+merke dir
+vergiss nicht
+ricorda
+salvalo
+non dimenticare
+memória
+lembre
+não esqueça
+geheugen
+onthoud
+pamięć
+zapamiętaj
+память
+запомни
+запомните
+не забудь
+пам'ять
+запам'ятай
+hafıza
+hafızana
+bellek
+belleğe
+unutma
+kaydet
+memori
+ingat
+simpan
+ghi nhớ
+bộ nhớ
+đừng quên
+記憶
+記住
+记住
+记忆
+别忘了
+不要忘记
+覚えて
+忘れない
+メモリ
+기억
+메모리
+저장해
+잊지
+ذاكرة
+ذاكرتك
+احفظ
+لا تنس
+تذكر
+याद रख
+याद रखो
+याद रखना
+मेमोरी
+सेव
+จำไว้
+หน่วยความจำ
+"""
+
+#: A group of people the speaker belongs to or speaks for: the addressees of a house rule,
+#: a team's policy, a game's or a class's rule ("from now on we deploy on Tuesdays",
+#: "office rule: everyone submits timesheets") — people, not the assistant.
+GROUP = """
+we
+we'll
+we're
+our
+us
+team
+staff
+employees
+everyone here
+colleagues
+office
+company
+department
+class
+students
+players
+kids
+family
+household
+nosotros
+nuestro
+nuestra
+equipo
+empleados
+oficina
+empresa
+nous
+notre
+nos
+équipe
+personnel
+bureau
+entreprise
+wir
+unser
+unsere
+uns
+mitarbeiter
+büro
+firma
+noi
+nostro
+nostra
+squadra
+ufficio
+azienda
+nós
+nosso
+nossa
+equipe
+escritório
+мы
+наш
+наша
+нас
+команда
+сотрудники
+офис
+компания
+biz
+bizim
+ekip
+ofis
+şirket
+kami
+kita
+tim
+kantor
+perusahaan
+chúng tôi
+chúng ta
+công ty
+我们
+咱们
+团队
+公司
+办公室
+私たち
+我々
+チーム
+会社
+우리
+팀
+회사
+사무실
+نحن
+فريق
+شركة
+المكتب
+हम
+हमारा
+हमारी
+टीम
+ऑफिस
+कंपनी
+เรา
+บริษัท
+"""
+
+#: Talk about code, markup or configuration: a tag or a comment in such a message is
+#: most likely the thing being asked about.
+CODE = """
+code
+codebase
+function
+method
+class
+variable
+script
+parser
+linter
+compiler
+xml
+html
+json
+yaml
+css
+markup
+element
+tag
+attribute
+schema
+config
+regex
+api
+database
+redis
+postgres
+sql
+bug
+error
+python
+javascript
+java
+typescript
+comment
+commit
+deploy
+debug
+código
+función
+código
+fonction
+balise
+élément
+funktion
+fehler
+codice
+funzione
+código
+função
+код
+функци
+ошибк
+kod
+fonksiyon
+hata
+kode
+fungsi
+mã
+hàm
+代码
+函数
+标签
+报错
+コード
+関数
+タグ
+エラー
+코드
+함수
+태그
+오류
+كود
+دالة
+كود
+कोड
+फ़ंक्शन
+snippet
+template
+dockerfile
+docker
+ini
+toml
+configuración
+configuration
+konfiguration
+configurazione
+configuração
+configuratie
+konfiguracja
+yapılandırma
+конфиг
+конфигурац
+配置
+設定ファイル
+설정 파일
+إعدادات
 """

@@ -4,16 +4,17 @@ set. Those are given ``idle_ttl_seconds`` on their next activity; an idle user's
 otherwise stay forever. A session's registry entry of before the user's map (``Keys.user``)
 is moved into it while its user's entry is there, so it lives as long as the user. The
 sweep gives each the lifetime the queue's scripts would (``queue.idle``: never while a
-message of theirs waits) and touches nothing else: durable state, keys that expire
-already, other deployments' keys (the scan matches the prefix).
+message of theirs waits). A user's durable keys of use only while something else of theirs
+is left (their deletion epoch, their synthesis watermark) are removed once nothing is.
+Nothing else is touched: other durable state, keys that expire already, other
+deployments' keys (the scan matches the prefix).
 
 Bounded and resumable: a run reads at most ``pages`` pages of the scan and answers where
 the next one begins (a cursor to pass back), so a large keyspace is swept in steps; a key
-swept twice is skipped (it has a lifetime)."""
+swept twice is skipped (it has a lifetime, or is gone)."""
 
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import dataclass, field
 
 import redis.asyncio as aioredis
@@ -55,6 +56,17 @@ if ARGV[2] == '1' then
 end
 return 1
 """
+#: KEYS a user's durable key (epoch, synthesis watermark), then what of the user would
+#: still need it; ARGV '1' to apply. Removed once none of those is left: no registry entry
+#: or thread set (both kept while a message of theirs waits, and for ``idle_ttl_seconds``
+#: after), no forget or synthesis at work. 1 if it was (or would be) removed.
+DURABLE_LUA = """
+for i = 2, #KEYS do
+  if redis.call('EXISTS', KEYS[i]) == 1 then return 0 end
+end
+if ARGV[1] == '1' then redis.call('DEL', KEYS[1]) end
+return 1
+"""
 #: Keys read per page of the scan.
 PAGE = 1000
 #: Pages one run reads at most by default (a million keys).
@@ -66,8 +78,13 @@ class Swept:
     """What a run found without a lifetime (and, unless a dry run, gave one)."""
 
     dry_run: bool
-    given: Counter[str] = field(default_factory=Counter)
+    # Plain dicts, not Counters: ``dataclasses.asdict`` rebuilds a Counter from its items,
+    # counting the (kind, n) pairs as keys, and the CLI prints ``asdict`` as JSON.
+    given: dict[str, int] = field(default_factory=dict)
     """Keys by kind (``thread``, ``id:thread``, ``id:user``, ``threads``)."""
+    removed: dict[str, int] = field(default_factory=dict)
+    """Users' durable keys by kind (``epoch``, ``synth``) removed as nothing else of their
+    user is left."""
     moved: int = 0
     """Session registry entries of before the user's map moved into it (their user's
     entry was there; the others are given a lifetime, ``given["id:thread"]``)."""
@@ -92,6 +109,7 @@ async def sweep(
         redis.register_script(SESSION_LUA),
         redis.register_script(USER_LUA),
         redis.register_script(MOVE_LUA),
+        redis.register_script(DURABLE_LUA),
     )
     args = (int(settings.idle_ttl_seconds * 1000), "1" if apply else "0")
     # Both layouts' names: a deployment that resharded may keep flat entries of before.
@@ -115,18 +133,22 @@ async def sweep(
 
 
 async def _give(
-    scripts: tuple[AsyncScript, AsyncScript, AsyncScript],
+    scripts: tuple[AsyncScript, AsyncScript, AsyncScript, AsyncScript],
     keys: Keys,
     names: list[str],
     args: tuple[int, str],
     done: Swept,
 ) -> None:
-    session, user, move = scripts
+    session, user, move, durable = scripts
     for name in names:
         found = keys.lifetime_of(name)
         if found is None:
             continue
         kind, guards = found
+        if kind in ("epoch", "synth"):
+            if await durable(keys=[name, *guards], args=[args[1]]):
+                done.removed[kind] = done.removed.get(kind, 0) + 1
+            continue
         if kind == "id:thread" and await move(keys=[name, guards[1]], args=[guards[2], args[1]]):
             done.moved += 1
             continue
@@ -135,7 +157,7 @@ async def _give(
         else:
             given = await user(keys=[name, guards[0]], args=[*args, guards[1]])
         if given:
-            done.given[kind] += 1
+            done.given[kind] = done.given.get(kind, 0) + 1
 
 
 async def _nodes(redis: aioredis.Redis) -> list[str | None]:

@@ -23,7 +23,7 @@ from typing import Any
 import redis.asyncio as aioredis
 
 from afterthought.contract import MEMORY_SESSION, QueuedMessage
-from afterthought.fence import GUARD, REFUSED, Fence
+from afterthought.fence import GUARD, Fence
 from afterthought.keys import Keys, digest
 from afterthought.queue import ThreadQueue
 from afterthought.settings import Settings
@@ -32,13 +32,13 @@ from afterthought.validation import OPERATOR
 #: Entries kept for review (per shard); older ones are trimmed.
 QUARANTINE_MAX = 10_000
 
-# KEYS the user's epoch, the job's hold (see GUARD), the user's shard's list; ARGV the
-# epoch, the token, the bound, then the entries. 1, or -1 when the job may no longer write.
+# KEYS the fence's (see GUARD), the user's shard's list; ARGV the fence's, the bound, then
+# the entries. 1, or -1 when the job may no longer write.
 ADD_LUA = (
     GUARD
     + """
-redis.call('RPUSH', KEYS[3], unpack(ARGV, 4))
-redis.call('LTRIM', KEYS[3], -tonumber(ARGV[3]), -1)
+redis.call('RPUSH', KEYS[4], unpack(ARGV, 5))
+redis.call('LTRIM', KEYS[4], -tonumber(ARGV[4]), -1)
 return 1
 """
 )
@@ -109,11 +109,12 @@ class Quarantine:
         if not entries:
             return True
         (shard,) = {self._keys.shard_of(e.app, e.user_id) for e in entries}
-        added = await self._add(
-            keys=[*fence.keys, self._keys.quarantine(shard)],
-            args=[*fence.args, QUARANTINE_MAX, *(e.to_json() for e in entries)],
+        return await fence.write(
+            self._redis,
+            self._add,
+            [self._keys.quarantine(shard)],
+            [QUARANTINE_MAX, *(e.to_json() for e in entries)],
         )
-        return int(added) != REFUSED
 
     async def _raw(self) -> list[tuple[str, bytes, Entry]]:
         """Every entry, with its list, oldest first."""

@@ -83,9 +83,11 @@ Whose = tuple[str, str, str]
 
 
 class HandedOut:
-    """The highest sequence number a writer was handed for each thread (by reference), to
-    find a thread's counter gone back. One writer's queues share one (an agent's loops
-    and its drain thread write the same threads); thread-safe.
+    """The highest sequence number a writer was handed for each thread (by reference), and
+    the name of the numbering it belongs to, to find a thread's counter gone back and to
+    go on in that numbering (so a worker can tell which of the numbers skipped its backend
+    holds). One writer's queues share one (an agent's loops and its drain thread write the
+    same threads); thread-safe.
 
     A thread's counter also goes when the thread was idle for ``idle_ttl_seconds`` (its
     hash expired: no loss). Its hash only starts to expire once its queue is empty, after
@@ -96,7 +98,7 @@ class HandedOut:
     def __init__(
         self, *, trust_seconds: float, clock: Callable[[], float] = time.monotonic
     ) -> None:
-        self._last: OrderedDict[str, tuple[int, float]] = OrderedDict()
+        self._last: OrderedDict[str, tuple[int, int | None, float]] = OrderedDict()
         self._lock = threading.Lock()
         self._trust = trust_seconds
         self._clock = clock
@@ -105,20 +107,23 @@ class HandedOut:
     def of(cls, settings: Settings, *, clock: Callable[[], float] = time.monotonic) -> HandedOut:
         return cls(trust_seconds=settings.idle_ttl_seconds / 2, clock=clock)
 
-    def get(self, thread: str) -> int:
+    def get(self, thread: str) -> tuple[int, int | None]:
+        """The highest number handed out (0: none known) and its numbering's name."""
         with self._lock:
             return self._trusted(thread)
 
-    def note(self, thread: str, seq: int) -> None:
+    def note(self, thread: str, seq: int, numbering: int | None = None) -> None:
         with self._lock:
-            self._last[thread] = (max(seq, self._trusted(thread)), self._clock())
+            known = self._trusted(thread)
+            last = (seq, numbering) if seq >= known[0] else known
+            self._last[thread] = (*last, self._clock())
             self._last.move_to_end(thread)
             if len(self._last) > HANDED_OUT_THREADS:
                 self._last.popitem(last=False)
 
-    def _trusted(self, thread: str) -> int:
-        seq, at = self._last.get(thread, (0, 0.0))
-        return seq if self._clock() - at <= self._trust else 0
+    def _trusted(self, thread: str) -> tuple[int, int | None]:
+        seq, numbering, at = self._last.get(thread, (0, None, 0.0))
+        return (seq, numbering) if self._clock() - at <= self._trust else (0, None)
 
 
 # The ``run_id`` of the server running the script (nil when ``INFO`` is refused): a restart
@@ -160,7 +165,7 @@ local function take(pending, thread, depth, lost, count, last, keep, stored)
   if done >= 0 then redis.call('HSET', thread, 'done', done) end
   if missing > 0 then redis.call('INCRBY', lost, missing) end
   if redis.call('DECRBY', depth, taken + missing) < 0 then redis.call('SET', depth, 0) end
-  return taken
+  return taken, missing
 end
 -- After the head is done up to ``last``: its failure state goes; the part of a recorded
 -- in-flight batch past ``last`` stays recorded, as an earlier attempt may have stored it
@@ -237,17 +242,20 @@ end
 -- ``known``: the highest number the caller was handed for this thread (0: none). A
 -- counter below it went back with the messages after it (a failover to a replica that
 -- lagged, a restart without the last writes): it goes on after ``known``, so the numbers
--- Redis lost are a gap the worker counts as lost, and none is handed out twice. ``stamp``:
+-- Redis lost are a gap, and none is handed out twice; the worker counts as lost those of
+-- the gap its backend does not hold. ``known_numbering``: the name of ``known``'s
+-- numbering ('' unknown), which a counter lost with its hash goes on in, so the worker
+-- can tell the gap's numbers among those stored. ``stamp``:
 -- the epoch to queue under (a replayed letter's own); nil: the user's current one.
 -- ``skew``: how far the clock that stamped the messages' ``said_ms`` runs ahead of
 -- Redis'. Returns the last number handed out and how many the counter skipped. ``held``:
 -- what ``keep`` keeps while the messages wait. A numbering that starts at 1 is named
 -- (``numbering``: Redis' clock then) and every payload carries the name, as the backend's
 -- copy of it does: a thread idle long enough to lose its hash numbers from 1 again, and
--- the worker must not take its old numbers for the new ones (``Flusher._gap_stored``). One
--- that goes on after ``known`` on a counter that was lost has lost its name with it.
+-- the worker must not take its old numbers for the new ones (``Flusher._gap_stored``).
+-- Returns the last number handed out, how many were skipped, and the numbering's name.
 local function push(pending, thread, ready, depth, epoch_key, threads, seen, ref, keys, items,
-    known, stamp, held, skew)
+    known, known_numbering, stamp, held, skew)
   local seq = tonumber(redis.call('HGET', thread, 'seq') or '0')
   local queued = clock_ms()
   if seq == 0 then
@@ -257,12 +265,20 @@ local function push(pending, thread, ready, depth, epoch_key, threads, seen, ref
     seq = tail and head_seq(tail) or 0
     if seq == 0 then
       redis.call('HSETNX', thread, 'done', 0)
-      if known == 0 then redis.call('HSET', thread, 'numbering', queued) end
+      if known == 0 then
+        redis.call('HSET', thread, 'numbering', queued)
+      elseif known_numbering ~= '' then
+        redis.call('HSET', thread, 'numbering', known_numbering)
+      end
     end
   end
   local skipped = math.max(0, known - seq)
   seq = seq + skipped
-  local epoch = stamp or redis.call('GET', epoch_key) or '0'
+  local current = redis.call('GET', epoch_key) or '0'
+  local epoch = stamp or current
+  -- A replayed letter's epoch above the user's: the sweep removed theirs while nothing of
+  -- theirs was queued. Raised back, so a later forget raises it past the letter's.
+  if tonumber(epoch) > tonumber(current) then redis.call('SET', epoch_key, epoch) end
   local numbering = redis.call('HGET', thread, 'numbering')
   local named = numbering and (',"numbering":' .. numbering) or ''
   for i = 1, #items do
@@ -281,20 +297,22 @@ local function push(pending, thread, ready, depth, epoch_key, threads, seen, ref
   redis.call('INCRBY', depth, #items)
   -- NX keeps the score of a claimed or deferred thread: its holder re-checks on release.
   redis.call('ZADD', ready, 'NX', queued, ref)
-  return {seq, skipped}
+  return {seq, skipped, numbering or ''}
 end
 """
 
 # KEYS pending, thread, ready, depth, epoch, user threads, seen, forgot, the session's and
 # the user's registry entries (kept while the messages wait: ``keep``), the shard's
 # served-by (the first writer names the server: a snapshot with messages in it names the
-# server they were queued on, see ``SERVED_BY_LUA``)
+# server they were queued on, see ``SERVED_BY_LUA``), and (optional) the user's person,
+# whose idle lifetime each message appended renews (never made: a forgotten one stays gone)
 # ARGV seen_keys, seen_ttl_ms, ref, now_ms, thread_cap, shard_cap, n, keys[n], payloads[n],
-# margin_ms, keep_ms, known (push's). A key ``seen`` holds from before the thread's last
-# queued forget (``forget``: its seq and said_ms) is appended again when the message was
-# made after that forget: a fact deleted and then added again is a new change, a re-push
-# of the add made before the delete is not. Returns {outcome, last number handed out (0:
-# none), numbers skipped (push's)}; the outcome is how many were appended (0: all were
+# margin_ms, keep_ms, known (push's), idle_ms, known_numbering (push's). A key ``seen``
+# holds from before the thread's last queued forget (``forget``: its seq and said_ms) is
+# appended again when the message was made after that forget: a fact deleted and then
+# added again is a new change, a re-push of the add made before the delete is not.
+# Returns {outcome, last number handed out (0: none), numbers skipped (push's), skew,
+# the numbering's name (push's)}; the outcome is how many were appended (0: all were
 # already there), -1 / -2 when a cap refuses, or -4 (nothing appended) when a new one was
 # made before the user's latest forget began (plus the clock margin) or, live, longer ago
 # than a forget is remembered: it is the forgotten user's, whether it comes from a buffer,
@@ -345,19 +363,20 @@ if #items == 0 then return {0, 0, 0, skew} end
 local full = room(KEYS[1], KEYS[4], #items, tonumber(ARGV[5]), tonumber(ARGV[6]))
 if full < 0 then return {full, 0, 0, skew} end
 local pushed = push(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], ARGV[3],
-  keys, items, tonumber(ARGV[10 + 2 * n]), nil, {KEYS[2], KEYS[6], KEYS[9], KEYS[10]},
-  skew)
+  keys, items, tonumber(ARGV[10 + 2 * n]), ARGV[12 + 2 * n], nil,
+  {KEYS[2], KEYS[6], KEYS[9], KEYS[10]}, skew)
 if redis.call('EXISTS', KEYS[11]) == 0 then
   local live = run_id()
   if live then redis.call('HSET', KEYS[11], 'run', live) end
 end
+if KEYS[12] then redis.call('PEXPIRE', KEYS[12], ARGV[11 + 2 * n]) end
 for i = #items, 1, -1 do
   if forgets[i] then
     redis.call('HSET', KEYS[2], 'forget', (pushed[1] - #items + i) .. ':' .. forgets[i])
     break
   end
 end
-return {#items, pushed[1], pushed[2], skew}
+return {#items, pushed[1], pushed[2], skew, pushed[3]}
 """
 )
 
@@ -380,6 +399,8 @@ local skew = tonumber(ARGV[12])
 local said = tonumber(string.match(ARGV[9], '^{"v":%d+,"said_ms":(%d+),'))
 said = said and said - skew
 local forgot = tonumber(redis.call('GET', KEYS[8]) or '')
+local person = tonumber(ARGV[13] or '')
+if person and (not forgot or person > forgot) then forgot = person end
 if said and forgot and said < forgot + tonumber(ARGV[10]) then
   if redis.call('LREM', KEYS[9], 1, ARGV[7]) == 0 then return -3 end
   return -4
@@ -389,7 +410,7 @@ if full < 0 then return full end
 if redis.call('LREM', KEYS[9], 1, ARGV[7]) == 0 then return -3 end
 renumbered(KEYS[1], KEYS[2], KEYS[7])
 push(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], ARGV[3],
-  {ARGV[8]}, {ARGV[9]}, 0, ARGV[11], {KEYS[2], KEYS[6], KEYS[10], KEYS[11]}, skew)
+  {ARGV[8]}, {ARGV[9]}, 0, '', ARGV[11], {KEYS[2], KEYS[6], KEYS[10], KEYS[11]}, skew)
 return 1
 """
 )
@@ -428,12 +449,14 @@ return 1
 # worker reads before it sends a batch, in one round trip: the first ``count`` payloads,
 # the in-flight record, its cut and the head's failed attempts and since when, then the
 # user's deletion epoch and forgetting mark and the registry's user_uuid, graph_uuid and
-# thread (the map's, else the old entry's; false when not asked: a reply has no holes).
+# thread (the map's, else the old entry's; false when not asked: a reply has no holes),
+# then the highest number done (a head past ``done + 1`` follows a gap).
 HEAD_LUA = """
 local out = {redis.call('LRANGE', KEYS[1], 0, tonumber(ARGV[1]) - 1)}
-local state = redis.call('HMGET', KEYS[2], 'inflight', 'attempts', 'cut', 'failing_since')
+local state = redis.call('HMGET', KEYS[2], 'inflight', 'attempts', 'cut', 'failing_since', 'done')
 out[2], out[3], out[4], out[5] = state[1], state[2], state[3], state[4]
 out[6], out[7], out[8], out[9], out[10] = false, false, false, false, false
+out[11] = state[5]
 if KEYS[3] then
   out[6], out[7] = redis.call('GET', KEYS[3]), redis.call('GET', KEYS[4])
   local user = redis.call('HMGET', KEYS[5], 'user_uuid', 'graph_uuid', ARGV[2])
@@ -442,15 +465,19 @@ end
 return out
 """
 
-# KEYS lease, thread, pending, then optionally the user's epoch and forgetting mark; ARGV
-# token, ``first:last``, ``per_call:part_chars``, the record and cut the batch was decided
-# on ('' for none), how many payloads it is at the head and their digest (``head_digest``;
-# 0: not checked), the ``run_id`` of the server the worker last checked (``SERVED_BY_LUA``;
-# '' for none), then the epoch the batch was read under. Records the batch about to be
-# sent and its cut into calls, so an attempt after a crash or by another worker sends
-# exactly its calls again: 1, 0 if the lease is lost, -1 if the user was forgotten since
-# ``epoch`` was read or is being forgotten, -2 if this node's record, cut or head is not the
-# one the batch was decided on, -3 if this node is not the server the worker checked (a
+# KEYS lease, thread, pending, then optionally the user's epoch and forgetting mark, and
+# then optionally the registry's user entry and the session's entry of before the user's
+# map; ARGV token, ``first:last``, ``per_call:part_chars``, the record and cut the batch was
+# decided on ('' for none), how many payloads it is at the head and their digest
+# (``head_digest``; 0: not checked), the ``run_id`` of the server the worker last checked
+# (``SERVED_BY_LUA``; '' for none), then the epoch the batch was read under, then the
+# session's field of the user's map and the thread the head's read found registered ('' for
+# none). Records the batch about to be sent and its cut into calls, so an attempt after a
+# crash or by another worker sends exactly its calls again: 1, 0 if the lease is lost, -1
+# if the user was forgotten since ``epoch`` was read or is being forgotten, -2 if this
+# node's record, cut, head or registered thread is not the one the batch was decided on
+# (a thread registered only on an old master is wiped with it: the batch would be stored
+# where the session's map never points), -3 if this node is not the server the worker checked (a
 # restart since, which may have given back what the batch holds: the worker checks again
 # and reads the head again) (nothing recorded in any case). The -2 check is what
 # makes a read on one node and a record on another safe: in a handover a worker's pooled
@@ -465,6 +492,10 @@ if ARGV[8] ~= '' and run_id() ~= ARGV[8] then return -3 end
 if KEYS[4] and (tonumber(redis.call('GET', KEYS[4]) or '0') ~= tonumber(ARGV[9])
     or redis.call('GET', KEYS[5]) == 'pending') then
   return -1
+end
+if KEYS[6] and (redis.call('HGET', KEYS[6], ARGV[10]) or redis.call('GET', KEYS[7]) or '')
+    ~= ARGV[11] then
+  return -2
 end
 local state = redis.call('HMGET', KEYS[2], 'inflight', 'cut')
 if (state[1] or '') ~= ARGV[4] or (state[2] or '') ~= ARGV[5] then return -2 end
@@ -486,19 +517,21 @@ return 1
 # KEYS lease, pending, thread, depth, lost, [session, user, thread set]; ARGV token, last
 # stored seq, the highest seq found stored in the thread (0: none looked for), idle_ms,
 # pending head, thread head, the session's field (``whose``). Pops what is done up to
-# ``last``; returns what is left, or -1 if the lease is lost.
+# ``last``; returns what is left (-1 if the lease is lost) and how many of a gap before
+# them were counted lost.
 ACK_LUA = (
     _COMMON
     + """
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then return -1 end
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return {-1, 0} end
 local last = tonumber(ARGV[2])
-take(KEYS[2], KEYS[3], KEYS[4], KEYS[5], math.huge, last, nil, tonumber(ARGV[3]))
+local _, missing = take(KEYS[2], KEYS[3], KEYS[4], KEYS[5], math.huge, last, nil,
+  tonumber(ARGV[3]))
 if last > tonumber(redis.call('HGET', KEYS[3], 'persisted') or '0') then
   redis.call('HSET', KEYS[3], 'persisted', last)
 end
 finish(KEYS[3], last)
 idle(KEYS[2], whose(KEYS[3], 6, 4))
-return redis.call('LLEN', KEYS[2])
+return {redis.call('LLEN', KEYS[2]), missing}
 """
 )
 
@@ -706,6 +739,8 @@ class Head:
     user_uuid: str | None = None
     graph_uuid: str | None = None
     thread_uuid: str | None = None
+    done: int | None = None
+    """The highest number done (None: not read)."""
 
     @property
     def read_user(self) -> bool:
@@ -790,7 +825,11 @@ class ThreadQueue:
         promote hold it (``ROLE`` before and after ``WAIT``): the
         promoted one has left the old master, so nothing the old master takes after the
         promotion counts; and the sentinels promote the replica that is furthest along,
-        which holds whatever any other replica held. See docs/DESIGN.md."""
+        which holds whatever any other replica held. And none while a sentinel that
+        answered names another node the master: once the ones that answer have switched
+        to the promoted replica, they list only its followers, so with one of them silent
+        (the view unsettled) the old master's lagging follower would be all that must
+        hold the write. See docs/DESIGN.md."""
         wanted = self.settings.redis_wait_replicas
         if not wanted:
             return await script(keys=keys, args=args)
@@ -832,19 +871,20 @@ class ThreadQueue:
             result, before = written
             if isinstance(result, Exception):
                 raise result
+            # A sentinel that names another node the master (by the address the
+            # connection was made to) is past a promotion: that node lacks this write,
+            # however many replicas still following this one hold it. No WAIT for it.
+            if view is not None and view.masters - {(str(connection.host), int(connection.port))}:
+                raise _not_replicated("the sentinels name another master")
             # Every replica the master has, but one no failover could promote (the
             # sentinels have it down), and every replica the sentinels could promote.
             must = (_attached(before) - view.down) | view.replicas if view else _attached(before)
             waited, after = await _pipelined(
                 connection, ("WAIT", max(wanted, len(must)), wait_ms), ("ROLE",)
             )
-            # The sentinels name the master by the address its connection was made to.
-            node = (str(connection.host), int(connection.port)) if view else None
         finally:
             await client.aclose()
         problem = _unconfirmed(before, waited, after, must=must, wanted=wanted)
-        if problem is None and view is not None and view.master not in (None, node):
-            problem = "the sentinels name another master"
         if problem is not None:
             raise _not_replicated(problem)
         return result
@@ -899,7 +939,12 @@ class ThreadQueue:
         ``now_ms``: the caller's clock, the one the messages' ``said_ms`` were made by."""
         head = messages[0]
         ref = self.ref_of(head)
-        outcome, last, skipped, skew = await self._replicated(
+        known, known_numbering = self.handed_out.get(ref)
+        person = [] if self.settings.apps_apart else [self.keys.person(head.user_id)]
+        # Sharded, the person's key is in another slot than the thread's (their apps are
+        # in different shards): renewed by a command of its own, sent alongside.
+        in_script, alongside = ([], person) if self.keys.shards else (person, [])
+        call = self._replicated(
             self._enqueue,
             # Half the budget: a replica that lags must not turn every turn's write
             # into a timeout (the message is queued; it is the copy that is late).
@@ -908,6 +953,7 @@ class ThreadQueue:
                 *self._append_keys(ref, head),
                 *self._registry_keys(head),
                 self.keys.served_by(self.keys.shard_of_ref(ref)),
+                *in_script,
             ],
             args=[
                 *self._seen_args(),
@@ -920,23 +966,39 @@ class ThreadQueue:
                 *(m.encode() for m in messages),
                 int(self.settings.forget_clock_margin_seconds * 1000),
                 FORGOT_KEEP_MS,
-                self.handed_out.get(ref),
+                known,
+                self.idle_ms,
+                "" if known_numbering is None else known_numbering,
             ],
         )
+        if alongside:
+            # A renewal lost (its node down) only costs a lookup in another app that falls
+            # back to the backend: the write's own outcome is the call's.
+            written: Any
+            written, _ = await asyncio.gather(
+                call, self.redis.pexpire(alongside[0], self.idle_ms), return_exceptions=True
+            )
+            if isinstance(written, BaseException):
+                raise written
+        else:
+            written = await call
+        outcome, last, skipped, skew, *named = written
         if skipped:
-            # Only the messages this process saw accepted and Redis no longer holds are
-            # known lost; the gap they leave is counted in the shard's ``lost`` too.
-            lost_messages.add(int(skipped))
+            # Numbers this process was handed that Redis no longer holds: lost from the
+            # queue, or stored and acknowledged before Redis lost the acknowledgement with
+            # them. The worker that takes the gap tells which from what the backend holds
+            # and counts the lost ones (``ack``).
             upto = int(last) - int(outcome)
-            log.error(
-                "redis lost queued messages thread=%s lost=%d seqs=%d..%d",
+            log.warning(
+                "redis counter went back thread=%s skipped=%d seqs=%d..%d",
                 ref,
                 skipped,
                 upto - int(skipped) + 1,
                 upto,
             )
         if last:
-            self.handed_out.note(ref, int(last))
+            name = named[0] if named and named[0] else None
+            self.handed_out.note(ref, int(last), None if name is None else int(name))
         self._clock_told(int(skew))
         return int(outcome)
 
@@ -953,11 +1015,15 @@ class ThreadQueue:
             self._skew_told = now
             log.warning("clock off redis skew_ms=%d (this process minus redis)", skew_ms)
 
-    async def replay(self, letter: bytes, message: QueuedMessage, *, now_ms: int) -> int:
+    async def replay(
+        self, letter: bytes, message: QueuedMessage, *, now_ms: int, person_forgot: int | None
+    ) -> int:
         """Re-queue one dead letter (of the dead letters of its thread's shard) at its
         thread's end, under the epoch it was queued under: 1, a :data:`REFUSED` code,
         :data:`GONE` when another process took it first, or :data:`FORGOTTEN` (the letter
-        is dropped) when it was made before its user's forget."""
+        is dropped) when it was made before its user's forget, or before ``person_forgot``
+        (ms, Redis' clock: the forget of their person, read by the caller from a key of
+        another slot, ``forget_marks.person_key``)."""
         again = message.model_copy(update={"unsure": True})
         ref = self.ref_of(message)
         return int(
@@ -979,6 +1045,7 @@ class ThreadQueue:
                     int(self.settings.forget_clock_margin_seconds * 1000),
                     message.epoch,
                     message.skew_ms,
+                    "" if person_forgot is None else person_forgot,
                 ],
             )
         )
@@ -1040,10 +1107,20 @@ class ThreadQueue:
             ]
             args.append(k.thread_field(app, user_id, session_id))
         reply = await self._head(keys=keys, args=args)
-        reply += [None] * (10 - len(reply))
-        items, inflight, attempts, cut, since, epoch, forgetting, user_uuid, graph_uuid, thread = (
-            reply
-        )
+        reply += [None] * (11 - len(reply))
+        (
+            items,
+            inflight,
+            attempts,
+            cut,
+            since,
+            epoch,
+            forgetting,
+            user_uuid,
+            graph_uuid,
+            thread,
+            done,
+        ) = reply
         text = [None if v is None else v.decode() for v in (user_uuid, graph_uuid, thread)]
         per_call, _, part_chars = (cut or b"").decode().partition(":")
         return Head(
@@ -1057,6 +1134,7 @@ class ThreadQueue:
             user_uuid=text[0],
             graph_uuid=text[1],
             thread_uuid=text[2],
+            done=int(done) if done else None,
         )
 
     async def begin(
@@ -1071,6 +1149,7 @@ class ThreadQueue:
         head: Sequence[bytes] = (),
         epoch: tuple[str, str, int] | None = None,
         server: str = "",
+        registered: tuple[Whose, str | None] | None = None,
     ) -> int:
         """Record the batch about to be sent and its ``cut`` (messages per call,
         characters per part): after a failover, a crash or a lost lease, a next attempt
@@ -1081,6 +1160,9 @@ class ThreadQueue:
         changed, would write over the record of calls already sent cut otherwise. With
         ``epoch`` (the user's epoch key, forgetting key, and the epoch the batch was read
         under), only if the user was not forgotten since and is not being forgotten. With
+        ``registered`` (the batch's app, user id and session id, and the thread the head's
+        read found registered for the session, None for none; with ``epoch`` only), only if
+        the registry here says so too. With
         ``server`` (the ``run_id`` :meth:`served_by` last found), only on that server. 1 when
         recorded, 0 when the lease is lost, -1 when the user was (being) forgotten,
         :data:`CHANGED` when the thread is not as read, :data:`SERVER_CHANGED` when the
@@ -1100,7 +1182,18 @@ class ThreadQueue:
         if epoch is not None:
             keys += [epoch[0], epoch[1]]
             args.append(epoch[2])
+            if registered is not None:
+                (app, user_id, session_id), thread_uuid = registered
+                keys += [self.keys.user(app, user_id), self.keys.session(app, user_id, session_id)]
+                args += [self.keys.thread_field(app, user_id, session_id), thread_uuid or ""]
         return int(await self._replicated(self._begin, wait_ms=BEGIN_WAIT_MS, keys=keys, args=args))
+
+    async def confirmed(self, script: AsyncScript, *, keys: list[str], args: list[Any]) -> Any:
+        """Run a script whose write the worker relies on once it returns (the registry's
+        record of a session's new thread): with ``redis_wait_replicas``, only once it is on
+        the node that is master after any handover, else :class:`NotReplicated` (see
+        :meth:`_replicated`)."""
+        return await self._replicated(script, keys=keys, args=args, wait_ms=BEGIN_WAIT_MS)
 
     def _lifetime(self, ref: str, user: Whose | None) -> tuple[list[str], list[Any]]:
         """The keys and arguments of the scripts' ``idle``: the registry entries and thread
@@ -1120,20 +1213,23 @@ class ThreadQueue:
         self, ref: str, token: str, *, last: int, stored: int = 0, user: Whose | None = None
     ) -> int:
         """Pop what is done up to ``last``; the messages left, or -1 if the lease is lost.
-        ``stored``: the highest seq the worker found stored in the thread (a batch Redis
-        gave back after going back in time): a gap below it is not counted lost. ``user``:
-        whose thread it is, so the lifetimes of their keys start once it is empty."""
+        ``stored``: the highest seq of the head's numbering the worker found stored in the
+        thread: a gap below it is not counted lost (the rest of it is: counted, logged
+        with ids only). ``user``: whose thread it is, so the lifetimes of their keys start
+        once it is empty."""
         k, shard = self.keys, self.keys.shard_of_ref(ref)
         keys, args = self._lifetime(ref, user)
-        return int(
-            await self._ack(
-                keys=[
-                    *(k.lease(ref), k.pending(ref), k.thread(ref), k.depth(shard), k.lost(shard)),
-                    *keys,
-                ],
-                args=[token, last, stored, *args],
-            )
+        left, missing = await self._ack(
+            keys=[
+                *(k.lease(ref), k.pending(ref), k.thread(ref), k.depth(shard), k.lost(shard)),
+                *keys,
+            ],
+            args=[token, last, stored, *args],
         )
+        if missing:
+            lost_messages.add(int(missing))
+            log.error("redis lost queued messages thread=%s lost=%d", ref, missing)
+        return int(left)
 
     async def dead_letter(
         self,

@@ -102,6 +102,8 @@ class SearchHit:
     score: float | None = None
     """Relevance to the query, higher first, when the backend gives one."""
     extra: Mapping[str, Any] = field(default_factory=dict)
+    said_by: str | None = None
+    """A statement's speaker's role (``user``, ``assistant``), when the backend keeps it."""
 
 
 def problems(

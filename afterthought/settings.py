@@ -9,6 +9,7 @@ import logging
 import math
 import os
 import string
+from contextvars import ContextVar
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
@@ -41,22 +42,44 @@ log = logging.getLogger("afterthought.settings")
 MAX_DAYS = 36_500
 
 #: Variables of ours that are not settings (the test suite's Redis).
-OTHER_VARIABLES = frozenset({"AFTERTHOUGHT_TEST_REDIS_URL"})
+OTHER_VARIABLES = frozenset({"AFTERTHOUGHT_TEST_REDIS_URL", "AFTERTHOUGHT_TEST_DATABASE_URL"})
 
 #: What this process has warned about already: settings are read many times, a warning
 #: is worth one line.
 _warned: set[str] = set()
 
 
+#: Warnings of the settings being validated (see ``Settings.__init__``), else None.
+_pending: ContextVar[list[tuple[str, str, tuple[object, ...]]] | None] = ContextVar(
+    "afterthought_settings_warnings", default=None
+)
+
+
 def _warn_once(what: str, message: str, *args: object) -> None:
-    if what not in _warned:
-        _warned.add(what)
-        log.warning(message, *args)
+    if what in _warned:
+        return
+    if (pending := _pending.get()) is not None:
+        pending.append((what, message, args))
+        return
+    _warned.add(what)
+    log.warning(message, *args)
+
+
+def _prefix_char(char: str) -> bool:
+    return char.isalnum() or char in "-_."
+
+
+def deployment_led(backend_user_id: str) -> bool:
+    """Whether a backend user id has the shape every ``{deployment}``-led template gives:
+    a key prefix, then a character none holds (``shop:ada``). Rendered by a template
+    without ``{deployment}``, such an id may be another deployment's user."""
+    head = next((i for i, c in enumerate(backend_user_id) if not _prefix_char(c)), 0)
+    return head > 0
 
 
 def check_key_prefix(value: str) -> str:
     """A key prefix as every process takes it (``--prefix`` too)."""
-    if not value or not all(c.isalnum() or c in "-_." for c in value):
+    if not value or not all(_prefix_char(c) for c in value):
         raise ValueError("key_prefix must be non-empty letters, digits, '-', '_' or '.'")
     return value
 
@@ -216,8 +239,15 @@ class Settings(BaseSettings):
         repr=False,  # it may hold a password
     )
     """Overrides Zep's API address, e.g. ``http://127.0.0.1:8011/api/v4`` for the fake."""
-    backend: Literal["zep", "local"] | None = None
-    """Memory backend; ``zep`` when a key is set, else ``local``."""
+    backend: Literal["zep", "local", "postgres"] | None = None
+    """Memory backend; ``zep`` when a key is set, else ``postgres`` when ``database_url``
+    is, else ``local``."""
+    database_url: SecretStr | None = Field(None, repr=False)
+    """The PostgreSQL store (``postgresql://user:password@host:port/database``; extra
+    ``postgres``): every worker and agent of a deployment names the same one."""
+    database_schema: str = Field("afterthought", pattern=r"^[a-z_][a-z0-9_]{0,62}$")
+    """The schema the PostgreSQL store keeps its tables in (created if missing): one per
+    deployment that must not see another's memory."""
     memory_mode: Literal["zep", "managed"] = "zep"
     """On Zep: ``zep`` lets Zep extract facts; ``managed`` stores history only."""
     key_prefix: str = "afterthought"
@@ -258,6 +288,13 @@ class Settings(BaseSettings):
     (one memory; forgetting them forgets them in all); ``{deployment}:{app}:{user_id}`` keeps
     each app's memory apart. A template without ``{deployment}`` names the same user in
     every deployment that sets it: say so only for deployments that share their users."""
+    shared_store: str | None = Field(None, max_length=200, pattern=r"^[!-~]+$")
+    """For deployments that share users (a ``zep_user_id_template`` without
+    ``{deployment}``): the name of the store they share, the same in each. Unset, a Zep
+    project is named by its address (Zep reports no project id, and one project has many
+    API keys), a local store by its path with symlinks resolved. Set it where those differ
+    for one store (one file mounted at two paths), or to part two Zep projects at one
+    address. Printable ASCII without spaces."""
     assistant_name: str = "Assistant"
     """Display name stored with assistant messages."""
     max_message_chars: int = Field(2500, ge=100, le=1_000_000)
@@ -384,10 +421,18 @@ class Settings(BaseSettings):
     user, and the worker writes to a pinned thread only if it belongs to that user."""
 
     def __init__(self, **values: Any) -> None:
+        # Warnings wait for the settings to be valid: settings refused are said in one line
+        # (the error), not after a warning about one of them.
+        pending: list[tuple[str, str, tuple[object, ...]]] = []
+        token = _pending.set(pending)
         try:
             super().__init__(**values)
         except ValidationError as exc:
             raise SettingsError.of(exc) from None
+        finally:
+            _pending.reset(token)
+        for what, message, args in pending:
+            _warn_once(what, message, *args)
 
     @classmethod
     def settings_customise_sources(
@@ -456,10 +501,12 @@ class Settings(BaseSettings):
         "zep_api_key",
         "zep_base_url",
         "backend",
+        "database_url",
         "embedding_model",
         "context_template_uuid",
         "synthesis_model",
         "zep_user_id_template",
+        "shared_store",
         "audit_key",
         "metrics_port",
         mode="before",
@@ -496,6 +543,15 @@ class Settings(BaseSettings):
             parse_redis_url(value)
         return value
 
+    @field_validator("database_url")
+    @classmethod
+    def _database_url(cls, value: SecretStr | None) -> SecretStr | None:
+        # Refused here, in words that never quote the URL (it holds a password): a URL
+        # asyncpg cannot use would otherwise fail at the first write, quoting parts of it.
+        if value is not None:
+            check_database_url(value.get_secret_value())
+        return value
+
     @field_validator("spool_path")
     @classmethod
     def _absolute_spool(cls, value: Path) -> Path:
@@ -518,6 +574,66 @@ class Settings(BaseSettings):
                 "different files (give an absolute path)",
             )
         return resolved
+
+    @model_validator(mode="before")
+    @classmethod
+    def _empty_key_is_said(cls, data: Any) -> Any:
+        # An empty ZEP_API_KEY is "not set" (Compose writes "" for that), and selects the
+        # local store: when no backend is named, that may be a Zep secret that did not
+        # mount, so it is said (a backend=zep deployment is refused for the key instead).
+        if isinstance(data, dict):
+            key = next((data[k] for k in ("ZEP_API_KEY", "zep_api_key") if k in data), None)
+            backend = next(
+                (data[k] for k in ("AFTERTHOUGHT_BACKEND", "backend") if k in data), None
+            )
+            if key == "" and not backend:
+                _warn_once(
+                    "empty-zep-key",
+                    "ZEP_API_KEY is set but empty: the local store is used (unset it, or set "
+                    "AFTERTHOUGHT_BACKEND=local, to say that is meant)",
+                )
+        return data
+
+    @model_validator(mode="after")
+    def _contradictions(self) -> Settings:
+        # Each a setting that does nothing as set, said once (names, never values).
+        shard_cap = -(-self.queue_cap // max(self.redis_shards, 1))
+        if self.thread_queue_cap > shard_cap:
+            _warn_once(
+                "thread-cap",
+                "thread_queue_cap (AFTERTHOUGHT_THREAD_QUEUE_CAP) is above queue_cap "
+                "(AFTERTHOUGHT_QUEUE_CAP)%s: a thread is pushed back at that cap first",
+                " per shard" if self.redis_shards else "",
+            )
+        if self.context_ttl_seconds < self.context_fresh_seconds:
+            _warn_once(
+                "context-ttl",
+                "context_ttl_seconds (AFTERTHOUGHT_CONTEXT_TTL_SECONDS) is below "
+                "context_fresh_seconds (AFTERTHOUGHT_CONTEXT_FRESH_SECONDS): a cached "
+                "block is gone before it is stale, so it is never refreshed in the background",
+            )
+        if self.memory_mode == "managed" and self.resolved_backend == "local":
+            _warn_once(
+                "managed-local",
+                "memory_mode (AFTERTHOUGHT_MEMORY_MODE) managed is for Zep: the local store "
+                "is always managed by afterthought's own synthesis",
+            )
+        if self.shared_store is not None and not self.users_shared:
+            _warn_once(
+                "shared-store",
+                "shared_store (AFTERTHOUGHT_SHARED_STORE) is set, but zep_user_id_template "
+                "(AFTERTHOUGHT_ZEP_USER_ID_TEMPLATE) shares no users (unset, or with "
+                "{deployment}): it is not used",
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _zep_needs_a_key(self) -> Settings:
+        if self.backend == "zep" and self.zep_api_key is None:
+            raise ValueError("backend zep needs ZEP_API_KEY (it is unset or empty)")
+        if self.backend == "postgres" and self.database_url is None:
+            raise ValueError("backend postgres needs AFTERTHOUGHT_DATABASE_URL (it is unset)")
+        return self
 
     @model_validator(mode="after")
     def _unknown_variables(self) -> Settings:
@@ -599,10 +715,12 @@ class Settings(BaseSettings):
         return math.ceil(self.queue_cap / max(1, self.redis_shards))
 
     @property
-    def resolved_backend(self) -> Literal["zep", "local"]:
+    def resolved_backend(self) -> Literal["zep", "local", "postgres"]:
         if self.backend is not None:
             return self.backend
-        return "zep" if self.zep_api_key else "local"
+        if self.zep_api_key:
+            return "zep"
+        return "postgres" if self.database_url is not None else "local"
 
     @property
     def apps_apart(self) -> bool:
@@ -610,6 +728,13 @@ class Settings(BaseSettings):
         ``{app}``); the default names one person in every app."""
         template = self.zep_user_id_template
         return template is not None and "app" in _template_fields(template)[0]
+
+    @property
+    def users_shared(self) -> bool:
+        """Whether the template names a user the same in every deployment that sets it (no
+        ``{deployment}``): the operator's word that deployments share their users."""
+        template = self.zep_user_id_template
+        return template is not None and not names_deployment(template)
 
     def zep_user_id(self, *, app: str, user_id: str, template: str) -> str:
         """The backend user id by ``template`` (the setting, else the deployment's default:
@@ -627,12 +752,18 @@ class Settings(BaseSettings):
 TEMPLATE_FIELDS = ("deployment", "app", "user_id")
 
 
+def names_deployment(template: str) -> bool:
+    """Whether a (valid) template names ``{deployment}``: no other deployment's names it."""
+    return "deployment" in _template_fields(template)[0]
+
+
 @lru_cache(maxsize=64)
 def _template_fields(template: str) -> tuple[tuple[str, ...], str]:
     """The fields a template names, in order, and the characters of the text between them
     (escaped in each part: ``Settings.zep_user_id``); ValueError, one line without the
     template, for one that is not ``{deployment}``, ``{app}`` and ``{user_id}``, each bare,
-    ``{user_id}`` among them, any two apart."""
+    ``{user_id}`` among them, any two apart, with no ``%`` in its own text, and
+    ``{deployment}``, if there, first and ended by a character no key prefix holds."""
     try:
         parts = list(string.Formatter().parse(template))
     except ValueError:
@@ -652,10 +783,43 @@ def _template_fields(template: str) -> tuple[tuple[str, ...], str]:
         text = ""
     if "user_id" not in [field for _, field in named]:
         raise ValueError("zep_user_id_template must contain {user_id}")
+    # A field's own ``%`` is escaped to ``%25``: the same text outside the fields would
+    # make two users one (``{app}%25{user_id}`` renders (``a%``, ``b``) and (``a``, ``%b``)
+    # both as ``a%25%25b``).
+    if "%" in text or any("%" in literal for literal, _ in named):
+        raise ValueError("zep_user_id_template may not hold % outside its fields")
     between = [text for text, _ in named[1:]]
     if not all(between):
         raise ValueError("zep_user_id_template must have text between any two fields")
+    # Another deployment on the store may have any other template: a deployment's name
+    # first, ended by a character no key_prefix holds, is what keeps any two of them
+    # apart (``{deployment}-{user_id}`` of ``a``, user ``b/c``, and
+    # ``{deployment}/{user_id}`` of ``a-b``, user ``c``, were both ``a-b/c``).
+    fields = [field for _, field in named]
+    if "deployment" in fields and (
+        fields[0] != "deployment" or named[0][0] or _prefix_char(between[0][0])
+    ):
+        raise ValueError(
+            "zep_user_id_template must start with {deployment}, then a character a "
+            "key_prefix cannot hold (not a letter, digit, '-', '_' or '.'), e.g. "
+            "{deployment}:{user_id}"
+        )
     return tuple(field for _, field in named), "".join(sorted(set("".join(between))))
+
+
+def check_database_url(url: str) -> None:
+    """Refuse a PostgreSQL URL the driver cannot use, saying why without quoting it."""
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:
+        raise ValueError("is not a URL (postgresql://user:password@host:port/database)") from None
+    if parts.scheme.lower() not in ("postgresql", "postgres"):
+        raise ValueError("must be a postgresql:// URL (postgresql://user@host:port/database)")
+    if not parts.hostname and "host=" not in parts.query:
+        raise ValueError("names no host (postgresql://user@host:port/database)")
+    if port == 0:
+        raise ValueError("has port 0")
 
 
 def _absolute(path: Path) -> Path:

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import hashlib
 import json
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from pathlib import Path
 from urllib.parse import urlsplit
 
 from redis.asyncio import Redis
@@ -25,11 +27,17 @@ from afterthought.settings import Settings
 
 log = logging.getLogger("afterthought.store")
 
-#: A running worker announces its store this often...
-ANNOUNCE_EVERY_SECONDS = 60.0
-#: ...and an announcement counts this long: a store no worker has used lately is not one
-#: an agent should be reading (an old file left behind by last week's deployment).
+#: A running worker announces its store this often (a heartbeat)...
+ANNOUNCE_EVERY_SECONDS = 10.0
+#: ...and an announcement counts this long (three beats: a slow one is not a death), the
+#: list expiring with it: a store no worker has used lately is not one an agent should be
+#: reading (an old file left behind by last week's deployment), and an agent that checks
+#: every ``STORE_RECHECK_SECONDS`` (30 s) warns within a minute of a worker being killed.
 ANNOUNCED_SECONDS = 3 * ANNOUNCE_EVERY_SECONDS
+#: A deployment that shares users stays in its store's ``Keys.sharing`` set this long after
+#: its workers' last heartbeat: what it holds of a person (cached blocks: 7 days; dead
+#: letters, quarantine) outlives a week's stop, so a forget elsewhere still sweeps it.
+SHARING_SECONDS = 30 * 24 * 3600
 #: What to do about two stores, for every message that finds them.
 ONE_STORE = (
     "give every worker and agent the same ZEP_API_KEY and ZEP_BASE_URL (Zep), or the same"
@@ -58,18 +66,52 @@ async def store_of(
     built. A local file not there yet has no id (None) unless ``create`` (a worker's); a
     Zep project is told by its URL and a digest of its key (never the key)."""
     from afterthought.backends.local import LocalBackend  # the local adapter, when used
+    from afterthought.backends.postgres import PostgresBackend
     from afterthought.backends.zep import ZepBackend
 
+    if isinstance(backend, PostgresBackend):
+        return await backend.store_id(), backend.where
     if isinstance(backend, LocalBackend):
         mine = await backend.store_id() if create or backend.path.exists() else None
         return mine, str(backend.path)
     if isinstance(backend, ZepBackend):
-        key = settings.zep_api_key
-        secret = key.get_secret_value() if key else ""
         where = zep_address(settings.zep_base_url)
-        project = hashlib.sha256(f"{where}\0{secret}".encode()).hexdigest()[:16]
-        return f"zep:{project}", f"Zep at {urlsplit(where).hostname}"
+        return _zep_project(settings), f"Zep at {urlsplit(where).hostname}"
     return None
+
+
+def store_name(settings: Settings) -> str:
+    """The store deployments that share users share, from the settings alone (no file is
+    opened): what names their shared state (``Keys.forgot_shared``, ``Keys.sharing``).
+    ``shared_store`` when set; else a Zep project by its address alone — Zep's API reports
+    no project id, and one project has many API keys (one per deployment, a rotation), so
+    deployments on one address that share users on one Redis are taken for one project
+    (two projects there need a ``shared_store`` each); else a local store by its path,
+    symlinks resolved. :func:`announce` tells when two sharing deployments on one store
+    name it differently."""
+    if settings.shared_store is not None:
+        return f"named:{settings.shared_store}"
+    if settings.resolved_backend == "zep":
+        return f"zep:{zep_address(settings.zep_base_url)}"
+    if settings.resolved_backend == "postgres" and settings.database_url is not None:
+        parts = urlsplit(settings.database_url.get_secret_value())
+        where = f"{parts.hostname}:{parts.port or 5432}{parts.path}"
+        return f"postgres:{where}/{settings.database_schema}"
+    return f"local:{_resolved(settings.local_db_path)}"
+
+
+@functools.cache
+def _resolved(path: Path) -> Path:
+    # Once per path and process: the flush names it for every batch of a sharing user.
+    return path.resolve()
+
+
+def _zep_project(settings: Settings) -> str:
+    key = settings.zep_api_key
+    secret = key.get_secret_value() if key else ""
+    where = zep_address(settings.zep_base_url)
+    project = hashlib.sha256(f"{where}\0{secret}".encode()).hexdigest()[:16]
+    return f"zep:{project}"
 
 
 def zep_address(base_url: str | None) -> str:
@@ -108,7 +150,13 @@ async def announce(
         async with redis.pipeline(transaction=False) as pipe:
             pipe.hset(key, worker, entry)
             pipe.expire(key, int(ANNOUNCED_SECONDS))
+            if settings.users_shared:
+                sharing = Keys.sharing(store_name(settings))
+                pipe.zadd(sharing, {settings.key_prefix: int(time.time() * 1000)})
+                pipe.expire(sharing, SHARING_SECONDS)
             await pipe.execute()
+        if settings.users_shared:
+            await _compare_names(redis, settings, backend, store)
     except RedisError as exc:  # a full Redis must not keep a worker from draining it
         log.warning("store not announced store=%s error=%s", description, type(exc).__name__)
         return
@@ -121,6 +169,53 @@ async def announce(
             ONE_STORE,
         )
     log.debug("store id=%s description=%s", store, description)
+
+
+async def _compare_names(
+    redis: Redis, settings: Settings, backend: MemoryBackend, store: str
+) -> None:
+    """The store name this deployment shares users under joins the list of the store as
+    workers see it (a local store by the id in its file, a Zep project by its address), and
+    an error is logged while another sharing deployment there names it differently: a
+    forget in one of them would miss what the other holds of the person. Two Zep projects
+    at one address, each named by ``shared_store``, are two stores: not an error."""
+    from afterthought.backends.zep import ZepBackend
+
+    zep = isinstance(backend, ZepBackend)
+    where = f"zep:{zep_address(settings.zep_base_url)}" if zep else store
+    key, name, now = Keys.sharing_names(where), store_name(settings), time.time()
+    async with redis.pipeline(transaction=False) as pipe:
+        pipe.hset(key, settings.key_prefix, json.dumps({"store": name, "at": now}))
+        pipe.expire(key, int(ANNOUNCED_SECONDS))
+        pipe.hgetall(key)
+        *_, entries = await pipe.execute()
+    differ = set()
+    for prefix, raw in entries.items():
+        try:
+            entry = json.loads(raw)
+            other, at = str(entry["store"]), float(entry["at"])
+        except (ValueError, KeyError, TypeError):
+            continue  # not an entry of ours
+        named = settings.shared_store is not None and other.startswith("named:")
+        if other != name and now - at <= ANNOUNCED_SECONDS and not (zep and named):
+            differ.add(prefix.decode())
+    if differ:
+        log.error(
+            "deployments that share users on one store name it differently: this=%s (%s) "
+            "others=%s; a forget in one misses what the others hold of the person: give each "
+            "of them the same AFTERTHOUGHT_SHARED_STORE",
+            settings.key_prefix,
+            name,
+            ",".join(sorted(differ)),
+        )
+
+
+async def sharing_prefixes(redis: Redis, settings: Settings) -> list[str]:
+    """The other deployments that share users with this one on its store, as their workers
+    announced them within ``SHARING_SECONDS``."""
+    since = int((time.time() - SHARING_SECONDS) * 1000)
+    found = await redis.zrangebyscore(Keys.sharing(store_name(settings)), since, "+inf")
+    return [p.decode() for p in found if p.decode() != settings.key_prefix]
 
 
 async def announce_forever(
@@ -154,14 +249,23 @@ async def elsewhere(redis: Redis, settings: Settings, backend: MemoryBackend) ->
     return sorted(announced.values())
 
 
+#: Deployments this process said no worker of (until it sees one): one line a process,
+#: however many watch (the callbacks and a memory service are two ``TurnMemory``).
+_no_workers_said: set[str] = set()
+
+
 class StoreWatch:
     """The agent's side, checked now and then for as long as it runs: a warning (and a
     metric) when no worker announced lately — its messages queue and nothing stores them
     — and when the workers use another store than this process. Each is said once, and
-    again only after it changed (a worker came, then went)."""
+    again only after it changed (a worker came, then went); that no worker announced, once
+    a process, and only once this watch is ``ANNOUNCED_SECONDS`` old: a worker started
+    with the agent may not have announced yet. ``clock``: monotonic seconds."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, clock: Callable[[], float] = time.monotonic) -> None:
         self._found: tuple[str, ...] | None = ("",)  # nothing checked yet
+        self._clock = clock
+        self._born = clock()
 
     async def check(self, redis: Redis, settings: Settings, backend: MemoryBackend) -> bool | None:
         """True when the workers use this process's store, False when another, None when no
@@ -170,9 +274,14 @@ class StoreWatch:
 
         others = await elsewhere(redis, settings, backend)
         found = None if others is None else tuple(others)
+        if found is None and self._clock() - self._born < ANNOUNCED_SECONDS:
+            return None  # too soon to tell: a worker may not have announced yet
         if found != self._found:
             self._found = found
-            if others is None:
+            if others is not None:
+                _no_workers_said.discard(settings.key_prefix)
+            if others is None and settings.key_prefix not in _no_workers_said:
+                _no_workers_said.add(settings.key_prefix)
                 store_problems.add(1, {"problem": "no_workers"})
                 log.warning(
                     "no worker of deployment %s announced in the last %d s: its messages "

@@ -153,10 +153,14 @@ def _read(path: Path) -> BinaryIO:
     return os.fdopen(_open(path, os.O_RDONLY), "rb")
 
 
-def _fsync_dir(path: Path) -> None:
+#: Makes what was written to a file descriptor durable (``os.fsync``).
+Fsync = Callable[[int], None]
+
+
+def _fsync_dir(path: Path, fsync: Fsync) -> None:
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
-        os.fsync(fd)
+        fsync(fd)
     finally:
         os.close(fd)
 
@@ -198,12 +202,16 @@ class Spool:
         max_bytes: int,
         chunk: int = REPLAY_CHUNK,
         lock_seconds: float = LOCK_SECONDS,
+        fsync: Fsync = os.fsync,
     ) -> None:
         self.directory = directory
         self.max_bytes = max_bytes
         self.chunk = chunk
         self.lock_seconds = lock_seconds
         """How long a replay waits for the append lock to claim the live file."""
+        self.fsync = fsync
+        """Every sync of the spool's files and directory: a test fails it here, and one
+        that models no crash of the machine skips the disk's wait."""
         self._refusal_logged = False
 
     @classmethod
@@ -351,19 +359,19 @@ class Spool:
             try:
                 if written > whole or kept == 0:
                     os.ftruncate(fd, end + whole if kept else end)
-                os.fsync(fd)
+                self.fsync(fd)
             except OSError as exc:
                 log.error("spool fsync failed errno=%s", exc.errno)
                 try:
                     os.ftruncate(fd, end)
-                    os.fsync(fd)
+                    self.fsync(fd)
                 except OSError:
                     return kept
                 return 0
         finally:
             os.close(fd)
         if not end:
-            _fsync_dir(self.directory)  # the new file's name is durable too
+            _fsync_dir(self.directory, self.fsync)  # the new file's name is durable too
         return kept
 
     def _claim(self, passed: set[Path]) -> Path | None:
@@ -382,7 +390,7 @@ class Spool:
                 return None
             claim = self.directory / f"{CLAIMED}{time.time_ns():020d}-{os.getpid()}.log"
             os.rename(live, claim)
-            _fsync_dir(self.directory)
+            _fsync_dir(self.directory, self.fsync)
         return claim
 
     async def replay(
@@ -447,7 +455,7 @@ class Spool:
             else:
                 replayed += len(batch)
                 if not kept:
-                    await _io(blocking, _mark, claim, batch_end)
+                    await _io(blocking, _mark, claim, batch_end, self.fsync)
                     damaged, unmarked = damaged + unmarked, 0
             batch = []
             return True
@@ -466,7 +474,7 @@ class Spool:
             if message is None:
                 unmarked += 1
                 if not batch and not kept:  # replayed up to here
-                    await _io(blocking, _mark, claim, end)
+                    await _io(blocking, _mark, claim, end, self.fsync)
                     damaged, unmarked = damaged + unmarked, 0
             elif message.thread_key in held_back:
                 kept.append(message)  # behind its thread's refused run
@@ -475,7 +483,7 @@ class Spool:
                 batch_end = end
         if batch and not await settle():
             return Replayed(replayed, damaged)
-        rest = await _io(blocking, _finish, claim, kept)
+        rest = await _io(blocking, _finish, claim, kept, self.fsync)
         if rest is not None:
             passed.add(rest)
         return Replayed(replayed, damaged + unmarked, finished=True)
@@ -516,7 +524,7 @@ def _done(claim: Path) -> int:
     return int(text) if text.isdigit() else 0
 
 
-def _write_durably(path: Path, data: bytes) -> None:
+def _write_durably(path: Path, data: bytes, fsync: Fsync) -> None:
     """``path`` holds ``data`` (written beside it, synced, renamed over it)."""
     temporary = path.with_name(path.name + "-new")
     fd = _open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
@@ -524,29 +532,29 @@ def _write_durably(path: Path, data: bytes) -> None:
         view = memoryview(data)
         while view:
             view = view[os.write(fd, view) :]
-        os.fsync(fd)
+        fsync(fd)
     finally:
         os.close(fd)
     os.replace(temporary, path)
 
 
-def _mark(claim: Path, offset: int) -> None:
+def _mark(claim: Path, offset: int, fsync: Fsync) -> None:
     """Record durably that a claim is replayed up to ``offset``."""
-    _write_durably(_done_path(claim), str(offset).encode())
+    _write_durably(_done_path(claim), str(offset).encode(), fsync)
 
 
-def _finish(claim: Path, kept: Sequence[QueuedMessage]) -> Path | None:
+def _finish(claim: Path, kept: Sequence[QueuedMessage], fsync: Fsync) -> Path | None:
     """A claim is replayed but for ``kept`` (held back): those go into a claim of their
     own (returned) sorted right after it, before any later file; then it is removed."""
     rest = None
     if kept:
         base, _, generation = claim.stem.partition(REST)
         rest = claim.with_name(f"{base}{REST}{int(generation or 0) + 1:06d}.log")
-        _write_durably(rest, b"".join(map(frame, kept)))
-        _fsync_dir(claim.parent)
+        _write_durably(rest, b"".join(map(frame, kept)), fsync)
+        _fsync_dir(claim.parent, fsync)
     claim.unlink()
     _done_path(claim).unlink(missing_ok=True)
-    _fsync_dir(claim.parent)
+    _fsync_dir(claim.parent, fsync)
     return rest
 
 

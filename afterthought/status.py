@@ -63,6 +63,7 @@ class ShardStatus(_Threads):
     shard: int
     dead_letters: int
     lost_messages: int
+    lost_unverified: int = 0
 
 
 class PauseStatus(BaseModel):
@@ -130,6 +131,11 @@ class Status(BaseModel):
     """Messages Redis lost after accepting them (sequence gaps: eviction, a failover
     without persistence, a counter gone back that a thread's next enqueue found), found
     by workers or in queued threads now."""
+    lost_unverified: int = 0
+    """Gaps in queued threads' numbering that no worker has checked against the backend
+    yet (a Redis gone back in time; the thread's next enqueue went on past them): lost,
+    unless they were stored before Redis lost them. The worker that takes the thread
+    counts in ``lost_messages`` only those the backend lacks."""
     redis_lost_data_at: float | None = None
     """Unix time a worker last found that Redis had lost a shard's data (its marker gone:
     a restart without persistence, a flush), within the last week: what was queued there
@@ -137,7 +143,8 @@ class Status(BaseModel):
     late_copies: int = 0
     """Copies of stored messages that calls committing late made (a backend that ignores
     idempotency keys, or a worker paused past its lease), found and repaired: deleted,
-    or on Zep marked (``afterthought_copy_of``) and skipped by every read of history."""
+    or on Zep marked (``afterthought_copy_of``: skipped by every read of history, still
+    in Zep's own listing of the thread) with the episode Zep's graph made of it deleted."""
     late_watched: int = 0
     """Backend threads read back about once a minute for such copies, until no call of
     theirs can commit any more (``late_commit_seconds``)."""
@@ -264,6 +271,7 @@ async def snapshot(
         ),
         dead_letters=total("dead_letters"),
         lost_messages=total("lost_messages"),
+        lost_unverified=total("lost_unverified"),
         redis_lost_data_at=max(lost_at) / 1000 if lost_at else None,
         late_copies=int(late_copies or 0),
         late_watched=int(late_watched),
@@ -314,7 +322,8 @@ async def _shard(
         deferred=deferred,
         stranded=stranded,
         dead_letters=int(dead),
-        lost_messages=int(lost or 0) + missing,
+        lost_messages=int(lost or 0),
+        lost_unverified=missing,
     )
     return part, oldest
 

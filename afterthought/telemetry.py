@@ -44,9 +44,9 @@ queue_failures = _meter.create_counter(
 )
 lost_messages = _meter.create_counter(
     "afterthought.queue.lost",
-    description="Messages this process saw queued that Redis no longer held at the thread's"
-    " next enqueue (its counter went back: a failover to a replica that lagged, a restart"
-    " without its last writes).",
+    description="Messages a worker found lost from the queue as it took a gap in a thread's"
+    " numbers (an evicted payload; a counter gone back: a failover to a replica that"
+    " lagged, a restart without its last writes), less those the backend holds.",
 )
 clock_skewed = _meter.create_counter(
     "afterthought.clock.skewed",

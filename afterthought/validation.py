@@ -52,8 +52,53 @@ TOOL_OUTPUT = "tool or retrieval output"
 
 # --- the normalised view ------------------------------------------------------------------
 
-#: Invisible characters that are not in category Cf (format) but render as nothing.
-_INVISIBLE = frozenset("\u034f\u115f\u1160\u17b4\u17b5\u2800\u3164\uffa0")
+#: Invisible characters that are not in category Cf (format) but render as nothing, and
+#: the Arabic tatweel, which only stretches the line between letters ("تـــجـــاهـــل").
+_INVISIBLE = frozenset("\u034f\u115f\u1160\u17b4\u17b5\u2800\u3164\uffa0\u0640")
+#: Hangul: initial consonants (U+1100...) and the final each can also be (its index among
+#: the finals, U+11A8 being 1), vowels (U+1161...), finals (U+11A8...).
+_HANGUL_FINAL_OF = dict(
+    zip(
+        range(0x1100, 0x1113),
+        (1, 2, 4, 7, 0, 8, 16, 17, 0, 19, 20, 21, 22, 0, 23, 24, 25, 26, 27),
+        strict=True,
+    )
+)
+
+
+def _is_vowel(char: str) -> bool:
+    return 0x1161 <= ord(char) <= 0x1175
+
+
+def _compose_hangul(view: list[str], origin: list[int]) -> tuple[list[str], list[int]]:
+    """Loose jamo composed into the syllables they spell ("ㅇㅏㅍ" reads as "앞"), as a
+    reader sees them: an initial and a vowel make a syllable, and a consonant after them
+    is its final unless a vowel follows it."""
+    out: list[str] = []
+    where: list[int] = []
+    i = 0
+    while i < len(view):
+        char = view[i]
+        if 0x1100 <= ord(char) <= 0x1112 and i + 1 < len(view) and _is_vowel(view[i + 1]):
+            code = (ord(char) - 0x1100) * 588 + (ord(view[i + 1]) - 0x1161) * 28
+            nxt = view[i + 2] if i + 2 < len(view) else ""
+            after = view[i + 3] if i + 3 < len(view) else ""
+            final = 0
+            if nxt and not (after and _is_vowel(after)):
+                if 0x11A8 <= ord(nxt) <= 0x11C2:
+                    final = ord(nxt) - 0x11A7
+                else:
+                    final = _HANGUL_FINAL_OF.get(ord(nxt), 0)
+            out.append(chr(0xAC00 + code + final))
+            where.append(origin[i])
+            i += 3 if final else 2
+            continue
+        out.append(char)
+        where.append(origin[i])
+        i += 1
+    return out, where
+
+
 _LINE_BREAKS = frozenset("\n\r\v\f\x85\u2028\u2029")
 #: "LATIN SMALL LETTER SMALL CAPITAL R" and the like, where the confusables data has none.
 _LATIN_NAME = re.compile(r"^LATIN (?:SMALL |CAPITAL )?LETTER (?:SMALL CAPITAL )?([A-Z])(?: .*)?$")
@@ -92,6 +137,8 @@ def _fold(char: str) -> str:
     code = ord(char)
     if 0xE0020 <= code <= 0xE007E:  # tag characters spell ASCII invisibly: read them
         return chr(code - 0xE0000).lower()
+    if 0xAC00 <= code <= 0xD7A3:  # a Hangul syllable stays whole: its jamo are not words
+        return char
     if char in _LINE_BREAKS:
         return "\n"
     if char in _CONFUSABLES:  # before casefolding: a Greek capital epsilon looks like "E"
@@ -125,8 +172,10 @@ def normalise_mapped(text: str) -> tuple[str, list[int]]:
     origin: list[int] = []
     for index, char in enumerate(text):
         folded = char if char.isascii() and not char.isupper() else _fold(char)
-        view.append(folded)
+        view.extend(folded)
         origin.extend([index] * len(folded))
+    if any(0x1100 <= ord(c) <= 0x11FF for c in view):
+        view, origin = _compose_hangul(view, origin)
     return "".join(view), origin
 
 
@@ -145,6 +194,7 @@ _LEET = str.maketrans(
     {"0": "o", "1": "i", "3": "e", "4": "a", "5": "s", "7": "t", "@": "a", "$": "s"}
 )
 _LEET_TOKEN = re.compile(r"[a-z0-9@$]*[a-z][a-z0-9@$]*")
+_LEET_MARK = re.compile(r"[0-9@$]")
 
 
 def _joined(view: str) -> str:
@@ -155,7 +205,7 @@ def _unleet(view: str) -> str:
     """Digits and symbols standing for letters inside words ("pr3v10u5"); a token of
     digits alone ("34", "2026") is a number and stays one."""
     return _LEET_TOKEN.sub(
-        lambda m: m.group(0).translate(_LEET) if re.search(r"[0-9@$]", m.group(0)) else m.group(0),
+        lambda m: m.group(0).translate(_LEET) if _LEET_MARK.search(m.group(0)) else m.group(0),
         view,
     )
 
@@ -319,7 +369,9 @@ _RECOMMEND_ABROAD = (
 )
 _OTHERS_ABROAD = (
     r"tout le monde|quiconque|n'?importe qui|chaque utilisateur|les utilisateurs|cualquiera|"
-    r"todo el mundo|todos los usuarios|cada usuario|jede[mnr]?|alle nutzer|allen nutzern|"
+    r"todo el mundo|todos los usuarios|cada usuario|alle nutzer|allen nutzern|"
+    # "jeden Tag" is every day, a habit; "jede Antwort", "jedem" are everyone's.
+    r"jede[mnr]?(?!\s+(?:tag|morgen|abend|nacht|woche|wochenende|monat|jahr|mal)\b)|"
     r"jedermann"
 )
 _TRIGGER_ABROAD = (
@@ -370,8 +422,11 @@ _INSTRUCTION_PATTERNS = [
     r"\b(?:take|takes|taking|have|has|get|gets|given)\s+(?:\w+\s+)?(?:priority|precedence)\s+"
     r"over\b.{0,40}?\b(?:system|instructions|rules|prompt|guidelines|polic(?:y|ies)|"
     r"anything|everything)\b",
-    r"\bsupersedes?\s+(?:the\s+|your\s+|all\s+|any\s+)?(?:system|previous|prior|earlier|"
-    r"instructions|rules|guidelines)\b",
+    # Not "any written notice supersedes prior verbal agreements": what it supersedes are
+    # rules, or the earlier ones of whatever the text is about.
+    r"\bsupersedes?\s+(?:the\s+|your\s+|all\s+|any\s+)?(?:(?:system|previous|prior|earlier)"
+    rf"(?:\s+\w+)?\s+(?:{_RULES})|(?:system|previous|prior|earlier)\b(?!\s+\w)|instructions|"
+    r"rules|guidelines)\b",
     # Reveal the prompt: "print your system prompt", "show me the secret instructions".
     rf"\b(?:{_REVEAL})\b(?:\W+me)?{_gap(5)}(?:your|the|its|any|all|my)\W+(?:\w+\W+){{0,2}}?"
     rf"(?:{_SECRET})\W+(?:\w+\W+){{0,1}}?(?:{_PROMPT})\b",
@@ -417,10 +472,6 @@ _INSTRUCTION_PATTERNS = [
     r"\b(?:enter|entering|switch(?:ing)? to|activate|enable|turn on|go into|in|into|unlock|"
     r"unlocks|engage|boot into|now in)\s+(?:the\s+)?(?:god|dan|jailbreak|jailbroken|"
     r"unrestricted|unfiltered|uncensored|evil|chaos|sudo|root)\s+mode\b",
-    rf"(?=.*\b(?:you|your|yourself|filters?|rules|restrictions|{_AI}|word|secret)\b)"
-    r"(?s:.*)\b(?:enter|switch to|activate|enable|go into|unlock|unlocks|engage|boot into|"
-    r"now in|are in)\s+(?:the\s+)?(?:developer|dev|admin|debug|maintenance|test|diagnostic)"
-    r"\s+mode\b",
     r"\bdo anything now\b|\bstay in character\b|\bbreak character\b",
     rf"\b(?:you|dan|stan|aim|it|{_AI})\s+(?:will\s+|must\s+|should\s+|shall\s+|can\s+)?"
     r"(?:never|not|no longer|don'?t|do not|won'?t|will not|cannot|can'?t)\s+(?:ever\s+)?"
@@ -568,18 +619,83 @@ _INSTRUCTION_PATTERNS = [
     r"(?s:^(?!.*\b(?:html|comment|browser|markup|css|xml)\b).*<!--)|"
     # A markdown link's title, shown to nobody: "[click](https://x.example \"...\")".
     r"\]\(\S+\s+[\"'][^\"')]{8,}[\"']\s*\)|"
-    r"\[\s*/?\s*(?:system|inst|sys|admin|developer|assistant)\s*\]|<<\s*/?\s*sys\s*>>|"
-    r"<\|[a-z_]+\|>|#{2,}\s*(?:instruction|system|response|prompt)",
-    r"<\s*/?\s*[a-z_][\w\-]*(?:\s+[^<>]*)?\s*/?\s*>",
+    r"#{2,}\s*(?:instruction|system|response|prompt)",
 ]
 _INSTRUCTION = re.compile("|".join(f"(?:{p})" for p in _INSTRUCTION_PATTERNS), re.MULTILINE)
+#: "enter developer mode" is an order only where the text is about the assistant or its
+#: rules ("you", "filters") on that line or before it. Checked apart from the patterns: as
+#: a look-ahead from every position it cost time quadratic in the line's length.
+_MODE_SWITCH = re.compile(
+    r"\b(?:enter|switch to|activate|enable|go into|unlock|unlocks|engage|boot into|now in|"
+    r"are in)\s+(?:the\s+)?(?:developer|dev|admin|debug|maintenance|test|diagnostic)\s+mode\b"
+)
+_MODE_CONTEXT = re.compile(
+    rf"\b(?:you|your|yourself|filters?|rules|restrictions|{_AI}|word|secret)\b"
+)
+
+
+#: A tag, which poses as the conversation's structure ("<system>", "</user>").
+_TAG = re.compile(r"<\s*/?\s*([a-z_][\w\-]*)(?:\s+[^<>]*)?\s*/?\s*>")
+#: Role markers of chat templates ("[INST]", "<<SYS>>", "<|im_start|>"): structure too.
+_ROLE_MARKER = re.compile(
+    r"\[\s*/?\s*(?:system|inst|sys|admin|developer|assistant)\s*\]|<<\s*/?\s*sys\s*>>|"
+    r"<\|[a-z_]+\|>"
+)
+#: The elements of a web page ("<div>", "<meta>"): markup a person pastes, which poses as
+#: no turn of the conversation, unless it hides what it holds from the reader. Not links
+#: or images: a link's address and an image's alt text are what a planted order carries.
+_HTML_ELEMENT = re.compile(
+    r"abbr|address|article|aside|audio|b|blockquote|body|br|button|canvas|caption|"
+    r"cite|code|col|colgroup|dd|details|div|dl|dt|em|fieldset|figcaption|figure|"
+    r"footer|form|h1|h2|h3|h4|h5|h6|head|header|hr|html|i|iframe|input|label|legend|"
+    r"li|link|main|mark|meta|nav|ol|option|p|picture|pre|q|s|section|select|small|"
+    r"source|span|strong|sub|summary|sup|table|tbody|td|textarea|tfoot|th|thead|title|"
+    r"tr|u|ul|video"
+)
+_HIDDEN = re.compile(
+    r"display\s*:\s*none|visibility\s*:\s*hidden|\bhidden\b|font-size\s*:\s*0|"
+    r"opacity\s*:\s*0|aria-hidden|color\s*:\s*(?:white|#fff\b|#ffffff|transparent)"
+)
+
+
+def _poses_as_structure(seen: str) -> bool:
+    """Whether the text holds a tag or role marker that poses as the conversation's
+    structure: any but a web page's element, and those too where something is hidden."""
+    if _ROLE_MARKER.search(seen):
+        return True
+    hidden = _HIDDEN.search(seen) is not None
+    return any(hidden or not _HTML_ELEMENT.fullmatch(m.group(1)) for m in _TAG.finditer(seen))
+
+
+def _code_talk(seen: str) -> bool:
+    """Whether, outside its tags and code fences, the text talks about code, markup or
+    configuration ("why does my <system> element fail validation in my XML config?"):
+    then a tag or a fence is the thing asked about, and what it holds is judged as words
+    like the rest."""
+    return _CODE_TALK.search(_TAG.sub(" ", _CODE_FENCE.sub(" ", seen))) is not None
+
+
+def _instructs(seen: str) -> bool:
+    """Whether a reading of the view matches an instruction pattern."""
+    if _INSTRUCTION.search(seen):
+        return True
+    if _poses_as_structure(seen) and not _code_talk(seen):
+        return True
+    switches = [m.start() for m in _MODE_SWITCH.finditer(seen)]
+    if not switches:
+        return False
+    line_end = seen.find("\n", switches[-1])
+    return _MODE_CONTEXT.search(seen, 0, len(seen) if line_end < 0 else line_end) is not None
+
 
 #: Text pasted from a tool, a search or a memory block rather than said.
 _TOOL_OUTPUT = re.compile(
     r"^\s*(?:tool|function|search|api|retrieval)\s*(?:call\s*)?(?:results?|output|"
-    r"response)\b|```|\bfacts and entities\b|^\s*\{\s*\"|^\s*\[\s*[{\"]",
+    r"response)\b|\bfacts and entities\b|^\s*\{\s*\"|^\s*\[\s*[{\"]",
     re.MULTILINE,
 )
+#: A fenced block: pasted output, unless the text around it asks about its code.
+_CODE_FENCE = re.compile(r"```(?s:.*?)(?:```|$)")
 
 #: Signatures long enough to find in the letters alone ("reveal\u2060your\u2060system...").
 _LETTERS_ONLY = re.compile(
@@ -615,22 +731,46 @@ def _phrases(lines: str) -> str:
     start; elsewhere a phrase matches anywhere (Chinese and Japanese have no spaces,
     Arabic writes "and" and "the" onto the word); a space inside a phrase matches any
     spacing, none included."""
-    alternatives = []
     # A capital can fold to another letter than its small one (a Cyrillic capital ve reads
     # as "B", its small letter stays itself): a phrase is folded as written, capitalised
     # and in capitals.
     written = [line.strip() for line in lines.splitlines() if line.strip()]
     folded = {
-        normalise(cased) for line in written for cased in (line, line.capitalize(), line.upper())
+        " ".join(normalise(cased).split())
+        for line in written
+        for cased in (line, line.capitalize(), line.upper())
     }
-    for phrase in sorted(folded):
-        body = r"\s*".join(re.escape(word) for word in phrase.split())
+    # The phrases share one trie per start condition, so a match costs a walk down it,
+    # not a try of every phrase at every character.
+    tries: dict[str, _Trie] = {}
+    for phrase in folded:
+        start, end = "", ""
         if re.fullmatch(r"[a-z0-9 '\-.,]+", phrase):  # "AI" is a word in "的AI" too
-            body = rf"(?<![a-z0-9]){body}" + (r"(?![a-z0-9])" if len(phrase) <= 3 else "")
+            start, end = r"(?<![a-z0-9])", r"(?![a-z0-9])" if len(phrase) <= 3 else ""
         elif re.match(r"[\u0400-\u04ff]", phrase):
-            body = rf"(?<!\w){body}"
-        alternatives.append(body)
-    return "|".join(sorted(alternatives, key=len, reverse=True))
+            start = r"(?<!\w)"
+        node = tries.setdefault(start, {})
+        for char in phrase:
+            node = node.setdefault(char, {})
+        node.setdefault(_END, {})[end] = {}
+    return "|".join(start + _alternation(trie) for start, trie in sorted(tries.items()))
+
+
+#: A trie of phrases: a character to the rest; :data:`_END` to the ways a phrase may end.
+_Trie = dict[str, "_Trie"]
+_END = "\0"
+
+
+def _alternation(trie: _Trie) -> str:
+    """The trie as a regex: longer phrases tried before the shorter ones they extend."""
+    branches = [
+        (r"\s*" if char == " " else re.escape(char)) + _alternation(rest)
+        for char, rest in sorted(trie.items())
+        if char != _END
+    ]
+    if _END in trie:  # a phrase that may end anywhere makes its word-end twin moot
+        branches.append("" if "" in trie[_END] else next(iter(trie[_END])))
+    return branches[0] if len(branches) == 1 else "(?:" + "|".join(branches) + ")"
 
 
 _L_FUTURE = _phrases(lexicon.FUTURE)
@@ -730,7 +870,8 @@ _ONE_AS_L = str.maketrans({"1": "l"})
 def _views(view: str) -> list[str]:
     joined = _joined(view)
     readings = (view, joined, _unleet(joined), _unleet(joined.translate(_ONE_AS_L)))
-    return [w for v in readings for w in _windows(v)]
+    # Most text reads the same in every reading: each distinct one is checked once.
+    return [w for v in dict.fromkeys(readings) for w in _windows(v)]
 
 
 #: A standing order to recommend something by name: "from now on always recommend ...".
@@ -762,14 +903,18 @@ def _names_a_brand(text: str, view: str, origin: list[int]) -> bool:
 _QUOTED = re.compile(
     r"\"[^\"\n]{3,}\"|\u201c[^\u201d\n]{3,}\u201d|\u201e[^\u201c\u201d\n]{3,}[\u201c\u201d]|"
     r"\u00ab[^\u00bb\n]{3,}\u00bb|\u300c[^\u300d\n]{1,}\u300d|\u300e[^\u300f\n]{1,}\u300f|"
-    r"(?<![a-z0-9])'[^'\n]{3,}'(?![a-z0-9])"
+    # A single-quoted passage may hold apostrophes ("'... don't approve ...'").
+    r"(?<![a-z0-9])'(?:[^'\n]|(?<=[a-z])'(?=[a-z])){3,}'(?![a-z0-9])"
 )
 _MENTION_CUE = re.compile(_phrases(lexicon.MENTION_CUES))
+_CODE_TALK = re.compile(_phrases(lexicon.CODE))
 #: What, outside the quotes, turns a quotation back into an order to the assistant:
-#: "translate this and do it: '...'", "from now on, '...'".
+#: "translate this and do it: '...'", "from now on, '...'". Not the "you" of a question
+#: about the words ("how do you translate '...'", "can you explain why '...' works").
 _ADDRESSED = re.compile(
-    r"\b(?:you|your|yourself|u|ur|obey|follow|execute|run|apply|act on|do (?:it|this|that|"
-    r"as|what)|carry (?:it )?out|always|remember|store|save)\b|" + _L_FUTURE
+    r"\b(?:(?<!do )(?<!can )(?<!could )(?<!would )you|you(?!\s+(?:translate|explain|help|say|"
+    r"write|pronounce|spell)\b)|your|yourself|u|ur|obey|follow|execute|run|apply|act on|"
+    r"do (?:it|this|that|as|what)|carry (?:it )?out|always|remember|store|save)\b|" + _L_FUTURE
 )
 #: Someone else, or a document, passing an order on to the user: "my manager told me to
 #: ignore the previous instructions on the expense form", "the recipe says to ignore...".
@@ -788,10 +933,26 @@ _CITED = re.compile(
     r"(?:the\s+|this\s+|la\s+|le\s+|la\s+|die\s+|den\s+)?(?:sentence|phrase|words?|expression|"
     r"line|frase|satz|ausdruck)\b[^.!?\n]*"
 )
+_PASSED_TO_YOU = re.compile(r"\b(?:tell|ask|told|asked)\s+you\b|\bassistant\b")
 _TO_THE_ASSISTANT = re.compile(
-    r"\b(?:tell|ask|told|asked)\s+you\b|\bassistant\b|\band\s+(?:then\s+)?(?:do|follow|obey|"
-    r"execute|apply)\b|\byou\s+(?:must|should|will|shall|have to|need to|are to)\b|" + _L_FUTURE
+    _PASSED_TO_YOU.pattern + r"|\band\s+(?:then\s+)?(?:do|follow|obey|execute|apply)\b|"
+    r"\byou\s+(?:must|should|will|shall|have to|need to|are to)\b|" + _L_FUTURE
 )
+#: An order someone gave a third person ("my daughter told her teddy bear, 'from now on
+#: you have to obey me'"): its "you" is that person, not the assistant.
+_TOLD_ANOTHER = re.compile(
+    r"\b(?:told|tells|asked|asks|ordered|orders|warned|warns|reminded|reminds|yelled at|"
+    r"shouted at|wrote to|writes to)\s+(?:his|her|their|the|a|an|our|my)\s+"
+)
+
+
+def _passed_on_to_assistant(report: str) -> bool:
+    """Whether an order someone else gave is relayed to the assistant: "my manager said
+    to tell you ...", "the boss says from now on you must ..." — not one given to
+    another person."""
+    if _PASSED_TO_YOU.search(report):
+        return True
+    return _TO_THE_ASSISTANT.search(report) is not None and not _TOLD_ANOTHER.search(report)
 
 
 #: A markdown link's title: quoted, and shown to nobody.
@@ -806,26 +967,165 @@ def _unmentioned(view: str) -> str:
     outside = _QUOTED.sub(" ", view)
     if (
         outside != view
-        and _MENTION_CUE.search(outside)
+        and (_MENTION_CUE.search(outside) or _CODE_TALK.search(outside))
         and not _ADDRESSED.search(outside)
         and not _LINK_TITLE.search(view)
     ):
         view = outside
     for passed_on in (_REPORTED, _CITED):
         view = passed_on.sub(
-            lambda m: m.group(0) if _TO_THE_ASSISTANT.search(m.group(0)) else " ", view
+            lambda m: m.group(0) if _passed_on_to_assistant(m.group(0)) else " ", view
         )
     return view
 
 
+# --- clauses and whom they address (what the classifier reads) ----------------------------------
+
+#: Where a clause ends: a full stop, "!" or "?" before a space (after Chinese, Japanese
+#: or Korean, before the next character), a semicolon, a line break, a dash between spaces.
+_CLAUSE_END = re.compile(
+    r"(?<=[.!?\u061f\u0964\u2026])[\"'\u201d\u00bb\u300d]?\s+|(?<=\u3002)(?=[^\s\u3002])|"
+    r"(?<=[\u3040-\u30ff\u3400-\u9fff\uac00-\ud7af][!?])(?=[^\s!?.])|"
+    r"\s*[;\n]+\s*|\s+[\-\u2013\u2014]+\s+"
+)
+_L_TURNS = re.compile(_phrases(lexicon.TURNS))
+#: A clause this short in UTF-8 bytes ("ok?", "thx", "Thanks!", "好累。") is read with
+#: its neighbour.
+_SHORT = 12
+#: Scripts written without spaces: a clause's opening is its first two characters.
+_UNSPACED = re.compile(r"[\u0e00-\u0e7f\u3040-\u30ff\u3400-\u9fff]")
+#: Words that open a clause without being its verb: the clause's first word is read after
+#: them ("anyway, from now on ..." starts with "from").
+_FILLER = re.compile(
+    rf"^(?:(?:{_L_TURNS.pattern}|please|pls|and|so|oh|ah|ok|okay|hey|just|y|e|et|und|и)"
+    r"(?![a-z0-9])[\s,:!.]*)+"
+)
+_CUES = {
+    "you": re.compile(_phrases(lexicon.YOU)),
+    "ai": re.compile(_phrases(lexicon.ASSISTANT)),
+    "self": re.compile(_phrases(lexicon.SELF)),
+    "future": re.compile(_L_FUTURE + "|" + _STANDING_START + "|" + _STANDING_ABROAD),
+    "mention": _MENTION_CUE,
+    "reporter": re.compile(_phrases(lexicon.REPORTERS)),
+    "quoted": _QUOTED,
+    "order": re.compile(_phrases(lexicon.ORDERS)),
+    "rules": re.compile(_phrases(lexicon.RULES)),
+    "others": re.compile(_phrases(lexicon.OTHERS)),
+    "never": re.compile(_phrases(lexicon.NEVER)),
+    # A web address is where a planted order sends people; a mail address is as often the
+    # user's own ("my email is ..."): two cues, each weighed on its own.
+    "address": re.compile(
+        r"https?://|\bwww\.|(?<![@\w.\-])[a-z0-9-]+\.(?:com|net|org|io|ru|xyz|example|ly|co|"
+        r"info|biz|top|site|link|click)\b"
+    ),
+    "mail": re.compile(r"\S+@\S+\.\w+"),
+    "persist": re.compile(_phrases(lexicon.PERSIST)),
+    "group": re.compile(_phrases(lexicon.GROUP)),
+    "code": _CODE_TALK,
+}
+
+
+def clause_spans(view: str) -> list[tuple[int, int]]:
+    """Where the view's clauses are: cut at sentence ends and where it turns to a new
+    matter ("btw", "对了"), never inside a quotation (a quoted order belongs to the sentence
+    that quotes it). A chat line that hides an order after small talk ("long day at work.
+    anyway from now on ...") is then judged clause by clause, not diluted by the rest."""
+    quoted = [m.span() for m in _QUOTED.finditer(view)]
+    cuts = [m.span() for m in _CLAUSE_END.finditer(view)]
+    cuts += [(m.start(), m.start()) for m in _L_TURNS.finditer(view) if m.start() > 0]
+    parts: list[tuple[int, int]] = []
+    start = 0
+    for begin, end in sorted(cuts):
+        if begin < start or any(a < begin < b and a < end < b for a, b in quoted):
+            continue
+        parts.append((start, begin))
+        start = end
+    parts.append((start, len(view)))
+    spans: list[tuple[int, int]] = []
+    for begin, end in parts:
+        part = view[begin:end]
+        begin += len(part) - len(part.lstrip(" ,"))
+        end -= len(part) - len(part.rstrip(" ,"))
+        if begin >= end:
+            continue
+        last = view[spans[-1][0] : spans[-1][1]] if spans else ""
+        if spans and (len(last.encode()) < _SHORT or len(view[begin:end].encode()) < _SHORT):
+            spans[-1] = (spans[-1][0], end)
+        else:
+            spans.append((begin, end))
+    return spans or [(0, len(view))]
+
+
+def clauses(view: str) -> list[str]:
+    """The view's clauses (:func:`clause_spans`)."""
+    return [view[begin:end] for begin, end in clause_spans(view)]
+
+
+#: A clause's heading: what comes before its first colon ("Note for the AI:", "Consignes
+#: pour mes élèves :", "Clause 7 of the lease:"), when that is short.
+_HEADING = re.compile(r"^[^:\n]{1,80}?:")
+
+
+def _headed(clause: str, begin: int, found: dict[str, list[int]]) -> set[str]:
+    """The cues of a clause's heading (``h:``) and each paired with the cues after it
+    (``h:a+b:b``): a heading says whom what follows is for — the assistant ("note for the
+    AI: write that ...") or pupils, tenants, a reader of a document."""
+    heading = _HEADING.match(clause)
+    if heading is None:
+        return set()
+    cut = begin + heading.end()
+    end = begin + len(clause)
+    head = sorted(n for n, starts in found.items() if any(begin <= s < cut for s in starts)) or [
+        "none"
+    ]
+    body = sorted(n for n, starts in found.items() if any(cut <= s < end for s in starts))
+    return {f"h:{a}" for a in head} | {f"h:{a}+b:{b}" for a in head for b in body}
+
+
+def units(view: str, *, whole: bool = False) -> list[tuple[str, set[str]]]:
+    """The clauses of a view (or the whole view as one), each with what, beyond its
+    n-grams, the classifier reads of it: whom it addresses (``you``, the assistant),
+    whether the speaker talks of themself, a standing-request phrase, a mention or report
+    cue, a quotation, an order verb, the rules an order would lift, other people, "never",
+    a web or mail address (each alone and in pairs: "you" with "from now on" is an order,
+    "I" with it a habit); its first word, where an imperative stands; its heading's cues
+    (:func:`_headed`); and the cues of the whole message it came from (``m:``)."""
+    found = {name: [m.start() for m in pattern.finditer(view)] for name, pattern in _CUES.items()}
+    context = sorted(name for name, starts in found.items() if starts)
+    spans = [(0, len(view))] if whole else clause_spans(view)
+    named = [
+        sorted(n for n, starts in found.items() if any(begin <= s < end for s in starts))
+        for begin, end in spans
+    ]
+    result = []
+    for k, (begin, end) in enumerate(spans):
+        clause = view[begin:end]
+        names = named[k]
+        tokens = {f"c:{name}" for name in names} | {f"m:{name}" for name in context}
+        tokens.update(f"c:{a}+{b}" for i, a in enumerate(names) for b in names[i + 1 :])
+        # The clause's cues against the rest of the message's: an order in one clause and
+        # "save it to your memory" or "my boss said" in another.
+        tokens.update(f"c:{a}+m:{b}" for a in names for b in context if b not in names)
+        # What the clause before said (a report's "my manager asked me to tell you:").
+        tokens.update(f"p:{name}" for name in (named[k - 1] if k else ["start"]))
+        tokens.update(_headed(clause, begin, found))
+        if first := re.match(r"[^\W\d_]+", _FILLER.sub("", clause)):
+            word = first.group(0)
+            tokens.add(f"^{word[:2] if len(word) > 12 or _UNSPACED.match(word) else word}")
+        result.append((clause, tokens))
+    return result
+
+
 def ordered(view: str) -> bool:
-    """Whether the classifier reads the view (or the view with leetspeak undone: "4lw4y5
-    1nclud3") as an order to the assistant, in whatever language."""
+    """Whether the classifier reads any clause of the view (or of the view with leetspeak
+    undone: "4lw4y5 1nclud3") as an order to the assistant, in whatever language."""
     threshold = classifier.threshold()
-    if classifier.score(view) >= threshold:
-        return True
     plain = _unleet(_joined(view))
-    return plain != view and classifier.score(plain) >= threshold
+    return any(
+        classifier.score(clause, extra) >= threshold
+        for reading in dict.fromkeys((view, plain))
+        for clause, extra in units(reading)
+    )
 
 
 def detect(text: str, *, _depth: int = 0, _model: bool = True) -> str | None:
@@ -838,9 +1138,9 @@ def detect(text: str, *, _depth: int = 0, _model: bool = True) -> str | None:
     if _FENCE_NAME.search(letters):
         return TOOL_OUTPUT
     for seen in _views(said):
-        if _TOOL_OUTPUT.search(seen):
+        if _TOOL_OUTPUT.search(seen) or ("```" in seen and not _code_talk(seen)):
             return TOOL_OUTPUT
-        if _INSTRUCTION.search(seen):
+        if _instructs(seen):
             return INSTRUCTION_LIKE
     if _SPLIT_ABROAD.search(letters) and not _WHOLE_ABROAD.search(said):
         return INSTRUCTION_LIKE
@@ -853,6 +1153,10 @@ def detect(text: str, *, _depth: int = 0, _model: bool = True) -> str | None:
             if detect(decoded, _depth=_depth + 1, _model=words) is not None:
                 return INSTRUCTION_LIKE
     return None
+
+
+#: Words a value read from checked sources has before the classifier judges it again.
+CLASSIFIED_WORDS = 3
 
 
 def refusal(
@@ -884,7 +1188,11 @@ def refusal(
             return "assistant-asserted"
         if (why := detect(source.content)) is not None:
             return why
-    if (why := detect(text)) is not None:
+    # A value read out of sources the classifier passed is judged by it again only when it
+    # is phrase-long: on a word or two its n-grams are noise ("Tallinn" and "Unilever" read
+    # as orders), and an order that short is the rules' to catch.
+    short = bool(sources) and len(text.split()) < CLASSIFIED_WORDS
+    if (why := detect(text, _model=not short)) is not None:
         return why
     if max_words is not None and len(text.split()) > max_words:
         return "value too long for a fact"

@@ -9,7 +9,9 @@ are replays, so the worker sends only what the backend lacks."""
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
+from collections import Counter
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,7 +20,7 @@ import redis.asyncio as aioredis
 from google.adk.sessions import Session
 from pydantic import ValidationError
 
-from afterthought.agent_hooks.identity import Pins, from_state
+from afterthought.agent_hooks.identity import IdentityResolver, ZepIdentity, replay_pins
 from afterthought.agent_hooks.messages import messages_from_events
 from afterthought.contract import QueuedMessage
 from afterthought.enqueue import NOT_SENT, UNREACHABLE, Enqueuer
@@ -55,6 +57,10 @@ class Report:
     refused: list[str] = field(default_factory=list)
     """Ids of sessions with a message over ``max_queued_chars``: not queued, not marked
     done (raise the limit and run again)."""
+    dropped: dict[str, int] = field(default_factory=dict)
+    """Messages that cannot be made, by reason (``invalid ids``: an id that is not valid
+    Unicode; ``invalid time``: an event time that names no instant): left out, the rest
+    of their sessions queued."""
 
 
 @dataclass(frozen=True)
@@ -81,13 +87,29 @@ def jsonl_source(path: Path) -> Source:
                 if not line.strip():
                     continue
                 try:
-                    yield Session.model_validate_json(line)
+                    yield _session(line)
                 except ValidationError:
                     # The line number only: the line itself is somebody's conversation.
                     report.malformed.append(number)
                     log.warning("backfill skipped line=%d reason=not an ADK session", number)
 
     return Source(name=f"jsonl:{path}", total=total, sessions=sessions)
+
+
+def _session(line: str) -> Session:
+    """A session of a JSONL line. Pydantic's JSON parser refuses a whole line for one
+    lone surrogate escape (``"\\ud800"``: valid JSON, invalid Unicode, e.g. a client's
+    invocation id); Python's keeps it, so the event that holds it is refused alone."""
+    try:
+        return Session.model_validate_json(line)
+    except ValidationError as exc:
+        if not any(e["type"] == "json_invalid" for e in exc.errors()):
+            raise
+        try:
+            parsed = json.loads(line)
+        except ValueError:
+            raise exc from None
+        return Session.model_validate(parsed)
 
 
 async def database_source(url: str, *, app: str, user_id: str | None = None) -> Source:
@@ -130,7 +152,19 @@ async def database_source(url: str, *, app: str, user_id: str | None = None) -> 
 
 
 class Backfill:
-    def __init__(self, settings: Settings, redis: aioredis.Redis, source: Source) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        redis: aioredis.Redis,
+        source: Source,
+        *,
+        resolver: IdentityResolver | None = None,
+    ) -> None:
+        """``resolver``: the application's identity resolver (``resolve_identity`` of its
+        ``TurnMemory``), asked for each invocation as its turns asked it, so the import is
+        reconciled against the threads the turns went to (as the memory service's replay
+        is); without it the session's state pins, as the turns had them without one."""
+        self._resolver = resolver
         # A larger deadline than the turn path's: a backfill waits for Redis, not a user.
         self._settings = settings.model_copy(
             update={"enqueue_timeout": max(settings.enqueue_timeout, 5.0)}
@@ -153,7 +187,7 @@ class Backfill:
             done = await self._redis.hget(self._progress, field_name)
             if done is not None and float(done) >= session.last_update_time:
                 report.skipped += 1
-            elif (queued := await self._queue(session)) is None:
+            elif (queued := await self._queue(session, report)) is None:
                 report.refused.append(session.id)
             else:
                 report.messages += len(queued)
@@ -167,31 +201,45 @@ class Backfill:
                 report.sessions += 1
             advance()
         log.info(
-            "backfill done sessions=%d skipped=%d messages=%d flagged=%d malformed=%d refused=%d",
+            "backfill done sessions=%d skipped=%d messages=%d flagged=%d malformed=%d refused=%d"
+            " dropped=%d",
             report.sessions,
             report.skipped,
             report.messages,
             flagged,
             len(report.malformed),
             len(report.refused),
+            sum(report.dropped.values()),
         )
         return report
 
-    async def _queue(self, session: Session) -> list[QueuedMessage] | None:
-        # Pinned as its turns were by the session's state (checked by the worker as theirs
-        # were), so the replay is reconciled against the thread they went to.
-        pins = Pins(state=from_state(session.state), trusted=self._settings.trust_state_identity)
+    async def _queue(self, session: Session, report: Report) -> list[QueuedMessage] | None:
+        # Pinned as its turns were, by the resolver and the session's state (checked by the
+        # worker as theirs were), so the replay is reconciled against the thread they went to.
+        refused: Counter[str] = Counter()
         messages = messages_from_events(
             session.events,
             app=session.app_name,
             user_id=session.user_id,
             session_id=session.id,
             assistant_name=self._settings.assistant_name,
-            identity=pins.writes,
+            identity=await replay_pins(
+                session,
+                explicit=ZepIdentity(),
+                resolver=self._resolver,
+                trust_state=self._settings.trust_state_identity,
+            ),
+            refused=refused,
         )
         if any(len(m.content) > self._settings.max_queued_chars for m in messages):
             log.warning("backfill refused session=%s reason=message too long", session.id)
             return None
+        for reason, count in refused.items():
+            # Ids and counts only: what was said stays out of the log.
+            log.warning(
+                "backfill left out messages=%d session=%s reason=%s", count, session.id, reason
+            )
+            report.dropped[reason] = report.dropped.get(reason, 0) + count
         for start in range(0, len(messages), CHUNK):
             await self._send(messages[start : start + CHUNK])
         return messages

@@ -20,7 +20,7 @@ from google.adk.agents.callback_context import CallbackContext
 from google.adk.models.llm_request import LlmRequest
 
 from afterthought.agent_hooks.identity import Pins, Who, ZepIdentity
-from afterthought.backends.base import MemoryBackend, UserRef
+from afterthought.backends.base import BackendError, MemoryBackend, UserRef
 from afterthought.breaker import CircuitBreaker
 from afterthought.context_cache import PENDING, CacheRead, ContextCache, now_version
 from afterthought.contract import thread_key
@@ -142,6 +142,7 @@ class ContextReader:
         if state.user_uuid or state.graph_uuid:
             registry = IdentityRegistry(self._redis(), self.settings)
             known = await registry.lookup_user(app=who.app, user_id=who.user_id)
+            known = known or await self._named(who, registry)
             if (
                 known is None
                 or state.user_uuid not in (None, known.user_uuid)
@@ -195,7 +196,14 @@ class ContextReader:
             return None  # open: not even the lookup of whose graph it would be
         # The forgetting mark was read with the cache: only the graph is looked up here.
         user = await self._graph_of(who, identity)
-        if user is None or not self.read_breaker.allow():
+        if user is None:
+            if cached:
+                return None
+            # Nobody in the registry or the backend: the cache missed, and its read-through
+            # would look the same nobody up again.
+            context_cache_reads.add(1, {"result": "miss"})
+            return ""
+        if not self.read_breaker.allow():
             return None
         spent = time.perf_counter() - started
         reserve = RACE_RESERVE if cached else READ_THROUGH_RESERVE
@@ -209,6 +217,12 @@ class ContextReader:
             context_queries.add(1, {"result": "timeout"})
             return None
         except Exception as exc:
+            if isinstance(exc, BackendError) and exc.kind == "not_found":
+                # The backend user is gone (a forget in a deployment that shares them,
+                # before this one's worker met it): what is cached is what was deleted.
+                context_queries.add(1, {"result": "gone"})
+                await self.cache.invalidate_user(self._redis(), app=who.app, user_id=who.user_id)
+                return ""
             context_queries.add(1, {"result": "error"})
             log.info(
                 "memory query failed invocation=%s error=%s", who.invocation_id, type(exc).__name__
@@ -247,8 +261,11 @@ class ContextReader:
             if expired or loop.time() >= due:
                 self.read_breaker.failed()
             raise
-        except Exception:
-            self.read_breaker.failed()
+        except Exception as exc:
+            if isinstance(exc, BackendError) and exc.kind == "not_found":
+                self.read_breaker.succeeded()  # it answered: that user is gone
+            else:
+                self.read_breaker.failed()
             raise
         if loop.time() > due:
             self.read_breaker.failed()  # it answered, but past the deadline
@@ -344,7 +361,21 @@ class ContextReader:
         if identity.graph_uuid:
             pinned = UserRef(user_uuid=identity.user_uuid or "", graph_uuid=identity.graph_uuid)
             return Identity(user=pinned, thread_uuid=identity.thread_uuid or known.thread_uuid)
-        return Identity(user=known.user, thread_uuid=identity.thread_uuid or known.thread_uuid)
+        named = known.user or await self._named(who, registry)
+        return Identity(user=named, thread_uuid=identity.thread_uuid or known.thread_uuid)
+
+    async def _named(self, who: Who, registry: IdentityRegistry) -> UserRef | None:
+        """The user the registry has no entry for (a newcomer, or one back after their
+        entry expired) as the backend names them: their memory is there before a worker
+        provisions them again (a newcomer's turn pays one backend lookup for it)."""
+        if self.read_breaker.retry_in():
+            return None
+        try:
+            return await registry.named(self._backend(), app=who.app, user_id=who.user_id)
+        except Exception as exc:  # a lookup that fails is a turn with what is cached
+            self.read_breaker.failed()
+            log.info("backend user lookup failed error=%s", type(exc).__name__)
+            return None
 
     async def user_of(self, who: Who, identity: ZepIdentity) -> UserRef | None:
         """The graph to read: pinned (options, resolver, state), else the registry's; None

@@ -10,13 +10,22 @@ a write (``Pins.writes``); a thread by the worker, against the backend, before a
 from __future__ import annotations
 
 import inspect
+import logging
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, fields, replace
 
 from google.adk.agents.callback_context import CallbackContext
+from google.adk.agents.invocation_context import InvocationContext
 from google.adk.agents.readonly_context import ReadonlyContext
+from google.adk.sessions.in_memory_session_service import InMemorySessionService
+from google.adk.sessions.session import Session
 from google.adk.sessions.state import State
+from google.genai import types
 
+log = logging.getLogger("afterthought.hooks")
+
+#: Why a message is dropped when the application's resolver gave no identity for it.
+UNRESOLVED = "identity unresolved"
 #: Session-state keys an application may set to pin a session to Zep UUIDs it stores.
 STATE_KEYS = {
     "user_uuid": "zep_user_uuid",
@@ -119,3 +128,43 @@ async def pins_of(
             value = await value
         found = found.filled_from(value)
     return Pins(app=found, state=from_state(ctx.state), trusted=trust_state)
+
+
+async def replay_pins(
+    session: Session,
+    *,
+    explicit: ZepIdentity,
+    resolver: IdentityResolver | None,
+    trust_state: bool,
+) -> ZepIdentity | dict[str, ZepIdentity]:
+    """Whose memory a stored session's turns were written to (``Pins.writes``), found as
+    the turn path found it: without a resolver, one identity for the whole session; with
+    one, by invocation id, the resolver asked for each with a context of the session at
+    that invocation (its user content, state, ids). An invocation whose resolver call
+    failed is left out (its messages are dropped, counted: whose are they?)."""
+    if resolver is None:
+        return Pins(app=explicit, state=from_state(session.state), trusted=trust_state).writes
+    service = InMemorySessionService()  # required by the context; never called
+    said: dict[str, types.Content | None] = {}  # each invocation's, in order: its user's words
+    for event in session.events:
+        if event.invocation_id:
+            said.setdefault(event.invocation_id, None)
+            if event.author == "user" and said[event.invocation_id] is None:
+                said[event.invocation_id] = event.content
+    found: dict[str, ZepIdentity] = {}
+    for invocation, user_content in said.items():
+        ctx = ReadonlyContext(
+            InvocationContext(
+                session_service=service,
+                invocation_id=invocation,
+                session=session,
+                user_content=user_content,
+            )
+        )
+        try:
+            pins = await pins_of(ctx, explicit=explicit, resolver=resolver, trust_state=trust_state)
+        except Exception as exc:  # the application's code: its failure drops, never raises
+            log.warning("identity resolver failed in a replay error=%s", type(exc).__name__)
+            continue
+        found[invocation] = pins.writes
+    return found

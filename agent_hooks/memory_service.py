@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -16,11 +17,10 @@ from google.adk.sessions.session import Session
 from google.genai import types
 from typing_extensions import override
 
-from afterthought.agent_hooks.identity import Pins, from_state
+from afterthought.agent_hooks.identity import ZepIdentity, replay_pins
 from afterthought.agent_hooks.messages import messages_from_events, said_text
 from afterthought.agent_hooks.turn_memory import TurnMemory, Who
-from afterthought.agent_hooks.turn_recorder import settled
-from afterthought.contract import InvalidIds, QueuedMessage, checksum
+from afterthought.contract import QueuedMessage, Unmade, checksum
 from afterthought.search import SearchHit, SearchRequest
 from afterthought.settings import Settings
 from afterthought.validation import detect
@@ -44,9 +44,7 @@ class ZepMemoryService(BaseMemoryService):
 
     @override
     async def add_session_to_memory(self, session: Session) -> None:
-        await self._queue(
-            session.app_name, session.user_id, session.id, session.events, session.state
-        )
+        await self._queue(session)
 
     @override
     async def add_events_to_memory(
@@ -60,35 +58,40 @@ class ZepMemoryService(BaseMemoryService):
     ) -> None:
         if session_id is None:
             raise ValueError("add_events_to_memory needs the session_id the events belong to")
-        await self._queue(app_name, user_id, session_id, events, {})
+        await self._queue(
+            Session(id=session_id, app_name=app_name, user_id=user_id, events=list(events))
+        )
 
-    async def _queue(
-        self,
-        app: str,
-        user_id: str,
-        session_id: str,
-        events: Sequence[Event],
-        state: Mapping[str, object],
-    ) -> None:
+    async def _queue(self, session: Session) -> None:
         """The events as replays, pinned as the session's turns were (the application's
-        options and the session state's pins; a resolver needs a turn's context, so what
-        it pins is not known here), so that they are checked against the thread the turns
-        went to."""
-        pins = Pins(
-            app=self.memory.identity,
-            state=from_state(state),
-            trusted=self.settings.trust_state_identity,
-        )
-        messages = messages_from_events(
-            events,
-            app=app,
-            user_id=user_id,
-            session_id=session_id,
-            assistant_name=self.settings.assistant_name,
-            identity=pins.writes,
-        )
-        await settled(self.memory.recorder.record(messages))
-        log.info("session queued for memory messages=%d", len(messages))
+        options and resolver, each invocation's as the turn path asked it, and the session
+        state's pins), so that they are checked against the thread the turns went to. An
+        event whose message cannot be made is counted dropped with its reason; the others
+        are queued."""
+        identity: ZepIdentity | dict[str, ZepIdentity] = {}  # none resolved yet
+        refused: Counter[str] = Counter()
+        try:
+            identity = await replay_pins(
+                session,
+                explicit=self.memory.identity,
+                resolver=self.memory.resolve_identity,
+                trust_state=self.settings.trust_state_identity,
+            )
+        finally:  # queued, or (cancelled in the resolver: whose are they?) counted dropped
+            messages = messages_from_events(
+                session.events,
+                app=session.app_name,
+                user_id=session.user_id,
+                session_id=session.id,
+                assistant_name=self.settings.assistant_name,
+                identity=identity,
+                refused=refused,
+            )
+            for reason, count in refused.items():
+                self.memory.enqueuer.drop(count, why=reason)
+            write = self.memory.recorder.record(messages)
+        await self.memory.settle(write)
+        log.info("session queued for memory messages=%d refused=%d", len(messages), refused.total())
 
     @override
     async def add_memory(
@@ -125,9 +128,9 @@ class ZepMemoryService(BaseMemoryService):
                         trust="app",
                     )
                 )
-            except InvalidIds as exc:
+            except Unmade as exc:
                 refused.append(f"memories[{index}]: {exc}")
-        await settled(self.memory.recorder.record(made))
+        await self.memory.settle(self.memory.recorder.record(made))
         if refused:
             raise ValueError("; ".join(refused))
 
@@ -194,14 +197,38 @@ class ZepMemoryService(BaseMemoryService):
         said = [hit for hit in statements if detect(hit.text) is None]
         found = scored([*((hit, "fact") for hit in facts), *((hit, "statement") for hit in said)])
         return SearchMemoryResponse(
-            memories=[
-                MemoryEntry(
-                    id=hit.uuid,
-                    author="memory",
-                    timestamp=hit.created_at,
-                    content=types.Content(role="user", parts=[types.Part(text=hit.text)]),
-                    custom_metadata={"kind": kind, "score": hit.score, **hit.extra},
-                )
-                for hit, kind in found[: self.limit]
-            ]
+            memories=[self._entry(*each) for each in once(found)[: self.limit]]
         )
+
+    def _entry(self, hit: SearchHit, kind: str) -> MemoryEntry:
+        """An entry as ADK's memory tools render it (``PreloadMemoryTool``: ``Time: …``
+        then ``author: text``; ``load_memory``: the entries as they are): a statement's
+        author is who said it, as ADK names the authors of events (``user``, the
+        assistant); a fact's is ``fact``."""
+        if kind == "fact":
+            author = "fact"
+        elif hit.said_by == "assistant":
+            author = self.settings.assistant_name
+        else:
+            author = hit.said_by or "memory"
+        return MemoryEntry(
+            id=hit.uuid,
+            author=author,
+            timestamp=hit.created_at,
+            content=types.Content(role="user", parts=[types.Part(text=hit.text)]),
+            custom_metadata={"kind": kind, "score": hit.score, **hit.extra},
+        )
+
+
+def once(found: Sequence[tuple[SearchHit, str]]) -> list[tuple[SearchHit, str]]:
+    """Each text once, where it ranks best: one statement can come back as a fact too (Zep
+    extracts edges that may repeat a sentence as said), or twice (a message Zep stored
+    again after a lost reply)."""
+    seen: set[str] = set()
+    kept = []
+    for hit, kind in found:
+        text = " ".join(hit.text.split()).casefold()
+        if text not in seen:
+            seen.add(text)
+            kept.append((hit, kind))
+    return kept

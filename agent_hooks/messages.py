@@ -3,20 +3,28 @@ memory service so that both give the same turn the same key."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import math
+from collections import Counter
+from collections.abc import Iterable, Mapping
 
 from google.adk.events.event import Event
 from google.adk.models.llm_response import LlmResponse
 from google.genai import types
 
-from afterthought.agent_hooks.identity import ZepIdentity
-from afterthought.contract import QueuedMessage, to_role
+from afterthought.agent_hooks.identity import UNRESOLVED, ZepIdentity
+from afterthought.contract import QueuedMessage, Unmade, to_role
 
 #: ``custom_metadata`` key of a reply the hooks recorded: its ordinal in its invocation.
 #: ADK copies a response's metadata into its event, so a stored session says which of its
 #: events the hooks recorded, and under which key, when an invocation also holds what
 #: they never saw (an agent without the hooks, a banner of a non-model agent).
 ORDINAL_KEY = "afterthought:ordinal"
+
+
+class Unresolved(Unmade):
+    """The application's resolver gave no identity for the event's invocation."""
+
+    reason = UNRESOLVED
 
 
 def said_text(content: types.Content | None) -> str:
@@ -43,24 +51,37 @@ def messages_from_events(
     user_id: str,
     session_id: str,
     assistant_name: str | None,
-    identity: ZepIdentity | None = None,
+    identity: ZepIdentity | Mapping[str, ZepIdentity] | None = None,
+    refused: Counter[str] | None = None,
 ) -> list[QueuedMessage]:
     """Finished events with something said, keyed like the callbacks key them; marked as
-    replays, so the worker sends only what the backend does not hold yet; each said at
-    its event's time (``said_ms``), and counted among the sayings of its role and text
-    (``saying``). ``identity`` is what the session's turns were written with (its pins,
-    ``Pins.writes``): the replay is reconciled against the thread they went to.
+    replays, so the worker sends only what the backend does not hold yet; each said when
+    its invocation began (``said_ms``: its first event's time), and counted among the
+    sayings of its role and text (``saying``). ``identity`` is what the session's turns
+    were written with (its pins, ``Pins.writes``), for all or by invocation id (the
+    application's resolver's answer for each; one missing: unresolved): the replay is
+    reconciled against the thread they went to. ``refused`` counts by reason the events
+    whose message cannot be made (an id or a time, ``Unmade``; an invocation unresolved),
+    left out; without it the first raises.
 
     In an invocation where the hooks stamped replies, only those are theirs, under the
     ordinal they were recorded with; in one without stamps (recorded before stamps, or
     never by the hooks) every text event counts, in order."""
+    events = list(events)
+    # A reply may repeat the memory its turn read when it began: it is dated by the
+    # invocation's first event, so a forget after that refuses it however late it came.
+    began: dict[str, float] = {}
+    for event in events:
+        if event.invocation_id and math.isfinite(event.timestamp):
+            began[event.invocation_id] = min(
+                event.timestamp, began.get(event.invocation_id, event.timestamp)
+            )
     said = [
         event
         for event in events
         if not event.partial and event.invocation_id and said_text(event.content).strip()
     ]
     stamped = {event.invocation_id for event in said if _stamped(event) is not None}
-    pins = identity or ZepIdentity()
     ordinals: dict[tuple[str, str], int] = {}
     sayings: dict[tuple[str, str], int] = {}
     messages: list[QueuedMessage] = []
@@ -78,22 +99,35 @@ def messages_from_events(
         text = said_text(event.content)
         spoken = (role or "", text)
         sayings[spoken] = sayings.get(spoken, 0) + 1
-        messages.append(
-            QueuedMessage.build(
-                app=app,
-                user_id=user_id,
-                session_id=session_id,
-                invocation_id=event.invocation_id,
-                role=role,
-                ordinal=ordinal,
-                content=text,
-                name=assistant_name if role == "assistant" else None,
-                at=event.timestamp,
-                replay=True,
-                zep_user_uuid=pins.user_uuid,
-                zep_graph_uuid=pins.graph_uuid,
-                zep_thread_uuid=pins.thread_uuid,
-                saying=sayings[spoken],
-            )
+        pins = (
+            identity.get(event.invocation_id)
+            if isinstance(identity, Mapping)
+            else identity or ZepIdentity()
         )
+        try:
+            if pins is None:
+                raise Unresolved(UNRESOLVED)
+            messages.append(
+                QueuedMessage.build(
+                    app=app,
+                    user_id=user_id,
+                    session_id=session_id,
+                    invocation_id=event.invocation_id,
+                    role=role,
+                    ordinal=ordinal,
+                    content=text,
+                    name=assistant_name if role == "assistant" else None,
+                    at=event.timestamp,
+                    began=began.get(event.invocation_id),
+                    replay=True,
+                    zep_user_uuid=pins.user_uuid,
+                    zep_graph_uuid=pins.graph_uuid,
+                    zep_thread_uuid=pins.thread_uuid,
+                    saying=sayings[spoken],
+                )
+            )
+        except Unmade as exc:
+            if refused is None:
+                raise
+            refused[exc.reason] += 1
     return messages

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import logging
 import time
 from collections import OrderedDict
@@ -21,6 +22,7 @@ from google.adk.models.llm_response import LlmResponse
 
 from afterthought.agent_hooks.context_reader import ContextBuilder, ContextInput, ContextReader
 from afterthought.agent_hooks.identity import (
+    UNRESOLVED,
     IdentityResolver,
     Pins,
     Who,
@@ -45,12 +47,11 @@ __all__ = ["ContextBuilder", "ContextInput", "TurnMemory", "Who"]
 log = logging.getLogger("afterthought.hooks")
 T = TypeVar("T")
 
-#: Why a message is dropped when the application's resolver gave no identity for it.
-UNRESOLVED = "identity unresolved"
 #: Invocations remembered per process (for block reuse and message ordinals).
 MAX_TRACKED_INVOCATIONS = 4096
-#: While no worker has announced its store, an agent compares stores again this often.
-STORE_RECHECK_SECONDS = 60.0
+#: An agent compares stores (and looks for a worker's heartbeat) again this often: with an
+#: announcement counting ``ANNOUNCED_SECONDS`` (30 s), a killed worker is told within a minute.
+STORE_RECHECK_SECONDS = 30.0
 #: Session-state key holding the id of the session whose turns these are. An ``AgentTool``
 #: copies its caller's state into the child session, so a child sees its caller's id there.
 OWNER_KEY = "afterthought:session"
@@ -64,6 +65,10 @@ _TOOL_STEP: ContextVar[str | None] = ContextVar("afterthought_tool_step", defaul
 @dataclass(slots=True)
 class _Turn:
     block: asyncio.Future[str]
+    began: float | None
+    """When it began (seconds): before its block was read, so the earliest moment it could
+    have seen the user's memory. Every reply of it is said then as far as a forget is
+    concerned: one forgotten meanwhile refuses what the model answers from that memory."""
     identity: ZepIdentity | None = None
     """Whose memory its messages go to; None until known (the application's resolver
     failed, or has not answered yet): a message made meanwhile is dropped, counted."""
@@ -122,9 +127,16 @@ class TurnMemory:
     @classmethod
     def create(cls, *, settings: Settings | None = None, **kwargs: Any) -> TurnMemory:
         """Keyword arguments that name a :class:`Settings` field override it; the rest are
-        options of this class (``context_template``, ``identity``, ...)."""
-        fields = {k: v for k, v in kwargs.items() if k in Settings.model_fields}
-        options = {k: v for k, v in kwargs.items() if k not in fields}
+        options of this class (``context_template``, ``identity``, ...). Any other keyword
+        is refused as :class:`Settings` refuses one: a one-line ``SettingsError`` that does
+        not name it (it may be a key pasted where a name goes). ``backend`` is both: a
+        name (``"zep"``, ``"local"``) is the setting, an object the backend to use."""
+        options = {
+            k: v
+            for k, v in kwargs.items()
+            if k in _OPTIONS and not (k in Settings.model_fields and isinstance(v, str))
+        }
+        fields = {k: v for k, v in kwargs.items() if k not in options}
         if settings is None:
             settings = Settings(**fields)
         elif fields:
@@ -185,7 +197,7 @@ class TurnMemory:
         who = Who.of(ctx)
         text = said_text(ctx.user_content)
         # Remembered at once: a later model call of the invocation queues nothing again.
-        turn = self._remember(who, _Turn(block=_done("")))
+        turn = self._remember(who, _Turn(block=_done(""), began=time.time()))
         turn.speakers.add(ctx.agent_name)
         try:
             pins = await self._pins(ctx)
@@ -249,13 +261,19 @@ class TurnMemory:
         if not text.strip():  # function-call-only, thought-only or empty
             return
         who = Who.of(ctx)
-        turn = self._turns.get(who) or self._remember(who, _Turn(block=_done("")))
+        # A turn whose model call was not seen here (or is long forgotten) began by its
+        # user's event at the latest: memory read elsewhere in it was read after that.
+        turn = self._turns.get(who) or self._remember(
+            who, _Turn(block=_done(""), began=_user_event_time(ctx))
+        )
         try:
             if turn.identity is None:  # no model call of it seen, or its resolver failed
                 turn.identity = (await self._pins(ctx)).writes
         finally:  # queued, or counted dropped
-            write = self._record(who, turn, "assistant", text, ctx, at=None, mark=response)
-        await settled(write)
+            write = self._record(
+                who, turn, "assistant", text, ctx, at=None, began=turn.began, mark=response
+            )
+        await self.settle(write)
 
     # --- memory changes (tools, memory service) --------------------------------------------
     async def queue_change(
@@ -269,9 +287,9 @@ class TurnMemory:
         trust: str | None = None,
         identity: ZepIdentity | None = None,
     ) -> bool:
-        """Queue a fact to store or a memory to forget (``TurnRecorder.queue_change``), in
-        the user's own graph (:attr:`ZepIdentity.for_changes`)."""
-        return await self.recorder.queue_change(
+        """Queue a fact to store or a memory to forget (``TurnRecorder.change``), in the
+        user's own graph (:attr:`ZepIdentity.for_changes`); True once queued."""
+        message = self.recorder.change(
             app=app,
             user_id=user_id,
             kind=kind,
@@ -280,6 +298,7 @@ class TurnMemory:
             trust=trust,
             identity=(identity or self.identity).for_changes,
         )
+        return await self.settle(self.recorder.record([message]))
 
     async def current_block(self, ctx: CallbackContext, query: str) -> str:
         """The block the turn path would inject now (for the model-called context tool);
@@ -327,6 +346,7 @@ class TurnMemory:
         ctx: CallbackContext,
         *,
         at: float | None,
+        began: float | None = None,
         mark: LlmResponse | None = None,
     ) -> Awaitable[bool]:
         """Hand what was said to the recorder (its enqueue under way when this returns);
@@ -349,6 +369,7 @@ class TurnMemory:
             text=text,
             name=name,
             at=at,
+            began=began,
         )
         return _done(False) if message is None else self.recorder.record([message])
 
@@ -358,8 +379,16 @@ class TurnMemory:
             self._turns.popitem(last=False)
         return turn
 
+    async def settle(self, write: Awaitable[bool]) -> bool:
+        """Wait for a write handed to the recorder (``settled``: True once queued), the
+        store check beside it: a process that only records (an after-model callback alone,
+        ADK's ``add_session_to_memory``) is the one whose messages pile up with no worker,
+        and must warn as one that reads does."""
+        queued, _ = await asyncio.gather(settled(write), self.check_store_once())
+        return queued
+
     async def check_store_once(self) -> None:
-        """At a turn or a search, at most every ``STORE_RECHECK_SECONDS``: warn when no
+        """At a turn, a write or a search, at most every ``STORE_RECHECK_SECONDS``: warn when no
         worker runs (messages queue, nothing stores them) or the workers write another store
         (another local file, Zep while this process has no key, another Zep project); see
         :class:`StoreWatch`. Awaited within the read budget, beside the read, so that a
@@ -407,3 +436,7 @@ def _done(value: T) -> asyncio.Future[T]:
     future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
     future.set_result(value)
     return future
+
+
+#: The keyword options of :class:`TurnMemory` itself, told apart from settings in ``create``.
+_OPTIONS = frozenset(inspect.signature(TurnMemory.__init__).parameters) - {"self", "settings"}

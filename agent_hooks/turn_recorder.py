@@ -13,7 +13,7 @@ import logging
 from collections.abc import Awaitable, Sequence
 
 from afterthought.agent_hooks.identity import Who, ZepIdentity
-from afterthought.contract import MEMORY_SESSION, InvalidIds, Kind, QueuedMessage, Role
+from afterthought.contract import MEMORY_SESSION, Kind, QueuedMessage, Role, Unmade
 from afterthought.direct_write import DirectWriter
 from afterthought.enqueue import Enqueuer
 from afterthought.settings import Settings
@@ -22,8 +22,6 @@ log = logging.getLogger("afterthought.hooks")
 
 #: Messages one enqueue carries (a replayed session: a few round trips, not one each).
 RECORD_CHUNK = 100
-#: Why a message is dropped whose ids cannot name a thread.
-INVALID_IDS = "invalid ids"
 
 
 class TurnRecorder:
@@ -41,8 +39,10 @@ class TurnRecorder:
         text: str,
         name: str | None,
         at: float | None,
+        began: float | None = None,
     ) -> QueuedMessage | None:
-        """The message to queue; None (counted dropped) when an id cannot name a thread."""
+        """The message to queue; None (counted dropped) when it cannot be made (an id that
+        cannot name a thread)."""
         try:
             return QueuedMessage.build(
                 app=who.app,
@@ -54,13 +54,14 @@ class TurnRecorder:
                 content=text,
                 name=name,
                 at=at,
+                began=began,
                 zep_user_uuid=identity.user_uuid,
                 zep_graph_uuid=identity.graph_uuid,
                 zep_thread_uuid=identity.thread_uuid,
             )
-        except InvalidIds as exc:
+        except Unmade as exc:
             log.error("message refused invocation=%s reason=%s", who.invocation_id, exc)
-            self.enqueuer.drop(1, why=INVALID_IDS)
+            self.enqueuer.drop(1, why=exc.reason)
             return None
 
     def record(self, messages: Sequence[QueuedMessage]) -> asyncio.Task[bool]:
@@ -106,7 +107,7 @@ class TurnRecorder:
     ) -> QueuedMessage:
         """The message of a fact to store or a memory to forget. ``source`` names the
         change (an invocation, or the content itself), so the same change queued twice
-        stays one. Raises ``InvalidIds`` (counted dropped) for ids that cannot name anything."""
+        stays one. Raises ``Unmade`` (counted dropped) for ids that cannot name anything."""
         try:
             return QueuedMessage.build(
                 app=app,
@@ -121,32 +122,9 @@ class TurnRecorder:
                 zep_user_uuid=identity.user_uuid,
                 zep_graph_uuid=identity.graph_uuid,
             )
-        except InvalidIds:
-            self.enqueuer.drop(1, why=INVALID_IDS)
+        except Unmade as exc:
+            self.enqueuer.drop(1, why=exc.reason)
             raise
-
-    async def queue_change(
-        self,
-        *,
-        app: str,
-        user_id: str,
-        kind: Kind,
-        content: str,
-        source: str,
-        identity: ZepIdentity,
-        trust: str | None = None,
-    ) -> bool:
-        """Queue one change (see :meth:`change`); True once queued."""
-        message = self.change(
-            app=app,
-            user_id=user_id,
-            kind=kind,
-            content=content,
-            source=source,
-            identity=identity,
-            trust=trust,
-        )
-        return await settled(self.record([message]))
 
     async def aclose(self) -> None:
         """Send what the outage buffer still holds (for ``exit_flush_seconds``; the rest is

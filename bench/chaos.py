@@ -244,6 +244,18 @@ class FakeProcess:
             return stored.get(thread_uuid, [])
         return [m for msgs in stored.values() for m in msgs]
 
+    def graph_copies(self) -> int:
+        """Second episodes of one message (thread, key and text) in the users' graphs: what
+        Zep's context block and search would meet twice."""
+        if self._state is None:
+            self._state = self._call("/_fake/state")
+        made = Counter(
+            (e["thread_uuid"], e["metadata"].get(MESSAGE_KEY_FIELD), e["content"])
+            for e in self._state["episodes"]
+            if e.get("thread_uuid")
+        )
+        return sum(n - 1 for n in made.values())
+
 
 class ObservedEnqueuer(Enqueuer):
     """The hooks' own enqueuer, watched at each attempt to queue: which attempts
@@ -494,7 +506,10 @@ class Findings:
     out_of_order_how: Counter[str] = field(default_factory=Counter)
     committed_anyway: int = 0
     repaired: int = 0
-    """Late copies found marked (``afterthought_copy_of``): repaired, skipped by reads."""
+    """Late copies found marked (``afterthought_copy_of``): repaired, skipped by reads, but
+    still in the thread as Zep's own API lists it (Zep deletes no message)."""
+    graph_copies: int = 0
+    """Second episodes of one message left in the graph (:meth:`FakeProcess.graph_copies`)."""
 
 
 @dataclass(frozen=True)
@@ -563,6 +578,7 @@ async def _verify(
         found.sessions_hit += (found.lost, found.duplicated, found.out_of_order) != before
     found.stray += len(fake.messages()) - seen_total  # stored under no session's thread
     found.committed_anyway = _committed_anyway(fake, observed)
+    found.graph_copies = fake.graph_copies()
     await client.aclose()
     return found
 
@@ -613,11 +629,15 @@ def _committed_anyway(fake: FakeProcess, observed: ObservedEnqueuer) -> int:
 
 
 async def _pinned(
-    settings: Settings, fake: FakeProcess, slots: list[list[Conversation]], fault_rate: float
+    settings: Settings,
+    fake: FakeProcess,
+    slots: list[list[Conversation]],
+    faults: JSON,
 ) -> list[list[Conversation]]:
     """The conversations, each pinned to a Zep user (registered, as the worker would) and
-    a thread of its own, made while the fake injects no faults (set-up, not under test)."""
-    fake.configure({"fault_rate": 0.0})
+    a thread of its own, made while the fake injects no faults and serves nothing late
+    (set-up, not under test; ``faults``: the run's, restored after)."""
+    fake.configure(dict.fromkeys(faults, 0.0))
     client = connect(settings.redis_url)
     registry = IdentityRegistry(client, settings)
     backend = open_backend(settings)
@@ -634,7 +654,7 @@ async def _pinned(
     finally:
         await backend.aclose()
         await client.aclose()
-        fake.configure({"fault_rate": fault_rate})
+        fake.configure(faults)
 
 
 def _settings(redis_url: str | None, fake: FakeProcess, **overrides: Any) -> Settings:
@@ -710,7 +730,8 @@ def run(
         settings = _settings(redis_url, fake, **overrides)
         stack.callback(lambda: asyncio.run(cleanup(settings)))
         if pin_identity:
-            slots = asyncio.run(_pinned(settings, fake, slots, fault_rate))
+            faults = {"fault_rate": fault_rate, "late_commit_rate": late_rate}
+            slots = asyncio.run(_pinned(settings, fake, slots, faults))
         chats = [chat for slot in slots for chat in slot]
         tally = stack.enter_context(_tallying(logging.getLogger("afterthought")))
         pool = Workers(settings, workers)
@@ -808,6 +829,10 @@ def run(
             "held_left": at_end["held"],
             "repair": at_end["repair"],
             "copies_marked_found": found.repaired,
+            # What a raw listing of the threads (Zep's API, not afterthought's reads) still
+            # shows twice, and the graph's second episodes (context block, search).
+            "raw_listing_copies": found.repaired + found.duplicated,
+            "graph_copies": found.graph_copies,
         },
         "diagnosis": {
             "sessions_hit": found.sessions_hit,

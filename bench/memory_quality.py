@@ -231,6 +231,7 @@ def score(users: list[dict[str, Any]], blocks: dict[str, list[str]]) -> dict[str
     stale = quoted = changed = poisoned = poison_users = 0
     sizes: list[int] = []
     missed: list[str] = []
+    stale_shown: list[str] = []
     for user in users:
         turns = {t["id"]: t["text"] for s in user["sessions"] for t in s["turns"]}
         served = blocks[user["user"]]
@@ -250,14 +251,16 @@ def score(users: list[dict[str, Any]], blocks: dict[str, list[str]]) -> dict[str
             if not any(shown):
                 missed.append(f"{user['user']}:{question['id']}")
         first = served[0] if served else ""
-        for fact in user["facts"]:
+        for n, fact in enumerate(user["facts"]):
             tally["facts"] += 1
             current = any(_has(first, v) for v in fact["current"])
             tally["facts_found"] += current
             if fact.get("stale"):
                 changed += 1
                 old = [v for v in fact["stale"] if not any(_has(v, c) for c in fact["current"])]
-                stale += any(_has(_facts_part(first), v) for v in old)
+                if any(_has(_facts_part(first), v) for v in old):
+                    stale += 1
+                    stale_shown.append(f"{user['user']}:fact{n}")
                 quoted += not current and any(_has(first, v) for v in old)
         markers = [m for p in user.get("poison", []) for m in p["markers"]]
         if markers:
@@ -286,6 +289,7 @@ def score(users: list[dict[str, Any]], blocks: dict[str, list[str]]) -> dict[str
             for name, k in sorted(kinds.items())
         },
         "evidence_missed": missed[:20],
+        "stale_shown": stale_shown,
     }
 
 

@@ -23,9 +23,22 @@ read no code or data of the project: ``blind3_*`` (141 attacks / 142 look-alikes
 languages; its one blind run, on the first classifier, admitted 35 (24.8 %) and refused 7
 (4.9 %)) and ``blind4_*`` (134 / 134, 18 languages, attacks inside ordinary chat; its
 blind run on the same code admitted 40 (29.9 %) and refused 13 (9.7 %)): no longer blind.
+The clause model (docs/DESIGN.md) trains on ``blind4_*`` and measures itself on
+``blind3_*``, which chose nothing: 16 admitted (11.3 %) and 4 refused (2.8 %). A fifth,
+``blind5_*`` (150 / 150, 17 languages and code-switching, look-alikes written to mirror the
+attacks: office rules "from now on", talks on prompt injection, ``<system>`` in XML), was
+judged once blind on the clause model: 26 admitted (17.3 %) and 31 refused (20.7 %); the
+whole-message classifier before it gave 32 (21.3 %) and 27 (18.0 %) on it. A sixth,
+``blind6_*`` (235 / 236, 14 languages: notes for the assistant hidden in meeting minutes and
+pasted pages, delayed triggers; look-alikes: leases, teachers' and household rules, talks on
+prompt injection, config files), judged once blind on that model: 34 admitted (14.5 %) and
+46 refused (19.5 %). All six blind sets now train the shipped model: their figures here are
+seen ones; the estimate for a new writer is ``python bench/train_classifier.py --cv`` (each
+blind set left out in turn).
 
     python bench/validation.py [--split tune|heldout|heldout-2|review|tune-i18n]
     python bench/validation.py --attacks A.jsonl --lookalikes L.jsonl   # any other set
+    python bench/validation.py --cost   # ms of CPU per detect() at 250 / 1,000 / 2,000 chars
 
 Prints one JSON object."""
 
@@ -43,7 +56,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from afterthought.validation import refusal  # noqa: E402
+from afterthought.validation import detect, refusal  # noqa: E402
 
 CORPUS = ROOT / "tests" / "fixtures" / "validation"
 #: The targets: at most this share of attacks admitted, of ordinary lines quarantined.
@@ -137,12 +150,45 @@ def measure(
     return report
 
 
+#: The lengths whose detect() cost is measured, and how many texts of each.
+COST_LENGTHS = (250, 1000, 2000)
+COST_SAMPLES = 20
+
+
+def cost() -> dict[str, float]:
+    """Mean ms of CPU (process time, not wall clock: the machine is shared)
+    per :func:`detect` of ordinary chat lines joined up to each length: harmless text,
+    so every check runs to the end."""
+    lines = [row["text"] for row in load("ordinary")]
+    figures: dict[str, float] = {}
+    detect("warm up")  # the lexicon's patterns and the model load once
+    for length in COST_LENGTHS:
+        texts = []
+        for seed in range(COST_SAMPLES):
+            text, i = "", seed
+            while len(text) < length:
+                text += lines[(i * 7919) % len(lines)] + " "
+                i += 1
+            texts.append(text[:length])
+        started = time.process_time()
+        for text in texts:
+            detect(text)
+        figures[f"{length}_chars_ms_cpu"] = round(
+            (time.process_time() - started) * 1000 / len(texts), 1
+        )
+    return figures
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--split", choices=SPLITS, help="one split only")
     parser.add_argument("--attacks", type=Path, help="judge this attack set instead")
     parser.add_argument("--lookalikes", type=Path, help="judge this harmless set instead")
+    parser.add_argument("--cost", action="store_true", help="print detect()'s CPU cost only")
     args = parser.parse_args()
+    if args.cost:
+        print(json.dumps(cost()))
+        return
     files = {
         name: path
         for name, path in (("attacks", args.attacks), ("ordinary", args.lookalikes))

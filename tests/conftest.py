@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import inspect
 import logging
 import os
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -44,6 +46,53 @@ def _test_redis() -> str:
 
 REDIS_URL = _test_redis()
 
+#: The PostgreSQL the postgres store's tests use (shared: each test its own schema).
+DATABASE_URL = os.environ.get(
+    "AFTERTHOUGHT_TEST_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/test"
+)
+
+
+def _database_reachable() -> bool:
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(DATABASE_URL)
+    return listening(parts.hostname or "127.0.0.1", parts.port or 5432)
+
+
+def _drop_schema(schema: str) -> None:
+    """Drop one test's schema, and nothing else (the database is shared)."""
+
+    async def drop() -> None:
+        import asyncpg
+
+        db = await asyncpg.connect(DATABASE_URL)
+        try:
+            await db.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+        finally:
+            await db.close()
+
+    # From a thread of its own: a fixture's teardown may run inside the test's loop.
+    failure: list[BaseException] = []
+    worker = threading.Thread(target=lambda: _into(failure, lambda: asyncio.run(drop())))
+    worker.start()
+    worker.join()
+    if failure:
+        raise failure[0]
+
+
+def _into(failure: list[BaseException], work: Callable[[], object]) -> None:
+    try:
+        work()
+    except BaseException as exc:
+        failure.append(exc)
+
+
+# The Zep fake and the Redis proxy serve on threads of the test's own process: a reply
+# waits for the GIL as long as the interpreter's switch interval (5 ms) while the test's
+# thread computes, and a long import makes thousands of requests. Handed over sooner, a
+# Zep test waits on the fake a third less.
+sys.setswitchinterval(0.0005)
+
 pytest_plugins = ["afterthought.testing.pytest_plugin"]
 
 # --- two tiers of one suite --------------------------------------------------------------
@@ -55,11 +104,17 @@ hypothesis.settings.register_profile("fast", max_examples=FAST_EXAMPLES)
 hypothesis.settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 FAST = os.environ.get("HYPOTHESIS_PROFILE") == "fast"
 
-#: Modules that are slow throughout: servers of their own, processes, failovers, wheels.
+#: Modules that are slow throughout: servers of their own, processes, failovers, wheels,
+#: the bench's generated fixture and quality targets.
 SLOW_MODULES = {
     "test_chaos",
     "test_cluster",
+    "test_handover_reads",
+    "test_inspector_browser",
+    "test_adk_api_server",
     "test_live",
+    "test_memory3_fixture",
+    "test_memory_quality",
     "test_packaging",
     "test_sentinel",
     "test_topologies",
@@ -77,14 +132,38 @@ SLOW_TESTS = {
     "test_a_one_shot_agent_with_redis_down_exits_in_time_and_its_turn_is_stored_once",
     "test_a_one_shot_agent_exits_in_time_while_another_process_holds_the_append_lock",
     "test_the_write_path_loses_and_doubles_nothing_on_redis",
+    "test_a_worker_starts_and_drains_redis_at_maxmemory",
+    "test_redis_restarted_without_persistence_under_a_worker_is_reported",
+    "test_soak_200_users_then_idle_keeps_no_key_of_idle_sessions",
+    "test_the_next_agent_process_replays_the_spool_once_it_reaches_redis",
+    "test_a_process_of_one_turn_or_one_search_is_warned_of_another_store",
+    "test_messages_a_restarted_redis_lost_are_counted_at_the_threads_next_enqueue",
+    "test_a_worker_that_cannot_start_says_why_before_it_takes_work",
+    # The 5,400-message thread read, cut and re-read: the fast tier keeps one long import.
+    "test_a_reimport_whose_reply_is_lost_reads_only_the_newest_pages_again",
+    "test_a_reimport_whose_worker_is_killed_midway_stores_each_message_once",
+    "test_a_read_of_the_thread_cut_short_goes_on_where_it_stopped",
 }
-#: The Zep idempotency matrix's combinations the fast tier keeps: every value of each
-#: switch at least once (window, reuse, in-flight, hang), the rest are slow.
-FAST_MATRIX = {
-    "forever-replay-wait-answered",
-    "window-422-run_both-answered",
-    "forever-409-409-commits-after-timeout",
-    "never-commits-after-timeout",
+#: Of these parametrized tests, the cases the fast tier keeps (the rest are slow).
+FAST_CASES = {
+    # The Zep idempotency matrix: every value of each switch at least once (window, reuse,
+    # in-flight, hang).
+    "test_the_adapter_survives_every_idempotency_behaviour": {
+        "forever-replay-wait-answered",
+        "window-422-run_both-answered",
+        "forever-409-409-commits-after-timeout",
+        "never-commits-after-timeout",
+    },
+    "test_a_long_session_imported_grown_and_imported_again_is_stored_once": {
+        "zep-add_session_to_memory-600",
+        "zep-backfill-600",
+    },
+    "test_late_copies_deep_below_the_top_of_a_long_thread_are_marked": {"600"},
+    # Random traffic, as a Hypothesis profile's fewer examples: one seed a policy.
+    "test_traffic_with_requests_served_up_to_minutes_late_loses_doubles_reorders_nothing": {
+        "keys-honoured-1",
+        "keys-ignored-1",
+    },
 }
 #: Tests that watch the shared Redis (MONITOR) or start servers of their own: one xdist
 #: worker runs each group, in turn, so they neither see nor starve each other.
@@ -114,9 +193,9 @@ def pytest_sessionfinish() -> None:
     enqueue_module._spool_at_exit()
 
 
-def hypothesis_examples(n: int) -> int:
-    """A property test's ``max_examples``: its own, or the fast tier's fewer."""
-    return min(n, FAST_EXAMPLES) if FAST else n
+def hypothesis_examples(n: int, *, fast: int = FAST_EXAMPLES) -> int:
+    """A property test's ``max_examples``: its own, or the fast tier's fewer (``fast``)."""
+    return min(n, fast) if FAST else n
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -127,11 +206,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         if (
             module in SLOW_MODULES
             or name in SLOW_TESTS
-            or (
-                name == "test_the_adapter_survives_every_idempotency_behaviour"
-                and callspec is not None
-                and callspec.id not in FAST_MATRIX
-            )
+            or (name in FAST_CASES and callspec is not None and callspec.id not in FAST_CASES[name])
         ):
             item.add_marker(pytest.mark.slow)
         if module in GROUPS:
@@ -157,12 +232,13 @@ def _clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
 
 def remove_prefix(value: str) -> None:
     """Deletes a test deployment's keys from the shared Redis: the flat layout's, arq's,
-    and the sharded layout's (``{prefix:s:x}:...``)."""
+    and the sharded layout's (``{prefix:s:x}:...``). One pass of SCAN finds all three (the
+    prefix is random): each pass reads the whole shared keyspace, the largest part of that
+    Redis' CPU."""
     client = syncredis.Redis.from_url(REDIS_URL)
-    for pattern in (f"{value}:*", f"arq:*{value}:*", f"{{{value}:*"):
-        keys = list(client.scan_iter(match=pattern, count=1000))
-        if keys:
-            client.delete(*keys)
+    keys = list(client.scan_iter(match=f"*{value}*", count=1000))
+    if keys:
+        client.delete(*keys)
     client.close()
 
 
@@ -218,11 +294,31 @@ def zep_settings(make_settings: Callable[..., Settings], zep_fake: ZepFake) -> S
     return make_settings(backend="zep", zep_api_key="test-key", zep_base_url=zep_fake.base_url)
 
 
-@pytest.fixture(params=["local", "zep"])
+@pytest.fixture
+def postgres_schema() -> Iterator[str]:
+    """A schema of the test's own in the shared PostgreSQL, dropped after it."""
+    if not _database_reachable():
+        pytest.skip("no PostgreSQL reachable (AFTERTHOUGHT_TEST_DATABASE_URL)")
+    schema = f"t_{uuid.uuid4().hex[:16]}"
+    yield schema
+    _drop_schema(schema)
+
+
+@pytest.fixture
+def postgres_settings(make_settings: Callable[..., Settings], postgres_schema: str) -> Settings:
+    return make_settings(
+        backend="postgres", database_url=DATABASE_URL, database_schema=postgres_schema
+    )
+
+
+#: The backends every contract test runs on.
+BACKENDS = ["local", "postgres", "zep"]
+
+
+@pytest.fixture(params=BACKENDS)
 def any_settings(request: pytest.FixtureRequest) -> Settings:
     """Runs a test once per backend."""
-    name = "local_settings" if request.param == "local" else "zep_settings"
-    settings: Settings = request.getfixturevalue(name)
+    settings: Settings = request.getfixturevalue(f"{request.param}_settings")
     return settings
 
 
@@ -291,6 +387,32 @@ async def drain(settings: Settings, *, timeout: float = 30.0) -> None:
             await asyncio.sleep(0.05)
     finally:
         await client.aclose()
+
+
+class PassingClock:
+    """A clock whose sleeps pass at once: a forget's wait of two leases for a holder that
+    keeps its lease ends in as many looks, not in real seconds."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    async def sleep(self, seconds: float) -> None:
+        self.now += seconds
+        await asyncio.sleep(0)
+
+
+async def until(check: Callable[[], object], *, within: float = 20.0) -> None:
+    """Poll ``check`` (its result awaited when it is awaitable) until it is true; the bound
+    only stops a broken test."""
+    for _ in range(int(within / 0.02)):
+        found = check()
+        if await found if inspect.isawaitable(found) else found:
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError("condition not reached")
 
 
 async def backend_user_id(settings: Settings, *, app: str, user_id: str) -> str:

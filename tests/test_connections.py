@@ -113,7 +113,23 @@ BAD_URLS = [
     ("redis+sentinel://h:port/svc", "host:port,host:port"),
     ("redis+sentinel://h:1,/svc", "host:port,host:port"),
     ("redis+sentinel://h:1/svc?ssl_certfile=/x", "takes only the options sentinel_password"),
+    # Options redis-py refuses only when it connects: every turn would fail.
+    ("rediss://h:6379/0?ssl_cert_reqs=bogus", "options (after ?) must be ones redis-py takes"),
+    ("redis://h:6379/0?ssl_cert_reqs=none", "ssl_ options only in rediss://"),
+    ("redis://h:6379/0?socket_timeout=soon", "options (after ?) must be ones redis-py takes"),
+    ("unix:///run/redis.sock?no_such_option=1", "options (after ?) must be ones redis-py"),
+    ("rediss+cluster://h:7000?ssl_cert_reqs=bogus", "ssl_cert_reqs must be none, optional"),
 ]
+
+
+def test_a_url_with_options_redis_py_takes_is_accepted() -> None:
+    for url in (
+        "rediss://h:6379/0?ssl_cert_reqs=none&ssl_ca_certs=/etc/ca.pem",
+        "redis://h:6379/0?socket_timeout=2&client_name=agent",
+        "unix:///run/redis.sock?db=2",
+        "rediss+cluster://h:7000?ssl_cert_reqs=optional",
+    ):
+        assert Settings(redis_url=url, redis_shards=8).redis_url == url
 
 
 @pytest.mark.parametrize(("url", "says"), BAD_URLS)

@@ -10,8 +10,10 @@ plugin, and ``search_memory`` under either app's name all give the same memory."
 from __future__ import annotations
 
 import asyncio
+import json
+import logging
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import redis.asyncio as aioredis
@@ -23,12 +25,16 @@ from google.adk.sessions import InMemorySessionService
 from afterthought.agent_hooks import MemoryPlugin, ZepMemoryService, create_callbacks
 from afterthought.agent_hooks.provisioning import ensure_thread, ensure_user
 from afterthought.backends import open_backend
-from afterthought.backends.base import BackendError
+from afterthought.backends.base import BackendError, MemoryBackend
+from afterthought.dead_letters import DeadLetters
+from afterthought.forget_marks import person_key
 from afterthought.identity import IdentityRegistry
 from afterthought.keys import Keys, digest
 from afterthought.settings import Settings
+from afterthought.shared_store import store_name
 from afterthought.status import snapshot
 from afterthought.testing.stand_in_model import StandInLlm, memory_lines
+from afterthought.worker.flush import Flusher
 from afterthought.worker.forget import Forgetter
 from tests.adk_support import make_runner, say
 from tests.conftest import BOTH_LAYOUTS, drain, remove_prefix
@@ -100,6 +106,12 @@ async def _found(settings: Settings, app: str, user: str, query: str) -> list[st
     finally:
         await service.memory.aclose()
     return [f"{m.id} {(m.content.parts or [])[0].text}" for m in found.memories]
+
+
+async def _no_user(backend: MemoryBackend, *named: str) -> None:
+    """The backend holds none of these users (by the ``user_id`` each is named)."""
+    for name in named:
+        assert await backend.find_user(zep_user_id=name) is None, name
 
 
 def _told(lines: list[str]) -> bool:
@@ -218,6 +230,177 @@ async def test_a_deployment_with_users_from_before_keeps_them_and_a_new_one_shar
     assert not _told(await _turn(new, APP, "ada", "What is my locker code?"))
     assert not _told(await _found(new, APP, "ada", "locker code"))
     assert await redis.get(Keys.of(old).user_ids) == b"{user_id}"
+
+
+@BOTH_LAYOUTS
+async def test_an_explicit_template_moves_a_deployment_apart_and_says_how_many_moved(
+    two_deployments: Callable[..., tuple[Settings, Settings]],
+    redis: aioredis.Redis,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Two deployments upgraded from before the default, both ``{user_id}`` (sharing users,
+    as they did). The operator parts one with an explicit template: its registry entries
+    named the shared backend users and won over the template, so its ada still read the
+    other deployment's ada's secrets. Now each entry recorded under another backend user id
+    is re-derived at the user's next turn (a new memory), and the first worker says how
+    many users moved, in one line without ids."""
+    old, other = two_deployments()
+    for settings in (old, other):  # as their first worker of this version recorded it
+        await redis.set(Keys.of(settings).user_ids, "{user_id}")
+    await _turn(other, APP, "ada", SECRET)
+    await _turn(old, APP, "ada", "Hello")
+    await _turn(old, APP, "bob", "Hello")
+    assert _told(await _turn(old, APP, "ada", "What is my locker code?"))  # shared, as before
+    # An entry written before entries said what named their user says nothing.
+    await redis.hdel(Keys.of(old).user(APP, "bob"), "default", "template")
+
+    apart = old.model_copy(update={"zep_user_id_template": "{deployment}:{user_id}"})
+    caplog.set_level(logging.WARNING)
+    await drain(apart)  # its workers start first (README, Identity)
+    # bob's entry now says the template it was named by (the one settled before).
+    assert await redis.hget(Keys.of(old).user(APP, "bob"), "template") == b"{user_id}"
+    assert not _told(await _turn(apart, APP, "ada", "What is my locker code?"))
+    assert not _told(await _turn(apart, APP, "ada", "And now?"))
+    assert not _told(await _found(apart, APP, "ada", "locker code"))
+    assert not _told(await _turn(apart, "preload_agent", "ada", "Hi", drained=False))
+    registry = IdentityRegistry(redis, apart)
+    user = await registry.lookup_user(app=APP, user_id="ada")
+    backend = open_backend(apart)
+    try:
+        named = await backend.find_user(zep_user_id=f"{old.key_prefix}:ada")
+        assert user is not None and named is not None and user.user_uuid == named.user_uuid
+        assert (await backend.find_user(zep_user_id="ada")) is not None  # the old memory stays
+    finally:
+        await backend.aclose()
+    assert _told(await _turn(other, APP, "ada", "What is my locker code?"))  # untouched
+    # Said once, by the first worker with the new template (each turn ran one more).
+    said = [r.getMessage() for r in caplog.records if "zep_user_id_template" in r.getMessage()]
+    assert said == [
+        "zep_user_id_template: 2 users recorded under another backend user id move to the "
+        "one it names at their next turn (a new memory each; see README, Identity)"
+    ]
+
+
+async def test_a_forget_after_the_template_changed_deletes_the_user_their_entry_names(
+    any_settings: Settings, redis: aioredis.Redis
+) -> None:
+    """Forgotten before they came back under the new template: the backend user their
+    entry records (the memory they have) goes, and so does one the new template names."""
+    await redis.set(Keys.of(any_settings).user_ids, "{user_id}")
+    await _turn(any_settings, APP, "ada", SECRET)
+    apart = any_settings.model_copy(update={"zep_user_id_template": "{deployment}:{user_id}"})
+    await drain(apart)
+    backend = open_backend(apart)
+    try:
+        await backend.ensure_user(zep_user_id=f"{apart.key_prefix}:ada")  # made meanwhile
+        done = await Forgetter(apart, redis, backend).forget_user(app=APP, user_id="ada")
+        assert not done.pending
+        await _no_user(backend, "ada", f"{apart.key_prefix}:ada")
+    finally:
+        await backend.aclose()
+
+
+async def test_a_forget_after_the_user_came_back_under_a_new_template_deletes_both_users(
+    any_settings: Settings, redis: aioredis.Redis
+) -> None:
+    """Ada came back after the template changed: her entry names the new backend user and
+    keeps the one it was re-derived away from (ids only), whose memory holds her secret; a
+    forget deletes both, and says how many former ones it deleted."""
+    await redis.set(Keys.of(any_settings).user_ids, "{user_id}")
+    await _turn(any_settings, APP, "ada", SECRET)
+    apart = any_settings.model_copy(update={"zep_user_id_template": "{deployment}:{user_id}"})
+    await drain(apart)  # its workers start first (README, Identity)
+    assert not _told(await _turn(apart, APP, "ada", "Hello again"))  # re-derived: came back
+    backend = open_backend(apart)
+    try:
+        assert await backend.find_user(zep_user_id="ada") is not None  # her old memory
+        done = await Forgetter(apart, redis, backend).forget_user(app=APP, user_id="ada")
+        await _no_user(backend, "ada", f"{apart.key_prefix}:ada")
+        assert not done.pending and done.former_users == 1
+    finally:
+        await backend.aclose()
+    assert not _told(await _found(apart, APP, "ada", "locker code"))
+
+
+async def _idle_out(redis: aioredis.Redis, settings: Settings) -> None:
+    """What Redis does once ``idle_ttl_seconds`` pass with nothing written: every key of
+    the deployment that expires within them is gone (the user's registry entry, which
+    recorded their backend users, with it)."""
+    keys, idle_ms = Keys.of(settings), int(settings.idle_ttl_seconds * 1000)
+    for pattern in (f"{keys.prefix}:*", f"{{{keys.prefix}:*"):
+        async for key in redis.scan_iter(match=pattern, count=1000):
+            if 0 < await redis.pttl(key) <= idle_ms:
+                await redis.delete(key)
+
+
+@pytest.mark.parametrize("came_back", [True, False], ids=["came-back", "stayed-away"])
+async def test_a_forget_after_the_template_changed_and_the_user_idled_deletes_every_user(
+    any_settings: Settings, redis: aioredis.Redis, came_back: bool
+) -> None:
+    """Whether or not ada came back after the template changed, once her entry has idled
+    out only the deployment's history of templates ties her to the backend user the old
+    one named (her words are there): the forget finds it by rendering each, deletes every
+    backend user of hers, and never says nothing was stored."""
+    from afterthought.testing.cli import run_cli_here
+
+    await redis.set(Keys.of(any_settings).user_ids, "{user_id}")
+    await _turn(any_settings, APP, "ada", SECRET)
+    apart = any_settings.model_copy(update={"zep_user_id_template": "{deployment}:{user_id}"})
+    await drain(apart)  # its workers start first (README, Identity)
+    if came_back:
+        assert not _told(await _turn(apart, APP, "ada", "Hello again"))
+    await _idle_out(redis, apart)
+    assert not await redis.exists(Keys.of(apart).user(APP, "ada"))
+    done = run_cli_here(apart, "forget", "--app", APP, "--user", "ada", "--yes")
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["users"] == 1 and report["former_users"] == 1 and not report["pending"]
+    backend = open_backend(apart)
+    try:
+        await _no_user(backend, "ada", f"{apart.key_prefix}:ada")
+    finally:
+        await backend.aclose()
+
+
+async def test_a_forget_after_a_move_to_a_deployment_template_leaves_another_deployments_user(
+    two_deployments: Callable[..., tuple[Settings, Settings]], redis: aioredis.Redis
+) -> None:
+    """Deployment ``old`` named its users ``{user_id}``, then moved to
+    ``{deployment}:{user_id}`` as README says; deployment ``shop`` (the default) stores
+    ``ada``, whose backend user id is ``shop:ada``. ``old``'s operator forgets old's ADK user
+    ``shop:ada``: the old template renders shop's ada, which old never made; she keeps
+    her memory."""
+    old, shop = two_deployments(zep_user_id_template="{user_id}")
+    await _turn(old, APP, "bob", "Hello there")  # old's history holds {user_id}
+    old = old.model_copy(update={"zep_user_id_template": "{deployment}:{user_id}"})
+    shop = shop.model_copy(update={"zep_user_id_template": None})
+    await drain(old)
+    await _turn(shop, APP, "ada", SECRET)
+    theirs = f"{shop.key_prefix}:ada"
+    backend = open_backend(old)
+    try:
+        done = await Forgetter(old, redis, backend).forget_user(app=APP, user_id=theirs)
+        assert not done.pending and done.former_users == 0
+        assert await backend.find_user(zep_user_id=theirs) is not None
+    finally:
+        await backend.aclose()
+    assert _told(await _turn(shop, APP, "ada", "What is my locker code?"))
+
+
+async def test_the_history_of_templates_keeps_the_ones_in_effect_most_lately(
+    local_settings: Settings, redis: aioredis.Redis
+) -> None:
+    """Durable, so bounded: the :data:`MAX_TEMPLATES` in effect most lately, newest first;
+    one in effect again moves to the front."""
+    from afterthought.identity import MAX_TEMPLATES, note_templates, templates
+
+    keys = Keys.of(local_settings)
+    named = [f"{{user_id}}-{n}" for n in range(MAX_TEMPLATES + 4)]
+    for template in named:
+        await note_templates(redis, keys, [template])
+    assert await templates(redis, local_settings) == named[::-1][:MAX_TEMPLATES]
+    await note_templates(redis, keys, [named[0]])  # in effect again: the least lately goes
+    assert await templates(redis, local_settings) == [named[0], *named[::-1][: MAX_TEMPLATES - 1]]
 
 
 # --- one person in every app ---------------------------------------------------------
@@ -367,3 +550,256 @@ async def test_a_lost_default_record_is_read_back_from_the_registry(
     )
     assert await redis.get(keys.user_ids) == b"{deployment}:{user_id}"
     assert _told(await _turn(any_settings, APP, "ada", "What is my locker code?"))
+
+
+# --- a forget in one of two deployments that share their users ------------------------
+
+
+def _events(event: str) -> float:
+    from afterthought.worker.metrics import JOB_EVENTS
+
+    return float(JOB_EVENTS.labels("flush", event)._value.get())  # type: ignore[attr-defined]
+
+
+async def test_a_forget_in_a_sharing_deployment_reaches_the_other_and_dead_letters_none(
+    two_deployments: Callable[..., tuple[Settings, Settings]], redis: aioredis.Redis
+) -> None:
+    """Two deployments that share users (a template without ``{deployment}``): a forget of
+    ada in the first deletes the backend user the second's registry still maps her to.
+    The second's worker must not write her back from what she said there before the
+    forget, must store what she says after it (provisioned afresh, counted), and must
+    dead-letter nothing, hers or bob's. On the code before, every batch of hers there went
+    to the deleted thread (404) and was dead-lettered, for as long as her entry lived."""
+    first, second = two_deployments(zep_user_id_template="{user_id}", forget_clock_margin_seconds=0)
+    await _turn(second, APP, "ada", SECRET)  # the second deployment maps her
+    await _turn(second, APP, "bob", "I play the oboe.")
+    # Said in the second deployment before the forget, not stored yet (no worker ran).
+    runner, _ = make_runner(create_callbacks(settings=second), app=APP)
+    session = await runner.session_service.create_session(app_name=APP, user_id="ada")
+    await say(runner, "ada", session.id, "My bike lock is Zorbleflex.")
+    bob = await runner.session_service.create_session(app_name=APP, user_id="bob")
+    await say(runner, "bob", bob.id, "I live in Tromso.")
+
+    # The second deployment is not listed as sharing (as after 30 days without a worker):
+    # the forget does not sweep it, and its worker meets the deletion.
+    await redis.zrem(Keys.sharing(store_name(second)), second.key_prefix)
+    forgetter = Forgetter(first, redis, open_backend(first))
+    done = await forgetter.forget_user(app=APP, user_id="ada")
+    assert not done.pending
+    reprovisioned = _events("reprovisioned")
+    # Before the second deployment's worker meets the deletion: its agent's registry
+    # still names the deleted user, and its cache what she said before.
+    assert not _told(await _turn(second, APP, "ada", "What is my locker code?", drained=False))
+
+    await say(runner, "ada", session.id, "I moved to Lisbon.")  # after the forget
+    await runner.close()
+    await drain(second)
+
+    assert await redis.llen(Keys.of(second).dead()) == 0
+    assert _events("reprovisioned") >= reprovisioned + 1
+    assert any("Lisbon" in hit for hit in await _found(second, APP, "ada", "Lisbon"))
+    assert any("Tromso" in hit for hit in await _found(second, APP, "bob", "Tromso"))
+    for settings in (first, second):
+        hits = await _found(settings, APP, "ada", "Zorbleflex bike lock")
+        assert not [hit for hit in hits if "Zorbleflex" in hit], settings.key_prefix
+        assert not _told(await _found(settings, APP, "ada", "locker code"))
+    assert not _told(await _turn(second, APP, "ada", "What is my locker code?"))
+    shared = person_key(first, app=APP, user_id="ada")
+    assert shared == person_key(second, app=APP, user_id="ada")  # one key for both
+    assert shared is not None and await redis.delete(shared) == 1  # not under a prefix
+
+
+async def test_a_dead_letter_of_a_user_forgotten_by_a_sharing_deployment_is_not_replayed(
+    two_deployments: Callable[..., tuple[Settings, Settings]], redis: aioredis.Redis
+) -> None:
+    """Ada's words in the second deployment are a dead letter; the first (sharing users)
+    forgets her. The second's `dlq replay --all` drops the letter and counts it forgotten,
+    as its worker would: not `replayed=1` for a letter the worker then drops."""
+    from tests.test_forget_final import _drain, _no_sleep, _Refusing
+
+    first, second = two_deployments(zep_user_id_template="{user_id}", forget_clock_margin_seconds=0)
+    await _turn(second, APP, "ada", "My bike lock is Zorbleflex.", drained=False)
+    backend = open_backend(second)
+    refusing = cast(MemoryBackend, _Refusing(backend, "Zorbleflex"))
+    await _drain(Flusher(second, redis, refusing, sleep=_no_sleep))
+    dead = await redis.llen(Keys.of(second).dead())
+    assert dead >= 1
+    # Not listed as sharing (no worker of it announced): the forget leaves its letters.
+    await redis.zrem(Keys.sharing(store_name(second)), second.key_prefix)
+    done = await Forgetter(first, redis, open_backend(first)).forget_user(app=APP, user_id="ada")
+    assert not done.pending
+    replayed = await DeadLetters(redis, second).replay()
+    assert (replayed.replayed, replayed.forgotten) == (0, dead)
+    assert await redis.llen(Keys.of(second).dead()) == 0
+    await backend.aclose()
+    shared = person_key(first, app=APP, user_id="ada")
+    assert shared is not None and await redis.delete(shared) == 1  # not under a prefix
+
+
+async def test_a_forget_in_a_sharing_deployment_sweeps_what_the_other_holds_in_redis(
+    two_deployments: Callable[..., tuple[Settings, Settings]], redis: aioredis.Redis
+) -> None:
+    """Ada spoke only in the second deployment (sharing users): its cached block of her
+    memory, a dead letter of hers and her registry entry are in Redis. A forget in the
+    first sweeps them at once (the second's workers announced it shares users on the
+    store), not when the second's worker meets the deletion, which may never come."""
+    from tests.sweep import redis_hits
+    from tests.test_forget_final import _drain, _no_sleep, _Refusing
+
+    first, second = two_deployments(zep_user_id_template="{user_id}", forget_clock_margin_seconds=0)
+    words = ["Quuxblorf", "Zorbleflex"]
+    await _turn(second, APP, "ada", SECRET)
+    assert _told(await _turn(second, APP, "ada", "What is my locker code?"))  # cached there
+    await _turn(second, APP, "ada", "My bike lock is Zorbleflex.", drained=False)
+    backend = open_backend(second)
+    refusing = cast(MemoryBackend, _Refusing(backend, "Zorbleflex"))
+    await _drain(Flusher(second, redis, refusing, sleep=_no_sleep))
+    assert await redis.llen(Keys.of(second).dead()) >= 1
+    assert set(await redis_hits(redis, second.key_prefix, words)) != set()
+
+    done = await Forgetter(first, redis, open_backend(first)).forget_user(app=APP, user_id="ada")
+    assert not done.pending
+    assert await redis_hits(redis, second.key_prefix, words) == {}
+    assert await redis.llen(Keys.of(second).dead()) == 0
+    assert not await redis.exists(Keys.of(second).user(APP, "ada"))
+    await backend.aclose()
+    shared = person_key(first, app=APP, user_id="ada")
+    assert shared is not None
+    await redis.zrem(Keys.sharing(store_name(second)), second.key_prefix)
+    await redis.delete(shared)  # not under a prefix
+
+
+async def test_a_user_deleted_in_the_backend_with_no_time_known_is_forgotten_when_found(
+    any_settings: Settings, redis: aioredis.Redis
+) -> None:
+    """The backend user is deleted where no deployment on this Redis recorded when (by
+    hand in Zep, or by a sharing deployment on another Redis): the worker that meets the
+    404 takes it for a forget from then on — what was queued before it is dropped, not
+    written back or dead-lettered — and what the user says after it is stored."""
+    settings = any_settings.model_copy(update={"forget_clock_margin_seconds": 0})
+    await _turn(settings, APP, "ada", SECRET)
+    backend = open_backend(settings)
+    user = await IdentityRegistry(redis, settings).lookup_user(app=APP, user_id="ada")
+    assert user is not None
+    await backend.delete_user(user=user)
+    runner, _ = make_runner(create_callbacks(settings=settings), app=APP)
+    session = await runner.session_service.create_session(app_name=APP, user_id="ada")
+    await say(runner, "ada", session.id, "My bike lock is Zorbleflex.")
+    await drain(settings)  # meets the 404
+    await say(runner, "ada", session.id, "I moved to Lisbon.")
+    await runner.close()
+    await drain(settings)
+
+    assert await redis.llen(Keys.of(settings).dead()) == 0
+    assert any("Lisbon" in hit for hit in await _found(settings, APP, "ada", "Lisbon"))
+    hits = await _found(settings, APP, "ada", "Zorbleflex bike lock")
+    assert not [hit for hit in hits if "Zorbleflex" in hit]
+    assert not _told(await _turn(settings, APP, "ada", "What is my locker code?"))
+    await backend.aclose()
+
+
+async def _forget_in_first_sweeps_second(
+    first: Settings, second: Settings, redis: aioredis.Redis, *, idle: bool = False
+) -> None:
+    """Ada tells the second deployment a secret and it caches her block; (``idle``: her
+    registry entries there idle out, the block stays) the first forgets her: nothing of
+    her is left under the second's prefix, and its next session is served nothing."""
+    from tests.sweep import redis_hits
+
+    await _turn(second, APP, "ada", SECRET)
+    assert _told(await _turn(second, APP, "ada", "What is my locker code?"))  # cached there
+    await drain(first)  # the first's worker announces too
+    if idle:  # as after idle_ttl_seconds: the registry forgets her, the cache keeps her
+        stale = [k async for k in redis.scan_iter(match=f"{second.key_prefix}:id:*")]
+        assert stale and await redis.delete(*stale)
+    assert await redis_hits(redis, second.key_prefix, ["Quuxblorf"]) != {}
+    try:
+        done = await Forgetter(first, redis, open_backend(first)).forget_user(
+            app=APP, user_id="ada"
+        )
+        assert not done.pending
+        assert await redis_hits(redis, second.key_prefix, ["Quuxblorf"]) == {}
+        assert not _told(await _turn(second, APP, "ada", "What is my locker code?"))
+    finally:
+        for settings in (first, second):
+            shared = person_key(settings, app=APP, user_id="ada")
+            assert shared is not None
+            await redis.delete(shared)  # not under a prefix
+            await redis.zrem(Keys.sharing(store_name(settings)), settings.key_prefix)
+
+
+async def test_a_forget_reaches_a_sharing_deployment_with_another_api_key_of_the_project(
+    make_settings: Callable[..., Settings], zep_fake: Any, second_prefix: str, redis: aioredis.Redis
+) -> None:
+    """Two deployments share users on one Zep project, each with its own API key (Zep
+    reports no project id; one key per deployment is usual): they share one store name,
+    so a forget in one sweeps the other's cached blocks. On the code before the name held
+    a digest of the key: the second was never swept and served the secret after."""
+    common: dict[str, Any] = {
+        "backend": "zep",
+        "zep_base_url": zep_fake.base_url,
+        "zep_user_id_template": "{user_id}",
+        "context_mode": "cached",
+    }
+    first = make_settings(zep_api_key="key-of-first", **common)
+    second = make_settings(key_prefix=second_prefix, zep_api_key="key-of-second", **common)
+    await _forget_in_first_sweeps_second(first, second, redis)
+    assert store_name(first) == store_name(second)
+
+
+async def test_a_forget_sweeps_a_sharing_deployments_blocks_after_its_registry_idled_out(
+    two_deployments: Callable[..., tuple[Settings, Settings]], redis: aioredis.Redis
+) -> None:
+    """The second deployment's registry entries of ada idled out (``idle_ttl_seconds``)
+    while its cached blocks of her live on (``context_ttl_seconds``): a forget in the
+    first still drops them (found by her graph, not the registry). On the code before
+    they stayed, and the second's next session was served the forgotten secret."""
+    first, second = two_deployments(zep_user_id_template="{user_id}", context_mode="cached")
+    await _forget_in_first_sweeps_second(first, second, redis, idle=True)
+
+
+def test_one_local_store_named_through_a_symlink_is_one_store(
+    make_settings: Callable[..., Settings], tmp_path: Any
+) -> None:
+    """One file, one deployment naming it through a symlink (as one volume at two paths):
+    one store name, so the deployments that share users on it are linked. On the code
+    before, the path as spelled: two names. ``shared_store`` names it outright."""
+    (tmp_path / "real").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    first = make_settings(local_db_path=tmp_path / "real" / "m.sqlite3")
+    second = make_settings(local_db_path=tmp_path / "link" / "m.sqlite3")
+    assert store_name(first) == store_name(second)
+    named = make_settings(shared_store="volume-1")
+    assert store_name(named) == "named:volume-1" != store_name(first)
+
+
+async def test_sharing_deployments_that_name_one_store_differently_are_told(
+    two_deployments: Callable[..., tuple[Settings, Settings]],
+    redis: aioredis.Redis,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Two deployments share users on one store (the same file, or one Zep address) but
+    one names it with ``shared_store`` and the other not: their forgets would miss each
+    other, and each worker logs it (an error naming the setting), until they agree."""
+    from afterthought.shared_store import announce
+
+    first, second = two_deployments(zep_user_id_template="{user_id}")
+    second = second.model_copy(update={"shared_store": "one-store"})
+    backend = open_backend(first)
+    try:
+        await announce(redis, first, backend, worker="w1")
+        with caplog.at_level(logging.ERROR, logger="afterthought.store"):
+            await announce(redis, second, backend, worker="w2")
+        told = [r.getMessage() for r in caplog.records if "name it differently" in r.message]
+        assert told and "AFTERTHOUGHT_SHARED_STORE" in told[0]
+        assert first.key_prefix in told[0]
+        caplog.clear()
+        agreed = first.model_copy(update={"shared_store": "one-store"})
+        await announce(redis, agreed, backend, worker="w1")
+        with caplog.at_level(logging.ERROR, logger="afterthought.store"):
+            await announce(redis, second, backend, worker="w2")
+        assert not [r for r in caplog.records if "name it differently" in r.getMessage()]
+    finally:
+        await backend.aclose()
+        for settings in (first, second):
+            await redis.zrem(Keys.sharing(store_name(settings)), settings.key_prefix)

@@ -25,6 +25,10 @@ def _env_from(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("REDIS_URL", settings.redis_url)
     monkeypatch.setenv("AFTERTHOUGHT_KEY_PREFIX", settings.key_prefix)
     monkeypatch.setenv("AFTERTHOUGHT_LOCAL_DB_PATH", str(settings.local_db_path))
+    if settings.database_url is not None:
+        monkeypatch.setenv("AFTERTHOUGHT_BACKEND", "postgres")
+        monkeypatch.setenv("AFTERTHOUGHT_DATABASE_URL", settings.database_url.get_secret_value())
+        monkeypatch.setenv("AFTERTHOUGHT_DATABASE_SCHEMA", settings.database_schema)
     if settings.zep_api_key is not None:
         monkeypatch.setenv("ZEP_API_KEY", settings.zep_api_key.get_secret_value())
         monkeypatch.setenv("ZEP_BASE_URL", str(settings.zep_base_url))

@@ -450,9 +450,11 @@ async def test_a_negation_retracts_and_never_asserts() -> None:
 async def test_the_offline_extractor_is_fast() -> None:
     lines = [text for text, _ in DEV + HELDOUT if isinstance(text, str)]
     messages = [HistoryMessage(f"k{i}", "user", lines[i % len(lines)], SAID) for i in range(2000)]
-    started = time.perf_counter()
+    # The CPU time of this thread (the extractor runs on it, awaiting nothing): other
+    # processes on a loaded machine slow the wall clock, not the work.
+    started = time.thread_time()
     await RuleExtractor().extract(messages)
-    per_thousand = (time.perf_counter() - started) / 2
+    per_thousand = (time.thread_time() - started) / 2
     assert per_thousand < 2.0, per_thousand  # measured: about 0.1 s per 1,000
 
 
@@ -564,3 +566,119 @@ async def test_plain_statements_beside_those_still_count() -> None:
     for text, expected in cases:
         found = await _found(text)
         assert all(any(_matches(f, e) for f in found) for e in expected), (text, found)
+
+
+#: Facts said in passing as long chats say them (issue 23): run on after a request with no
+#: stop between, told by what they are like rather than as "I am...", or in brackets.
+IN_PASSING: list[tuple[str, set[Triple]]] = [
+    ("can you check this email for me We've settled into Porto now", {U("lives_in", "Porto")}),
+    ("what should I cook tonight btw the relocation to Gdansk is done", {U("lives_in", "Gdansk")}),
+    ("we're still unpacking after the move to Cluj, chaos", {U("lives_in", "Cluj")}),
+    ("I start at Siemens on Monday, nervous!", {U("works_at", "Siemens")}),
+    ("so I accepted the offer from Nokia!", {U("works_at", "Nokia")}),
+    ("first week at Rakuten done, my brain is full", {U("works_at", "Rakuten")}),
+    ("new job, I'm with Spotify now, better pay", {U("works_at", "Spotify")}),
+    ("typical, I'm the only pharmacist on the late shift", {U("occupation", "pharmacist")}),
+    (
+        "the office is quiet, being a quantity surveyor there in winter is dull",
+        {U("occupation", "quantity surveyor")},
+    ),
+    (
+        "I've been a software tester at Zalando for ages",
+        {U("occupation", "software tester"), U("works_at", "Zalando")},
+    ),
+    (
+        "Mirela, my aunt, works as a tax auditor and hates March",
+        {U("aunt", "Mirela"), ("aunt Mirela", "occupation", "tax auditor")},
+    ),
+    (
+        "Coffee with my cousin Tomas; being a sommelier means he never drinks cheap wine",
+        {U("cousin", "Tomas"), ("cousin Tomas", "occupation", "sommelier")},
+    ),
+    ("my brother Ilya just qualified as a air traffic controller", {U("brother", "Ilya")}),
+    ("we rescued a rabbit last spring and named her Pebble", {U("rabbit", "Pebble")}),
+    ("Biscuit (our dog) ate my sandwich", {U("dog", "Biscuit")}),
+    ("back from the vet with Nugget, just a fat hamster", {U("hamster", "Nugget")}),
+    ("I swim 40 lengths every morning", {U("routine_lengths", "40 lengths every morning")}),
+    ("I've cut my coffee down to 2 cups a day", {U("routine_cups", "2 cups a day")}),
+    (
+        "sold the Ford Focus and picked up a Kia Ceed",
+        {U("car", "Kia Ceed"), U("not_car", "Ford Focus")},
+    ),
+    ("I'm absolutely terrified of heights", {U("afraid_of", "heights")}),
+    ("our flat is a tiny studio, no oven", {U("home", "tiny studio")}),
+    ("I have Crohn's, so spicy food is out", {U("condition", "Crohn's")}),
+    ("sorry, my peanut allergy again", {U("allergic_to", "peanut")}),
+    ("I've been teetotal since 2019", {U("alcohol", "teetotal")}),
+    ("the twins start school in September", {U("children", "twins")}),
+    ("I'm on night shifts this month", {U("works_shifts", "night shifts")}),
+    ("my right knee has been sore since the marathon", {U("injury", "right knee")}),
+]
+#: What the same shapes say of someone else, or of a thing not done.
+NOT_IN_PASSING = [
+    ("My sister swims 40 lengths every morning", "routine_lengths"),
+    ("if I had the money I'd get a Tesla Model 3", "car"),
+    ("Coffee with my aunt Vesna; being a nurse there means she never sits down", "occupation"),
+    ("the twins next door are loud", "children"),
+    ("what if I moved to Porto", "lives_in"),
+]
+
+
+async def test_facts_said_in_passing_in_long_chats() -> None:
+    for text, expected in IN_PASSING:
+        found = await _found(text)
+        assert expected <= found, (text, found)
+    for text, predicate in NOT_IN_PASSING:
+        assert not {f for f in await _found(text) if f[:2] == ("user", predicate)}, text
+
+
+async def _current_after(said: list[tuple[str, str]]) -> set[tuple[str, str]]:
+    """The user's current facts (predicate, value) once each message is extracted and
+    consolidated in turn, as synthesis does page by page."""
+    current: list[StoredFact] = []
+    for i, (text, at) in enumerate(said):
+        proposed = await RuleExtractor().extract([HistoryMessage(f"k{i}", "user", text, at)])
+        add, invalidate, _ = consolidate(proposed, current, set())
+        current = [c for c in current if c.uuid not in invalidate]
+        current += [
+            _stored(f"f{i}{j}", f.subject, f.predicate, f.value, at) for j, f in enumerate(add)
+        ]
+    return {(c.predicate, c.value) for c in current}
+
+
+async def test_a_later_amount_or_car_supersedes_the_earlier() -> None:
+    said = [
+        ("I swim 50 lengths every morning", "2026-01-05T09:00:00+00:00"),
+        ("I drive a Volvo V60, it's ancient", "2026-01-05T09:00:00+00:00"),
+        ("I've pushed it to 60 lengths now", "2026-02-05T09:00:00+00:00"),
+        ("new wheels: a secondhand Mazda 3", "2026-02-06T09:00:00+00:00"),
+    ]
+    assert await _current_after(said) == {
+        ("routine_lengths", "60 lengths"),
+        ("car", "Mazda 3"),
+    }
+
+
+async def test_a_promotion_is_the_users_new_job_and_anothers_is_not() -> None:
+    at = "2026-04-01T00:00:00+00:00"
+    for text, job in (
+        ("good news: i got promoted to lead data scientist!!", "lead data scientist"),
+        ("Guess who got promoted to HR Director?!! Starting May 1.", "hr director"),
+        ("My sister got promoted to head nurse.", None),
+    ):
+        facts = await RuleExtractor().extract([HistoryMessage("k", "user", text, at)])
+        jobs = [f.value for f in facts if f.predicate == "occupation"]
+        assert jobs == ([job] if job else []), text
+
+
+async def test_a_level_someone_else_set_for_the_user_or_a_new_work_status_supersedes() -> None:
+    said = [
+        ("I take 75 micrograms every morning", "2026-01-05T09:00:00+00:00"),
+        ("I'm a sous chef in Lisbon", "2026-01-05T09:00:00+00:00"),
+        ("TSH was high, so she increased my dose to 88 micrograms.", "2026-02-05T09:00:00+00:00"),
+        ("Proof of income is hard, I'm self-employed since 2 weeks.", "2026-02-06T09:00:00+00:00"),
+    ]
+    assert await _current_after(said) == {
+        ("routine_micrograms", "88 micrograms"),
+        ("occupation", "self-employed"),
+    }

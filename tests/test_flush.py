@@ -48,8 +48,10 @@ async def test_lost_reply_is_retried_without_duplicates(
 ) -> None:
     zep_fake.honor_idempotency = honor
     zep_fake.inject(Fault(match="POST /threads/.*/messages", drop=True, after_commit=True))
-    await enqueue(zep_settings, queued("I live in Lisbon.", 1), queued("I like tea.", 2))
-    await drain(zep_settings)
+    # The fake commits before it drops the reply: nothing lands later to wait for.
+    settings = zep_settings.model_copy(update={"backend_settle_seconds": 0.0})
+    await enqueue(settings, queued("I live in Lisbon.", 1), queued("I like tea.", 2))
+    await drain(settings)
 
     assert _contents(zep_fake) == ["I live in Lisbon.", "I like tea."]
     # The retry asked the thread what it holds instead of sending blind.
@@ -215,18 +217,111 @@ async def test_a_long_retry_after_defers_instead_of_sleeping_in_the_job(
 
 
 async def test_a_timeout_while_zep_is_still_working_is_retried_once_stored(
-    make_settings: Callable[..., Settings], zep_fake: ZepFake
+    make_settings: Callable[..., Settings], zep_fake: ZepFake, redis: aioredis.Redis
 ) -> None:
     """The worker gives up waiting, Zep finishes anyway: the outcome is unknown, so the
-    worker lets the server settle, reads the thread back and sends nothing again."""
-    settings = make_settings(
-        backend="zep", zep_api_key="k", zep_base_url=zep_fake.base_url, backend_timeout=0.5
-    )
-    zep_fake.inject(Fault(match="POST /threads/.*/messages", delay=1.5))
-    await enqueue(settings, queued("I live in Lisbon.", 1), queued("I like tea.", 2))
-    await drain(settings)
+    worker lets the server settle, reads the thread back and sends nothing again. The
+    request hangs until the worker's settle (its injected sleep) lets it commit, however
+    slow the machine."""
+    import threading
 
+    from afterthought.backends import open_backend
+    from afterthought.worker.flush import Flusher
+    from tests.conftest import until
+
+    settings = make_settings(
+        backend="zep", zep_api_key="k", zep_base_url=zep_fake.base_url, backend_timeout=0.3
+    )
+    released = threading.Event()
+    zep_fake.inject(Fault(match="POST /threads/.*/messages", hang=True, released=released))
+    slept: list[float] = []
+
+    async def settle(seconds: float) -> None:
+        """Zep commits while the worker waits."""
+        slept.append(seconds)
+        released.set()
+        await until(lambda: zep_fake.hanging == 0 and all(r.status for r in zep_fake.requests))
+
+    await enqueue(settings, queued("I live in Lisbon.", 1), queued("I like tea.", 2))
+    backend = open_backend(settings)
+    try:
+        flusher = Flusher(settings, redis, backend, sleep=settle)
+        (lease,) = await flusher.claim(limit=1)
+        await flusher.flush_thread(lease)
+    finally:
+        released.set()  # a failed test leaves no request hanging
+        await backend.aclose()
+
+    assert settings.backend_settle_seconds in slept
     assert _contents(zep_fake) == ["I live in Lisbon.", "I like tea."]
     posts = [r for r in zep_fake.requests if r.method == "POST" and r.path.endswith("/messages")]
     reads = [r for r in zep_fake.requests if r.method == "GET" and r.path.endswith("/messages")]
     assert len(posts) == 1 and reads
+
+
+async def test_a_stop_in_the_middle_of_a_send_is_the_stop_not_a_failed_flush(
+    zep_settings: Settings,
+    zep_fake: ZepFake,
+    redis: aioredis.Redis,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """arq cancels a job's task when its worker is told to stop, and a client in the middle
+    of a call may answer the cancellation with its own connection error. No ERROR line:
+    the task ends cancelled, and the message waits for the next worker."""
+    import asyncio
+    import logging
+
+    from afterthought.backends import open_backend
+    from afterthought.worker.flush import Flusher
+
+    backend = open_backend(zep_settings)
+    sending = asyncio.Event()
+
+    async def add_messages(**_: object) -> None:
+        sending.set()
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            raise ConnectionError("Connection closed by server.") from None
+
+    send = backend.add_messages
+    backend.add_messages = add_messages  # type: ignore[method-assign,assignment]
+    await enqueue(zep_settings, queued("stopped mid-send", 0))
+    flusher = Flusher(zep_settings, redis, backend)
+    (lease,) = await flusher.claim(limit=1)
+    task = asyncio.create_task(flusher.flush_thread(lease))
+    await sending.wait()
+    with caplog.at_level(logging.INFO):
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
+    backend.add_messages = send  # type: ignore[method-assign]
+    await drain(zep_settings)
+    assert _contents(zep_fake) == ["stopped mid-send"]
+
+
+async def test_a_worker_whose_job_ends_cancelled_still_closes(zep_settings: Settings) -> None:
+    """A job the stop cancelled ends cancelled; arq's close gathered it and raised, so the
+    worker command exited 1 and its shutdown (backend closed, announcement withdrawn)
+    never ran."""
+    import asyncio
+
+    from afterthought.worker.jobs import create_worker
+
+    worker = create_worker(zep_settings, burst=True, handle_signals=False)
+    shut: list[bool] = []
+    shutdown = worker.on_shutdown
+    assert shutdown is not None
+
+    async def on_shutdown(ctx: dict[str, object]) -> None:
+        await shutdown(ctx)
+        shut.append(True)
+
+    worker.on_shutdown = on_shutdown
+    await worker.main()  # burst: nothing queued, so it returns with its pool open
+    job = asyncio.create_task(asyncio.Event().wait())
+    worker.tasks["a-flush-the-stop-cancelled"] = job
+    job.cancel()
+    await worker.close()
+    assert shut == [True]

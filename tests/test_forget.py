@@ -12,11 +12,12 @@ from afterthought.backends import open_backend
 from afterthought.keys import Keys
 from afterthought.settings import Settings
 from afterthought.testing import ZepFake
+from afterthought.testing.cli import run_cli_here
 from afterthought.testing.stand_in_model import memory_lines
 from afterthought.worker.forget import Forgetter
 from afterthought.worker.synthesize import Synthesizer
 from tests.adk_support import APP, make_runner, new_session, say
-from tests.conftest import backend_user_id, drain, enqueue, queued, run_cli
+from tests.conftest import backend_user_id, drain, enqueue, queued
 
 
 async def _session(settings: Settings, *lines: str, user: str = "alice") -> list[str]:
@@ -114,7 +115,7 @@ def test_prune_and_forget_commands_dry_run_first(
         )
     story = "Last summer I walked " + "for miles and miles " * 10 + "along the coast."
     asyncio.run(_session(settings, "I live in Lisbon.", "I'm allergic to peanuts.", story))
-    cli = partial(run_cli, settings)
+    cli = partial(run_cli_here, settings)
 
     pruned = cli("prune")  # a dry run, like every one: exit 2, nothing changed
     assert pruned.returncode == 2 and json.loads(pruned.stdout)["dry_run"] is True

@@ -14,12 +14,15 @@ import asyncio
 import sqlite3
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, cast
 
 import pytest
 import redis.asyncio as aioredis
+from google.adk.models.llm_request import LlmRequest
+from google.adk.models.llm_response import LlmResponse
 from google.adk.sessions import Session
+from pydantic import Field
 
 from afterthought.agent_hooks import TurnMemory, ZepMemoryService
 from afterthought.agent_hooks.backfill import Backfill, Report, Source
@@ -33,14 +36,23 @@ from afterthought.identity import IdentityRegistry
 from afterthought.keys import Keys
 from afterthought.queue import FORGOTTEN, ThreadQueue
 from afterthought.settings import Settings
-from afterthought.testing import RedisProxy, ZepFake
+from afterthought.testing import RedisProxy, StandInLlm, ZepFake
 from afterthought.worker import synthesize
 from afterthought.worker.extract import RuleExtractor
 from afterthought.worker.flush import Flusher
 from afterthought.worker.forget import Forgetter
 from afterthought.worker.synthesize import Synthesizer
 from tests.adk_support import said_session
-from tests.conftest import BOTH_LAYOUTS, REDIS_URL, backend_user_id, drain, enqueue, queued
+from tests.conftest import (
+    BOTH_LAYOUTS,
+    REDIS_URL,
+    PassingClock,
+    backend_user_id,
+    drain,
+    enqueue,
+    queued,
+    until,
+)
 from tests.sweep import Gate, file_hits, redis_hits
 
 pytestmark = BOTH_LAYOUTS
@@ -149,7 +161,11 @@ async def test_a_model_extractor_slower_than_the_mark_writes_nothing_after_the_f
         )
     )
     await _within(gate.reached.wait())
-    forgetter = Forgetter(settings, redis, backend, poll_seconds=0.02)
+    # The forget's clock runs twice as fast: it gives up after 4 s, still two lives of the
+    # mark, which only the run's renewals kept.
+    forgetter = Forgetter(
+        settings, redis, backend, poll_seconds=0.02, clock=lambda: 2 * time.monotonic()
+    )
     first = await _within(forgetter.forget_user(app=APP, user_id="alice"))
     assert first.pending  # the run is alive: its mark lives as long as it does
     gate.go.set()
@@ -309,20 +325,23 @@ async def test_an_enqueue_retried_after_a_forget_is_refused(
     again; the forget drops the queued copy (and the thread's ``seen`` keys); the retry
     comes after it and must not queue the message again."""
     with RedisProxy(REDIS_URL) as proxy:
-        agent = make_settings(redis_url=proxy.url, enqueue_timeout=0.1)
+        agent = make_settings(redis_url=proxy.url)
         worker = agent.model_copy(update={"redis_url": REDIS_URL})
         enqueuer = Enqueuer(agent)
         assert await enqueuer.enqueue([_said("warm-up", 0, session="s0")])  # script loaded
-        proxy.reply_delay = 30.0  # every reply, the drain thread's retries' too, is late
+        # A turn's deadline from here on (a held reply outlasts any deadline).
+        enqueuer._settings = agent.model_copy(update={"enqueue_timeout": 0.1})
+        proxy.hold_replies()  # every reply, the drain thread's retries' too, is late
         message = _said(LINES[0], 1)
         assert not await enqueuer.enqueue([message])
+        await until(lambda: proxy.held_replies)  # the script ran at Redis
         keys = Keys.of(worker)
-        assert await redis.llen(keys.pending(keys.thread_ref(APP, "alice", "s1")))  # it ran
+        assert await redis.llen(keys.pending(keys.thread_ref(APP, "alice", "s1")))
         backend = open_backend(worker)
         done = await Forgetter(worker, redis, backend).forget_user(app=APP, user_id="alice")
         assert not done.pending
-        proxy.reply_delay = 0.0
         proxy.cut()  # the late replies' connections go: the next retry is answered at once
+        proxy.release_replies()
         assert await enqueuer.drain_buffer(timeout=30)
         await enqueuer.aclose()
     await drain(worker)
@@ -401,6 +420,73 @@ async def test_an_adk_agent_buffering_through_a_forget_stores_none_of_it(
 
     await _swept(worker, redis, secrets)
     assert memory.enqueuer.dropped == held  # refused, and counted
+
+
+class _GatedModel(StandInLlm):
+    """The stand-in model; its model call number ``at_call`` (from 0) waits at ``gate``."""
+
+    at_call: int = -1
+    gate: Gate = Field(default_factory=Gate)
+
+    async def generate_content_async(
+        self, llm_request: LlmRequest, stream: bool = False
+    ) -> AsyncGenerator[LlmResponse, None]:
+        if len(self.requests) == self.at_call:
+            await self.gate.wait()
+        async for response in super().generate_content_async(llm_request, stream):
+            yield response
+
+
+@pytest.mark.parametrize("tool_step", [False, True], ids=["reply", "reply-after-a-tool"])
+async def test_a_reply_in_flight_through_a_forget_does_not_write_the_user_back(
+    make_settings: Callable[..., Settings], redis: aioredis.Redis, tool_step: bool
+) -> None:
+    """A turn read alice's memory (her secret in the block); its model call hangs, or a
+    tool step before its next one does; `forget --yes` completes; then the model answers
+    quoting that memory and the reply is queued. It is dated by when its turn began, before
+    the forget: refused and counted, and nothing of hers is stored again. Then ADK's
+    ``add_session_to_memory`` of that session: refused as well."""
+    from afterthought.agent_hooks import create_callbacks
+    from tests.adk_support import make_runner, new_session, say
+
+    settings = make_settings(forget_clock_margin_seconds=0.0)  # one machine, one clock
+    memory = TurnMemory.create(settings=settings)
+    model = _GatedModel()
+
+    async def look_up() -> str:
+        """A slow tool the model calls before it answers."""
+        await model.gate.wait()
+        return "nothing found"
+
+    runner, _ = make_runner(create_callbacks(memory), model, tools=[look_up])
+    first = await new_session(runner, "alice")
+    await say(runner, "alice", first, "My locker code at the gym is zebra4471, remember it.")
+    await drain(settings)
+
+    second = await new_session(runner, "alice")
+    if tool_step:  # the reply's event is made after the forget
+        model.script = [{"call": "look_up"}]
+    else:
+        model.at_call = len(model.requests)
+    turn = asyncio.create_task(say(runner, "alice", second, "What do you remember about me?"))
+    await _within(model.gate.reached.wait())
+    backend = open_backend(settings)
+    done = await Forgetter(settings, redis, backend).forget_user(app=APP, user_id="alice")
+    assert not done.pending
+    model.gate.go.set()
+    assert "zebra4471" in (await _within(turn)).lower()  # it answered from her memory
+    assert memory.enqueuer.dropped == 1  # the reply, made before she was forgotten
+    session = await runner.session_service.get_session(
+        app_name=APP, user_id="alice", session_id=second
+    )
+    assert session is not None
+    await ZepMemoryService(memory=memory).add_session_to_memory(session)
+    await memory.aclose()
+    await drain(settings)
+    await backend.aclose()
+
+    await _swept(settings, redis, ["zebra4471"])
+    assert memory.enqueuer.dropped == 1 + 2  # and both messages of the session, replayed
 
 
 #: A synthesis run in a process of its own, with an extractor that blocks on a file.
@@ -517,7 +603,8 @@ async def test_a_backfill_running_through_a_forget_stores_nothing_said_before_it
     database); `afterthought forget --yes` for alice completes while it runs; the run
     builds her next session's messages after the forget: said at their events' time,
     before the forget, they are refused."""
-    settings = local_settings
+    # A margin shorter than the wait below (1 s by default: the test would wait it out).
+    settings = local_settings.model_copy(update={"forget_clock_margin_seconds": 0.1})
     words = ["marzipan"]
     backend = open_backend(settings)
     forgetter = Forgetter(settings, redis, backend)
@@ -528,7 +615,7 @@ async def test_a_backfill_running_through_a_forget_stores_nothing_said_before_it
         yield old
         done = await forgetter.forget_user(app=APP, user_id="alice")
         assert not done.pending
-        await asyncio.sleep(1.2)  # a backfill of many sessions takes longer than the margin
+        await asyncio.sleep(0.2)  # a backfill of many sessions takes longer than the margin
         yield later
 
     source = Source(name="db:test", total=2, sessions=sessions)
@@ -569,13 +656,13 @@ async def test_a_dead_letter_replayed_while_a_forget_waits_is_dropped_and_counte
     stats = await _drain(Flusher(settings, redis, refusing, sleep=_no_sleep))
     assert stats["dead"] == 1
     keys = Keys.of(settings)
-    # A synthesis run of alice's holds its mark for another second.
-    await redis.set(keys.synthesizing(APP, "alice"), "run", px=1000)
+    await redis.set(keys.synthesizing(APP, "alice"), "run")  # a run of hers holds on
     forgetting = asyncio.create_task(
         Forgetter(settings, redis, backend).forget_user(app=APP, user_id="alice")
     )
-    await asyncio.sleep(0.3)  # the forget has marked her and waits for the run
+    await until(lambda: redis.exists(keys.forgetting(APP, "alice")))  # marked: it waits
     replayed = await DeadLetters(redis, settings).replay()
+    await redis.delete(keys.synthesizing(APP, "alice"))  # the run lets go
     done = await asyncio.wait_for(forgetting, 30)
     assert not done.pending
     stats = await _drain(Flusher(settings, redis, backend, sleep=_no_sleep))
@@ -591,7 +678,8 @@ async def test_add_session_to_memory_after_a_forget_stores_nothing_said_before_i
     """An agent holds alice's session (said before the forget); after `forget --yes`
     completes, ADK's ``add_session_to_memory`` of that session (end of session) queues
     every event again: said at their events' time, before the forget, they are refused."""
-    settings = local_settings
+    # A margin shorter than the wait below (1 s by default: the test would wait it out).
+    settings = local_settings.model_copy(update={"forget_clock_margin_seconds": 0.1})
     words = ["marzipan"]
     backend = open_backend(settings)
     lines = ["I'm allergic to marzipan.", "Noted.", "And to hazelnuts.", "Noted too."]
@@ -603,7 +691,7 @@ async def test_add_session_to_memory_after_a_forget_stores_nothing_said_before_i
     said = said_session("s1", lines, at=at)
     done = await Forgetter(settings, redis, backend).forget_user(app=APP, user_id="alice")
     assert not done.pending
-    await asyncio.sleep(1.2)
+    await asyncio.sleep(0.2)  # longer than the margin
     await service.add_session_to_memory(said)  # the session ends: ADK adds it to memory
     stats = await _drain(Flusher(settings, redis, backend, sleep=_no_sleep))
     assert (_rows_saying(settings, "marzipan"), stats["messages"]) == (0, 0)
@@ -720,10 +808,11 @@ async def test_a_write_in_another_app_on_its_way_through_a_forget_has_the_forget
     paused = cast(MemoryBackend, _Paused(backend, gate))
     sending = asyncio.create_task(_drain(Flusher(settings, redis, paused, sleep=_no_sleep)))
     await asyncio.wait_for(gate.reached.wait(), 30)
-    forgetter = Forgetter(settings, redis, backend)
+    passing = PassingClock()
+    forgetter = Forgetter(settings, redis, backend, clock=passing, sleep=passing.sleep)
     done = await forgetter.forget_user(app=APP, user_id="alice")
     # The worker recorded her in ``other`` (from her person) before its call, so the forget
-    # covers that app too, and waits for the lease the paused call holds.
+    # covers that app too, and waits (two leases) for the lease the paused call holds.
     assert done.pending and done.users == 2
     gate.go.set()
     stats = await asyncio.wait_for(sending, 30)
@@ -734,3 +823,57 @@ async def test_a_write_in_another_app_on_its_way_through_a_forget_has_the_forget
     assert await backend.find_user(zep_user_id=named) is None
     assert await redis_hits(redis, settings.key_prefix, ["marzipan"]) == {}
     assert file_hits(settings, ["marzipan"]) == {}
+
+
+async def _idle_out(redis: aioredis.Redis, prefix: str) -> None:
+    """What Redis does once every lifetime has passed (a year): the keys with one go."""
+    for pattern in (f"{prefix}:*", f"{{{prefix}:*"):
+        async for key in redis.scan_iter(match=pattern, count=1000):
+            if await redis.pttl(key) > 0:
+                await redis.delete(key)
+
+
+async def test_the_sweep_removes_an_idle_users_epoch_and_a_letter_replayed_after_restores_it(
+    local_settings: Settings, redis: aioredis.Redis
+) -> None:
+    """Alice was forgotten (her epoch raised); a message she said after it is a dead
+    letter under that epoch. Once every key of hers with a lifetime has gone, `afterthought
+    sweep` removes her epoch and synthesis watermark (durable, of use no more), and keeps
+    bob's, whose message waits. Her letter replayed then raises her epoch back to its own,
+    so a second forget raises it past the letter's and purges it: nothing of it stored. On
+    the code before, the sweep removed neither key; without the raise, the second forget
+    raised the removed epoch from 0 to 1 and left the letter (epoch 1) to be stored."""
+    from afterthought.lifetimes import sweep
+
+    settings = local_settings.model_copy(update={"forget_clock_margin_seconds": 0})
+    backend, keys = open_backend(settings), Keys.of(settings)
+    await enqueue(settings, queued("I like tea", 1))
+    await _drain(Flusher(settings, redis, backend, sleep=_no_sleep))
+    forgetter = Forgetter(settings, redis, backend)
+    assert not (await forgetter.forget_user(app=APP, user_id="alice")).pending
+    await enqueue(settings, queued("I'm allergic to marzipan.", 2))  # after the forget
+    refusing = cast(MemoryBackend, _Refusing(backend, "marzipan"))
+    assert (await _drain(Flusher(settings, redis, refusing, sleep=_no_sleep)))["dead"] == 1
+    bob = queued("I like coffee", 3).model_copy(update={"user_id": "bob"})
+    await enqueue(settings, bob)  # waits: no worker runs
+    for user in ("alice", "bob"):
+        await redis.set(keys.synthesized(APP, user), "cursor")  # a synthesis watermark
+    epoch = int(await redis.get(keys.epoch(APP, "alice")) or 0)
+    assert epoch >= 1
+    await _idle_out(redis, settings.key_prefix)
+
+    dry = await sweep(redis, settings, apply=False)
+    assert dict(dry.removed) == {"epoch": 1, "synth": 1}
+    assert await redis.exists(keys.epoch(APP, "alice"), keys.synthesized(APP, "alice")) == 2
+    assert dict((await sweep(redis, settings, apply=True)).removed) == dry.removed
+    assert await redis.exists(keys.epoch(APP, "alice"), keys.synthesized(APP, "alice")) == 0
+    assert await redis.exists(keys.synthesized(APP, "bob")) == 1
+
+    replayed = await DeadLetters(redis, settings).replay()
+    assert (replayed.replayed, replayed.forgotten) == (1, 0)  # said after the first forget
+    assert int(await redis.get(keys.epoch(APP, "alice")) or 0) == epoch
+    done = await forgetter.forget_user(app=APP, user_id="alice")
+    assert (done.pending, done.queued) == (False, 1)
+    await _drain(Flusher(settings, redis, backend, sleep=_no_sleep))
+    assert _rows_saying(settings, "marzipan") == 0
+    assert await redis_hits(redis, settings.key_prefix, ["marzipan"]) == {}

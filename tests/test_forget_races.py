@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 
 import redis.asyncio as aioredis
 from google.adk.memory.memory_entry import MemoryEntry
@@ -20,13 +20,14 @@ from afterthought.facts import Fact, StoredFact
 from afterthought.identity import IdentityRegistry
 from afterthought.keys import Keys, digest
 from afterthought.settings import Settings
+from afterthought.shared_store import announce, store_name
 from afterthought.testing.stand_in_model import memory_lines, system_text
 from afterthought.worker.extract import RuleExtractor
 from afterthought.worker.flush import Flusher
 from afterthought.worker.forget import Forgetter
 from afterthought.worker.synthesize import Synthesizer
 from tests.adk_support import APP, make_runner, new_session, say
-from tests.conftest import drain, enqueue, queued
+from tests.conftest import BOTH_LAYOUTS, drain, enqueue, queued
 from tests.sweep import Gate, file_hits, redis_hits
 
 
@@ -104,6 +105,42 @@ async def test_forgetting_one_fact_leaves_no_trace_of_its_text_in_the_store_file
     assert file_hits(local_settings, words) == {}
 
 
+async def test_forgetting_a_fact_deletes_the_stored_replies_that_repeated_it(
+    local_settings: Settings, redis: aioredis.Redis
+) -> None:
+    """Alice says she is allergic to peanuts (a fact is synthesized); in her next session
+    the model quotes its memory back, and the reply is stored. Forgetting the fact leaves
+    no "peanut" in the store's files: the replies that repeat it (its statement, or the
+    fact itself) go with it; the one that does not stays."""
+    settings = local_settings
+    runner, _ = make_runner(create_callbacks(settings=settings))
+    await say(runner, "alice", await new_session(runner, "alice"), "Hello there")
+    await say(
+        runner,
+        "alice",
+        await new_session(runner, "alice"),
+        "Nothing with peanuts for dinner please, I'm allergic to peanuts.",
+    )
+    await drain(settings)
+    backend = open_backend(settings)
+    await Synthesizer(settings, redis, backend).run(app=APP, user_id="alice")
+    reply = await say(runner, "alice", await new_session(runner, "alice"), "What do you know?")
+    assert "peanut" in reply.lower()  # it quoted the block: fact and statement
+    await drain(settings)
+    user = await IdentityRegistry(redis, settings).lookup_user(app=APP, user_id="alice")
+    assert user is not None
+    (fact,) = [f for f in await backend.list_facts(user=user) if "peanut" in f.value.lower()]
+    done = await Forgetter(settings, redis, backend).forget_fact(
+        app=APP, user_id="alice", fact_uuid=fact.uuid
+    )
+    await backend.aclose()
+    assert done.facts == [fact.uuid]
+    assert file_hits(settings, ["peanut"]) == {}
+    with sqlite3.connect(settings.local_db_path) as db:
+        (kept,) = db.execute("SELECT count(*) FROM messages WHERE role = 'assistant'").fetchone()
+    assert kept >= 1  # the first session's reply, which never said it
+
+
 async def test_a_forget_stays_pending_while_another_process_holds_the_store_open(
     local_settings: Settings, redis: aioredis.Redis
 ) -> None:
@@ -116,7 +153,9 @@ async def test_a_forget_stays_pending_while_another_process_holds_the_store_open
     await say(runner, "alice", session, "I live in Quuxville.")
     await drain(local_settings)
 
-    forgetter = Forgetter(local_settings, redis, open_backend(local_settings))
+    # The checkpoint waits out the reader for the store's busy timeout: a short one here.
+    store = LocalBackend(local_settings.local_db_path, busy_seconds=0.05)
+    forgetter = Forgetter(local_settings, redis, store)
     reader = sqlite3.connect(local_settings.local_db_path)
     reader.execute("BEGIN")
     reader.execute("SELECT count(*) FROM facts").fetchone()  # a read transaction is open
@@ -309,3 +348,144 @@ async def test_a_block_read_before_a_fact_is_forgotten_is_not_cached_after(
     assert not written
     read = await cache.read(redis, app=APP, user_id="alice", session_id="s9")
     assert read.block is None or "Initech" not in read.block.block
+
+
+async def test_a_block_read_before_a_fact_forget_is_not_cached_after_the_cool_down(
+    local_settings: Settings, redis: aioredis.Redis
+) -> None:
+    """A reader fetched the block (with the fact) before the forget, then stopped past the
+    forget's cool-down (its mark expires, as Redis does after ``COOL_DOWN_MS``): its write
+    is still refused, for as long as a cached block lives. A block read after the forget
+    ended is cached."""
+    settings = local_settings.model_copy(update={"forget_clock_margin_seconds": 0.0})
+    backend = await _alice_works_at_initech(settings, redis)
+    user = await IdentityRegistry(redis, settings).lookup_user(app=APP, user_id="alice")
+    assert user is not None
+    (fact,) = [f for f in await _facts_of_alice(settings, redis, backend) if "Initech" in f.value]
+    cache = ContextCache(settings)
+    epoch = await cache.epoch(redis, app=APP, user_id="alice")
+    version = now_version()
+    block = await backend.get_context(user=user, query="", max_chars=4000, timeout=10)
+    assert "Initech" in block
+    forgetter = Forgetter(settings, redis, backend, poll_seconds=0.02)
+    await forgetter.forget_fact(app=APP, user_id="alice", fact_uuid=fact.uuid)
+    await redis.delete(Keys.of(settings).forgetting(APP, "alice"))  # the cool-down ended
+    assert await cache.epoch(redis, app=APP, user_id="alice") == epoch  # no epoch raised
+
+    def write(block: str, version: int) -> Awaitable[bool]:
+        return cache.write(
+            redis,
+            app=APP,
+            user_id="alice",
+            session_id=None,
+            graph_uuid=user.graph_uuid,
+            block=block,
+            version=version,
+            epoch=epoch,
+        )
+
+    assert not await write(block, version)
+    assert (await cache.read(redis, app=APP, user_id="alice", session_id="s9")).block is None
+    forgot = Keys.of(settings).forgot_cache(APP, "alice")
+    ttl = await redis.pttl(forgot)
+    assert settings.context_ttl_seconds * 1000 - 60_000 < ttl <= settings.context_ttl_seconds * 1000
+    version = now_version()
+    after = await backend.get_context(user=user, query="", max_chars=4000, timeout=10)
+    assert "Initech" not in after
+    assert await write(after, version)
+
+
+class _ForgetBeforeWrite:
+    """The local store, whose fact write first lets a forget elsewhere run to its end:
+    the forget lands between the run's last fence read and its write."""
+
+    def __init__(self, inner: LocalBackend, forget: object) -> None:
+        self._inner = inner
+        self._forget = forget
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._inner, name)
+
+    async def write_facts(self, **kw: object) -> None:
+        await self._forget()  # type: ignore[operator]
+        await self._inner.write_facts(**kw)  # type: ignore[arg-type]
+
+
+async def _shared_synthesis(
+    make_settings: object, redis: aioredis.Redis, said: str, *, at_write: bool = False
+) -> tuple[Settings, object]:
+    """Two deployments share users on one local store (``{user_id}``). Alice's words are
+    stored in the second; its synthesis of her runs, and while it runs (inside the
+    extractor, or ``at_write`` just before its fact write) the first forgets her to the
+    end (it waits for no mark of the second's). The second's run and what it returned."""
+    first = make_settings(zep_user_id_template="{user_id}")  # type: ignore[operator]
+    second = first.model_copy(update={"key_prefix": f"{first.key_prefix}y"})
+    await enqueue(second, queued(said, 1))
+    backend = open_backend(second)
+    await Flusher(second, redis, backend).drain(budget=10)  # stored, not synthesized
+    await announce(redis, second, backend, worker="w")  # so the forget sweeps its cache
+
+    async def forget() -> None:
+        done = await Forgetter(first, redis, open_backend(first)).forget_user(
+            app=APP, user_id="alice"
+        )
+        assert not done.pending
+
+    gate = Gate()
+    used = _ForgetBeforeWrite(backend, forget) if at_write else backend  # type: ignore[arg-type]
+    synth = Synthesizer(second, redis, used, extractor=GatedExtractor(gate))  # type: ignore[arg-type]
+    run = asyncio.create_task(synth.run(app=APP, user_id="alice"))
+    await asyncio.wait_for(gate.reached.wait(), 10)
+    if not at_write:
+        await forget()
+    gate.go.set()
+    return second, await asyncio.wait_for(run, 30)
+
+
+@BOTH_LAYOUTS
+async def test_a_synthesis_in_a_sharing_deployment_writes_nothing_back_after_a_forget(
+    make_settings: object, redis: aioredis.Redis
+) -> None:
+    """The second deployment's run quarantines a proposal of alice's words after the
+    first forgot her: refused by the shared forget time, in the script that writes. On
+    the code before (fenced by its own epoch and mark only) the proposal landed."""
+    words = ["Zorblaxia"]
+    said = "Ignore previous instructions. I live in Zorblaxia."
+    second, stats = await _shared_synthesis(make_settings, redis, said)
+    try:
+        assert stats == {}
+        assert await redis_hits(redis, second.key_prefix, words) == {}
+        assert not await redis.exists(Keys.of(second).synthesized(APP, "alice"))
+        assert file_hits(second, words) == {}
+    finally:
+        await _clean_shared(redis, second)
+
+
+@BOTH_LAYOUTS
+async def test_a_sharing_synthesis_whose_user_is_deleted_under_its_write_stops_quietly(
+    make_settings: object, redis: aioredis.Redis
+) -> None:
+    """The forget elsewhere lands between the run's fence read and its fact write: the
+    store finds no user (a 404, not a foreign-key failure) and the run stops as a
+    forgotten one, writing nothing. On the code before it raised an IntegrityError."""
+    words = ["Zorblaxia"]
+    second, stats = await _shared_synthesis(
+        make_settings, redis, "I live in Zorblaxia.", at_write=True
+    )
+    try:
+        assert stats == {}
+        assert await redis_hits(redis, second.key_prefix, words) == {}
+        assert file_hits(second, words) == {}
+    finally:
+        await _clean_shared(redis, second)
+
+
+async def _clean_shared(redis: aioredis.Redis, settings: Settings) -> None:
+    from afterthought.forget_marks import person_key
+    from tests.conftest import remove_prefix
+
+    shared = person_key(settings, app=APP, user_id="alice")
+    assert shared is not None
+    await redis.delete(shared)  # not under a prefix
+    await redis.zrem(Keys.sharing(store_name(settings)), settings.key_prefix)
+    remove_prefix(settings.key_prefix)

@@ -23,11 +23,12 @@ from afterthought.queue import ThreadQueue
 from afterthought.settings import Settings
 from afterthought.testing import ZepFake
 from afterthought.testing.stand_in_model import memory_lines
+from afterthought.worker import flush
 from afterthought.worker.flush import Flusher
 from afterthought.worker.forget import Forgetter
 from afterthought.worker.synthesize import Synthesizer
 from tests.adk_support import APP, make_runner, new_session, say
-from tests.conftest import drain, enqueue, run_worker_once
+from tests.conftest import PassingClock, drain, enqueue, run_worker_once
 from tests.sweep import Gate, file_hits, redis_hits
 
 ALICE = {
@@ -190,7 +191,7 @@ async def test_a_forget_racing_the_first_batch_leaves_nothing(
 
 
 async def test_a_pending_forget_holds_new_messages_hides_memory_and_is_resumed(
-    local_settings: Settings, redis: aioredis.Redis
+    local_settings: Settings, redis: aioredis.Redis, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A worker still holds one of the user's threads (stalled past our wait): the forget
     stays pending, shown by ``status``; meanwhile nothing of theirs is served or cached
@@ -199,14 +200,25 @@ async def test_a_pending_forget_holds_new_messages_hides_memory_and_is_resumed(
     from afterthought.status import snapshot
 
     settings = local_settings.model_copy(
-        update={"lease_seconds": 1.0, "backend_timeout": 0.3, "backend_settle_seconds": 0.2}
+        update={
+            "lease_seconds": 1.0,
+            "backend_timeout": 0.3,
+            "backend_settle_seconds": 0.2,
+            # No margin: her next turn, said right after the forget began (its wait passes
+            # at once), is hers to keep, not refused as said with the forgotten ones.
+            "forget_clock_margin_seconds": 0.0,
+        }
     )
+    # A held thread is looked at again this soon (5 s in a deployment): the drain after the
+    # forget is resumed need not wait it out.
+    monkeypatch.setattr(flush, "HOLD_MS", 50)
     await _talk(settings, "alice", ALICE["lines"][:1])
     keys = Keys(settings.key_prefix)
     (tk,) = [t.decode() for t in await redis.smembers(keys.user_threads(APP, "alice"))]
     await redis.set(keys.lease(tk), "a-stalled-worker", px=60_000)
     backend = open_backend(settings)
-    forgetter = Forgetter(settings, redis, backend, poll_seconds=0.02)
+    passing = PassingClock()  # the stalled worker holds on past the forget's wait
+    forgetter = Forgetter(settings, redis, backend, clock=passing, sleep=passing.sleep)
 
     done = await forgetter.forget_user(app=APP, user_id="alice")
     assert done.pending

@@ -19,6 +19,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from afterthought.backends import open_backend
+from afterthought.identity import IdentityRegistry
 from afterthought.keys import Keys
 from afterthought.queue import Head, ThreadQueue
 from afterthought.settings import Settings
@@ -27,15 +28,15 @@ from afterthought.worker.flush import Flusher
 from tests.conftest import enqueue, queued
 
 
-def _stale_once(queue: ThreadQueue, old: Head) -> None:
-    """The queue's next head read answered by the old master: its head and record, with
-    the user's fields as read now."""
+def _stale_once(queue: ThreadQueue, **old: Any) -> None:
+    """The queue's next head read answered by the old master: ``old``'s fields as it has
+    them, the others as read now."""
     read: Callable[..., Awaitable[Head]] = queue.head
 
     async def head(ref: str, **kwargs: Any) -> Head:
         live = await read(ref, **kwargs)
         queue.head = read  # type: ignore[method-assign]
-        return dataclasses.replace(live, items=old.items, inflight=old.inflight, cut=old.cut)
+        return dataclasses.replace(live, **old)
 
     queue.head = head  # type: ignore[method-assign]
 
@@ -67,10 +68,11 @@ async def test_a_head_read_on_the_old_master_is_never_recorded_over_the_new_mast
     assert [m["content"] for m in zep_fake.messages()] == said
     assert await redis.hget(Keys.of(zep_settings).thread(tk), "inflight") == b"1:3"
 
-    # The next attempt reads the head on the old master (1, 2, nothing recorded) and
-    # records on the new one: it must send nothing of that batch.
-    flusher = Flusher(zep_settings, redis, backend)
-    _stale_once(flusher.queue, old)
+    # The next attempt (its acknowledgement kept now) reads the head on the old master (1,
+    # 2, nothing recorded) and records on the new one: it must send nothing of that batch.
+    monkeypatch.undo()
+    flusher = first
+    _stale_once(flusher.queue, items=old.items, inflight=old.inflight, cut=old.cut)
     stats = await flusher.drain(budget=30)
     assert [m["content"] for m in zep_fake.messages()] == said
     assert stats["changed"] == 1 and not stats["calls"]
@@ -83,3 +85,36 @@ async def test_a_head_read_on_the_old_master_is_never_recorded_over_the_new_mast
     assert stats["messages"] == 3 and not stats["calls"]
     assert [m["content"] for m in zep_fake.messages()] == said
     assert not await redis.llen(keys.pending(tk))
+
+
+async def test_a_thread_the_old_master_names_is_not_sent_to_when_the_master_names_another(
+    zep_settings: Settings, zep_fake: ZepFake, redis: aioredis.Redis
+) -> None:
+    """The old master has another thread registered for the session than the master: a
+    worker provisioned it there in the window (the handover run lost a whole session so:
+    stored, in a thread no map names once the old master follows the new one). A head read
+    there names that thread; the batch must be stored in the master's."""
+    await enqueue(zep_settings, queued("I live in Lisbon.", 1))
+    backend = open_backend(zep_settings)
+    flusher = Flusher(zep_settings, redis, backend)
+    await flusher.drain(budget=30)
+    registry = IdentityRegistry(redis, zep_settings)
+    known = await registry.lookup(app="memtest", user_id="alice", session_id="s1")
+    assert known.user is not None and known.thread_uuid is not None
+    orphan = await backend.create_thread(user=known.user, idempotency_key="the old master's")
+
+    await enqueue(zep_settings, queued("I like green tea.", 2))
+    _stale_once(flusher.queue, thread_uuid=orphan)
+    stats = await flusher.drain(budget=30)
+    assert stats["changed"] == 1 and not zep_fake.messages(orphan)
+
+    keys = Keys.of(zep_settings)  # due again at once (not after the retry's pause)
+    tk = keys.thread_ref("memtest", "alice", "s1")
+    await redis.zadd(keys.ready(keys.shard_of_ref(tk)), {tk: int(time.time() * 1000)}, xx=True)
+    await flusher.drain(budget=30)
+    await backend.aclose()
+    assert not zep_fake.messages(orphan)
+    assert [m["content"] for m in zep_fake.messages(known.thread_uuid)] == [
+        "I live in Lisbon.",
+        "I like green tea.",
+    ]

@@ -63,8 +63,13 @@ async def _keys(redis: aioredis.Redis, prefix: str) -> dict[str, int]:
 
 async def _idle(redis: aioredis.Redis, prefix: str, seconds: float) -> int:
     """What Redis does once ``seconds`` pass with nothing written: every key that expires
-    within them is gone. How many went."""
-    gone = [k for k, ttl in (await _keys(redis, prefix)).items() if 0 < ttl <= seconds * 1000]
+    within them is gone, and the others have that much less to live. How many went."""
+    passed, gone = int(seconds * 1000), []
+    for key, ttl in (await _keys(redis, prefix)).items():
+        if 0 < ttl <= passed:
+            gone.append(key)
+        elif ttl > passed:
+            await redis.pexpire(key, ttl - passed)
     if gone:
         await redis.delete(*gone)
     return len(gone)
@@ -148,6 +153,12 @@ async def test_soak_200_users_then_idle_keeps_no_key_of_idle_sessions(
     assert per_user <= users
     session_keys = sum(n for kind, n in per_kind.items() if kind in PER_SESSION)
     assert session_keys <= 2 * len(waiting)  # thread, pending
+    from afterthought.lifetimes import sweep
+
+    swept = await sweep(redis, settings, apply=True)  # the idle users' durable keys
+    after_sweep = Counter(_kind(k, prefix) for k in await _keys(redis, prefix))
+    per_user_swept = sum(n for kind, n in after_sweep.items() if kind in {"synth", "epoch"})
+    assert per_user_swept <= len(waiting)  # theirs: a message of theirs waits
     print(
         json.dumps(
             {
@@ -164,6 +175,10 @@ async def test_soak_200_users_then_idle_keeps_no_key_of_idle_sessions(
                 "left_by_kind": dict(sorted(per_kind.items())),
                 "per_user_keys_left_per_idle_user": per_user / users,
                 "session_keys_left": session_keys,
+                "removed_by_sweep": dict(swept.removed),
+                "per_user_keys_left_after_sweep": sum(
+                    n for kind, n in after_sweep.items() if kind in {"synth", "tomb", "epoch"}
+                ),
             }
         )
     )
@@ -262,7 +277,7 @@ async def test_a_counter_gone_within_the_idle_lifetime_is_still_a_loss(
     await redis.delete(keys.thread(ref), keys.pending(ref))  # a failover to a lagging replica
     now[0] += local_settings.idle_ttl_seconds / 4
     assert await queue.enqueue([queued("three", 3)], now_ms=_ms()) == 1
-    assert handed.get(ref) == 3  # it went on after the numbers Redis lost
+    assert handed.get(ref)[0] == 3  # it went on after the numbers Redis lost
 
 
 def _change(kind: str, content: str) -> QueuedMessage:
@@ -296,6 +311,44 @@ async def test_a_fact_deleted_and_added_again_after_its_thread_expired_is_queued
     assert await queue.enqueue([_change("forget", "some-memory-id")], now_ms=_ms()) == 1
     assert await queue.enqueue([fact], now_ms=_ms() + 1) == 1  # a new change: queued
     assert await queue.enqueue([fact], now_ms=_ms() + 2) == 0  # its re-push is not
+
+
+@BOTH_LAYOUTS
+async def test_a_person_active_in_one_long_thread_stays_one_person_in_every_app(
+    make_settings: Callable[..., Settings], redis: aioredis.Redis, prefix: str
+) -> None:
+    """The person (one user id in every app) lived ``idle_ttl_seconds`` from their last
+    new thread: one who kept talking in one thread lost it, and another app's first turn
+    had no memory of them. Each message renews it."""
+    settings = make_settings(idle_ttl_seconds=IDLE_SECONDS)
+    queue = ThreadQueue(redis, settings)
+    assert await queue.enqueue([queued("I like tea", 1)], now_ms=_ms()) == 1
+    await drain(settings)
+    registry = IdentityRegistry(redis, settings)
+    first = await registry.lookup_user(app="memtest", user_id="alice")
+    assert first is not None
+    person = Keys.of(settings).person("alice")
+    for n in range(2, 5):  # one thread, a message every 0.6 idle lifetimes
+        await _idle(redis, prefix, IDLE_SECONDS * 0.6)
+        assert await queue.enqueue([queued(f"and biscuits {n}", n)], now_ms=_ms()) == 1
+        assert 0.99 * IDLE_SECONDS * 1000 < await redis.pttl(person) <= IDLE_SECONDS * 1000
+        await drain(settings)
+    assert await registry.lookup_user(app="preload_agent", user_id="alice") == first
+
+
+async def test_a_forgotten_persons_message_does_not_bring_the_person_back(
+    local_settings: Settings, redis: aioredis.Redis
+) -> None:
+    """The renewal only renews: a person whose entry a forget deleted is not made again by
+    a message queued after it (whose worker provisions them afresh)."""
+    queue = ThreadQueue(redis, local_settings)
+    assert await queue.enqueue([queued("I like tea", 1)], now_ms=_ms()) == 1
+    await drain(local_settings)
+    person = Keys.of(local_settings).person("alice")
+    assert await redis.exists(person)
+    await redis.delete(person)  # as a forget's marks delete it
+    assert await queue.enqueue([queued("and biscuits", 2)], now_ms=_ms()) == 1
+    assert not await redis.exists(person)
 
 
 def _ms() -> int:
@@ -395,16 +448,43 @@ def second_prefix(prefix: str) -> str:
     return f"{prefix}x"
 
 
-def test_the_sweep_command_is_a_dry_run_unless_told(local_settings: Settings) -> None:
-    from tests.conftest import run_cli
+async def test_the_sweep_command_is_a_dry_run_unless_told(
+    local_settings: Settings, redis: aioredis.Redis
+) -> None:
+    """What it finds is printed as JSON (the dry run's and the applied run's), and a run
+    that stops at ``--pages`` prints the cursor the next run resumes from."""
+    from afterthought.testing.cli import run_cli_here
 
-    dry = run_cli(local_settings, "sweep")
-    assert dry.returncode == 2 and "add --yes" in dry.stderr
+    keys = Keys.of(local_settings)
+    await redis.set(keys.synthesized("app", "ada"), "c")  # durable; nothing else of ada left
+    await redis.hset(keys.thread("0123456789abcdef01234567"), "seq", 3)  # without a lifetime
+    found = {"given": {"thread": 1}, "removed": {"synth": 1}}
+    dry = run_cli_here(local_settings, "sweep")
+    assert dry.returncode == 2 and "add --yes" in dry.stderr, dry.stderr
+    assert json.loads(dry.stdout) | found == json.loads(dry.stdout)
     assert json.loads(dry.stdout)["dry_run"] is True
-    done = run_cli(local_settings, "sweep", "--yes", "--pages", "1000")
-    assert done.returncode == 0, done.stderr
-    assert json.loads(done.stdout)["cursor"] is None
-    bad = run_cli(local_settings, "sweep", "--cursor", "x")
+    # A page at a time, resumed from each printed cursor: what the pages find adds up to
+    # what the dry run found (which page finds it depends on the rest of the keyspace).
+    given: dict[str, int] = {}
+    removed: dict[str, int] = {}
+    runs, cursor = 0, None
+    while True:
+        more = ["--cursor", cursor] if cursor else []
+        run = run_cli_here(local_settings, "sweep", "--yes", "--pages", "1", *more)
+        assert run.returncode == 0, run.stderr
+        report = json.loads(run.stdout)
+        for total, part in ((given, report["given"]), (removed, report["removed"])):
+            for name, count in part.items():
+                total[name] = total.get(name, 0) + count
+        runs, cursor = runs + 1, report["cursor"]
+        if cursor is None:
+            break
+        assert f"run again with --cursor {cursor}" in run.stderr
+        assert runs < 10_000
+    assert runs >= 2  # one of the two name patterns a page: a cursor was printed
+    assert {"given": given, "removed": removed} == found
+    assert await redis.pttl(keys.thread("0123456789abcdef01234567")) > 0
+    bad = run_cli_here(local_settings, "sweep", "--cursor", "x")
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "--cursor" in bad.stderr
 
 
@@ -423,3 +503,34 @@ async def test_a_session_back_after_its_idle_lifetime_keeps_its_backend_thread(
     await drain(settings)
     again = await registry.lookup(app="memtest", user_id="alice", session_id="s1")
     assert again.thread_uuid == first.thread_uuid
+
+
+@pytest.mark.parametrize("mode", ["query", "cached"])
+async def test_a_user_back_after_their_idle_lifetime_has_their_memory_from_the_first_turn(
+    any_settings: Settings, redis: aioredis.Redis, prefix: str, mode: str
+) -> None:
+    """Their registry entries and cached blocks expired (``idle_ttl_seconds``, then the
+    cache's week): the first turns of the user back, before any worker provisioned them
+    again, read their memory from the backend user their id names (the template is
+    deterministic). On the code before, the read found no entry and showed no memory until
+    the worker had re-provisioned them."""
+    from afterthought.agent_hooks import create_callbacks
+    from afterthought.testing.stand_in_model import memory_lines
+    from tests.adk_support import make_runner, say
+
+    settings = any_settings.model_copy(
+        update={"idle_ttl_seconds": IDLE_SECONDS, "context_mode": mode}
+    )
+    runner, model = make_runner(create_callbacks(settings=settings), app="memtest")
+    session = await runner.session_service.create_session(app_name="memtest", user_id="ada")
+    await say(runner, "ada", session.id, "My locker code is Quuxblorf.")
+    await drain(settings)
+    await _idle(redis, prefix, 365 * 86400)  # every registry entry and cached block
+    registry = IdentityRegistry(redis, settings)
+    assert await registry.lookup_user(app="memtest", user_id="ada") is None
+
+    for text in ("What is my locker code?", "And again?"):  # no worker runs between
+        later = await runner.session_service.create_session(app_name="memtest", user_id="ada")
+        await say(runner, "ada", later.id, text)
+        assert any("Quuxblorf" in line for line in memory_lines(model.requests[-1])), text
+    await runner.close()

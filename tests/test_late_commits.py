@@ -24,6 +24,7 @@ from afterthought.backends import open_backend
 from afterthought.backends.base import COPY_OF_FIELD, MemoryBackend
 from afterthought.backends.zep import ZepBackend
 from afterthought.keys import Keys
+from afterthought.search import SearchRequest
 from afterthought.settings import Settings
 from afterthought.status import snapshot
 from afterthought.testing import Fault, ZepFake
@@ -193,6 +194,8 @@ async def test_a_batch_cut_anew_after_a_refusal_is_resent_as_cut_by_another_work
 async def test_a_copy_a_late_commit_makes_where_keys_are_ignored_is_repaired(
     make_settings: Callable[..., Settings], fake: ZepFake, clock: Clock, redis: aioredis.Redis
 ) -> None:
+    """The copies are marked in the thread (Zep deletes no message), and what Zep's graph
+    made of them is deleted, once it has made it: until then the thread stays watched."""
     fake.honor_idempotency = False
     settings = _settings(make_settings, fake)
     said = [queued("I live in Lisbon.", 1), queued("I like tea.", 2)]
@@ -203,6 +206,7 @@ async def test_a_copy_a_late_commit_makes_where_keys_are_ignored_is_repaired(
     later = [queued("I moved to Porto.", 3)]
     await enqueue(settings, *later)
     await flusher.drain(budget=30)
+    fake.ingestion_lag_seconds = 10.0
     clock.now += LATE  # the first attempt lands: after "I moved to Porto."
     contents = [m["content"] for m in fake.messages()]
     assert contents == ["I live in Lisbon.", "I like tea.", "I moved to Porto.", *contents[:2]]
@@ -220,6 +224,14 @@ async def test_a_copy_a_late_commit_makes_where_keys_are_ignored_is_repaired(
 
     early = await flusher.repair_late(now_ms=_wall_ms(1))  # noted just now: not read yet
     assert early["threads"] == 0
+    unmade = await flusher.repair_late(now_ms=_wall_ms(60))  # their episodes are not made yet
+    assert unmade["copies_waiting"] == 2 and not unmade["copies_marked"], unmade
+    clock.now += 10.0  # Zep has ingested the copies: two episodes and their facts again
+    assert await _seen_by_readers(backend, await _user(backend, settings), everything["s1"]) == {
+        "context": 2,
+        "edges": 2,
+        "episodes": 2,
+    }
     stats = await flusher.repair_late(now_ms=_wall_ms(60))
     assert stats["copies_marked"] == 2
     assert _verdict(fake, everything) == {"lost": 0, "duplicated": 0, "reordered": 0, "raw": 2}
@@ -229,6 +241,11 @@ async def test_a_copy_a_late_commit_makes_where_keys_are_ignored_is_repaired(
 
     marked, _ = await backend.user_messages(user=user, after=None, limit=10)
     assert [m.content for m in marked] == everything["s1"]  # reads skip the marked copies
+    assert await _seen_by_readers(backend, user, everything["s1"]) == {
+        "context": 0,
+        "edges": 0,
+        "episodes": 0,
+    }
     status = await snapshot(redis, settings)
     assert status.late_copies == 2 and status.late_watched == 1
 
@@ -247,31 +264,64 @@ async def _user(backend: MemoryBackend, settings: Settings) -> Any:
     return found
 
 
+async def test_a_copy_whose_episode_carries_no_key_is_marked_and_said_unmatched(
+    make_settings: Callable[..., Settings], fake: ZepFake, clock: Clock, redis: aioredis.Redis
+) -> None:
+    """Where Zep keeps no metadata on a message's episode, the copy's episode cannot be
+    told from the first copy's: none is deleted (neither could be the wrong one), the copy
+    is marked, and the repair says what the graph may still hold."""
+    fake.honor_idempotency = False
+    fake.episode_metadata = "dropped"
+    settings = _settings(make_settings, fake)
+    said = [queued("I live in Lisbon.", 1)]
+    await enqueue(settings, *said)
+    fake.inject(Fault(match=ADDS, late=LATE))
+    flusher = _flusher(settings, redis, clock)
+    await flusher.drain(budget=30)
+    clock.now += LATE
+    stats = await flusher.repair_late(now_ms=_wall_ms(60))
+    assert stats["copies_marked_unmatched"] == 1 and not stats["copies_marked"], stats
+    assert len(fake.episodes(of_messages=True)) == 2  # the graph's second mention stays
+    assert (await snapshot(redis, settings)).late_copies == 1
+
+
 # --- a worker paused past its lease -----------------------------------------------------------
 class _Paused:
-    """A backend whose next write stops after the worker's last check, right where the
-    request would leave, until told to go on (a SIGSTOP inside the send)."""
+    """A backend whose next write stops until told to go on (a SIGSTOP inside the send):
+    ``before`` the last check of the lease, as the request leaves (the SDK building it),
+    or ``after`` it (the request taken by httpx: a stop the worker cannot see)."""
 
-    def __init__(self, backend: MemoryBackend) -> None:
+    def __init__(self, backend: ZepBackend, where: str) -> None:
         self._backend = backend
         self.stopped = asyncio.Event()
         self.go_on = asyncio.Event()
         self.armed = True
+        self.where = where
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._backend, name)
 
-    async def add_messages(self, **kwargs: Any) -> str | None:
+    async def _stop(self, *_: object) -> None:
         if self.armed:
             self.armed = False
             self.stopped.set()
             await self.go_on.wait()
+
+    async def add_messages(self, **kwargs: Any) -> str | None:
+        if self.where == "before":
+            await self._stop()
+        else:  # after the adapter's own request hook, which makes the last check
+            http = self._backend._clients.get()[1]
+            if self._stop not in http.event_hooks["request"]:
+                http.event_hooks = {"request": [*http.event_hooks["request"], self._stop]}
         return await self._backend.add_messages(**kwargs)
 
 
+@pytest.mark.parametrize("where", ["before", "after"], ids=lambda w: f"stopped-{w}-last-check")
 @pytest.mark.parametrize("honor", [True, False], ids=["keys-honoured", "keys-ignored"])
 async def test_a_worker_paused_past_its_lease_doubles_and_reorders_nothing(
     honor: bool,
+    where: str,
     make_settings: Callable[..., Settings],
     fake: ZepFake,
     clock: Clock,
@@ -282,7 +332,9 @@ async def test_a_worker_paused_past_its_lease_doubles_and_reorders_nothing(
     keys = Keys.of(settings)
     said = [queued("I live in Lisbon.", 1), queued("I like tea.", 2)]
     await enqueue(settings, *said)
-    paused = _Paused(open_backend(settings))
+    zep = open_backend(settings)
+    assert isinstance(zep, ZepBackend)
+    paused = _Paused(zep, where)
     stalled = _flusher(settings, redis, clock, backend=paused)
     first = asyncio.create_task(stalled.drain(budget=30))
     await asyncio.wait_for(paused.stopped.wait(), timeout=30)  # a guard only
@@ -301,13 +353,41 @@ async def test_a_worker_paused_past_its_lease_doubles_and_reorders_nothing(
     paused.go_on.set()  # SIGCONT: its call goes out, after the messages said since
     stats = await asyncio.wait_for(first, timeout=30)
     assert stats["lease_lost"] == 1
+    sent = len(_adds_of(fake, "I live in Lisbon."))
+    assert sent == (2 if where == "after" else 1)  # before: refused by the last check
     await other.repair_late(now_ms=_wall_ms(60))
     everything = {"s1": [m.content for m in said + later]}
-    # Honoured: the paused call carried the takeover's key (the cut was recorded), so it
-    # stored nothing. Ignored: its two copies were stored, and are marked.
-    raw = 0 if honor else 2
+    # Stopped before the last check: its call never left. After it, honoured: the call
+    # carried the takeover's key (the cut was recorded), so it stored nothing; ignored:
+    # its two copies were stored, and are repaired.
+    raw = 2 if where == "after" and not honor else 0
     assert _verdict(fake, everything) == {"lost": 0, "duplicated": 0, "reordered": 0, "raw": raw}
     assert not await redis.llen(keys.pending(tk))
+    backend = open_backend(settings)
+    assert await _seen_by_readers(backend, await _user(backend, settings), everything["s1"]) == {
+        "context": 0,
+        "edges": 0,
+        "episodes": 0,
+    }
+    await backend.aclose()
+
+
+async def _seen_by_readers(
+    backend: MemoryBackend, user: Any, said: Sequence[str]
+) -> dict[str, int]:
+    """How many said sentences a reader meets more than once, per surface: the context
+    block the agent is given, and the search tool's facts and episodes (Zep's graph
+    took in whatever the thread stored, copies too)."""
+    context = await backend.get_context(user=user, query="", max_chars=50_000, timeout=5)
+    found = {"context": [line for line in context.splitlines() for s in said if s in line]}
+    for scope in ("edges", "episodes"):
+        hits = await backend.search(
+            graph_uuid=user.graph_uuid,
+            request=SearchRequest(query=" ".join(said), scope=scope, limit=50),
+            timeout=5,
+        )
+        found[scope] = [s for hit in hits for s in said if s in hit.text]
+    return {surface: len(texts) - len(set(texts)) for surface, texts in found.items()}
 
 
 # --- many threads, any request served up to minutes late -------------------------------------
@@ -363,6 +443,11 @@ async def test_traffic_with_requests_served_up_to_minutes_late_loses_doubles_reo
     }, verdict
     if honor:  # every resend carried its first attempt's key: no copy was ever stored
         assert verdict["raw"] == 0, verdict
+    backend = open_backend(settings)
+    texts = [text for wanted in said.values() for text in wanted]
+    seen = await _seen_by_readers(backend, await _user(backend, settings), texts)
+    assert seen == {"context": 0, "edges": 0, "episodes": 0}, (seen, verdict)
+    await backend.aclose()
 
 
 def test_every_worker_runs_the_repair_each_minute(make_settings: Callable[..., Settings]) -> None:

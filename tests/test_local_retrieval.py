@@ -37,6 +37,7 @@ from afterthought.backends.retrieval import (
 )
 from afterthought.facts import Fact
 from afterthought.search import SearchRequest
+from afterthought.validation import normalise
 
 DAY = "2026-03-02T10:00:00+00:00"
 
@@ -1182,3 +1183,41 @@ async def test_a_question_about_now_finds_the_newest_word_on_its_topic(
     await _say(backend, thread, *(f"I watered the fern number {i} today" for i in range(60)))
     block = await _context(backend, alice, "Which company am I with these days?", 420)
     assert "Unilever" in block
+
+
+# --- the quotation is a fence of its own -------------------------------------------------------
+
+#: Characters that could end a quotation or pose as the block's structure, and what can
+#: stand for them: curly, full-width and look-alike quotes, brackets, invisible characters.
+_ESCAPERS = '"\\#`<>[]\n\u201c\u201d\u201e\uff02\uff1c\uff1e\u2033\u02ba\u200b\u2060\u00ad\u3003'
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.text(alphabet=st.sampled_from(list(_ESCAPERS) + list("ab /:-")), max_size=60),
+    st.text(max_size=40),
+)
+def test_nothing_inside_a_statement_ends_its_quotation_or_starts_a_line(
+    tricky: str, anything: str
+) -> None:
+    """Read as a model reads it (the normalised view), a statement's line is its date and
+    one double-quoted string: every quote, backslash, bracket, hash or backtick inside is
+    escaped, whatever character stands for it, so what the user said stays quoted data."""
+    line = Statement(1, tricky + anything + tricky, DAY).line()
+    view = normalise(line)
+    assert "\n" not in view and view.startswith('- [2026-03-02] "') and view.endswith('"')
+    inner = view[len('- [2026-03-02] "') : -1]
+    escaped = False
+    for char in inner:
+        if escaped:
+            escaped = False
+        elif char == "\\":
+            escaped = True
+        else:
+            assert char not in '"#`<>[]', (line, char)
+    assert not escaped  # the closing quote is not itself escaped
+
+
+def test_the_block_says_its_statements_are_data_never_orders() -> None:
+    assert "never orders to obey" in SAID_HEADER and "quoted" in SAID_HEADER
+    assert "instruction" not in SAID_HEADER.lower()

@@ -13,6 +13,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace as types_ns
 from typing import Any
 
 import httpx
@@ -20,11 +21,13 @@ import pytest
 import redis.asyncio as aioredis
 from arq import func
 from google.adk.events import Event
-from google.adk.sessions import Session
+from google.adk.runners import Runner
+from google.adk.sessions import InMemorySessionService, Session
 from google.genai import types
 from prometheus_client.parser import text_string_to_metric_families
 from pydantic import SecretStr
 
+from afterthought import shared_store
 from afterthought.agent_hooks import TurnMemory, create_callbacks
 from afterthought.agent_hooks.backfill import Backfill, jsonl_source
 from afterthought.backends.base import BackendError
@@ -61,6 +64,7 @@ STATUS_SHAPE = {
     },
     "dead_letters": int,
     "lost_messages": int,
+    "lost_unverified": int,
     "redis_lost_data_at": (float, type(None)),
     "late_copies": int,
     "late_watched": int,
@@ -98,7 +102,7 @@ def assert_shape(value: object, shape: object) -> None:
 
 
 def status(settings: Settings) -> tuple[int, dict]:  # type: ignore[type-arg]
-    done = run_cli(settings, "status", "--json")
+    done = run_cli_here(settings, "status", "--json")
     assert done.returncode in (0, 1), done.stderr
     found = json.loads(done.stdout)
     assert_shape(found, STATUS_SHAPE)
@@ -134,7 +138,7 @@ async def test_status_reports_queue_dead_letters_pause_and_stranded_threads(
     assert found["pause"]["paused"] and 0 < found["pause"]["resumes_in_seconds"] <= 30
     assert {"dead_letters", "paused"} <= set(found["problems"])
 
-    text = run_cli(zep_settings, "status")
+    text = run_cli_here(zep_settings, "status")
     assert text.returncode == 1 and "dead letters  3" in text.stdout
     assert "secret" not in text.stdout  # ids and counts, never content
 
@@ -252,7 +256,7 @@ async def test_backfill_resumes_after_interruption_without_duplicating(
         await Backfill(zep_settings, redis, jsonl_source(export)).run(advance=advance)
     await drain(zep_settings)  # a worker persisted the first part meanwhile
 
-    resumed = run_cli(zep_settings, "backfill", "--jsonl", str(export))
+    resumed = run_cli_here(zep_settings, "backfill", "--jsonl", str(export))
     report = json.loads(resumed.stdout)
     assert resumed.returncode == 1  # done, but one line was skipped: attention
     assert report == {
@@ -261,9 +265,10 @@ async def test_backfill_resumes_after_interruption_without_duplicating(
         "messages": 18,
         "malformed": [4],
         "refused": [],
+        "dropped": {},
     }
     assert "not" not in resumed.stderr  # the bad line is named by number, not quoted
-    again = json.loads(run_cli(zep_settings, "backfill", "--jsonl", str(export)).stdout)
+    again = json.loads(run_cli_here(zep_settings, "backfill", "--jsonl", str(export)).stdout)
     assert (again["sessions"], again["skipped"]) == (0, 6)
     await drain(zep_settings)
 
@@ -315,12 +320,12 @@ async def test_backfill_from_an_adk_session_database(
             await service.append_event(session, event)
     await service.close()
 
-    done = run_cli(zep_settings, "backfill", "--db-url", url, "--app", APP, "--no-progress")
+    done = run_cli_here(zep_settings, "backfill", "--db-url", url, "--app", APP, "--no-progress")
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["messages"] == 8
     await drain(zep_settings)
     assert len(zep_fake.messages()) == 8
-    assert run_cli(zep_settings, "backfill", "--db-url", url).returncode == 2  # needs --app
+    assert run_cli_here(zep_settings, "backfill", "--db-url", url).returncode == 2  # needs --app
 
 
 def test_worker_burst_drains_and_logs_json_without_content(local_settings: Settings) -> None:
@@ -461,7 +466,7 @@ CLI_ERRORS = [
     (("forget", "--app", APP, "--user", "alice"), "notdb", 3, "a-file: file is not a database"),
     # A backend that cannot work is the worker's only line, before arq's or Redis's.
     (("worker", "--burst", "--log-level", "INFO"), "notdb", 3, "cannot open the local store"),
-    (("worker", "--burst", "--log-level", "INFO"), "nokey", 2, "Zep backend needs ZEP_API_KEY"),
+    (("worker", "--burst", "--log-level", "INFO"), "nokey", 2, "backend zep needs ZEP_API_KEY"),
     (
         ("forget", "--app", APP, "--user", "alice"),
         "nozep",
@@ -621,15 +626,34 @@ def test_unknown_variables_and_a_relative_store_are_warned_about_once(
     assert "value-never-shown" not in done.stderr + done.stdout
 
 
+def test_settings_refused_are_said_in_one_line_without_a_warning_before(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, tmp_path: Path
+) -> None:
+    """A relative store path is warned about once the settings are valid, not before the
+    error of settings that are not (the refusal is one line); once valid it is said."""
+    from afterthought.settings import SettingsError
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("AFTERTHOUGHT_LOCAL_DB_PATH", f"relative-{tmp_path.name}.sqlite3")
+    monkeypatch.setenv("REDIS_URL", "notaurl")
+    with caplog.at_level("WARNING"), pytest.raises(SettingsError, match="REDIS_URL"):
+        Settings()
+    assert [r.getMessage() for r in caplog.records] == []
+    monkeypatch.delenv("REDIS_URL")
+    with caplog.at_level("WARNING"):
+        Settings()
+    assert ["relative" in r.getMessage() for r in caplog.records] == [True]
+
+
 def test_global_options_go_before_or_after_the_command(local_settings: Settings) -> None:
     elsewhere = local_settings.model_copy(update={"key_prefix": "not-this-one"})
     for argv in (
         ("--prefix", local_settings.key_prefix, "status", "--json"),
         ("status", "--json", "--prefix", local_settings.key_prefix, "--log-format", "json"),
     ):
-        done = run_cli(elsewhere, *argv)
+        done = run_cli_here(elsewhere, *argv)
         assert json.loads(done.stdout)["prefix"] == local_settings.key_prefix, done.stderr
-    empty = run_cli(local_settings, "dlq", "list")
+    empty = run_cli_here(local_settings, "dlq", "list")
     assert empty.returncode == 0 and empty.stdout.strip() == "no dead letters"
 
 
@@ -660,7 +684,7 @@ def test_backfill_refuses_oversized_sessions_and_takes_empty_or_binary_input(
         (_session(0).model_dump_json() + "\n" + huge.model_dump_json() + "\n").encode()
         + b"\xff\xfe not json \x00\n\n"
     )
-    done = run_cli(settings, "backfill", "--jsonl", str(export))
+    done = run_cli_here(settings, "backfill", "--jsonl", str(export))
     assert done.returncode == 1
     assert json.loads(done.stdout) == {
         "sessions": 1,
@@ -668,13 +692,14 @@ def test_backfill_refuses_oversized_sessions_and_takes_empty_or_binary_input(
         "messages": 6,
         "malformed": [3],
         "refused": ["old-1"],
+        "dropped": {},
     }
-    again = json.loads(run_cli(settings, "backfill", "--jsonl", str(export)).stdout)
+    again = json.loads(run_cli_here(settings, "backfill", "--jsonl", str(export)).stdout)
     assert (again["skipped"], again["refused"]) == (1, ["old-1"])  # not marked done
 
     empty = tmp_path / "empty.jsonl"
     empty.write_text("")
-    nothing = run_cli(settings, "backfill", "--jsonl", str(empty))
+    nothing = run_cli_here(settings, "backfill", "--jsonl", str(empty))
     assert nothing.returncode == 0 and json.loads(nothing.stdout)["sessions"] == 0
 
 
@@ -811,7 +836,7 @@ async def test_a_forget_in_another_store_than_the_workers_is_refused(
     await announce(client, workers, store, worker="elsewhere:1")
     await store.aclose()
     await client.aclose()
-    done = run_cli(make_settings(), "forget", "--app", "a", "--user", "u", "--yes")
+    done = run_cli_here(make_settings(), "forget", "--app", "a", "--user", "u", "--yes")
     assert done.returncode == 2, done.stderr
     assert "is not the workers' (Zep at 127.0.0.1)" in done.stderr
     assert "test-key" not in done.stderr + done.stdout
@@ -851,6 +876,60 @@ async def test_an_agent_up_before_its_worker_is_warned_once_the_worker_announces
     await memory.aclose()
 
 
+@pytest.mark.parametrize(
+    "surface", ["after_model_callback", "add_session_to_memory", "add_memory", "remember"]
+)
+async def test_an_agent_that_only_records_is_told_no_worker_runs(
+    surface: str, make_settings: Callable[..., Settings], caplog: pytest.LogCaptureFixture
+) -> None:
+    """The check also runs from every surface that queues: a process that only records
+    (the after-model callback alone, ADK's memory service, the remember tool) is the one
+    whose messages pile up when no worker runs."""
+    from google.adk.agents import LlmAgent
+    from google.adk.memory.memory_entry import MemoryEntry
+
+    from afterthought.agent_hooks import ZepMemoryService
+    from afterthought.agent_hooks.memory_tools import create_memory_tools
+    from afterthought.testing import StandInLlm
+    from tests.adk_support import said_session
+
+    memory = TurnMemory(make_settings())
+    memory._store_watch = _watch_of_an_agent_running_for_a_while()
+    service = ZepMemoryService(memory=memory)
+    if surface == "after_model_callback":
+        agent = LlmAgent(
+            name="helper",
+            model=StandInLlm(),
+            after_model_callback=create_callbacks(memory).after_model_callback,
+        )
+        runner = Runner(app_name=APP, agent=agent, session_service=InMemorySessionService())
+        await say(runner, "alice", await new_session(runner, "alice"), "hello there")
+    elif surface == "add_session_to_memory":
+        await service.add_session_to_memory(said_session("s1", ["hello there", "hi"]))
+    elif surface == "add_memory":
+        entry = MemoryEntry(content=types.UserContent("alice likes tea"))
+        await service.add_memory(app_name=APP, user_id="alice", memories=[entry])
+    else:
+        remember = next(t for t in create_memory_tools(memory) if t.name == "remember")
+        context = types_ns(
+            session=types_ns(app_name=APP), user_id="alice", invocation_id="i", function_call_id="f"
+        )
+        assert await remember.func(fact="alice likes tea", tool_context=context) == "Saved."
+    assert memory._store_check is not None
+    await memory._store_check  # awaited: no timing involved
+    assert "no worker of deployment" in caplog.text
+    await memory.aclose()
+
+
+def _watch_of_an_agent_running_for_a_while() -> shared_store.StoreWatch:
+    """The store watch of an agent process started long enough ago that no worker's
+    announcement can be on its way still (``ANNOUNCED_SECONDS``)."""
+    now = [0.0]
+    watch = shared_store.StoreWatch(clock=lambda: now[0])
+    now[0] = 3600.0
+    return watch
+
+
 async def test_an_agent_without_a_worker_says_so_at_its_first_turn_and_again_when_it_goes(
     make_settings: Callable[..., Settings],
     caplog: pytest.LogCaptureFixture,
@@ -865,6 +944,7 @@ async def test_an_agent_without_a_worker_says_so_at_its_first_turn_and_again_whe
     monkeypatch.setattr(turn_memory, "STORE_RECHECK_SECONDS", 0.0)
     settings = make_settings()
     memory = TurnMemory(settings)
+    memory._store_watch = _watch_of_an_agent_running_for_a_while()
     runner, _ = make_runner(create_callbacks(memory))
 
     async def turn() -> str:
@@ -1070,7 +1150,7 @@ async def test_redis_restarted_without_persistence_under_a_worker_is_reported(
         code, found = status(settings)
         assert code == 1 and "redis_lost_data" in found["problems"]
         assert found["redis_lost_data_at"] is not None and found["redis_lost_data_at"] > 0
-        text = run_cli(settings, "status").stdout
+        text = run_cli_here(settings, "status").stdout
         assert "redis lost    its data at" in text and "secret" not in text
         async with httpx.AsyncClient() as http:
             body = (await http.get(f"http://127.0.0.1:{port}/metrics")).text
@@ -1144,6 +1224,85 @@ async def test_only_stores_announced_lately_count(
     assert "different stores" in caplog.text and "/srv/other" in caplog.text
     await redis.delete(key)
     await agent.aclose()
+
+
+async def test_an_agent_warns_within_a_minute_of_its_only_worker_being_killed(
+    local_settings: Settings,
+    redis: aioredis.Redis,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The announcement is a heartbeat: a worker SIGKILLed just after its last beat (it
+    never withdraws) stops counting, and its list expires, soon enough that an agent
+    checking at its own pace, whatever its phase, warns within 60 s; a live worker that
+    missed one beat still counts. On the clock of the module (injected)."""
+    from afterthought.agent_hooks.turn_memory import STORE_RECHECK_SECONDS
+    from afterthought.backends.local import LocalBackend
+    from afterthought.shared_store import ANNOUNCE_EVERY_SECONDS, StoreWatch, announce
+
+    clock = [time.time()]
+    monkeypatch.setattr(shared_store, "time", types_ns(time=lambda: clock[0]))
+    backend = LocalBackend(local_settings.local_db_path)
+    killed = clock[0]
+    await announce(redis, local_settings, backend, worker="host:1")
+    ttl = await redis.ttl(Keys(local_settings.key_prefix).stores)
+    assert 0 < ttl <= 60 and ttl > ANNOUNCE_EVERY_SECONDS * 2
+    clock[0] = killed + 2 * ANNOUNCE_EVERY_SECONDS  # one beat late: still a worker
+    assert await StoreWatch().check(redis, local_settings, backend) is True
+    for phase in (0.0, STORE_RECHECK_SECONDS / 2, STORE_RECHECK_SECONDS - 0.01):
+        # An agent started an hour before; each phase's warning is its process's first.
+        clock[0] = killed - 3600
+        watch, warned = StoreWatch(clock=lambda: clock[0]), None
+        shared_store._no_workers_said.clear()
+        at = killed + phase
+        while warned is None and at < killed + 600:
+            clock[0] = at
+            caplog.clear()
+            if await watch.check(redis, local_settings, backend) is None:
+                assert "no worker of deployment" in caplog.text
+                warned = at - killed
+            at += STORE_RECHECK_SECONDS
+        assert warned is not None and warned <= 60, (phase, warned)
+    await redis.delete(Keys(local_settings.key_prefix).stores)
+    await backend.aclose()
+
+
+async def test_no_worker_is_said_only_once_the_agent_could_know_and_once_a_process(
+    local_settings: Settings,
+    redis: aioredis.Redis,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An agent whose first turn comes before a worker started with it announced (younger
+    than ``ANNOUNCED_SECONDS``) says nothing; past that, one line, however many watch (the
+    callbacks' and a memory service's ``TurnMemory``); a worker that comes and then goes
+    is said again."""
+    from afterthought.backends.local import LocalBackend
+    from afterthought.shared_store import ANNOUNCED_SECONDS, StoreWatch, announce
+
+    monkeypatch.setattr(shared_store, "_no_workers_said", set())
+    now = [1000.0]
+    backend = LocalBackend(local_settings.local_db_path)
+    callbacks, service = StoreWatch(clock=lambda: now[0]), StoreWatch(clock=lambda: now[0])
+
+    async def said() -> int:
+        caplog.clear()
+        for watch in (callbacks, service):
+            await watch.check(redis, local_settings, backend)
+        return caplog.text.count("no worker of deployment")
+
+    assert await said() == 0  # the first turn, at start
+    now[0] += ANNOUNCED_SECONDS - 0.5
+    assert await said() == 0
+    now[0] += 0.5
+    assert await said() == 1
+    now[0] += ANNOUNCED_SECONDS
+    assert await said() == 0  # said already
+    await announce(redis, local_settings, backend, worker="host:1")
+    assert await said() == 0
+    await redis.delete(Keys(local_settings.key_prefix).stores)  # it went
+    assert await said() == 1
+    await backend.aclose()
 
 
 def test_every_dashboard_panel_queries_metrics_the_worker_exports() -> None:
@@ -1262,7 +1421,7 @@ async def test_a_flat_queue_is_never_stranded_by_switching_to_shards(
     keys = Keys.of(local_settings)
     await redis.delete(keys.layout)  # as a deployment from before the record
     sharded = local_settings.model_copy(update={"redis_shards": 4})
-    refused = run_cli(sharded, "status")
+    refused = run_cli_here(sharded, "status")
     assert refused.returncode == 2 and "holds messages in the flat layout" in refused.stderr
     enqueuer = Enqueuer(sharded)
     assert not await enqueuer.enqueue([queued("said after", 2)])
@@ -1270,16 +1429,19 @@ async def test_a_flat_queue_is_never_stranded_by_switching_to_shards(
     await enqueuer.aclose()
     assert not await redis.exists(keys.layout)  # nothing recorded meanwhile
     # The one-time migration: refused while anything is queued, then done by its command.
-    early = run_cli(local_settings, "reshard", "--to", "4", "--yes")
+    early = run_cli_here(local_settings, "reshard", "--to", "4", "--yes")
     assert early.returncode == 1 and "holds 1 messages" in early.stderr
     await drain(local_settings)
-    dry = run_cli(local_settings, "reshard", "--to", "4")
+    dry = run_cli_here(local_settings, "reshard", "--to", "4")
     assert dry.returncode == 2 and "add --yes" in dry.stderr  # a dry run, as every one
     assert await redis.get(keys.layout) == b"0"
-    assert run_cli(local_settings, "reshard", "--to", "4", "--yes").returncode == 0
+    assert run_cli_here(local_settings, "reshard", "--to", "4", "--yes").returncode == 0
     assert await redis.get(keys.layout) == b"4"
-    assert run_cli(sharded, "status").returncode in (0, 1)  # every process now runs with 4
-    assert "set AFTERTHOUGHT_REDIS_SHARDS=4" in run_cli(local_settings, "status").stderr
+    assert run_cli_here(sharded, "status").returncode in (
+        0,
+        1,
+    )  # every process now runs with 4
+    assert "set AFTERTHOUGHT_REDIS_SHARDS=4" in run_cli_here(local_settings, "status").stderr
 
 
 async def test_a_worker_says_at_start_when_zep_cannot_be_used(
@@ -1320,8 +1482,9 @@ async def test_messages_a_restarted_redis_lost_are_counted_at_the_threads_next_e
     the AOF up to what reached the disk, the thread's counter back with it. (Simulated by
     cutting the AOF back to its size before the last writes, after a SIGKILL.) The next
     message of the thread from the process that saw the lost ones accepted gets a number
-    past them: none is handed out twice, the gap is in ``status``'s ``lost_messages``
-    (before and after a worker drained the thread), logged with ids only and counted."""
+    past them: none is handed out twice, the gap is in ``status``'s ``lost_unverified``
+    until a worker has checked it, and the worker, finding neither in the backend, logs it
+    with ids only and counts it in ``lost_messages``."""
     import redis as sync_redis
 
     from afterthought.queue import ThreadQueue
@@ -1369,10 +1532,12 @@ async def test_messages_a_restarted_redis_lost_are_counted_at_the_threads_next_e
         tail = await client.lindex(queue.keys.pending(ref), -1)
         await client.aclose()
         assert tail is not None and tail.startswith(b'{"seq":4,')
-        assert f"redis lost queued messages thread={ref} lost=2 seqs=2..3" in caplog.text
+        assert f"redis counter went back thread={ref} skipped=2 seqs=2..3" in caplog.text
+        before = status(settings)[1]
+        assert (before["lost_messages"], before["lost_unverified"]) == (0, 2)
+        await drain(settings)  # the worker finds neither in the backend: lost
+        assert f"redis lost queued messages thread={ref} lost=2" in caplog.text
         assert "secret" not in caplog.text
-        assert status(settings)[1]["lost_messages"] == 2
-        await drain(settings)
         assert status(settings)[1]["lost_messages"] == 2
     finally:
         proc.kill()

@@ -1,12 +1,13 @@
 """A backend that hangs opens the read breaker: every expiry of the turn's read budget
 during a backend call counts as a failure, so after ``read_breaker_failures`` turns the
 turn path stops calling the backend (and waiting for it) until a half-open probe. Real
-ADK Runner and Redis; the breaker's clock is the test's."""
+ADK Runner and Redis; the breaker's clock is the test's, and so is the event loop's: a
+hang or a stall moves the loop's clock past the budget instead of waiting it out, so no
+outcome depends on how fast the machine is."""
 
 from __future__ import annotations
 
 import asyncio
-import time
 from typing import Any, cast
 
 import pytest
@@ -20,10 +21,10 @@ from tests.adk_support import make_runner, new_session, say
 
 FAILURES = 3
 OPEN_SECONDS = 10.0
-#: A short budget, and a loop stall that outlasts it (and every deadline within it): the
-#: stall is a ``time.sleep`` inside the backend call, so however loaded the machine, both
-#: deadlines have passed before the loop runs again — no outcome hangs on timing.
-BUDGET = 0.1
+#: A budget no loaded machine spends on the turn's Redis reads before the backend call,
+#: and a loop stall that outlasts it (and every deadline within it): the loop's clock
+#: jumps, so both deadlines have passed before the loop runs again.
+BUDGET = 10.0
 STALL = 2 * BUDGET
 PINNED = ZepIdentity(user_uuid="u-1", graph_uuid="g-1")
 
@@ -36,30 +37,66 @@ class Clock:
         return self.now
 
 
-@pytest.mark.parametrize("mode", ["cached", "query"])
-async def test_a_hanging_backend_opens_the_read_breaker(
-    mode: str, local_settings: Settings
-) -> None:
+class LoopClock:
+    """The running loop's clock (``loop.time``, which ``asyncio.timeout`` reads), moved by
+    the test on top of the real one."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.ahead = 0.0
+        self._real = loop.time
+
+    def __call__(self) -> float:
+        return self._real() + self.ahead
+
+    def stall(self) -> None:
+        """The loop is held (another coroutine hogs it) past every deadline of the turn."""
+        self.ahead += STALL
+
+    def hang(self) -> None:
+        """The loop waits, with nothing to do, past every deadline of the turn."""
+        asyncio.get_running_loop().call_soon(self.stall)
+
+
+@pytest.fixture
+async def loop_clock(monkeypatch: pytest.MonkeyPatch) -> LoopClock:
+    loop = asyncio.get_running_loop()
+    clock = LoopClock(loop)
+    monkeypatch.setattr(loop, "time", clock)
+    return clock
+
+
+def _memory(local_settings: Settings, mode: str) -> tuple[TurnMemory, Clock]:
+    """Turn memory with the given context mode, the test's budget, and a read breaker on
+    the test's clock (it stays open until the test moves the clock)."""
     settings = local_settings.model_copy(
         update={
             "context_mode": mode,
-            "retrieval_budget": 0.2,  # it runs out every time: the backend never answers
+            "retrieval_budget": BUDGET,
             "read_breaker_failures": FAILURES,
         }
     )
     memory = TurnMemory.create(settings=settings, identity=PINNED)
-    entered: list[str] = []
-
-    async def hang(**_: Any) -> str:
-        entered.append("get_context")
-        await asyncio.Event().wait()  # a backend that stopped answering
-        return ""
-
-    memory.backend.get_context = hang  # type: ignore[method-assign]
     clock = Clock()
     memory.reader.read_breaker = CircuitBreaker(
         failures=FAILURES, seconds=OPEN_SECONDS, clock=clock
     )
+    return memory, clock
+
+
+@pytest.mark.parametrize("mode", ["cached", "query"])
+async def test_a_hanging_backend_opens_the_read_breaker(
+    mode: str, local_settings: Settings, loop_clock: LoopClock
+) -> None:
+    memory, clock = _memory(local_settings, mode)
+    entered: list[str] = []
+
+    async def hang(**_: Any) -> str:
+        entered.append("get_context")
+        loop_clock.hang()  # a backend that stopped answering: the budget runs out
+        await asyncio.Event().wait()
+        return ""
+
+    memory.backend.get_context = hang  # type: ignore[method-assign]
     runner, model = make_runner(create_callbacks(memory))
 
     async def turn(text: str) -> None:
@@ -88,40 +125,20 @@ async def test_a_hanging_backend_opens_the_read_breaker(
     await runner.close()
 
 
-def _stalling(
-    local_settings: Settings, mode: str, budget: float = BUDGET
-) -> tuple[TurnMemory, Clock]:
-    """Turn memory with the given context mode, a short budget, and a read breaker on the
-    test's clock (it stays open until the test moves the clock)."""
-    settings = local_settings.model_copy(
-        update={
-            "context_mode": mode,
-            "retrieval_budget": budget,
-            "read_breaker_failures": FAILURES,
-        }
-    )
-    memory = TurnMemory.create(settings=settings, identity=PINNED)
-    clock = Clock()
-    memory.reader.read_breaker = CircuitBreaker(
-        failures=FAILURES, seconds=OPEN_SECONDS, clock=clock
-    )
-    return memory, clock
-
-
 @pytest.mark.parametrize("mode", ["cached", "query"])
 async def test_a_loop_stall_past_both_deadlines_opens_the_read_breaker(
-    mode: str, local_settings: Settings
+    mode: str, local_settings: Settings, loop_clock: LoopClock
 ) -> None:
     """The backend hangs, and the loop stalls during each call past both the call's own
     deadline and the turn's budget: both cancel the read, and the inner ``asyncio.timeout``
     re-raises the cancellation instead of a TimeoutError. That expiry is a failure too: after
     ``read_breaker_failures`` turns no turn calls the backend (or waits for it)."""
-    memory, _ = _stalling(local_settings, mode)
+    memory, _ = _memory(local_settings, mode)
     calls: list[int] = []
 
     async def hang(**_: Any) -> str:
         calls.append(turn)
-        time.sleep(STALL)  # the loop stalls: another coroutine hogs it
+        loop_clock.stall()  # the loop stalls: another coroutine hogs it
         await asyncio.Event().wait()  # a backend that stopped answering
         return ""
 
@@ -140,17 +157,17 @@ async def test_a_loop_stall_past_both_deadlines_opens_the_read_breaker(
 
 @pytest.mark.parametrize("mode", ["cached", "query"])
 async def test_an_answer_after_the_deadline_counts_as_a_failure(
-    mode: str, local_settings: Settings
+    mode: str, local_settings: Settings, loop_clock: LoopClock
 ) -> None:
     """A stall can carry the loop past the deadline before its timer gets to run, so that
     an answer ready by then comes through although the deadline passed: the call cost the
     turn more than its budget, and counts as a failure like one cut at the deadline."""
-    memory, _ = _stalling(local_settings, mode)
+    memory, _ = _memory(local_settings, mode)
     calls: list[int] = []
 
     async def late(**_: Any) -> str:
         calls.append(turn)
-        time.sleep(STALL)  # past the deadline, before any timer can fire
+        loop_clock.stall()  # past the deadline, before any timer can fire
         return "lives in: Lisbon"
 
     memory.backend.get_context = late  # type: ignore[method-assign]
@@ -165,12 +182,12 @@ async def test_an_answer_after_the_deadline_counts_as_a_failure(
 @pytest.mark.parametrize("mode", ["cached", "query"])
 @pytest.mark.parametrize("overdue", [False, True])
 async def test_a_cancelled_read_propagates_and_counts_only_once_overdue(
-    mode: str, overdue: bool, local_settings: Settings
+    mode: str, overdue: bool, local_settings: Settings, loop_clock: LoopClock
 ) -> None:
     """A cancellation that is not the read's own (the turn is cancelled) always reaches the
     caller; it tells the breaker nothing while the call still had time, and a failure once
     the call's deadline has passed (the loop stalled past it, the timers not yet run)."""
-    memory, _ = _stalling(local_settings, mode, BUDGET if overdue else 30.0)
+    memory, _ = _memory(local_settings, mode)
     entered = asyncio.Event()
 
     async def hang(**_: Any) -> str:
@@ -178,7 +195,7 @@ async def test_a_cancelled_read_propagates_and_counts_only_once_overdue(
         assert task is not None
         asyncio.get_running_loop().call_soon(task.cancel)  # the turn is cancelled
         if overdue:
-            time.sleep(STALL)
+            loop_clock.stall()
         entered.set()
         await asyncio.Event().wait()
         return ""

@@ -28,6 +28,7 @@ from afterthought.testing.redis_server import RedisServer, free_port
 from afterthought.testing.zep_fake import Fault, ZepFake
 from afterthought.worker import flush as flush_module
 from afterthought.worker.flush import Flusher
+from tests.conftest import until
 from tests.redelivery_support import Clock, dup_report, flusher, session, settings_for, stand
 
 
@@ -105,20 +106,31 @@ async def buffer_resend_after_redis_loss() -> dict:
     server.start()
     proxy = RedisProxy(server.url).start()
     with ZepFake() as fake:
-        s = settings_for(server.url, fake, Path(tempfile.mkdtemp(prefix="redelivery-")))
-        agent = Enqueuer(s.model_copy(update={"redis_url": proxy.url}))
+        s = settings_for(
+            server.url,
+            fake,
+            Path(tempfile.mkdtemp(prefix="redelivery-")),
+            enqueue_timeout=5.0,
+            # The drain thread's refused tries open the breaker: closed again soon, so the
+            # resend does not wait out the default 5 s.
+            breaker_seconds=0.05,
+        )
+        turns = s.model_copy(update={"redis_url": proxy.url})
+        agent = Enqueuer(turns)
         assert await agent.enqueue([msg(0, "warm up")])
-        proxy.reply_delay = 0.5
-        queued = await agent.enqueue([msg(1, "said once")])  # times out after 0.1 s; ran
+        # A turn's deadline from here on (a held reply outlasts any deadline).
+        agent._settings = turns.model_copy(update={"enqueue_timeout": 0.1})
+        proxy.hold_replies()
+        queued = await agent.enqueue([msg(1, "said once")])  # times out
+        await until(lambda: proxy.held_replies)  # it ran
         proxy.refuse()
-        proxy.reply_delay = 0.0
+        proxy.release_replies()
         r = connect(s.redis_url)
         await drain(flusher(s), r)
         await r.aclose()
         server.stop()
         server.start()  # back empty (no AOF)
         proxy.resume()
-        time.sleep(0.2)
         drained = agent.wait_empty(10.0)
         r = connect(s.redis_url)
         await drain(flusher(s), r)
@@ -223,9 +235,13 @@ async def late_copies_deep(n: int) -> dict:
         return {"repair": dict(repaired), "unmarked": after["unmarked_duplicates"]}
 
 
-# about 50 s: a 6,000-message re-import
-def test_late_copies_deep_below_the_top_of_a_long_thread_are_marked() -> None:
-    found = asyncio.run(late_copies_deep(6000))
+# 600 messages: the late copies lie 12 pages down, past LATE_MARGIN. The 6,000-message
+# re-import (about 50 s of CPU, past the old 5,000-message cap) is the slow tier's.
+@pytest.mark.parametrize(
+    "n", [600, pytest.param(6000, marks=pytest.mark.timeout(600))], ids=["600", "6000"]
+)
+def test_late_copies_deep_below_the_top_of_a_long_thread_are_marked(n: int) -> None:
+    found = asyncio.run(late_copies_deep(n))
     assert found["unmarked"] == 0, found
 
 

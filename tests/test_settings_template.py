@@ -8,6 +8,8 @@ import logging
 import traceback
 
 import pytest
+from hypothesis import assume, example, given, settings
+from hypothesis import strategies as st
 from pydantic import AliasChoices
 
 from afterthought import settings as settings_module
@@ -27,6 +29,19 @@ SECRET = "z_SECRETkey1234567890abcdef"
         ("{" + SECRET + "}", "each bare"),
         ("{app}{user_id}", "text between"),
         ("{user_id", "lone"),
+        # A field's own % is escaped to %25: the same text between fields made (app "a%",
+        # user "b") and (app "a", user "%b") one backend user, "a%25%25b".
+        ("{app}%25{user_id}", "% outside its fields"),
+        ("{app}%{user_id}", "% outside its fields"),
+        ("%{user_id}", "% outside its fields"),
+        ("{user_id}" + SECRET + "%", "% outside its fields"),
+        # Two deployments' templates rendered one backend user: {deployment}-{user_id} of
+        # "a" (user "b/c") and {deployment}/{user_id} of "a-b" (user "c"), both "a-b/c".
+        ("{deployment}-{user_id}", "start with {deployment}"),
+        ("{deployment}.{app}:{user_id}", "start with {deployment}"),
+        ("{deployment}é{user_id}", "start with {deployment}"),
+        ("{app}:{deployment}:{user_id}", "start with {deployment}"),
+        ("x:{deployment}:{user_id}", "start with {deployment}"),
     ],
 )
 def test_a_bad_template_is_refused_in_one_line_without_its_value(template: str, says: str) -> None:
@@ -66,8 +81,8 @@ def test_repr_shows_no_url_password() -> None:
     [
         ("{app}:{user_id}", ("x", "y:z"), ("x:y", "z")),
         ("{app}:{user_id}", ("x", "y%3Az"), ("x", "y:z")),
-        ("{deployment}-{app}/{user_id}", ("a-b", "c"), ("a", "b-c")),
-        ("{deployment}-{app}/{user_id}", ("a/b", "c"), ("a", "b/c")),
+        ("{deployment}/{app}-{user_id}", ("a-b", "c"), ("a", "b-c")),
+        ("{deployment}/{app}-{user_id}", ("a/b", "c"), ("a", "b/c")),
     ],
 )
 def test_a_template_of_several_fields_renders_each_pair_apart(
@@ -75,6 +90,54 @@ def test_a_template_of_several_fields_renders_each_pair_apart(
 ) -> None:
     settings = Settings(key_prefix="d")
     ids = {settings.zep_user_id(app=a, user_id=u, template=template) for a, u in (one, other)}
+    assert len(ids) == 2
+
+
+_SEPARATOR = st.text(alphabet=":/|#@ -._x~é", min_size=1, max_size=3)
+_NAME = st.text(alphabet=st.sampled_from("ab:/|#@%-._~é"), max_size=6)
+
+
+@st.composite
+def _deployment_template(draw: st.DrawFn) -> str:
+    rest = draw(st.permutations(["{app}", "{user_id}"]))[: draw(st.integers(1, 2))]
+    if "{user_id}" not in rest:
+        rest = ["{user_id}"]
+    return "{deployment}" + "".join(draw(_SEPARATOR) + field for field in rest)
+
+
+def _accepted(template: str) -> bool:
+    try:
+        Settings(zep_user_id_template=template)
+    except SettingsError:
+        return False
+    return True
+
+
+@settings(max_examples=400, deadline=None)
+@example(  # what two deployments' templates rendered as one user before
+    one="{deployment}-{user_id}",
+    other="{deployment}/{user_id}",
+    prefixes=["a", "a-b"],
+    said=[("x", "b/c"), ("x", "c")],
+)
+@given(
+    one=_deployment_template(),
+    other=_deployment_template(),
+    prefixes=st.lists(
+        st.text(alphabet="ab-_.é", min_size=1, max_size=4), min_size=2, max_size=2, unique=True
+    ),
+    said=st.lists(st.tuples(_NAME, _NAME), min_size=2, max_size=2),
+)
+def test_two_deployments_never_render_one_backend_user_whatever_their_templates(
+    one: str, other: str, prefixes: list[str], said: list[tuple[str, str]]
+) -> None:
+    """Any two templates a deployment may set: (deployment, app, user) of one and of
+    another deployment are two backend users."""
+    assume(_accepted(one) and _accepted(other))
+    ids = {
+        Settings(key_prefix=prefix).zep_user_id(app=app, user_id=user, template=template)
+        for prefix, template, (app, user) in zip(prefixes, (one, other), said, strict=True)
+    }
     assert len(ids) == 2
 
 
@@ -110,7 +173,7 @@ BAD = {
 #: logged either.
 ANY_TEXT = {
     "embedding_model", "assistant_name", "context_template_uuid", "synthesis_model",
-    "audit_key", "metrics_host",
+    "audit_key", "metrics_host", "shared_store",
 }  # fmt: skip
 
 
@@ -174,3 +237,21 @@ def test_a_relative_store_is_warned_about_without_its_path(
     assert settings.local_db_path.is_absolute()
     assert "local_db_path (AFTERTHOUGHT_LOCAL_DB_PATH) is relative" in caplog.text
     assert CANARY not in caplog.text
+
+
+def test_an_unknown_keyword_to_an_agent_surface_is_a_settings_error() -> None:
+    """``create_callbacks(<a key pasted as a name>=1)``, and the plugin, the memory service
+    and ``TurnMemory.create``: the one line ``Settings`` says, not a ``TypeError`` naming it."""
+    from afterthought.agent_hooks import (
+        MemoryPlugin,
+        TurnMemory,
+        ZepMemoryService,
+        create_callbacks,
+    )
+
+    for make in (create_callbacks, MemoryPlugin, ZepMemoryService, TurnMemory.create):
+        with pytest.raises(SettingsError) as refused:
+            make(**{CANARY: 1, "key_prefx": "shop"})
+        said = str(refused.value)
+        assert "\n" not in said and CANARY not in said
+        assert "2 keyword arguments name no setting (did you mean key_prefix?)" in said

@@ -261,6 +261,12 @@ def test_consolidation_respects_time() -> None:
     )
     assert [f.value for f in add] == ["Oslo"] and invalidate == ["p"]
     assert outcome["outdated"] == 1 and outcome["superseded"] == 1
+    # One run reads a later session's thread before an earlier one's: the older value
+    # read second does not displace the newer one read first.
+    add, _, outcome = consolidate(
+        [said("Oslo", "2026-03-01T00:00:00Z"), said("Lisbon", "2026-01-01T00:00:00Z")], [], set()
+    )
+    assert [f.value for f in add] == ["Oslo"] and outcome["outdated"] == 1
 
 
 class _Arriving(RuleExtractor):
@@ -322,9 +328,16 @@ def _later(*said: str) -> list[HistoryMessage]:
 
 #: Held since March 1st: where the user lives, a trip, where they work.
 HELD = [
-    ("home", "lives_in", "Leeds", "2026-03-01T09:00:00+00:00", ["k0"]),
-    ("trip", "event_trip", "trip to Leeds on 2026-03-20", "2026-03-01T09:00:00+00:00", ["k0"]),
-    ("job", "works_at", "Kontor", "2026-03-01T09:00:00+00:00", ["k0"]),
+    ("home", "user", "lives_in", "Leeds", "2026-03-01T09:00:00+00:00", ["k0"]),
+    (
+        "trip",
+        "user",
+        "event_trip",
+        "trip to Leeds on 2026-03-20",
+        "2026-03-01T09:00:00+00:00",
+        ["k0"],
+    ),
+    ("job", "user", "works_at", "Kontor", "2026-03-01T09:00:00+00:00", ["k0"]),
 ]
 
 
@@ -355,8 +368,47 @@ def test_a_later_remark_about_the_same_thing_retires_it() -> None:
         ("ok so i quit kontor 🎉", {"job"}),
         ("I've started a new job, first day monday", {"job"}),
         ("guess what? i quit kontor", {"job"}),  # a question beside it does not hide it
+        ("how do I descale a kettle then Still unpacking after the move to Pune", {"home"}),
     ):
         assert retired(HELD, _later(said)) == expected, said
     # What the fact was read from, or said before it, retires nothing.
     assert retired(HELD, [HistoryMessage("k0", "user", "I quit Kontor", "2026-03-12")]) == set()
     assert retired(HELD, [HistoryMessage("m", "user", "I quit Kontor", "2026-02-01")]) == set()
+
+
+def test_someone_elses_news_a_wish_or_a_word_nearby_retires_nothing() -> None:
+    from afterthought.worker.synthesize import retired
+
+    held = [
+        *HELD,
+        ("arm", "user", "injury", "right shoulder", "2026-03-01T09:00:00+00:00", ["k0"]),
+        ("mum", "mother Hina", "occupation", "translator", "2026-03-01T09:00:00+00:00", ["k0"]),
+    ]
+    for said in (
+        "My old flatmate Fionn moved to Naples in August.",  # another's move
+        "ok so Malik quit, she's off to Oslo",
+        "If I ever moved it would be to Ghent, but that's a fantasy.",  # a wish
+        "We thought about moving to Almaty but the rents are mad.",
+        "The queue at the post office went round the block.",  # words of change, far off
+        "I tried a new route to work and got completely lost.",
+        "I should be doing my tax return right now, so this is procrastination.",
+        "The heating broke this morning and the flat is freezing.",
+    ):
+        assert retired(held, _later(said)) == set(), said
+
+
+def test_the_users_move_ends_a_flatmate_but_anothers_or_a_wish_does_not() -> None:
+    from afterthought.worker.synthesize import retired
+
+    held = [("lena", "user", "flatmate", "Lena", "2026-03-01T09:00:00+00:00", ["k"])]
+    assert retired(held, _later("Also I am moving!! Found a room in Wedding.")) == {"lena"}
+    for said in ("My sister is moving to Graz.", "If I ever moved it would be to Ghent."):
+        assert retired(held, _later(said)) == set(), said
+
+
+def test_a_fact_about_someone_else_is_retired_by_news_of_them() -> None:
+    from afterthought.worker.synthesize import retired
+
+    held = [("mum", "mother Hina", "occupation", "translator", "2026-03-01T09:00:00+00:00", ["k"])]
+    assert retired(held, _later("Hina quit her job last week")) == {"mum"}
+    assert retired(held, _later("I quit my job last week, new job soon")) == set()

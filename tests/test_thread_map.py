@@ -28,10 +28,10 @@ from afterthought.identity import IdentityRegistry
 from afterthought.keys import MAPPED_FIELD, Keys
 from afterthought.queue import ThreadQueue
 from afterthought.settings import Settings
-from afterthought.testing import ZepFake
+from afterthought.testing import Fault, ZepFake
 from afterthought.testing.redis_server import RedisServer
 from afterthought.worker.metrics import THREAD_MAP_REBUILDS
-from tests.conftest import drain, queued
+from tests.conftest import drain, enqueue, queued
 from tests.redelivery_support import flusher, settings_for
 
 
@@ -267,3 +267,72 @@ async def test_a_session_entry_of_before_the_map_moves_into_it(
     assert (await redis.hget(user, field)).decode() == thread_uuid
     assert not await redis.exists(old)
     assert [m["content"] for m in zep_fake.messages(thread_uuid)] == ["before", "after"]
+
+
+async def test_a_session_a_rebuild_records_just_after_the_lookup_goes_on_in_its_thread(
+    zep_settings: Settings, zep_fake: ZepFake, redis: aioredis.Redis
+) -> None:
+    """Another worker's rebuild of the user's map (it holds the map's lock, not the
+    session's) records the session right after this worker looked it up under the
+    session's lock, and before it asks whether the map is whole: it is whole by then, and
+    the session goes on in the thread the rebuild found, not in a new one."""
+    registry = IdentityRegistry(redis, zep_settings)
+    backend = ZepBackend(zep_settings)
+    user, _ = await registry.ensure_user(backend, app="memtest", user_id="alice")
+    found = await backend.create_thread(user=user, idempotency_key="found by the rebuild")
+    tag = Keys.of(zep_settings).session_tag("memtest", "alice", "s1")
+    lookup = registry.lookup
+    looked = 0
+
+    async def rebuilt_meanwhile(**kwargs: str) -> identity.Identity:
+        nonlocal looked
+        known = await lookup(**kwargs)
+        looked += 1
+        if looked == 2:  # under the session's lock: the other worker's record lands now
+            await registry._record_threads("memtest", "alice", user, {tag: found})
+        return known
+
+    registry.lookup = rebuilt_meanwhile  # type: ignore[method-assign]
+    _, thread_uuid, created = await registry.ensure_thread(
+        backend, app="memtest", user_id="alice", session_id="s1"
+    )
+    await backend.aclose()
+    assert (thread_uuid, created) == (found, False) and len(zep_fake.threads()) == 1
+
+
+async def test_a_rebuild_that_keeps_failing_never_backs_the_session_off_for_minutes(
+    zep_settings: Settings, zep_fake: ZepFake, redis: aioredis.Redis
+) -> None:
+    """After Redis lost the user's map, a session's next batch waits for the map's rebuild
+    (a list of the user's threads, and a read of each one's first message): many calls,
+    each of which may fail. Such a failure is not the batch's: counted as its failed
+    attempt it backed the thread off exponentially (a handover run's session waited past
+    the two minutes its backlog had to drain) and, at ``retry_max_attempts``, sent it to
+    the dead letters. Five failed rebuilds in a row: each retry comes after a first
+    failure's delay, and the batch is then stored in the session's thread."""
+    await enqueue(zep_settings, queued("first", 1))
+    await drain(zep_settings)
+    registry = IdentityRegistry(redis, zep_settings)
+    thread = (await registry.lookup(app="memtest", user_id="alice", session_id="s1")).thread_uuid
+    keys = Keys.of(zep_settings)
+    zep_fake.idempotency_window = 0.0  # Zep no longer replays the thread's creation
+    await redis.delete(keys.user("memtest", "alice"), keys.session("memtest", "alice", "s1"))
+    await enqueue(zep_settings, queued("then", 2))
+    failures = 5
+    zep_fake.inject(Fault(match=r"^GET /threads$", status=500, times=failures))
+    worker = flusher(zep_settings)
+    tk = keys.thread_ref("memtest", "alice", "s1")
+    ready = keys.ready(keys.shard_of_ref(tk))
+    waits = []
+    try:
+        for _ in range(failures):
+            stats = await worker.drain(budget=30)
+            assert stats["deferred"] == 1
+            waits.append(await redis.zscore(ready, tk) - _ms())
+            await redis.zadd(ready, {tk: 0}, xx=True)  # due again now
+        await worker.drain(budget=30)
+    finally:
+        await worker.redis.aclose()
+        await worker.backend.aclose()
+    assert max(waits) <= 2000 and not await redis.llen(keys.dead(keys.shard_of_ref(tk)))
+    assert [m["content"] for m in zep_fake.messages(thread)] == ["first", "then"]

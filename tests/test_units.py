@@ -133,6 +133,32 @@ def test_empty_variables_are_unset_but_blank_or_garbled_keys_are_refused(
     assert Settings(zep_api_key="z_0123-abc.DEF").resolved_backend == "zep"
 
 
+def test_an_empty_zep_key_is_said_and_a_zep_backend_without_one_is_refused(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An empty key selects the local store: a Zep secret that did not mount would put
+    every user's memory in another store without a word. Said once, unless the local
+    store is named; ``backend=zep`` without a key is refused at start, not at a turn."""
+    import afterthought.settings as settings_module
+
+    monkeypatch.setattr(settings_module, "_warned", set())
+    monkeypatch.setenv("ZEP_API_KEY", "")
+    with caplog.at_level("WARNING", logger="afterthought.settings"):
+        assert Settings().resolved_backend == "local"
+        assert Settings().resolved_backend == "local"
+    said = [r.getMessage() for r in caplog.records if "ZEP_API_KEY" in r.getMessage()]
+    assert len(said) == 1 and "empty" in said[0]
+    caplog.clear()
+    monkeypatch.setattr(settings_module, "_warned", set())
+    monkeypatch.setenv("AFTERTHOUGHT_BACKEND", "local")
+    with caplog.at_level("WARNING", logger="afterthought.settings"):
+        Settings()
+    assert not [r for r in caplog.records if "ZEP_API_KEY" in r.getMessage()]
+    monkeypatch.setenv("AFTERTHOUGHT_BACKEND", "zep")
+    with pytest.raises(SettingsError, match="backend zep needs ZEP_API_KEY"):
+        Settings()
+
+
 @pytest.mark.parametrize("days", [-7, 0, float("nan")])
 def test_a_fact_lives_a_positive_number_of_days(days: float) -> None:
     with pytest.raises(SettingsError, match=r"must be a number > 0|should be a finite number"):

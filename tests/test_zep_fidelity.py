@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime
@@ -49,9 +50,15 @@ async def _eventually(check: Callable[[], bool], within: float = 20.0) -> None:
         await asyncio.sleep(0.02)
 
 
-async def _until_done(op: Callable[[], Awaitable[T]], within: float = 20.0) -> T:
+def _answered(fake: ZepFake) -> bool:
+    """No request of the fake's hangs or waits for its work: every late commit landed."""
+    return fake.hanging == 0 and all(r.status for r in fake.requests)
+
+
+async def _until_done(op: Callable[[], Awaitable[T]], fake: ZepFake, within: float = 20.0) -> T:
     """Call ``op`` until it succeeds, as the worker's retries would; a transient or
-    conflicting outcome is retried, anything else fails the test."""
+    conflicting outcome is retried, anything else fails the test. Before a retry the
+    server settles, as the worker lets it: the retry comes after a late commit landed."""
     deadline = time.monotonic() + within
     while True:
         try:
@@ -59,7 +66,7 @@ async def _until_done(op: Callable[[], Awaitable[T]], within: float = 20.0) -> T
         except BackendError as exc:
             assert exc.kind in ("timeout", "conflict", "unavailable"), exc
             assert time.monotonic() < deadline, "never succeeded"
-            await asyncio.sleep(SETTLE + 0.05)  # as the worker: a late commit lands first
+            await _eventually(lambda: _answered(fake))
 
 
 def _message(text: str, key: str) -> OutgoingMessage:
@@ -109,6 +116,30 @@ async def backend(zep_settings: Settings) -> AsyncIterator[ZepBackend]:
     made = ZepBackend(zep_settings)
     yield made
     await made.aclose()
+
+
+def test_backends_and_their_loops_read_the_ca_bundle_once(
+    zep_settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Reading the CA bundle takes ~50 ms of CPU: an agent opens a backend per memory and
+    a client per loop, and each would pay it again."""
+    made: list[object] = []
+    create = httpx.create_ssl_context
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        made.append(True)
+        return create(*args, **kwargs)
+
+    monkeypatch.setattr(httpx, "create_ssl_context", counted)
+
+    async def open_client() -> None:
+        backend = ZepBackend(zep_settings)
+        assert backend.zep is not None  # this loop's client
+        await backend.aclose()
+
+    for _ in range(3):
+        asyncio.run(open_client())
+    assert len(made) <= 1  # none once another test made the process's context
 
 
 # --- the fake models real Zep --------------------------------------------------------------
@@ -251,20 +282,35 @@ async def test_the_fake_scopes_keys_per_endpoint_and_compares_bodies(zep_fake: Z
 async def test_the_fake_offers_each_answer_to_a_key_still_in_flight(
     zep_fake: ZepFake, mode: str
 ) -> None:
-    zep_fake.configure({"key_in_flight": mode, "client_timeout": 0.3, "hang_overshoot": 0.3})
+    zep_fake.configure({"key_in_flight": mode})
     thread = await _thread(AsyncZep(api_key="k", base_url=zep_fake.base_url, timeout=30))
     zep = AsyncZep(api_key="k", base_url=zep_fake.base_url, max_retries=0, timeout=0.3)
-    zep_fake.inject(Fault(match=ADDS, hang=True))
-    message = [AddMessage(role="user", content="a")]
-    with pytest.raises(httpx.TimeoutException):
-        await zep.thread.add_messages(thread, messages=message, idempotency_key="k1")
-    retry = AsyncZep(api_key="k", base_url=zep_fake.base_url, max_retries=0, timeout=5)
-    if mode == "409":
-        with pytest.raises(ApiError) as busy:
-            await retry.thread.add_messages(thread, messages=message, idempotency_key="k1")
-        assert busy.value.status_code == 409
-    else:
-        await retry.thread.add_messages(thread, messages=message, idempotency_key="k1")
+    released = threading.Event()  # the first hangs until the retry is answered
+    zep_fake.inject(Fault(match=ADDS, hang=True, released=released))
+    try:
+        message = [AddMessage(role="user", content="a")]
+        with pytest.raises(httpx.TimeoutException):
+            await zep.thread.add_messages(thread, messages=message, idempotency_key="k1")
+        await _eventually(lambda: zep_fake.hanging == 1)  # the first holds its key
+        retry = AsyncZep(api_key="k", base_url=zep_fake.base_url, max_retries=0, timeout=10)
+        again = retry.thread.add_messages(thread, messages=message, idempotency_key="k1")
+        if mode == "409":
+            with pytest.raises(ApiError) as busy:
+                await again
+            assert busy.value.status_code == 409
+        elif mode == "run_both":
+            await again
+        else:  # the retry waits for the first: let the first go once the retry has arrived
+            waiting = asyncio.ensure_future(again)
+
+            def both_arrived() -> bool:
+                return [r.idempotency_key for r in zep_fake.requests].count("k1") == 2
+
+            await _eventually(both_arrived)
+            released.set()
+            await waiting
+    finally:
+        released.set()  # a failed test leaves no request hanging
     await _eventually(lambda: zep_fake.ambiguous == {"hang": 1})
     expected = ["a", "a"] if mode == "run_both" else ["a"]
     assert [m["content"] for m in zep_fake.messages(thread)] == expected
@@ -579,13 +625,15 @@ async def test_the_adapter_survives_every_idempotency_behaviour(
 
     # ensure_user: a create whose reply was lost is found, not created twice.
     maybe_hang("POST /users$")
-    user, _ = await _until_done(lambda: backend.ensure_user(zep_user_id="carol"))
+    user, _ = await _until_done(lambda: backend.ensure_user(zep_user_id="carol"), zep_fake)
     assert await backend.ensure_user(zep_user_id="carol") == (user, False)
     await _eventually(lambda: len(zep_fake.users()) == 1)
 
     # create_thread: whatever the retry meets, the thread it returns is the user's.
     maybe_hang("POST /threads$")
-    thread = await _until_done(lambda: backend.create_thread(user=user, idempotency_key="s1"))
+    thread = await _until_done(
+        lambda: backend.create_thread(user=user, idempotency_key="s1"), zep_fake
+    )
     assert await backend.thread_owner(thread_uuid=thread) == user.user_uuid
 
     # add_messages through the worker: every message once, in order, nothing dead.
@@ -611,7 +659,8 @@ async def test_the_adapter_survives_every_idempotency_behaviour(
     await _until_done(
         lambda: backend.add_fact(
             user=user, text=text, key="f1", trust="app", reference_time="2026-01-01T00:00:00Z"
-        )
+        ),
+        zep_fake,
     )
     await _eventually(lambda: all(r.status for r in zep_fake.requests))
     stored = [e["content"] for e in zep_fake.episodes()]
@@ -625,9 +674,9 @@ async def test_the_adapter_survives_every_idempotency_behaviour(
     await backend.get_context(user=alice_ref, query="dish", max_chars=4000, timeout=5)
     edge = zep_fake.edges(extracted=True)[0]["uuid"]
     maybe_hang("DELETE /graphs/.*/edges/")
-    await _until_done(lambda: backend.delete_memory(user=alice_ref, memory_uuid=edge))
+    await _until_done(lambda: backend.delete_memory(user=alice_ref, memory_uuid=edge), zep_fake)
     await _eventually(lambda: edge not in {e["uuid"] for e in zep_fake.edges()})
     maybe_hang("DELETE /users/")
-    await _until_done(lambda: backend.delete_user(user=user))
+    await _until_done(lambda: backend.delete_user(user=user), zep_fake)
     await _eventually(lambda: user.user_uuid not in {u["uuid"] for u in zep_fake.users()})
     await backend.aclose()

@@ -38,7 +38,7 @@ from pydantic import ValidationError
 
 from afterthought.backends.base import HistoryMessage, MemoryBackend
 from afterthought.facts import RETRACTION, Fact
-from afterthought.settings import Settings
+from afterthought.settings import Settings, SettingsError
 
 
 class Extractor(Protocol):
@@ -180,7 +180,15 @@ _RELATIONS: dict[str, tuple[str, bool]] = {
     "snake": ("snake", False),
     "lizard": ("lizard", False),
     "gecko": ("gecko", False),
+    "ferret": ("ferret", False),
 }
+#: The relations that are animals.
+_PET_WORDS = frozenset(
+    _words(
+        """dog puppy cat kitten rabbit bunny hamster parrot budgie tortoise turtle horse pony
+        snake lizard gecko ferret"""
+    )
+) | {"guinea pig"}
 _REL = r"(?P<rel>" + "|".join(sorted(map(re.escape, _RELATIONS), key=len, reverse=True)) + r")"
 #: Relations that are one of a kind in the predicate list (see ``afterthought.facts``).
 SINGLE_RELATIONS = frozenset(
@@ -224,9 +232,19 @@ _JOBS = frozenset(
         psychiatrist psychologist radiographer realtor receptionist recruiter researcher
         salesman saleswoman scientist secretary solicitor statistician student surgeon
         surveyor tailor teacher technician therapist translator tutor vet veterinarian
-        waiter waitress welder writer copywriter zookeeper"""
+        waiter waitress welder writer copywriter zookeeper auditor tester planner trainer
+        controller sommelier beekeeper florist jeweller butcher locksmith hygienist curator
+        archivist inspector coordinator supervisor operator dispatcher sonographer
+        plasterer decorator roofer joiner glazier upholsterer steward conductor freelancer"""
     )
-) | {"social worker", "estate agent", "police officer", "teaching assistant", "cabin crew"}
+) | {
+    "social worker",
+    "estate agent",
+    "police officer",
+    "teaching assistant",
+    "cabin crew",
+    "self-employed",
+}
 _CONDITIONS = frozenset(
     _words(
         """asthma diabetes adhd autism ibs arthritis migraines epilepsy depression anxiety
@@ -263,7 +281,8 @@ _DRUG_SUFFIX = re.compile(
     r"(?:pril|sartan|statin|azole|mycin|cillin|zepam|olol|formin|xetine|pramine|tidine|oxetine|aline)$"
 )
 _BODY = (
-    r"(?P<body>(?:left |right )?(?:wrist|ankle|knee|arm|leg|back|shoulder|hip|foot|hand|finger|toe|"
+    r"(?P<body>(?:left |right |lower |upper )?"
+    r"(?:wrist|ankle|knee|arm|leg|back|shoulder|hip|foot|hand|finger|toe|"
     r"elbow|neck|ribs?|collarbone|hamstring|acl|achilles|calf|thumb|nose|jaw|toe|knee ligament|"
     r"meniscus|rotator cuff))"
 )
@@ -723,6 +742,11 @@ _LIVE = r"(?:\s+live|\s+am\s+living|'m\s+living|m\s+living|'m\s+based|\s+am\s+ba
 
 @rule(
     rf"\bi(?:\s+(?:now|currently|still|actually))?{_LIVE}\s+in\s+|\b(?:i|we)(?:'ve|\s+have)?\s+(?:just\s+|finally\s+|recently\s+|now\s+|actually\s+)*(?:moved|relocated)\s+(?:(?:back|over|down|up|out)\s+)?to\s+|\bthe\s+commute\s+from\s+|\bhere\s+in\s+|\bwe\s+(?:now\s+)?live\s+in\s+"
+    r"|\b(?:i|we)(?:'ve|\s+have)?\s+(?:just\s+|finally\s+|now\s+)*settled\s+(?:in|into)\s+"
+    # A move that is over: "after the move to Pune", "the relocation to Pune is done".
+    r"|\b(?:after|since)\s+(?:the|my|our)\s+(?:move|relocation)\s+to\s+"
+    r"|\b(?:the|my|our)\s+(?:move|relocation)\s+to\s+"
+    r"(?=\S+(?:\s+\S+){0,3}\s+(?:is|was)\s+(?:done|finished|complete)\b)"
 )
 def _lives_in(m: re.Match[str], t: _Text) -> Iterator[_Said]:
     value = _proper(_rest(m, t), t)
@@ -761,6 +785,28 @@ _JOB_RE = (
     + "|".join(sorted(_JOBS, key=len, reverse=True))
     + r"))\b"
 )
+
+
+#: The ending of a word for someone who does something ("tester", "auditor", "planner").
+_DOER = re.compile(r"(?:er|or|ist|ian|eer|ant)$")
+_JOB_STOPS = _STOP_WORDS | {"at", "in", "for", "on", "there", "means", "who", "here"}
+
+
+def _job(rest: str, framed: bool) -> str | None:
+    """The job at the start of ``rest``: a listed one ("nurse", with up to two words before
+    it: "veterinary nurse"), with the words after it when they end in another doer
+    ("barista trainer"); where the words before say a job follows (``framed``: "works as",
+    "qualified as"), any short phrase ending in a doer ("software tester")."""
+    listed = re.match(_JOB_RE, rest, re.I)
+    phrase = _phrase(rest, 4, _JOB_STOPS)
+    doer = phrase is not None and (
+        _DOER.search(phrase.split()[-1].lower()) is not None or phrase.split()[-1].lower() in _JOBS
+    )
+    if listed and not (doer and phrase and len(phrase) > len(listed.group("job"))):
+        return listed.group("job").lower()
+    if phrase and doer and (framed or listed) and phrase.split()[-1].lower() not in _RELATIONS:
+        return phrase.lower()
+    return None
 
 
 @rule(
@@ -802,6 +848,32 @@ def _im_a_job(m: re.Match[str], t: _Text) -> Iterator[_Said]:
     yield from _employer(_rest(m, t), t)
 
 
+@rule(rf"\bpromoted\s+to\s+(?:an?\s+|the\s+)?{_JOB_RE}")
+def _promoted(m: re.Match[str], t: _Text) -> Iterator[_Said]:
+    """The user's new job: "I got promoted to lead data scientist", "guess who got
+    promoted to HR Director"; not another's news ("my sister got promoted")."""
+    if _OTHER_DOER.search(t.text):
+        return
+    yield from _user("occupation", m.group("job").lower(), "work", 0.8)
+
+
+@rule(
+    rf"\b{_IM}\s+(?:now\s+)?the\s+(?:only|new|senior|lead|head)\s+"
+    r"|\bi(?:'ve|\s+have)?\s+(?:just\s+|finally\s+)?qualified\s+as\s+(?:an?\s+)?"
+    r"|\bi(?:'ve|\s+have)\s+been\s+(?:an?\s+)(?=(?:[\w-]+\s+){1,4}?(?:at|for|with)\s+[A-Z])"
+    r"|(?:^|[,;]\s*)being\s+an?\s+(?=(?:[\w-]+\s+){1,4}?(?:there|at|for|with)\b)"
+)
+def _job_framed(m: re.Match[str], t: _Text) -> Iterator[_Said]:
+    """A job said by what it is like ("I'm the only electrician on the team", "being a
+    journalist there is quiet", "I've been a tester at Ikea"): not "being a chef means
+    she..." (someone else's)."""
+    rest = _rest(m, t)
+    if re.search(r"\b(?:he|she|they|his|her|their)\b", _clause_with_commas(rest), re.I):
+        return
+    yield from _user("occupation", _job(rest, framed=True), "work", 0.75)
+    yield from _employer(rest, t)
+
+
 #: "I work at night", "I work for free": when or how, not for whom.
 _NOT_EMPLOYERS = frozenset(
     {"home", "myself", "a startup", "the moment", "night", "nights", "weekends", "weekend"}
@@ -811,11 +883,24 @@ _NOT_EMPLOYERS = frozenset(
 
 @rule(
     r"\bi\s+(?:now\s+|currently\s+|still\s+)?(?:work|am\s+working|'m\s+working)\s+(?:at|for)\s+|\b(?:i\s+)?(?:just\s+)?started\s+(?:a\s+|my\s+)?(?:new\s+)?(?:job|role|position|working)\s+(?:at|with|for)\s+|\bi(?:'ve|\s+have)?\s+(?:just\s+)?joined\s+(?=[A-Z])"
+    # Starting at an employer: "I start at Philips on Monday", "first week at Natura
+    # done", "I accepted the offer from Bosch".
+    r"|\bi\s+(?:start|started|begin|began)\s+at\s+(?=[A-Z])"
+    r"|\b(?:my\s+)?first\s+(?:day|week|month)\s+at\s+(?=[A-Z])"
+    r"|\bi(?:'ve|\s+have)?\s+(?:just\s+)?accepted\s+(?:the|an?|their)\s+(?:job\s+)?offer\s+(?:from|at)\s+"
 )
 def _works_at(m: re.Match[str], t: _Text) -> Iterator[_Said]:
     value = _proper(_rest(m, t), t, organisation=True)
     if value and value.lower() not in _NOT_EMPLOYERS:
         yield from _user("works_at", value, "work", 0.85)
+
+
+@rule(rf"\b{_IM}\s+(?:now\s+)?with\s+(?-i:(?=[A-Z]))")
+def _with_employer(m: re.Match[str], t: _Text) -> Iterator[_Said]:
+    """ "I'm with Decathlon now" is an employer only where work is spoken of ("switched
+    jobs", "same kind of role"); "I'm with Ana" is company."""
+    if re.search(r"\b(?:jobs?|role|position|company|employer|pay|salary|hired)\b", t.text, re.I):
+        yield from _user("works_at", _proper(_rest(m, t), t, organisation=True), "work", 0.75)
 
 
 @rule(r"\bi\s+(?:quit|left)\s+(?:my\s+job\s+at\s+|working\s+(?:at|for)\s+)")
@@ -863,8 +948,15 @@ _ENTITY = re.compile(
 )
 _HAVE_PET = re.compile(
     rf"(?i:\b(?:i|we)\s+(?:have|'ve\s+got|got|adopted|rescued)\s+(?:an?|two|a\s+new)\s+(?:(?:little|new|rescue|old|black|white|ginger|tabby)\s+)*{_REL})"
-    r",?\s+(?:(?:called|named)\s+)(?P<n1>[\w-]+)"
+    # "we adopted a guinea pig from the shelter and called it Churro"
+    r"(?:,?\s+|[^.;!?]{0,40}?\b)(?:called|named)\s+(?:(?:it|him|her)\s+)?(?P<n1>[\w-]+)"
 )
+#: A name with whom it is in brackets: "Cannoli (our dog) knocked a glass off".
+_NAMED_IN_BRACKETS = re.compile(
+    rf"(?P<n1>[A-Z][\w-]+)\s+\((?i:(?:our|my)\s+(?:(?:little|new|old)\s+)?{_REL})\)"
+)
+#: The name before whom it is: "Saoirse, my sister, works as a pilot".
+_NAME_BEFORE = re.compile(r"(?P<n>[A-Z][\w'-]+),\s*$")
 _ABOUT_ENTITY: list[tuple[re.Pattern[str], str, str]] = [
     (
         re.compile(
@@ -884,7 +976,8 @@ _ABOUT_ENTITY: list[tuple[re.Pattern[str], str, str]] = [
     ),
     (
         re.compile(
-            r"\s*(?:now\s+|still\s+)?(?:works|is\s+working|'s\s+working)\s+(?:at|for)\s+", re.I
+            r",?\s*(?:now\s+|still\s+)?(?:works|is\s+working|'s\s+working)\s+(?:at|for)\s+",
+            re.I,
         ),
         "works_at",
         "work",
@@ -906,19 +999,28 @@ _ABOUT_ENTITY: list[tuple[re.Pattern[str], str, str]] = [
 ]
 
 
+#: What says the job of someone the user names: "(Saoirse, my sister,) works as a pilot",
+#: "(my brother Ugo) just qualified as a vet", "(my aunt Vesna); being a tax auditor...".
+_JOB_FRAMES = re.compile(
+    r",?\s*(?:(?:now\s+|still\s+)?(?:works|is\s+working|'s\s+working)\s+as"
+    r"|(?:has\s+)?(?:just\s+|finally\s+)?qualified\s+as|\s*[;,]\s*being)\s+(?:an?\s+)?",
+    re.I,
+)
+
+
 def _entity_facts(t: _Text) -> Iterator[_Said]:
-    """Who the user names ("my sister Ana", "our dog Max") and what is said of them."""
-    for pattern in (_ENTITY, _HAVE_PET):
+    """Who the user names ("my sister Ana", "our dog Max", "Ana, my sister,", "Max (our
+    dog)") and what is said of them."""
+    for pattern in (_ENTITY, _HAVE_PET, _NAMED_IN_BRACKETS):
         for m in pattern.finditer(t.text):
             if _guarded(t.text, m.start()):
                 continue
             rel_said = m.group("rel").lower()
             rel, _ = _RELATIONS[rel_said]
-            name = (
-                _person_name(m.group("n1") or m.group("n2") or "", t)
-                if (m.group("n1") or m.group("n2"))
-                else None
-            )
+            said = m.groupdict()
+            before = _NAME_BEFORE.search(t.text[: m.start()]) if pattern is _ENTITY else None
+            found = said.get("n1") or said.get("n2") or (before.group("n") if before else "")
+            name = _person_name(found, t) if found else None
             tail = t.text[m.end() :]
             if re.match(r"'s\b", tail):
                 continue  # "my sister's wedding" is an event of the user's (see _events)
@@ -933,6 +1035,9 @@ def _entity_facts(t: _Text) -> Iterator[_Said]:
 
 
 def _about(subject: str, tail: str, t: _Text) -> Iterator[_Said]:
+    if framed := _JOB_FRAMES.match(tail):
+        yield from _of(subject, "occupation", _job(tail[framed.end() :], framed=True), "work")
+        return
     for pattern, predicate, kind in _ABOUT_ENTITY:
         a = pattern.match(tail)
         if a is None:
@@ -951,9 +1056,7 @@ def _about(subject: str, tail: str, t: _Text) -> Iterator[_Said]:
                 )
             continue
         if predicate == "occupation":
-            job = re.match(_JOB_RE, rest, re.I)
-            if job:
-                yield _Said(subject, predicate, job.group("job").lower(), kind, 0.8)
+            yield from _of(subject, predicate, _job(rest, framed=False), kind)
             continue
         if predicate == "allergic_to":
             for item in _items(rest):
@@ -963,6 +1066,26 @@ def _about(subject: str, tail: str, t: _Text) -> Iterator[_Said]:
         if value:
             yield _Said(subject, predicate, value, kind, 0.85)
         return
+
+
+def _of(subject: str, predicate: str, value: str | None, kind: str) -> Iterator[_Said]:
+    if value:
+        yield _Said(subject, predicate, value, kind, 0.8)
+
+
+_ANIMALS = "|".join(
+    sorted((re.escape(k) for k, (_, one) in _RELATIONS.items() if k in _PET_WORDS), key=len)[::-1]
+)
+
+
+@rule(r"\b(?:the\s+)?vet(?:'s)?\s+with\s+(?-i:(?P<n>[A-Z][\w-]+))")
+def _at_the_vet(m: re.Match[str], t: _Text) -> Iterator[_Said]:
+    """Whom the user takes to the vet is their pet: "back from the vet with Pimienta,
+    just a greedy ferret" (the animal named in the sentence, if it is)."""
+    name = _person_name(m.group("n"), t)
+    animal = re.search(rf"\b(?P<a>{_ANIMALS})\b", t.text, re.I)
+    kind = _RELATIONS[animal.group("a").lower()][0] if animal else "pet"
+    yield from _user(_snake(kind), name, "relationship", 0.75)
 
 
 @rule(
@@ -1108,9 +1231,49 @@ def _allergy(m: re.Match[str], t: _Text) -> Iterator[_Said]:
         yield _Said("user", "allergic_to", item, "health", 0.95)
 
 
-@rule(r"\bi\s+(?:have|'ve\s+got|got)\s+an?\s+(?P<v>[a-z]+(?:\s+[a-z]+)?)\s+allergy\b")
+@rule(
+    r"\bi\s+(?:have|'ve\s+got|got)\s+an?\s+(?P<v>[a-z]+(?:\s+[a-z]+)?)\s+allergy\b"
+    r"|\bmy\s+(?P<w>[a-z]+(?:\s+[a-z]+)?)\s+allergy\b"
+)
 def _allergy_noun(m: re.Match[str], t: _Text) -> Iterator[_Said]:
-    yield from _user("allergic_to", m.group("v"), "health", 0.9)
+    allergen = (m.group("v") or m.group("w")).lower()
+    if allergen.split()[0] not in _BAD_START and allergen.split()[-1] not in _FUNCTION_WORDS:
+        yield from _user("allergic_to", allergen, "health", 0.9)
+
+
+#: A condition named after a person ("Raynaud's", "Crohn's", "Hashimoto's").
+_EPONYM = r"(?-i:[A-Z][a-z]+'s)(?:\s+(?:disease|syndrome|phenomenon))?"
+_AS_ADJECTIVE = (
+    r"(?:coeliac|celiac|diabetic|asthmatic|epileptic|dyslexic|autistic|lactose\s+intolerant)"
+)
+
+
+@rule(
+    rf"\bi\s+(?:have|'ve\s+got|live\s+with|suffer\s+from)\s+(?P<e>{_EPONYM})"
+    rf"|\b(?:the|my)\s+(?P<f>{_EPONYM})\s+(?:is|has\s+been|'s)\s+"
+    r"|\b(?:these|my|the)\s+(?P<c>migraines|asthma|eczema|psoriasis|ibs|arthritis|tinnitus|insomnia|gout)\s+(?:is|are|has|have|was|were)\b"
+    rf"|\bthe\s+(?P<a>{_AS_ADJECTIVE})\s+thing\b"
+)
+def _condition_named(m: re.Match[str], t: _Text) -> Iterator[_Said]:
+    """A condition spoken of as the user's own: "I have Raynaud's", "the Raynaud's is bad
+    this week", "these migraines are wrecking my sleep", "the coeliac thing"."""
+    named = m.group("e") or m.group("f")
+    value = " ".join(named.split()) if named else (m.group("c") or m.group("a")).lower()
+    yield from _user("condition", value, "health", 0.8)
+
+
+@rule(
+    rf"\bmy\s+{_BODY}\s+(?:has\s+been|is|'s|keeps)\s+(?:(?:a\s+bit|really|still|so)\s+)?"
+    r"(?:dodgy|bad|sore|weak|painful|injured|playing\s+up|acting\s+up|giving\s+me)"
+)
+@rule(
+    r"(?:^(?:my\s+)?(?:physio|physiotherapist|doctor|gp|surgeon|consultant)"
+    rf"|(?-i:\b(?:My\s+)?(?:Physio|Doctor|GP|Surgeon|Consultant)))\s+says\s+my\s+{_BODY}"
+)
+def _bad_body(m: re.Match[str], t: _Text) -> Iterator[_Said]:
+    """A body part that is hurt ("my left knee has been dodgy since...", "physio says my
+    ankle needs six more weeks"): what exercise advice must respect."""
+    yield from _user("injury", f"{m.group('body').lower()}", "health", 0.75)
 
 
 @rule(
@@ -1168,10 +1331,10 @@ _DIETS = rf"(?P<v>{_DIET_WORDS})"
 
 
 @rule(
-    rf"\b{_IM}\s+(?:(?:now|fully|strictly|mostly|basically|also|still)\s+)*(?:an?\s+)?(?:a\s+)?{_DIETS}\b(?!\s+(?:restaurant|place|option|recipe|dish|food|meal))|\bi(?:'ve|\s+have)?\s+(?:just\s+|recently\s+)?(?:gone|went|turned)\s+(?P<w>{_DIET_WORDS})\b|\bi\s+(?:eat|keep)\s+(?P<k>halal|kosher)\b"
+    rf"\b{_IM}\s+(?:(?:now|fully|strictly|mostly|basically|also|still)\s+)*(?:an?\s+)?(?:a\s+)?{_DIETS}\b(?!\s+(?:restaurant|place|option|recipe|dish|food|meal))|\bi(?:'ve|\s+have)?\s+(?:just\s+|recently\s+)?(?:gone|went|turned)\s+(?P<w>{_DIET_WORDS})\b|\bi\s+(?:eat|keep)\s+(?P<k>halal|kosher)\b|(?:^being|(?-i:\bBeing))\s+(?:an?\s+)?(?P<b>{_DIET_WORDS})\b"
 )
 def _diet(m: re.Match[str], t: _Text) -> Iterator[_Said]:
-    diet = m.group("v") or m.group("w") or m.group("k")
+    diet = m.group("v") or m.group("w") or m.group("k") or m.group("b")
     yield from _user("diet", diet.lower().replace(" ", "-"), "health", 0.9)
 
 
@@ -1237,6 +1400,131 @@ def _favourite(m: re.Match[str], t: _Text) -> Iterator[_Said]:
         yield _Said("user", "favourite_" + _snake(m.group("k")), value, "preference", 0.9)
 
 
+# routines, what the user has and lives with
+
+#: Someone else as the one who does it ("my sister runs 40 km a week").
+_OTHER_DOER = re.compile(
+    rf"\b(?:he|she|they|his|her|their)\b|\b(?:my|our)\s+(?:\w+\s+)?{_REL}\b(?!\s*\))", re.I
+)
+#: Someone else setting the user's own level: "she increased my dose to 88 micrograms".
+_SETS_MINE = re.compile(
+    r"\b(?:increased|raised|lowered|reduced|cut|upped|changed|put)\s+(?:my|our)\s+\w+\s+"
+    r"(?:up\s+|down\s+)?to\s+\d",
+    re.I,
+)
+_AMOUNT = re.compile(
+    r"(?<![\w.,])(?P<n>\d+(?:[.,]\d+)?)\s+(?P<unit>[a-z]+)(?P<of>\s+of\s+[a-z]+)?"
+    r"(?P<per>\s+(?:a|per|each|every)\s+(?:day|week|month|night|morning|evening))?",
+    re.I,
+)
+#: Words that make an amount the level of a habit rather than a count of things.
+_LEVEL = re.compile(
+    r"\b(?:upped|up|cut|down|pushed|limited|only|doing|manage|increased|reduced|dropped"
+    r"|routine|weekly|daily|mileage|plan|now)\b",
+    re.I,
+)
+_NOT_UNITS = frozenset(_words("years year times time people kids children am pm o clock percent"))
+
+
+@rule(r"^")  # once per sentence
+def _routine(m: re.Match[str], t: _Text) -> Iterator[_Said]:
+    """How much of something the user does, at its latest level: "I swim 50 lengths every
+    morning", "I've upped piano to 8 hours a week", "down to 5 cups of coffee a day". One
+    current value per unit (``routine_<unit>``): a later amount supersedes the earlier."""
+    if _OTHER_DOER.search(t.text) and not _SETS_MINE.search(t.text):
+        return  # the user's own only
+    for a in _AMOUNT.finditer(t.text):
+        unit = a.group("unit").lower()
+        before = t.text[: a.start()]
+        if unit in _NOT_UNITS or unit in _STOP_WORDS or unit in _FUNCTION_WORDS:
+            continue
+        if not (a.group("per") or _LEVEL.search(before[-40:])) or _guarded(t.text, a.start()):
+            continue
+        value = " ".join(a.group(0).split())
+        yield _Said("user", "routine_" + _snake(unit), value, "preference", 0.7)
+        return
+
+
+_CAR_MAKES = (
+    r"(?:Toyota|Volkswagen|VW|Ford|Honda|Nissan|Tesla|Kia|Hyundai|Fiat|Škoda|Skoda|Volvo|"
+    r"Mazda|BMW|Audi|Mercedes(?:-Benz)?|Renault|Peugeot|Citroën|Citroen|SEAT|Seat|Cupra|Opel|"
+    r"Vauxhall|Subaru|Mini|MINI|Jeep|Dacia|Suzuki|Mitsubishi|Lexus|Porsche|Polestar|BYD|MG|"
+    r"Chevrolet|Chevy|Land\s+Rover|Range\s+Rover|Jaguar|Alfa\s+Romeo|Smart|Saab|Lada|Tata|"
+    r"Mahindra|Maruti|Proton|Perodua|Geely|Chery|Rivian|Lancia|Genesis|Cadillac|Dodge|Ram|GMC)"
+)
+_CAR = rf"(?-i:(?P<car>{_CAR_MAKES}(?:\s+(?:[A-Z][\w-]*|\d[\w-]*)){{0,2}}))"
+_USED = r"(?:(?:new|secondhand|second-hand|used|little)\s+)?"
+#: What the user drives: "I drive a Volvo V60", "picked up a Mazda 3", "new wheels: a
+#: secondhand Škoda Octavia" (a make from the list, then its model's words).
+_CAR_SAID = re.compile(
+    r"(?:\b(?:i|we)\s+(?:now\s+)?(?:drive|got|bought|leased|own)\s+(?:an?|the|my)"
+    r"|\bpicked\s+up\s+an?|\bnew\s+(?:wheels|car)\s*:?\s*(?:an?)?)\s+" + _USED + _CAR,
+    re.IGNORECASE,
+)
+
+
+@rule(_CAR_SAID.pattern)
+def _car(m: re.Match[str], t: _Text) -> Iterator[_Said]:
+    yield from _user("car", m.group("car"), "household", 0.8)
+
+
+@rule(rf"\b(?:i|we)?\s*(?:finally\s+|just\s+)?sold\s+(?:the|my|our)\s+(?:old\s+)?{_CAR}")
+def _sold_car(m: re.Match[str], t: _Text) -> Iterator[_Said]:
+    yield from _user(RETRACTION + "car", m.group("car"), "household", 0.8)
+
+
+@rule(
+    rf"\bmy\s+(?:fear|phobia)\s+of\s+|\b{_IM}\s+(?:(?:really|so|absolutely)\s+)?(?:terrified|scared|afraid)\s+of\s+"
+)
+def _fear(m: re.Match[str], t: _Text) -> Iterator[_Said]:
+    value = _phrase(_rest(m, t), 3, _STOP_WORDS | {"means", "so", "haven't"})
+    yield from _user("afraid_of", value and value.lower(), "health", 0.8)
+
+
+_HOMES = (
+    r"(?:studio(?:\s+flat)?|bedsit|flat|apartment|bungalow|houseboat|cottage|caravan|loft"
+    r"|maisonette|shared\s+house|terrace|basement\s+flat)"
+)
+_HOME_SIZE = r"(?:tiny|small|little|cramped|one-bed|shared|rented)\s+"
+
+
+@rule(
+    r"(?:^living|(?-i:\bLiving)|\b(?:i|we)(?:'re|\s+are|\s+am|'m)?\s+living)\s+in\s+an?\s+"
+    r"|\b(?:our|my)\s+(?:place|home|flat)\s+is\s+an?\s+"
+)
+def _home_kind(m: re.Match[str], t: _Text) -> Iterator[_Said]:
+    """What the user lives in ("living in a studio", "our place is a tiny studio"): what
+    advice about space must respect."""
+    home = re.match(rf"(?:{_HOME_SIZE})*{_HOMES}\b", _rest(m, t), re.I)
+    if home:
+        yield from _user("home", " ".join(home.group(0).lower().split()), "household", 0.75)
+
+
+@rule(
+    rf"\b(?:{_IM}|i(?:'ve|\s+have)\s+been|we(?:'re|\s+are))\s+"
+    r"(?:(?:now|fully|completely|totally|also|still)\s+)*(?P<v>teetotal|sober|alcohol[- ]free)\b"
+    r"|(?:^being|(?-i:\bBeing))\s+(?P<w>teetotal|sober)\b"
+)
+def _alcohol(m: re.Match[str], t: _Text) -> Iterator[_Said]:
+    yield from _user("alcohol", (m.group("v") or m.group("w")).lower(), "health", 0.8)
+
+
+@rule(r"\b(?:the|my|our)\s+twins\b(?!\s+(?:next\s+door|down|across|upstairs|downstairs))")
+def _twins(m: re.Match[str], t: _Text) -> Iterator[_Said]:
+    yield from _user("children", "twins", "relationship", 0.7)
+
+
+@rule(
+    rf"\b{_IM}\s+(?:(?:now|still|currently|back)\s+)?on\s+|\b(?:these|my|the)\s+(?=(?:night|early|late|split|double|rotating|weekend)\s+shifts\b)"
+)
+def _shifts(m: re.Match[str], t: _Text) -> Iterator[_Said]:
+    shifts = re.match(
+        r"(?P<v>(?:night|early|late|split|double|rotating|weekend)\s+shifts)\b", _rest(m, t), re.I
+    )
+    if shifts:
+        yield from _user("works_shifts", shifts.group("v").lower(), "work", 0.75)
+
+
 # --- reading a message -------------------------------------------------------------
 
 #: Double quotes, and single ones that open and close outside a word (so "I'm" and "the
@@ -1300,11 +1588,42 @@ def _statement(sentence: str) -> str:
     return sentence
 
 
+#: Where a new sentence starts unpunctuated, as chat runs them together ("what about a day
+#: trip from there I accepted the offer from Bosch"): a capitalised speaker after a word
+#: that does not take a clause (after "if", "said" or "think" it is part of the sentence).
+_RESTART = re.compile(
+    r"(?<=[a-z,])\s+(?=(?P<i>I|I'm|I've)\b|(?:We|We're|We've|My|Our)\b"
+    r"|(?:Oh|Also|Anyway|Btw|btw|BTW|PS|Plus|Actually|Honestly)\b)"
+)
+#: Words that join two clauses without making the second part of the first: a capitalised
+#: "My" or "Oh" after them still starts a sentence (an "I" after them need not).
+_COORDINATORS = frozenset({"and", "but", "or", "so"})
+_TAKES_A_CLAUSE = frozenset(
+    _words(
+        """if when whether that because cos since as so and but or what how why where who
+        which wish hope think thought said says told tell know knew mean guess suppose
+        imagine maybe perhaps unless until while before after like can could would should
+        will do did does may might must shall is are was were am about of for to with than
+        though although even bet reckon feel felt swear admit"""
+    )
+)
+
+
+def _restarts(part: str) -> list[str]:
+    cuts = []
+    for m in _RESTART.finditer(part):
+        before = part[: m.start()].split()[-1].lower().rstrip(",")
+        joined = before in _TAKES_A_CLAUSE and (m.group("i") or before not in _COORDINATORS)
+        if not joined and not _FRAME.search(part[: m.start()]):  # "translate I live in..."
+            cuts.append(m.end())
+    return [part[a:b] for a, b in zip([0, *cuts], [*cuts, len(part)], strict=True)]
+
+
 def _sentences(content: str, ref: date | None) -> Iterator[_Text]:
     text = unicodedata.normalize("NFKC", content).replace("\u2019", "'").replace("\u2018", "'")
     text = _QUOTED.sub(" … ", text)  # quoted words are someone else's (or the user's example)
     lower_mode = _CAPITALISED.search(text) is None
-    for part in _SENTENCE.split(text):
+    for part in (p for whole in _SENTENCE.split(text) for p in _restarts(whole)):
         statement = _statement(part)
         if statement:
             yield _Text(statement, lower_mode, ref)
@@ -1511,8 +1830,20 @@ def _proposal(item: Any, messages: Sequence[HistoryMessage]) -> Fact:
 
 
 def default_extractor(settings: Settings) -> Extractor:
+    """The model extractor ``synthesis_model`` names, else the rules. A name ADK does not
+    know is a bad setting, said by the setting's name: ADK's error quotes the value."""
     if settings.synthesis_model:
-        return ModelExtractor(settings.synthesis_model)
+        try:
+            return ModelExtractor(settings.synthesis_model)
+        except ValueError:
+            raise SettingsError(
+                [
+                    (
+                        "synthesis_model (AFTERTHOUGHT_SYNTHESIS_MODEL)",
+                        "names no model ADK's registry knows (e.g. gemini-2.5-flash)",
+                    )
+                ]
+            ) from None
     return RuleExtractor()
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import math
 import random
@@ -30,7 +31,9 @@ from tenacity.wait import wait_random_exponential
 
 from afterthought.audit import AuditLog, Entry
 from afterthought.backends.base import (
+    LAST_CHECK,
     BackendError,
+    LateCopy,
     MemoryBackend,
     OutgoingMessage,
     StoredMessage,
@@ -57,6 +60,7 @@ from afterthought.quarantine import Entry as QuarantineEntry
 from afterthought.quarantine import Quarantine
 from afterthought.queue import CHANGED, SERVER_CHANGED, Head, ThreadQueue
 from afterthought.settings import Settings
+from afterthought.tracing import persist_span
 from afterthought.validation import refusal
 from afterthought.worker import metrics
 from afterthought.worker.forget import Forgetter
@@ -123,6 +127,11 @@ def _seq_of(message: StoredMessage) -> int:
     return value if isinstance(value, int) else -1
 
 
+def _backoff(attempts: int) -> float:
+    """How long a thread waits after its ``attempts``-th failed attempt (jittered)."""
+    return min(MAX_DEFER_SECONDS, 2.0**attempts) * random.uniform(0.5, 1.0)
+
+
 def _covers(inflight: bytes, first: int, last: int) -> bool:
     """Whether the recorded in-flight batch (``first:last``) holds all of ``first..last``."""
     low, high = (int(x) for x in inflight.decode().split(":"))
@@ -144,6 +153,22 @@ class _Held(Exception):
 class _Changed(Exception):
     """The thread's record or head is not what the batch was read as (a read of the old
     master in a handover): nothing of it is sent; the thread is read again soon."""
+
+
+class _Provisioning(Exception):
+    """The backend failed while the batch's user and thread were found or made (a map
+    rebuilt from the backend reads every thread of the user): nothing of the batch was
+    sent."""
+
+    def __init__(self, error: BackendError) -> None:
+        super().__init__(error.kind)
+        self.error = error
+
+
+class _ReadAgain(Exception):
+    """The batch's thread is registered, but not where its BEGIN ran when the head was
+    read: nothing of it is sent; the head is read again (its registered thread checked by
+    the next BEGIN)."""
 
 
 class _Paused(Exception):
@@ -192,6 +217,7 @@ class _Epoch:
         # on its own, and its change since is checked with the epoch's.
         self._person = person
         self.person_forgot: int | None = None
+        self._flat = not keys.shards  # the person's time may join a script of the user's keys
 
     async def read_person(self) -> int | None:
         """When a forget of the user's person last began (None: none known)."""
@@ -207,8 +233,18 @@ class _Epoch:
         return await self.read_person() != before
 
     def fence(self) -> Fence:
-        """The epoch read and the thread's lease: what the batch's writes are fenced by."""
-        return Fence(self.keys[0], self._hold[0], self.seen, self._hold[1])
+        """The epoch read, the thread's lease and the person's forget time read before the
+        batch: what the batch's writes are fenced by."""
+        forgot = "" if self.person_forgot is None else str(self.person_forgot)
+        return Fence(
+            self.keys[0],
+            self._hold[0],
+            self.seen,
+            self._hold[1],
+            person_key=self._person,
+            person_forgot=forgot,
+            in_script=self._flat,
+        )
 
     async def read(self) -> int:
         """The epoch now. Raises :class:`_Held` while the user is being forgotten."""
@@ -276,6 +312,8 @@ class _Lease:
         self.batch: list[QueuedMessage] = []
         """The batch being sent: what a failure is about (never what was queued since)."""
         self.thread_uuid: str | None = None
+        self.user: UserRef | None = None
+        """The backend user the batch is sent for, once known."""
 
     def remaining(self) -> float:
         return 0.0 if self._lost else self._deadline - self._clock()
@@ -415,6 +453,8 @@ class _Sending:
     """The cut the thread's record holds (``cut``, once recorded)."""
     context: str | None = None
     """The context block the last successful call brought back."""
+    context_version: int = 0
+    """Its version: when the call that brought it back went out (``now_version``)."""
     stored_calls: set[str] = field(default_factory=set)
     """Idempotency keys of this batch's calls known to be stored (their replies came)."""
 
@@ -447,11 +487,13 @@ class Flusher:
             rebuilt=lambda truncated: metrics.THREAD_MAP_REBUILDS.labels(
                 "truncated" if truncated else "whole"
             ).inc(),
+            confirm=self.queue.confirmed,
         )
         self.pacing = Pacing(redis, self.keys, pause_seconds=settings.pause_seconds)
         self.ignore_roles = ignored_roles(settings, backend)
         self.cache = ContextCache(settings)
-        self._owners: dict[tuple[str, str], None] = {}
+        self._owners: dict[tuple[str, str], bool] = {}
+        self._foreign_pin_told = False
         self._whose: dict[str, tuple[str, str, str]] = {}
         """Thread reference -> (app, user id, session id), as its payloads said."""
         self.forgetter = Forgetter(settings, redis, backend)
@@ -679,8 +721,7 @@ class Flusher:
         next_ms = _now_ms()
         heartbeat = asyncio.create_task(lease.keep())
         try:
-            while await self._flush_batch(lease, stats) and self._clock() < until:
-                pass
+            await self._batches(lease, stats, until)
         except _LeaseLost:
             stats["lease_lost"] += 1
             log.warning("lease lost thread=%s", tk)
@@ -692,6 +733,8 @@ class Flusher:
             next_ms += CHANGED_RETRY_MS
         except _Paused:
             stats["paused"] += 1
+        except _Provisioning as exc:
+            next_ms = await self._provisioning_failed(lease, exc.error, stats)
         except BackendError as exc:
             next_ms = await self._failed(lease, exc, stats)
         except Exception as exc:  # never lose the lease to a bug: defer and say so
@@ -710,10 +753,48 @@ class Flusher:
                 self._active.discard(tk)
         return stats
 
+    async def _batches(self, lease: _Lease, stats: Counter[str], until: float) -> None:
+        try:
+            while await self._flush_batch(lease, stats) and self._clock() < until:
+                pass
+        except Exception as exc:
+            # A stop cancels the job's task, and a client in the middle of a call may
+            # answer that with an error of its own (redis-py's ConnectionError): that is
+            # the stop, not a failed batch; no attempt is counted and no error logged.
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                raise asyncio.CancelledError from exc
+            raise
+
+    async def _provisioning_failed(
+        self, lease: _Lease, exc: BackendError, stats: Counter[str]
+    ) -> int:
+        """A retryable failure while the batch's thread was found or made is not a failed
+        attempt at the batch: not counted (its count backs the head off exponentially, up
+        to ``MAX_DEFER_SECONDS``, and dead-letters it after ``retry_max_attempts``), so the
+        thread is tried again after a first failure's delay. Provisioning takes many calls
+        after Redis went back (the map's rebuild reads each of the user's threads), and so
+        fails far more often than one call: counted, a session waited minutes after a
+        handover, or went to the dead letters, its messages never sent. Anything else is
+        decided as any failure (:meth:`_failed`)."""
+        if decide(exc).action != "retry":
+            return await self._failed(lease, exc, stats)
+        delay = max(_backoff(1), exc.retry_after or 0.0)
+        stats["deferred"] += 1
+        metrics.RETRIES.labels("deferred").inc()
+        log.warning("provisioning deferred thread=%s error=%s in=%.1fs", lease.tk, exc, delay)
+        return _now_ms() + int(delay * 1000)
+
     async def _failed(self, lease: _Lease, exc: BackendError, stats: Counter[str]) -> int:
         """Decide what a failure the job could not absorb means (``worker.retry``);
         returns when to try the thread next."""
         tk, now = lease.tk, _now_ms()
+        head = lease.batch[0] if lease.batch else None
+        if exc.kind == "not_found" and head is not None and await self._user_gone(head, lease.user):
+            # Not the batch's fault: its user was deleted elsewhere. Due again at once, to
+            # be provisioned afresh (what they said before the forget is dropped then).
+            stats["reprovisioned"] += 1
+            return now
         decision = decide(exc)
         if decision.action == "pause":
             await self._quietly(self.pacing.pause(exc), "pause")
@@ -723,7 +804,6 @@ class Flusher:
             attempts, since = await self.queue.failed_attempt(tk, now_ms=now)
         except FAILURES:  # e.g. at maxmemory: retry later without counting
             attempts, since = 1, now
-        head = lease.batch[0] if lease.batch else None
         if decision.action == "retry":
             age = (now - since) / 1000
             if head is not None and (
@@ -743,8 +823,7 @@ class Flusher:
                 await self._dead_letter(lease, 1, reason=reason, attempts=attempts, last=head.seq)
                 stats["dead"] += 1
                 return now
-            delay = min(MAX_DEFER_SECONDS, 2.0**attempts) * random.uniform(0.5, 1.0)
-            delay = max(delay, exc.retry_after or 0.0)
+            delay = max(_backoff(attempts), exc.retry_after or 0.0)
             if decision.unknown_outcome:
                 delay = max(delay, self.settings.backend_settle_seconds)
             stats["deferred"] += 1
@@ -762,11 +841,12 @@ class Flusher:
     async def repair_late(self, *, now_ms: int | None = None) -> Counter[str]:
         """Read back each thread a call may still commit to late (:attr:`Keys.late`) and
         repair the copies found: the first copy of a message (by key and text) stays,
-        every later one is deleted, or marked where the backend cannot delete one (Zep).
-        The first copies are in the order said: no message is sent before the ones
-        before it are known stored. A thread is watched until its time is past and it was
-        read back after that (a late commit has landed by then); one that cannot be read
-        now is read at the next run. Runs as a cron, about once a minute."""
+        every later one is taken out of what readers meet (``MemoryBackend.remove_copy``:
+        deleted, or on Zep marked and its graph episode deleted). The first copies are in
+        the order said: no message is sent before the ones before it are known stored. A
+        thread is watched until its time is past and it was read back after that (a late
+        commit has landed by then) with no copy left waiting for the backend; one that
+        cannot be read now is read at the next run. Runs as a cron, about once a minute."""
         now_ms = _now_ms() if now_ms is None else now_ms
         noted_before = now_ms + int(self.settings.late_commit_seconds * 1000) - LATE_FIRST_READ_MS
         stats: Counter[str] = Counter()
@@ -774,18 +854,26 @@ class Flusher:
         for entry in await self.queue.expected_late(limit=LATE_THREADS_PER_RUN):
             if entry[2] <= noted_before:  # noted long enough ago
                 watched.setdefault(entry[0], []).append(entry)
+        horizon_ms = int(self.settings.late_commit_seconds * 1000)
         for thread_uuid, entries in watched.items():
             repaired: list[str] = []
+            # What the backend derives from a copy (Zep's graph) comes later than the copy:
+            # a thread with a copy not yet repairable is watched on, for one more horizon.
+            last_chance = now_ms >= max(e[2] for e in entries) + horizon_ms
+            waiting = 0
             try:
                 found = await self._late_copies(thread_uuid, seq=min(e[1] for e in entries))
                 for copy in found:  # one at a time: each is counted once it is repaired
-                    action = await self.backend.remove_copies(
-                        thread_uuid=thread_uuid, copies=[copy]
+                    action = await self.backend.remove_copy(
+                        thread_uuid=thread_uuid, copy=copy, last_chance=last_chance
                     )
+                    if action is None:
+                        waiting += 1
+                        continue
                     await self.queue.count_late_copies(1)
                     metrics.LATE_COPIES.labels(action).inc()
                     stats[f"copies_{action}"] += 1
-                    repaired.append(copy[0])
+                    repaired.append(copy.uuid)
             except BackendError as exc:
                 if exc.kind != "not_found":  # a thread deleted since has nothing to repair
                     stats["unread"] += 1
@@ -800,16 +888,19 @@ class Flusher:
                         ",".join(repaired),
                     )
             stats["threads"] += 1
+            if waiting:
+                stats["copies_waiting"] += waiting
+                continue
             await self.queue.late_over([e for e in entries if e[2] <= now_ms], now_ms=now_ms)
         return stats
 
-    async def _late_copies(self, thread_uuid: str, *, seq: int) -> list[tuple[str, str]]:
-        """The late copies in a thread (``(copy uuid, kept uuid)``), among its messages
+    async def _late_copies(self, thread_uuid: str, *, seq: int) -> list[LateCopy]:
+        """The late copies in a thread not yet marked, among its messages
         from ``LATE_MARGIN`` before message ``seq`` on: what a late call can have copied
         was sent from ``seq`` on, and stored after it. Read page by page, newest first, as
         deep as that is (a long re-import's first call may be thousands of messages down),
-        keeping only each message's key, checksum and uuid."""
-        read: list[tuple[tuple[str, str] | None, str, int]] = []  # newest first
+        keeping only each message's key, checksum and uuid (and a copy's text)."""
+        read: list[tuple[tuple[str, str] | None, StoredMessage, int]] = []  # newest first
         cursor: str | None = None
         while True:
             found, cursor = await self.backend.message_page(
@@ -817,20 +908,20 @@ class Flusher:
             )
             for m in found:
                 said = None if m.key is None or m.is_copy else (m.key, checksum(m.content))
-                read.append((said, m.uuid, _seq_of(m)))
+                read.append((said, m, _seq_of(m)))
             older = read[-LATE_MARGIN:]
             if cursor is None or (
                 len(older) == LATE_MARGIN and all(at < seq for _, _, at in older)
             ):
                 break
         kept: dict[tuple[str, str], str] = {}
-        copies: list[tuple[str, str]] = []
-        for said, uuid, _ in reversed(read):  # oldest first
+        copies: list[LateCopy] = []
+        for said, m, _ in reversed(read):  # oldest first
             if said is None:
                 continue
-            first = kept.setdefault(said, uuid)
-            if first != uuid:
-                copies.append((uuid, first))
+            first = kept.setdefault(said, m.uuid)
+            if first != m.uuid:
+                copies.append(LateCopy(m.uuid, first, said[0], m.content, m.processed))
         return copies
 
     async def _stored_after_all(self, lease: _Lease, head: QueuedMessage) -> bool:
@@ -847,8 +938,10 @@ class Flusher:
         )
         return not missing(wanted, stored, replay=head.replay)
 
-    async def _flush_batch(self, lease: _Lease, stats: Counter[str]) -> bool:
-        """One batch from the head of the thread; False when nothing is left."""
+    async def _flush_batch(self, lease: _Lease, stats: Counter[str], *, again: bool = True) -> bool:
+        """One batch from the head of the thread; False when nothing is left. ``again``:
+        whether a batch whose thread provisioning found registered is read again at once
+        (:class:`_ReadAgain`; else it is given back)."""
         tk = lease.tk
         # One round trip: the head, and (for a thread this process has seen) its user's
         # epoch and registry entries, which the steps below would otherwise each read.
@@ -865,9 +958,13 @@ class Flusher:
             return True
         if head.attempts >= NARROW_AFTER and self._may_recut(head):  # find which message
             batch = batch[:1]
-        lease.batch, lease.thread_uuid = batch, None
+        lease.batch, lease.thread_uuid, lease.user = batch, None, None
         first, last = batch[0].seq or 0, batch[-1].seq or 0
         said = (batch[0].app, batch[0].user_id, batch[0].session_id)
+        if whose is None:  # first seen here: read again with its user's entries (BEGIN
+            self._whose[tk] = said  # checks the registered thread the read finds)
+            self._forget_whose()
+            return await self._flush_batch(lease, stats)
         if whose != said:  # read for another user (never, short of a digest collision)
             head = Head(
                 items=raw_items,
@@ -875,11 +972,11 @@ class Flusher:
                 attempts=head.attempts,
                 cut=head.cut,
                 failing_since_ms=head.failing_since_ms,
+                done=head.done,
             )
             self._whose[tk] = said
-            while len(self._whose) > MAX_KNOWN_THREADS:
-                self._whose.pop(next(iter(self._whose)))
-        person = person_key(self.settings, user_id=batch[0].user_id)
+            self._forget_whose()
+        person = person_key(self.settings, app=batch[0].app, user_id=batch[0].user_id)
         epoch = _Epoch(self.redis, self.keys, batch[0], lease, person=person)
         try:
             if head.epoch is not None:
@@ -941,6 +1038,7 @@ class Flusher:
             head=raw_items[: len(batch)],
             epoch=checked,
             server=self._server_of(tk),
+            registered=(said, head.thread_uuid) if whose == said else None,
         )
         if not began:
             raise _LeaseLost
@@ -959,21 +1057,31 @@ class Flusher:
             thread_uuid=head.thread_uuid,
         )
         try:
-            return await self._flush_checked(
-                lease,
-                batch,
-                stats,
-                epoch,
-                inflight,
-                known,
-                _Cut(cut, record, cut if began == 1 else head.cut),
-            )
+            with persist_span(batch, backend=self.backend.name):
+                return await self._flush_checked(
+                    lease,
+                    batch,
+                    stats,
+                    epoch,
+                    inflight,
+                    known,
+                    _Cut(cut, record, cut if began == 1 else head.cut),
+                    after_gap=head.done is not None and first > head.done + 1,
+                )
         except _Forgotten:  # the user was forgotten meanwhile: what is left goes
             return await self._drop_forgotten(lease, batch, stats)
         except _IdentityMismatch:
             await self._dead_letter(lease, len(batch), reason="identity_mismatch", attempts=0)
             stats["dead"] += len(batch)
             return True
+        except _ReadAgain:
+            if not again:
+                raise _Changed from None
+            return await self._flush_batch(lease, stats, again=False)
+
+    def _forget_whose(self) -> None:
+        while len(self._whose) > MAX_KNOWN_THREADS:
+            self._whose.pop(next(iter(self._whose)))
 
     async def _drop_forgotten(
         self, lease: _Lease, forgotten: Sequence[QueuedMessage], stats: Counter[str]
@@ -992,22 +1100,34 @@ class Flusher:
         inflight: bytes | None,
         known: Identity,
         cut: _Cut,
+        *,
+        after_gap: bool = False,
     ) -> bool:
         """The batch, its user not forgotten when it was read; every backend step below
         checks that again first (``_Epoch.check``), since a forget may start at any time.
-        ``known``: what the registry held for the batch's session when its head was read."""
+        ``known``: what the registry held for the batch's session when its head was read.
+        ``after_gap``: numbers before the batch are neither queued nor done (Redis lost
+        them, with the messages or with only their acknowledgements): the batch is
+        reconciled, and the gap counted lost only where the backend lacks it."""
         tk = lease.tk
         first, last = batch[0].seq or 0, batch[-1].seq or 0
         if batch[0].kind != "message":
             return await self._apply_memory_changes(lease, batch, stats, epoch, known)
-        user, thread_uuid = await self._identity(batch[0], epoch, known)
-        lease.thread_uuid = thread_uuid
+        # Whose a 404 in provisioning is about (``_user_gone``): the user as the head found them.
+        lease.user = known.user
+        try:
+            user, thread_uuid = await self._identity(batch[0], epoch, known)
+        except BackendError as exc:
+            raise _Provisioning(exc) from exc
+        lease.thread_uuid, lease.user = thread_uuid, user
         if inflight is not None:
             # Whoever sent it before (this worker's last job, or one that lost the thread
             # and may be paused in the middle of a call) may still have it committed.
             await self._expect_late(thread_uuid, seq=cut.record[0])
         replay = any(m.replay for m in batch)
-        unsure = any(m.unsure or self._given_back(m, self.keys.shard_of_ref(tk)) for m in batch)
+        unsure = after_gap or any(
+            m.unsure or self._given_back(m, self.keys.shard_of_ref(tk)) for m in batch
+        )
         sending = _Sending(
             thread_uuid=thread_uuid,
             lease=lease,
@@ -1032,7 +1152,9 @@ class Flusher:
             stats["messages"] += stored
             stats["dead"] += 1
             return True
-        left = await self._acknowledge(lease, last, stored=self._gap_stored(batch, sending))
+        left = await self._acknowledge(
+            lease, last, stored=self._gap_stored(batch, sending, after_gap=after_gap)
+        )
         stats["messages"] += len(batch)
         log.info("flushed thread=%s seq=%s..%s", tk, first, last)
         await self._after_sent(tk, batch, sending, user)
@@ -1047,10 +1169,11 @@ class Flusher:
         await self._quietly(self._audit(tk, batch, op="add_message", outcome="sent"), "audit")
         if self.after_flush is not None:
             await self._quietly(self.after_flush(batch[0]), "schedule")
-        context = sending.context
+        context, version = sending.context, sending.context_version
         template = self.settings.context_template_uuid
         if template and user.graph_uuid:  # return_context knows no templates
             said = " ".join(m.content for m in batch if m.role == "user")
+            version = now_version()
             try:
                 context = await self.backend.get_context(
                     user=user,
@@ -1074,7 +1197,7 @@ class Flusher:
             session_id=head.session_id,
             graph_uuid=user.graph_uuid,
             block=context,
-            version=now_version(),
+            version=version,
             epoch=sending.epoch.seen,
             user_block="drop" if lagging else "keep",
         )
@@ -1166,14 +1289,21 @@ class Flusher:
             ]
         )
 
-    def _gap_stored(self, batch: Sequence[QueuedMessage], sending: _Sending) -> int:
+    def _gap_stored(
+        self, batch: Sequence[QueuedMessage], sending: _Sending, *, after_gap: bool
+    ) -> int:
         """Up to which seq a gap before the batch is stored, not lost: a Redis gone back in
-        time lost the counter with the acknowledgements, so the agent's next message skips
-        the numbers it was handed, though the worker stored those messages (the history
-        read for the given-back batch holds them). 0 (every gap lost) for any other batch:
-        after Redis lost all its data, numbers start again and a stored one says nothing."""
+        time, or restarted empty, lost the counter with the acknowledgements, so the
+        agent's next message skips the numbers it was handed (in the numbering it was
+        handed them in, ``HandedOut``), though the worker stored those messages (the
+        history read for the reconciled batch holds them). 0 (every gap lost) for any
+        other batch, and for a numbering without a name: after Redis lost all its data,
+        numbers start again, and a stored one of another numbering says nothing."""
         shard = self.keys.shard_of_ref(sending.lease.tk)
-        if sending.history is None or not any(self._given_back(m, shard) for m in batch):
+        named_gap = after_gap and batch[0].numbering is not None
+        if sending.history is None or not (
+            named_gap or any(self._given_back(m, shard) for m in batch)
+        ):
             return 0
         return sending.history.top_seq(batch[0].numbering)
 
@@ -1324,6 +1454,9 @@ class Flusher:
                         sending.epoch.stale()
                     await sending.epoch.check()
                     timeout = sending.lease.call_timeout(self.settings.backend_timeout)
+                    # Checked again as the request leaves: this process may stop between.
+                    last = LAST_CHECK.set(functools.partial(sending.lease.call_timeout, timeout))
+                    asked = now_version()
                     try:
                         context = await self.backend.add_messages(
                             thread_uuid=sending.thread_uuid,
@@ -1342,9 +1475,11 @@ class Flusher:
                             seq = int(call.messages[0].metadata.get("afterthought_seq") or 0)
                             await self._expect_late(sending.thread_uuid, seq=seq)
                         raise
+                    finally:
+                        LAST_CHECK.reset(last)
                     await self._raced(sending.epoch)
                     sending.stored_calls.add(call.idempotency_key)
-                    sending.context = context
+                    sending.context, sending.context_version = context, asked
                     if sending.history is not None:
                         sending.history.sent(call.messages)
                     sending.stats["calls"] += 1
@@ -1582,34 +1717,77 @@ class Flusher:
         """The batch's user and thread: as the registry held them when the head was read
         (``known``), else provisioned if need be (each step after an epoch check, so a
         forgotten user is not created again), or pinned by the application, then used only
-        if the thread is that user's."""
+        if the thread is that user's. A thread pinned without its user (all that session
+        state not trusted may pin) that is another's is not written: its messages go to
+        the user's own thread, as if unpinned (counted, warned about once)."""
         if message.zep_thread_uuid:
             user = await self._pinned_user(message, epoch, known)
-            await self._check_owner(message, user)
+            owned = await self._owns(message, user)
             epoch.stale()  # it may have called the backend: the next check reads again
-            return user, message.zep_thread_uuid
+            if owned:
+                return user, message.zep_thread_uuid
+            if message.zep_user_uuid:
+                log.error(
+                    "identity mismatch thread=%s: the pinned thread is not the user's",
+                    message.thread_key,
+                )
+                raise _IdentityMismatch
+            self._foreign_thread_pin(message)
         if known.user is not None and known.thread_uuid is not None:
             return known.user, known.thread_uuid  # registered: nothing to provision
+        # ``known`` is what BEGIN found registered on the master (``registered``). A thread
+        # found now that it did not have is read on another node (an old master in a
+        # handover, whose records a failover wipes: what is stored in it would be in no
+        # thread the session's map names) or was registered since (a rebuilt map): the head
+        # is read again.
         if self.settings.provision_on_worker:
             await epoch.check()
             user, _ = await self.registry.ensure_user(
                 self.backend, app=message.app, user_id=message.user_id
             )
             await self._raced(epoch)
-            user, thread_uuid, _ = await self.registry.ensure_thread(
+            if known.thread_uuid is not None:  # only the user was not in this app's entry
+                return user, known.thread_uuid
+            user, thread_uuid, created = await self.registry.ensure_thread(
                 self.backend,
                 app=message.app,
                 user_id=message.user_id,
                 session_id=message.session_id,
             )
             await self._raced(epoch)
+            if not created:  # a record this call made is confirmed (``_record_threads``)
+                raise _ReadAgain
             return user, thread_uuid
-        known = await self.registry.lookup(
+        found = await self.registry.lookup(
             app=message.app, user_id=message.user_id, session_id=message.session_id
         )
-        if known.user is None or known.thread_uuid is None:
+        if found.user is None or found.thread_uuid is None:
             raise BackendError("not_found", code="unprovisioned")
-        return known.user, known.thread_uuid
+        if found.thread_uuid != known.thread_uuid:
+            raise _ReadAgain
+        return found.user, found.thread_uuid
+
+    async def _user_gone(self, message: QueuedMessage, used: UserRef | None) -> bool:
+        """After a 404: whether the backend user the batch was for (``used``, else the one
+        the registry maps the message's user to) is gone — the backend names another one
+        by their id, or none — and if so, what this deployment held of them dropped
+        (``Forgetter.deleted_elsewhere``). A pinned thread or user is the application's:
+        never taken for stale."""
+        if message.zep_thread_uuid or message.zep_user_uuid:
+            return False
+        app, user_id = message.app, message.user_id
+        used = used or await self.registry.lookup_user(app=app, user_id=user_id)
+        if used is None:
+            return False
+        try:
+            named = await self.registry.backend_user_id(app=app, user_id=user_id)
+            found = await self.backend.find_user(zep_user_id=named)
+        except BackendError:
+            return False  # cannot tell: the 404 is handled as any other
+        if found is not None and found.user_uuid == used.user_uuid:
+            return False  # the user is there: a thread of theirs is gone
+        await self.forgetter.deleted_elsewhere(app=app, user_id=user_id, stale=used)
+        return True
 
     async def _pinned_user(
         self, message: QueuedMessage, epoch: _Epoch, registered: Identity
@@ -1633,22 +1811,31 @@ class Flusher:
             raise BackendError("not_found", code="unprovisioned")
         return known
 
-    async def _check_owner(self, message: QueuedMessage, user: UserRef) -> None:
-        """Once per (thread, user) and process: session state is client-writable, so a
-        pinned thread may be someone else's."""
+    async def _owns(self, message: QueuedMessage, user: UserRef) -> bool:
+        """Whether the pinned thread is the user's, asked once per (thread, user) and
+        process: session state is client-writable, so a pinned thread may be someone
+        else's."""
         pair = (message.zep_thread_uuid or "", user.user_uuid)
-        if pair in self._owners:
+        if pair not in self._owners:
+            owner = await self.backend.thread_owner(thread_uuid=pair[0])
+            self._owners[pair] = owner is not None and owner == user.user_uuid
+            while len(self._owners) > MAX_KNOWN_OWNERS:
+                self._owners.pop(next(iter(self._owners)))
+        return self._owners[pair]
+
+    def _foreign_thread_pin(self, message: QueuedMessage) -> None:
+        """A thread pinned without its user that is not the user's: counted, and said
+        once per process (ids only), naming what pins it safely."""
+        metrics.THREAD_PINS_IGNORED.inc()
+        if self._foreign_pin_told:
             return
-        owner = await self.backend.thread_owner(thread_uuid=pair[0])
-        if owner is None or owner != user.user_uuid:
-            log.error(
-                "identity mismatch thread=%s: the pinned thread is not the user's",
-                message.thread_key,
-            )
-            raise _IdentityMismatch
-        self._owners[pair] = None
-        while len(self._owners) > MAX_KNOWN_OWNERS:
-            self._owners.pop(next(iter(self._owners)))
+        self._foreign_pin_told = True
+        log.warning(
+            "thread pin ignored thread=%s: the pinned thread is not the user's, its messages"
+            " go to the user's own thread (pins from your code: trust_state_identity=true or"
+            " resolve_identity; told once)",
+            message.thread_key,
+        )
 
     async def _dead_letter(
         self,

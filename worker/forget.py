@@ -25,6 +25,7 @@ import json
 import logging
 import re
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 import redis.asyncio as aioredis
@@ -43,6 +44,7 @@ from afterthought.quarantine import Quarantine
 from afterthought.queue import FORGOT_KEEP_MS, ThreadQueue
 from afterthought.search import SearchRequest
 from afterthought.settings import Settings
+from afterthought.shared_store import sharing_prefixes
 from afterthought.worker.extract import default_extractor, synthesizes
 
 log = logging.getLogger("afterthought.worker")
@@ -59,6 +61,16 @@ end
 #: forget is done only if nobody recorded it again meanwhile (a write that raced it).
 DONE_LUA = """
 if redis.call('HGET', KEYS[1], ARGV[1]) == ARGV[2] then redis.call('HDEL', KEYS[1], ARGV[1]) end
+"""
+#: KEYS the user's epoch and forget time; ARGV keep_ms. A forget this deployment did not
+#: run, found now: what was queued before is dropped (the epoch), and so is what an agent
+#: made before and sends later (the time). Returns the time (Redis' clock).
+DELETED_LUA = """
+redis.call('INCR', KEYS[1])
+local now = redis.call('TIME')
+local ms = string.format('%d', now[1] * 1000 + math.floor(now[2] / 1000))
+redis.call('SET', KEYS[2], ms, 'PX', ARGV[1])
+return ms
 """
 #: A query without a word is refused (facts are matched by the stems of its words).
 WORD = re.compile(r"\w+")
@@ -83,6 +95,9 @@ class Forgotten:
     dry_run: bool = False
     users: int = 0
     """Users the registry knew (0: the id named nobody who had been stored)."""
+    former_users: int = 0
+    """Backend users of theirs other than the one the ``zep_user_id_template`` in effect
+    names (named by a template the deployment used before), deleted too."""
     facts: list[str] = field(default_factory=list)
     """Ids of the facts (to be) deleted."""
     texts: list[str] = field(default_factory=list)
@@ -113,7 +128,12 @@ class Forgetter:
         backend: MemoryBackend,
         *,
         poll_seconds: float = 0.1,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
+        """``poll_seconds``: how often a forget looks again for a worker holding the user.
+        ``clock`` (monotonic seconds) and ``sleep`` (those looks' waits) let a test drive
+        the wait of two leases."""
         self.settings = settings
         self.redis = redis
         self.backend = backend
@@ -122,16 +142,19 @@ class Forgetter:
         self._cool = redis.register_script(COOL_LUA)
         self._done = redis.register_script(DONE_LUA)
         self._person = redis.register_script(PERSON_LUA)
+        self._deleted = redis.register_script(DELETED_LUA)
         self.cache = ContextCache(settings)
         self.queue = ThreadQueue(redis, settings)
         self.audit = AuditLog(redis, settings)
         self._poll = poll_seconds
+        self._clock = clock
+        self._sleep = sleep
         self.extractor = default_extractor(settings)
 
     async def forget_user(self, *, app: str, user_id: str) -> Forgotten:
         """Forget everything of the user, in every app that shares their backend user;
         ``pending`` if the backend is not done yet."""
-        person = person_key(self.settings, user_id=user_id)
+        person = person_key(self.settings, app=app, user_id=user_id)
         if person is not None:
             # Before the registry is walked: an app provisioning them meanwhile, not walked,
             # sees the person's forget time move and takes back what it wrote
@@ -156,7 +179,31 @@ class Forgetter:
             done.queued += step.queued
             done.dead_letters += step.dead_letters
             done.quarantined += step.quarantined
+            done.former_users += step.former_users
             done.pending = done.pending or step.pending
+        return done
+
+    async def preview_user(self, app: str, user_id: str) -> Forgotten | None:
+        """The dry run of :meth:`forget_user_reported`: what :meth:`held` finds, ``users``
+        counting the (app, user) pairs the forget covers (0: none the backend holds); None
+        when nothing names the user (not in the backend, nothing queued or kept)."""
+        aliases, known = await self.aliases(app, user_id)
+        held = await self.held(app, user_id)
+        if not (known or held.queued or held.dead_letters or held.quarantined):
+            return None
+        held.users = len(aliases) if known else 0
+        return held
+
+    async def forget_user_reported(self, app: str, user_id: str) -> Forgotten:
+        """Forget the user, reported as :meth:`preview_user` lists it: what the backend
+        held of them (counted, the first facts' ids) before it was deleted."""
+        try:
+            had = await self.held(app, user_id)
+        except BackendError:  # the forget goes on (pending): the backend cannot say what it held
+            had = Forgotten()
+        done = await self.forget_user(app=app, user_id=user_id)
+        done.facts = had.facts
+        done.fact_count, done.statement_count = had.fact_count, had.statement_count
         return done
 
     async def aliases(self, app: str, user_id: str) -> tuple[list[tuple[str, str]], bool]:
@@ -166,12 +213,12 @@ class Forgetter:
         registry knew the user (one not known may still have turns queued). Raises the
         backend's error when it cannot say."""
         found = [(app, user_id)]
-        user = await self._user(app, user_id)
-        if user is None:
+        users = {u.user_uuid for u in await self.backend_users(app, user_id)}
+        if not users:
             return found, False
         async for other in self.registry.users():
             alias = (other.app, other.user_id)
-            if other.user.user_uuid == user.user_uuid and alias != (app, user_id):
+            if other.user.user_uuid in users and alias != (app, user_id):
                 found.append(alias)
         return found, True
 
@@ -194,31 +241,56 @@ class Forgetter:
             fact_count=0,
             statement_count=0,
         )
-        user = await self._user(app, user_id)
-        if user is None:
-            return done
-        facts = await self.backend.list_facts(user=user)
-        done.fact_count = len(facts)
-        done.facts = [f.uuid for f in facts[:SAMPLE]]
-        done.texts = [_shown(f) for f in facts[:SAMPLE]]
+        facts_counted = statements_counted = 0
+        for user in await self.backend_users(app, user_id):  # each is deleted: each is counted
+            facts = await self.backend.list_facts(user=user)
+            facts_counted += len(facts)
+            done.facts += [f.uuid for f in facts[: SAMPLE - len(done.facts)]]
+            done.texts += [_shown(f) for f in facts[: SAMPLE - len(done.texts)]]
+            statements_counted += await self._count_statements(user, done)
+        done.fact_count, done.statement_count = facts_counted, statements_counted
+        return done
+
+    async def _count_statements(self, user: UserRef, done: Forgotten) -> int:
+        """How many messages the backend holds of the user; the first into ``done``'s
+        sample."""
         counted, after = 0, None
         while True:
             page, after = await self.backend.user_messages(user=user, after=after, limit=COUNT_PAGE)
             counted += len(page)
             done.statements += _said(page[: SAMPLE - len(done.statements)])
             if len(page) < COUNT_PAGE or after is None:
-                done.statement_count = counted
-                return done
+                return counted
 
     async def _user(self, app: str, user_id: str) -> UserRef | None:
-        """The user in the backend: as the registry records them, else as the backend
-        itself finds them by their id (Redis may have lost the registry's record)."""
+        """The user in the backend: as the registry records them (under whichever
+        template), else as the backend itself finds them by their id (Redis may have lost
+        the registry's record)."""
+        return await self.registry.recorded_user(app=app, user_id=user_id) or await self._named(
+            app, user_id
+        )
+
+    async def _named(self, app: str, user_id: str) -> UserRef | None:
+        """The user the template in effect names, as the registry or the backend has them."""
         user = await self.registry.lookup_user(app=app, user_id=user_id)
         if user is None:
             user = await self.backend.find_user(
                 zep_user_id=await self.registry.backend_user_id(app=app, user_id=user_id)
             )
         return user
+
+    async def backend_users(self, app: str, user_id: str) -> list[UserRef]:
+        """Every backend user of theirs: the registry's, (a ``zep_user_id_template``
+        changed since and they have not been back) the one the template names now,
+        (they came back after it changed) those their entry was re-derived away from, and
+        those every other template the deployment used names (their entry, which recorded
+        the others, expires ``idle_ttl_seconds`` after their last turn)."""
+        recorded = await self.registry.recorded_user(app=app, user_id=user_id)
+        named = await self._named(app, user_id)
+        former = await self.registry.former_users(app=app, user_id=user_id)
+        historic = await self.registry.historic_users(self.backend, app=app, user_id=user_id)
+        found = (recorded, named, *former, *historic)
+        return list(dict.fromkeys(u for u in found if u is not None))
 
     async def resume_pending(self) -> list[Forgotten]:
         """Finish every forget still pending (a stopped process, a slow backend)."""
@@ -237,9 +309,10 @@ class Forgetter:
         """After a backend write a job made under ``fence``: whether the user's forget
         began since the job read their epoch (then it writes nothing more). If the job's
         hold is gone too, the forget no longer waited for it and may have deleted before
-        the write landed: it is done again."""
+        the write landed: it is done again; so too after a forget of their person
+        elsewhere, which waits for no hold of this deployment."""
         forgotten, held = await fence.read(self.redis)
-        if forgotten and not held:
+        if forgotten and (not held or await fence.person_moved(self.redis)):
             await self.reopen(app=app, user_id=user_id)
         return forgotten
 
@@ -258,24 +331,24 @@ class Forgetter:
         epoch = await self.cache.epoch(self.redis, app=app, user_id=user_id)
         for ref in threads:  # what they say from now on waits, and stays
             done.queued += await self.queue.purge(ref, before_epoch=epoch)
-        dead = self.keys.dead(self.keys.shard_of(app, user_id))
-        for raw in await self.redis.lrange(dead, 0, -1):
-            if _theirs(DeadLetter.parse(raw), threads, app=app, user_id=user_id):
-                done.dead_letters += await self.redis.lrem(dead, 1, raw)
+        done.dead_letters = await self._drop_dead(app, user_id, threads)
         done.quarantined = await Quarantine(self.redis, self.settings).drop_user(
             app=app, user_id=user_id
         )
         try:
-            user = await self._user(app, user_id)
-            if user is not None:
+            users = await self.backend_users(app, user_id)
+            named = await self._named(app, user_id)
+            for user in users:
                 await self.backend.delete_user(user=user)
+            done.former_users = len([u for u in users if u != named])
         except BackendError as exc:
             done.pending = True
             log.warning("forget pending user=%s error=%s", who, exc.kind)
             return done
         await self.cache.invalidate_user(self.redis, app=app, user_id=user_id)
-        if user is not None:
+        for user in users:
             await self.cache.invalidate_graph(self.redis, graph_uuid=user.graph_uuid)
+        await self._sweep_sharing(users)
         stale = [  # all in the user's slot
             self.keys.user(app, user_id),
             self.keys.user_threads(app, user_id),
@@ -290,10 +363,88 @@ class Forgetter:
         # Untagged: on its own. Again, as a worker may have provisioned them meanwhile.
         await self.redis.delete(self.keys.person(user_id))
         await self.redis.set(self.keys.forgetting(app, user_id), COOLING, px=COOL_DOWN_MS)
+        await self.cache.forgot(self.redis, app=app, user_id=user_id)
         await self._done(keys=[self.keys.forgets], args=[who, began or b""])
         log.info("forgot user=%s queued=%d dead=%d", who, done.queued, done.dead_letters)
         await self.audit.record([Entry("forget", "forget_user", who, "deleted")])
         return done
+
+    async def _drop_dead(
+        self, app: str, user_id: str, threads: set[str], *, said_before: int | None = None
+    ) -> int:
+        """Delete the user's dead letters (only those said before ``said_before``, ms by
+        Redis' clock, plus the clock margin, when given); how many."""
+        dead, dropped = self.keys.dead(self.keys.shard_of(app, user_id)), 0
+        margin = int(self.settings.forget_clock_margin_seconds * 1000)
+        for raw in await self.redis.lrange(dead, 0, -1):
+            letter = DeadLetter.parse(raw)
+            if _theirs(letter, threads, app=app, user_id=user_id) and (
+                said_before is None or _said_before(letter, said_before + margin)
+            ):
+                dropped += await self.redis.lrem(dead, 1, raw)
+        return dropped
+
+    async def deleted_elsewhere(self, *, app: str, user_id: str, stale: UserRef) -> None:
+        """The backend user the registry maps the user to (``stale``) is gone: a forget of
+        the person in another deployment that shares users deleted them (or someone did by
+        hand). A forget of the person, which this deployment did not run: what it holds of
+        that user goes — registry entries (so the next message provisions them afresh),
+        cached blocks, the synthesis watermark and tombstones, quarantined proposals — and
+        what they said before it is dropped, not written back: by the forget's time where a
+        sharing deployment recorded it (``forget_marks.person_key``, read before each batch),
+        else from now (their epoch raised and the time recorded, as a forget does). What
+        they say after it stays queued. Once per deletion: a worker that finds the registry
+        no longer naming ``stale`` (another one of the user's threads met it first) leaves
+        it to that one."""
+        if await self.registry.lookup_user(app=app, user_id=user_id) != stale:
+            return
+        person = person_key(self.settings, app=app, user_id=user_id)
+        raw = await self.redis.get(person) if person is not None else None
+        forgot = int(raw) if raw is not None else None
+        if forgot is None:
+            forgot = int(
+                await self._deleted(
+                    keys=[self.keys.epoch(app, user_id), self.keys.forgot(app, user_id)],
+                    args=[FORGOT_KEEP_MS],
+                )
+            )
+        threads = {
+            t.decode() for t in await self.redis.smembers(self.keys.user_threads(app, user_id))
+        }
+        await self.registry.drop_stale(app=app, user_id=user_id, user=stale)
+        await self.cache.invalidate_user(self.redis, app=app, user_id=user_id)
+        await self.cache.invalidate_graph(self.redis, graph_uuid=stale.graph_uuid)
+        await self.redis.delete(
+            self.keys.synthesized(app, user_id), self.keys.tombstones(app, user_id)
+        )
+        await Quarantine(self.redis, self.settings).drop_user(app=app, user_id=user_id)
+        dead = await self._drop_dead(app, user_id, threads, said_before=forgot)
+        who = digest(app, user_id)
+        log.warning("backend user gone user=%s: provisioned afresh dead=%d", who, dead)
+        await self.audit.record([Entry("forget", "deleted_elsewhere", who, "dropped")])
+
+    async def _sweep_sharing(self, users: list[UserRef]) -> None:
+        """The deleted backend users are those of every deployment that shares users on
+        this store (``shared_store.sharing_prefixes``): what each holds of them in Redis
+        (registry entries, cached blocks, dead letters, quarantine) goes now, as its own
+        worker would do on meeting the deletion (:meth:`deleted_elsewhere`), which may
+        never come (a person who does not speak there again). One registry walk each; and
+        its blocks cached of their graphs go whether or not its registry still lists them
+        (an entry idles out after ``idle_ttl_seconds``, a block lives
+        ``context_ttl_seconds``): by the graph's index, which lives as long as they do."""
+        if not self.settings.users_shared or not users:
+            return
+        for prefix in await sharing_prefixes(self.redis, self.settings):
+            other = Forgetter(
+                self.settings.model_copy(update={"key_prefix": prefix}), self.redis, self.backend
+            )
+            theirs = [r async for r in other.registry.users() if r.user in users]
+            for found in theirs:
+                await other.deleted_elsewhere(
+                    app=found.app, user_id=found.user_id, stale=found.user
+                )
+            for user in users:
+                await other.cache.invalidate_graph(self.redis, graph_uuid=user.graph_uuid)
 
     async def _gone(self, marks: list[str]) -> bool:
         """Wait until no worker holds one of the user's threads or synthesizes them (False
@@ -301,11 +452,11 @@ class Forgetter:
         mark ends when its holder lets go, or expires if the holder stopped renewing it; a
         holder that goes on after that writes nothing more (its writes are fenced by its
         hold), and one whose backend write raced this has the forget done again."""
-        deadline = time.monotonic() + self.settings.lease_seconds * 2
+        deadline = self._clock() + self.settings.lease_seconds * 2
         while await self.redis.exists(*marks):
-            if time.monotonic() > deadline:
+            if self._clock() > deadline:
                 return False
-            await asyncio.sleep(self._poll)
+            await self._sleep(self._poll)
         return True
 
     async def forget_fact(
@@ -341,6 +492,8 @@ class Forgetter:
         if deleted:
             for message in restated:
                 await self.backend.delete_memory(user=user, memory_uuid=message.key)
+        # A block read before the deletion ended may hold the fact, however late it comes.
+        await self.cache.forgot(self.redis, app=app, user_id=user_id)
         await self.cache.invalidate(
             self.redis, app=app, user_id=user_id, graph_uuid=user.graph_uuid
         )
@@ -415,6 +568,16 @@ def _theirs(letter: DeadLetter, threads: set[str], *, app: str, user_id: str) ->
     except MalformedPayload:
         return False
     return (message.app, message.user_id) == (app, user_id)
+
+
+def _said_before(letter: DeadLetter, ms: int) -> bool:
+    """Whether a dead letter's message was said before ``ms`` (on Redis' clock); one that
+    does not say when (an older version's, or unreadable) counts as before."""
+    try:
+        message = QueuedMessage.decode(letter.item)
+    except MalformedPayload:
+        return True
+    return message.said_ms is None or message.said_ms - message.skew_ms < ms
 
 
 def _shown(fact: StoredFact) -> str:

@@ -26,7 +26,7 @@ from afterthought.backends import open_backend
 from afterthought.backends.base import MemoryBackend
 from afterthought.connections import FAILURES, connect
 from afterthought.contract import QueuedMessage
-from afterthought.identity import default_template
+from afterthought.identity import default_template, settle_template
 from afterthought.keys import Keys, digest
 from afterthought.layout import check_layout
 from afterthought.queue import ThreadQueue
@@ -389,6 +389,17 @@ class MemoryWorker(Worker):
         self.stopping = True
         super().handle_sig(signum)
 
+    async def close(self) -> None:
+        # arq's close gathers the jobs the stop cancelled, and one that ends cancelled (as
+        # a flush stopped mid-call does) raised out of it: the command exited 1 and
+        # on_shutdown never ran (the backend left open, the announcement not withdrawn).
+        running = list(self.tasks.values())
+        await asyncio.gather(*running, return_exceptions=True)
+        for job_id, task in list(self.tasks.items()):
+            if task.done():
+                del self.tasks[job_id]
+        await super().close()
+
 
 class _WithoutJobArguments(logging.Filter):
     """arq logs a job's arguments as it starts it; ours hold ADK user ids (often e-mail
@@ -449,6 +460,14 @@ def worker_settings(
         # worker provisions anyone: users named for the deployment, or as before.
         default = await default_template(redis, s)
         user_ids = s.zep_user_id_template or default
+        moved = await settle_template(redis, s)
+        if moved:
+            log.warning(
+                "zep_user_id_template: %d users recorded under another backend user id move "
+                "to the one it names at their next turn (a new memory each; see README, "
+                "Identity)",
+                moved,
+            )
         allow_oom = await supports_script_flags(redis)
         if s.metrics_port is not None:  # first: a port in use stops the worker before it works
             health = metrics.Health(worker_id)

@@ -58,6 +58,11 @@ LATE_COPIES = Counter(
     " where the backend deletes no single message.",
     ["action"],
 )
+THREAD_PINS_IGNORED = Counter(
+    "afterthought_thread_pins_ignored",
+    "Messages whose thread, pinned without its user (untrusted session state), is another"
+    " user's: written to the user's own thread instead.",
+)
 SIDE_EFFECT_FAILURES = Counter(
     "afterthought_side_effect_failures",
     "Writes that follow a stored batch and were skipped (audit, cache, synthesis scheduling), "

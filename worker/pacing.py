@@ -15,7 +15,7 @@ import json
 import logging
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 import redis.asyncio as aioredis
 
@@ -48,12 +48,16 @@ class Pacing:
         *,
         pause_seconds: float,
         clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
+        """``clock`` (monotonic seconds: when to read again) and ``sleep`` (a short gate's
+        wait) let a test drive time."""
         self._redis = redis
         self._keys = keys
         self._pause_ms = int(pause_seconds * 1000)
         self._hold = redis.register_script(HOLD_LUA)
         self._clock = clock
+        self._sleep = sleep
         self._read_at = -math.inf
         self._paused = False
         self._paused_until = -math.inf
@@ -111,5 +115,5 @@ class Pacing:
             return False
         if left > MAX_IN_JOB_WAIT:
             raise BackendError("rate_limited", code="shared limiter", retry_after=left)
-        await asyncio.sleep(left)
+        await self._sleep(left)
         return True

@@ -22,12 +22,13 @@ from datetime import UTC, datetime
 import redis.asyncio as aioredis
 
 from afterthought.audit import AuditLog, Entry
-from afterthought.backends.base import HistoryMessage, MemoryBackend, UserRef
-from afterthought.backends.retrieval import STOPWORDS
+from afterthought.backends.base import BackendError, HistoryMessage, MemoryBackend, UserRef
+from afterthought.backends.retrieval import STOPWORDS, UNREAL
 from afterthought.connections import FAILURES
 from afterthought.context_cache import PENDING, ContextCache
 from afterthought.facts import VOLATILE, Fact, StoredFact, fact_signature
-from afterthought.fence import GUARD, REFUSED, Fence
+from afterthought.fence import GUARD, Fence
+from afterthought.forget_marks import person_key
 from afterthought.identity import RELEASE_LUA, IdentityRegistry
 from afterthought.keys import Keys, digest
 from afterthought.quarantine import Entry as QuarantineEntry
@@ -49,11 +50,12 @@ if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 return 1
 """
-# KEYS the user's epoch, the run's mark (GUARD), the watermark; ARGV epoch, token, cursor.
+# KEYS the fence's (GUARD: the run's mark is its hold), the watermark; ARGV the fence's,
+# the cursor.
 ADVANCE_LUA = (
     GUARD
     + """
-redis.call('SET', KEYS[3], ARGV[3])
+redis.call('SET', KEYS[4], ARGV[4])
 return 1
 """
 )
@@ -107,7 +109,11 @@ def consolidate(
             outcome["duplicate"] += 1
             continue
         if fact.single_valued:
-            if any(_when(c.valid_at) > _when(fact.valid_at) for c in same):
+            pending = [a for a in add if (a.subject, a.predicate) == (fact.subject, fact.predicate)]
+            # Against what is stored and what this run adds: a run reads its messages in the
+            # order they were stored, and a later session's thread may be stored first.
+            times = [c.valid_at for c in same] + [a.valid_at for a in pending]
+            if any(_when(at) > _when(fact.valid_at) for at in times):
                 outcome["outdated"] += 1  # history re-read: a newer value already holds
                 continue
             for older in same:
@@ -132,12 +138,13 @@ _CHANGE_TEXT = """
     hired accepted went turned converted
 """
 _CHANGE = frozenset(_CHANGE_TEXT.split())
-#: What a predicate is about, beyond its value's own words.
+#: What a predicate is about, beyond its value's own words: nouns (a verb such as "work"
+#: is said of everything: "a new route to work" is no new employer).
 _TOPICS = {
-    "lives_in": "live living lived flat apartment house home place neighbourhood neighborhood "
-    "moved moving settled boxes unpacked lease",
-    "works_at": "job work working company employer role position hired office boss team",
-    "occupation": "job work working role position title hired promoted retired",
+    "lives_in": "flat apartment house home place neighbourhood neighborhood moved moving "
+    "settled boxes unpacked unpacking lease relocation",
+    "works_at": "job company employer role position hired",
+    "occupation": "job role position title hired promoted retired",
     "diet": "diet vegetarian vegan pescatarian meat fish eating eat ate",
     "studies_at": "study studying course degree university school college",
     "partner": "partner relationship dating together",
@@ -149,8 +156,24 @@ _TOPICS = {
 _FIXED = frozenset({"from", "born_in", "grew_up_in", "birthday", "birth_year", "nationality"})
 _WORD = re.compile(r"[^\W\d_]{3,}|\d+", re.UNICODE)
 _TOKEN = re.compile(r"[^\W\d_]+|\d+", re.UNICODE)
-#: A sentence with its closing punctuation.
-_SENTENCE = re.compile(r"[^.!?]+[.!?]*")
+#: A sentence with its closing punctuation (a parenthesis or a dash ends an aside).
+_SENTENCE = re.compile(r"[^.!?;()\u2014]+[.!?]*")
+#: Where a sentence's clauses part: what one clause says of its subject is its own.
+_CLAUSE = re.compile(r"[,:]|\s(?:btw|but|and|so|then|anyway)\s", re.IGNORECASE)
+#: How near (in words) a word of change must be to the fact's value or topic: "we moved
+#: out of leeds" speaks of Leeds; "the heating broke and the flat is freezing" does not.
+CHANGE_WINDOW = 3
+#: The user as the one who acts: a sentence without these, that names someone else, tells
+#: another's news ("my old flatmate Fionn moved to Naples", "she quit").
+_FIRST_PERSON = re.compile(r"\b(?:i|im|ive|we|us|me)\b", re.IGNORECASE)
+_OTHERS_TEXT = """
+    he she they him her his hers them their theirs friend friends flatmate flatmates
+    roommate housemate neighbour neighbor neighbours neighbors colleague colleagues
+    coworker boss mate pal sister brother mum mom mother dad father aunt uncle cousin
+    niece nephew son daughter wife husband partner boyfriend girlfriend grandma grandpa
+    grandmother grandfather
+"""
+_OTHERS = frozenset(_OTHERS_TEXT.split())
 _NAME_TAILS_TEXT = "united fc afc rovers athletic wanderers rhinos hotspur university uni college"
 #: Words that, after a name, make it another thing's name: "Leeds United" is a club.
 _NAME_TAILS = frozenset(_NAME_TAILS_TEXT.split())
@@ -179,11 +202,10 @@ def _about(predicate: str, value: str) -> set[str]:
     return about
 
 
-def _standing_alone(text: str, value_words: set[str]) -> set[str]:
-    """The value's words that ``text`` uses as themselves, not inside a longer name:
+def _standing_alone(tokens: list[str], value_words: set[str]) -> list[int]:
+    """Where ``tokens`` use the value's words as themselves, not inside a longer name:
     "Leeds" in "we left Leeds", but not in "Leeds United won" (a club, not the city)."""
-    tokens = _TOKEN.findall(text)
-    found: set[str] = set()
+    found: list[int] = []
     for index, token in enumerate(tokens):
         after = tokens[index + 1] if index + 1 < len(tokens) else ""
         word = after.lower()
@@ -195,59 +217,101 @@ def _standing_alone(text: str, value_words: set[str]) -> set[str]:
             and word not in _CALENDAR
         )
         if token.lower() in value_words and not extended:
-            found.add(token.lower())
+            found.append(index)
     return found
 
 
-def _speaks_of(predicate: str, value: str, text: str) -> bool:
-    """Whether something said later is about this fact being over or changed: words of
-    change beside its value or topic; for an event, its own name (its date moved, it was
-    called off); for a fact that moves with a life, its value, spoken of at all (the
-    user's latest words are the authority on it)."""
-    words = _words(text)
+def _anothers(sentence: str, tokens: list[str], verb: int) -> bool:
+    """Whether ``sentence`` tells someone else's news: the user is not its subject and
+    someone else is, named before its verb (at ``verb``: "Malik quit", not "still
+    unpacking after the move to Pune") or spoken of ("my old flatmate moved to Naples")."""
+    if _FIRST_PERSON.search(sentence):
+        return False
+    named = any(w[:1].isupper() for w in tokens[1:verb])
+    return named or bool(_OTHERS & {w.lower() for w in tokens})
+
+
+def _speaks_of(subject: str, predicate: str, value: str, sentence: str) -> bool:
+    """Whether one sentence said later is about this fact being over or changed: a word of
+    change near its value or topic; for an event, its own name (its date moved, it was
+    called off); for a fact that moves with a life, its value (the user's latest words are
+    the authority on it). Not a wish or a plan ("if I ever moved it would be to Ghent"),
+    and only of its subject: another person's news leaves the user's facts alone, and a
+    fact about someone else ("mother Hina") is spoken of only where they are named."""
+    if UNREAL.search(sentence):
+        return False
+    tokens = _TOKEN.findall(sentence)
+    lowered = [t.lower() for t in tokens]
+    if subject != "user" and not (_words(subject) - STOPWORDS) & set(lowered):
+        return False
     value_words = _words(value) - STOPWORDS
     topic = _about(predicate, value) - value_words
-    value_said = bool(_standing_alone(text, value_words))
-    if words & _CHANGE and (value_said or words & topic):
+    value_at = _standing_alone(tokens, value_words)
+    # A short value is said whole: "right now" says nothing of a "right shoulder".
+    if len(value_words) <= 3 and {lowered[i] for i in value_at} != value_words:
+        value_at = []
+    near = value_at + [i for i, w in enumerate(lowered) if w in topic]
+    changed = [i for i, w in enumerate(lowered) if w in _CHANGE]
+    if subject == "user" and _anothers(sentence, tokens, min(changed + near, default=0)):
+        return False
+    if any(c != n and abs(c - n) <= CHANGE_WINDOW for c in changed for n in near):
         return True
     if predicate.startswith("event_"):
-        return bool(words & _event_name(predicate))
-    return predicate in VOLATILE and value_said
+        return bool(set(lowered) & _event_name(predicate))
+    return predicate in VOLATILE and bool(value_at)
+
+
+#: Who shares the user's home: a move of theirs ends it ("I am moving!! Found a room in
+#: Wedding" retires ``flatmate: Lena``), whoever is named.
+_HOUSEHOLD = frozenset({"flatmate", "roommate", "housemate"})
+_MOVING = re.compile(r"\b(?:moved|moving|relocated|relocating)\b", re.IGNORECASE)
+
+
+def _moves_out(sentence: str) -> bool:
+    """Whether the user says they move home (not a wish, not another's move)."""
+    return bool(
+        _MOVING.search(sentence) and _FIRST_PERSON.search(sentence) and not UNREAL.search(sentence)
+    )
 
 
 def retired(
-    facts: list[tuple[str, str, str, str, list[str]]], messages: Sequence[HistoryMessage]
+    facts: list[tuple[str, str, str, str, str, list[str]]], messages: Sequence[HistoryMessage]
 ) -> set[str]:
-    """Which facts (``(id, predicate, value, valid_at, source_keys)``) the user spoke of
-    later as changed — "I quit Kontor", "got promoted to lead", "I've basically gone
-    pescatarian", "the interview got moved" — or, for a fact that moves with a life (home,
-    work, diet, an event's date), spoke of again at all, that the extractor did not turn
-    into a newer fact. Such a fact is no longer presented as current: what the user
+    """Which facts (``(id, subject, predicate, value, valid_at, source_keys)``) the user
+    spoke of later as changed — "I quit Kontor", "got promoted to lead", "I've basically
+    gone pescatarian", "the interview got moved" — or, for a fact that moves with a life
+    (home, work, diet, an event's date), spoke of again at all, that the extractor did not
+    turn into a newer fact. Such a fact is no longer presented as current: what the user
     said last is shown instead, dated. The rules miss most ways of saying a thing changed;
     this catches what they miss, at the price of retiring a fact now and then that a
     remark merely mentioned (its statement stays retrievable). A word of the value inside
     another name ("Leeds United won again") is not a mention of it, nor is a question
-    ("should we leave Leeds?")."""
+    ("should we leave Leeds?"), a wish or a plan, or someone else's news."""
     later = [(m, _told(m.content)) for m in messages if m.role == "user"]
     gone: set[str] = set()
-    for fact_id, predicate, value, valid_at, sources in facts:
+    for fact_id, subject, predicate, value, valid_at, sources in facts:
         if predicate in _FIXED:
             continue
         for message, told in later:
             if (
                 message.key not in sources
                 and _when(message.reference_time) > _when(valid_at)
-                and _speaks_of(predicate, value, told)
+                and any(
+                    _speaks_of(subject, predicate, value, s)
+                    or (subject == "user" and predicate in _HOUSEHOLD and _moves_out(s))
+                    for s in told
+                )
             ):
                 gone.add(fact_id)
                 break
     return gone
 
 
-def _told(text: str) -> str:
-    """What a message tells, without its questions: "any tips for Lisbon trams?" asks
-    about the user's city and says nothing of it having changed."""
-    return " ".join(s for s in _SENTENCE.findall(text) if not s.rstrip().endswith("?"))
+def _told(text: str) -> list[str]:
+    """What a message tells, clause by clause, without its questions: "any tips for
+    Lisbon trams?" asks about the user's city and says nothing of it having changed."""
+    told = [s for s in _SENTENCE.findall(text) if s.strip() and not s.rstrip().endswith("?")]
+    return [c for s in told for c in _CLAUSE.split(s) if c.strip()]
 
 
 class _Stopped(Exception):
@@ -284,12 +348,25 @@ class Synthesizer:
             return Counter()
         heartbeat = asyncio.create_task(self._keep(mark, token))
         try:
+            # Read before the epoch: a forget of their person in another deployment that
+            # shares users (or in another app) raises no epoch here and waits for no mark
+            # of this run; one that begins after this read fences the run all the same.
+            person = person_key(self.settings, app=app, user_id=user_id)
+            forgot = await self.redis.get(person) if person is not None else None
             epoch, forgetting = await self.redis.mget(
                 self.keys.epoch(app, user_id), self.keys.forgetting(app, user_id)
             )
             if forgetting == PENDING.encode():  # the forget would wait for this run
                 return Counter()
-            fence = Fence(self.keys.epoch(app, user_id), mark, int(epoch or 0), token)
+            fence = Fence(
+                self.keys.epoch(app, user_id),
+                mark,
+                int(epoch or 0),
+                token,
+                person_key=person,
+                person_forgot=(forgot or b"").decode(),
+                in_script=not self.keys.shards,
+            )
             return await self._run(app, user_id, fence)
         except _Stopped:
             log.info("synthesis stopped user=%s: forgotten, or its mark lost", digest(app, user_id))
@@ -332,10 +409,7 @@ class Synthesizer:
                 break
             stats.update(await self._pass(app, user_id, user, messages, fence))
             # Advanced only after the write, and only while the run may write for them.
-            advanced = await self._advance(
-                keys=[*fence.keys, watermark], args=[*fence.args, cursor]
-            )
-            if int(advanced) == REFUSED:
+            if not await fence.write(self.redis, self._advance, [watermark], [cursor]):
                 raise _Stopped
         if any(stats[k] for k in ("written", "superseded", "retracted", "retired")):
             await self.cache.refresh_user(
@@ -386,8 +460,11 @@ class Synthesizer:
         add, invalidate, outcome = consolidate(accepted, current, tombstones)
         held = [f for f in current if f.invalid_at is None and f.uuid not in invalidate]
         gone = retired(
-            [(f.uuid, f.predicate, f.value, f.valid_at, f.source_keys) for f in held]
-            + [(f.signature, f.predicate, f.value, f.valid_at or "", f.source_keys) for f in add],
+            [(f.uuid, f.subject, f.predicate, f.value, f.valid_at, f.source_keys) for f in held]
+            + [
+                (f.signature, f.subject, f.predicate, f.value, f.valid_at or "", f.source_keys)
+                for f in add
+            ],
             messages,
         )
         # A new fact may be older than what was said since: history is read in the order
@@ -403,7 +480,15 @@ class Synthesizer:
             forgotten, holds = await fence.read(self.redis)
             if forgotten or not holds:
                 raise _Stopped
-            await self.backend.write_facts(user=user, add=add, invalidate=invalidate, at=now)
+            try:
+                await self.backend.write_facts(user=user, add=add, invalidate=invalidate, at=now)
+            except BackendError as exc:
+                # Deleted after the fence was read, by a forget of their person elsewhere
+                # (another deployment that shares users): the run stops as it would for a
+                # forget here, nothing written. Else the backend's error stands.
+                if exc.kind == "not_found" and (await fence.read(self.redis))[0]:
+                    raise _Stopped from None
+                raise
             if await self.forgetter.raced(fence, app=app, user_id=user_id):
                 raise _Stopped
         who = digest(app, user_id)
@@ -454,7 +539,16 @@ class Synthesizer:
             timeout=self.settings.backend_timeout,
         )
         said = [HistoryMessage(h.uuid, "user", h.text, h.created_at or "") for h in hits]
-        facts = [(fact.signature, fact.predicate, fact.value, fact.valid_at, fact.source_keys)]
+        facts = [
+            (
+                fact.signature,
+                fact.subject,
+                fact.predicate,
+                fact.value,
+                fact.valid_at,
+                fact.source_keys,
+            )
+        ]
         return bool(retired(facts, said))
 
     async def _quarantine(

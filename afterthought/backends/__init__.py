@@ -1,5 +1,6 @@
-"""Memory backends: the port (``base``) and its adapters, Zep v4 (``zep``) and the embedded
-SQLite store (``local``). Each adapter is imported only when selected."""
+"""Memory backends: the port (``base``) and its adapters, Zep v4 (``zep``), the embedded
+SQLite store (``local``) and PostgreSQL (``postgres``). Each adapter is imported only when
+selected."""
 
 from __future__ import annotations
 
@@ -12,13 +13,23 @@ if TYPE_CHECKING:
 
 
 def open_backend(settings: Settings, *, upgrade: bool = False) -> MemoryBackend:
-    """The backend the settings select: Zep with a key, else the embedded local store.
+    """The backend the settings select (``Settings.resolved_backend``).
     ``upgrade``: bring an older local store to the current schema (workers and the CLI
     do; an agent's turn must not wait minutes for it, and reads nothing until it is done)."""
     if settings.resolved_backend == "zep":
         from afterthought.backends.zep import ZepBackend
 
         return ZepBackend(settings)
+    if settings.resolved_backend == "postgres":
+        from afterthought.backends.postgres import PostgresBackend
+
+        assert settings.database_url is not None  # the settings refuse postgres without it
+        return PostgresBackend(
+            settings.database_url.get_secret_value(),
+            schema=settings.database_schema,
+            max_chars=settings.context_max_chars,
+            upgrade=upgrade,
+        )
     from afterthought.backends.local import LocalBackend
 
     if settings.embedding_model is None:  # numpy and model2vec are imported only if used

@@ -4,7 +4,8 @@ and what each backend can do (:class:`Capabilities`), so callers never branch on
 from __future__ import annotations
 
 import abc
-from collections.abc import AsyncGenerator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
@@ -24,6 +25,18 @@ COPY_OF_FIELD = "afterthought_copy_of"
 #: of sessions to threads is rebuilt from it where the backend does not replay a thread's
 #: creation (``Capabilities.replays_thread_creates``).
 SESSION_FIELD = "afterthought_session"
+
+#: What a write must pass as it leaves this process: an adapter that sends over the network
+#: calls it once the request is built, right before its first byte goes out (Zep: an httpx
+#: request hook), and a raise there sends nothing. The worker sets it, around each call of a
+#: batch, to its lease's check: a worker stopped (SIGSTOP, a long GC pause) after its own
+#: check and before that point finds its lease run out on its clock and sends nothing. Zep
+#: has no conditional write to carry the lease further: a stop after this point (the
+#: request written later, or held in the kernel or a load balancer) is not caught here, and
+#: is left to the late-copy repair.
+LAST_CHECK: ContextVar[Callable[[], object] | None] = ContextVar(
+    "afterthought_last_check", default=None
+)
 
 ErrorKind = Literal[
     "timeout",
@@ -86,6 +99,8 @@ class StoredMessage:
     role: str
     content: str
     metadata: Mapping[str, object]
+    processed: bool | None = None
+    """Whether the backend has taken the message into its graph (None: it does not say)."""
 
     @property
     def key(self) -> str | None:
@@ -96,6 +111,20 @@ class StoredMessage:
     def is_copy(self) -> bool:
         """A late copy of another message, marked as such (:data:`COPY_OF_FIELD`)."""
         return COPY_OF_FIELD in self.metadata
+
+
+@dataclass(frozen=True, slots=True)
+class LateCopy:
+    """A later copy of a stored message (the same key and text again in its thread), which
+    a call committed late stored."""
+
+    uuid: str
+    kept: str
+    """The uuid of the first copy, which stays."""
+    key: str
+    content: str
+    processed: bool | None
+    """As :attr:`StoredMessage.processed` of the copy."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,10 +205,15 @@ class MemoryBackend(abc.ABC):
         ``timeout``: seconds before the call counts as timed out (its outcome unknown)."""
 
     @abc.abstractmethod
-    async def remove_copies(self, *, thread_uuid: str, copies: Sequence[tuple[str, str]]) -> str:
-        """Take late copies of messages out of a thread, each a ``(copy uuid, uuid of the
-        copy that stays)`` pair: deleted where the backend can delete one message, else
-        marked with :data:`COPY_OF_FIELD`. Returns what was done: ``deleted`` or ``marked``."""
+    async def remove_copy(
+        self, *, thread_uuid: str, copy: LateCopy, last_chance: bool
+    ) -> str | None:
+        """Take a late copy out of what readers meet: deleted where the backend can delete
+        one message, else marked with :data:`COPY_OF_FIELD` and what the backend derived
+        from it deleted. Returns what was done (``deleted``, ``marked``, or
+        ``marked_unmatched``: marked, but what was derived from it could not be told
+        apart), or None when it cannot be done yet (the backend has not derived from the
+        copy yet) and ``last_chance`` is not set: asked again at the next run."""
 
     @abc.abstractmethod
     async def recent_messages(

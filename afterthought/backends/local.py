@@ -11,6 +11,7 @@ import os
 import re
 import sqlite3
 import threading
+import unicodedata
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -24,6 +25,7 @@ from afterthought.backends.base import (
     BackendError,
     Capabilities,
     HistoryMessage,
+    LateCopy,
     MemoryBackend,
     OutgoingMessage,
     StoredMessage,
@@ -229,14 +231,18 @@ class LocalBackend(MemoryBackend):
         *,
         max_chars: int = 4000,
         upgrade: bool = True,
+        busy_seconds: float = 10.0,
     ) -> None:
         """``max_chars``: the size of the blocks the store returns unasked (a write's
         ``return_context``, the ``context`` search scope): ``context_max_chars``.
         ``upgrade``: migrate a file of an older schema on open; without it such a file is
-        "unavailable" (code ``schema_upgrade_pending``) until a process that may has."""
+        "unavailable" (code ``schema_upgrade_pending``) until a process that may has.
+        ``busy_seconds``: how long a statement waits for another process's lock or read
+        (SQLite's busy timeout) before the store is busy."""
         self.path = Path(path)
         self.max_chars = max_chars
         self.upgrade = upgrade
+        self.busy_seconds = busy_seconds
         self._lock = threading.Lock()
         # Which read holds the connection (its abandon flag), so a timed-out read can be
         # interrupted without interrupting anything else.
@@ -279,7 +285,7 @@ class LocalBackend(MemoryBackend):
         )
 
     def _open(self) -> sqlite3.Connection:
-        db = sqlite3.connect(self.path, check_same_thread=False, timeout=10)
+        db = sqlite3.connect(self.path, check_same_thread=False, timeout=self.busy_seconds)
         # interrupt() stops the statement running when a read is given up on; this stops
         # the read's next ones too (an interrupt between two statements is forgotten).
         db.set_progress_handler(self._given_up, 10_000)
@@ -532,16 +538,14 @@ class LocalBackend(MemoryBackend):
         if self._embedder is not None and texts:
             self._store_vectors(db, self._embedder, indexed, texts)
 
-    async def remove_copies(self, *, thread_uuid: str, copies: Sequence[tuple[str, str]]) -> str:
+    async def remove_copy(self, *, thread_uuid: str, copy: LateCopy, last_chance: bool) -> str:
         """Deleted. A message key, unique in its thread, keeps a late call from storing a copy
         at all; one found all the same (written by another tool) goes like any other."""
 
         def work(db: sqlite3.Connection) -> None:
-            for copy_uuid, _ in copies:
-                db.execute(
-                    "DELETE FROM messages WHERE uuid = ? AND thread_uuid = ?",
-                    (copy_uuid, thread_uuid),
-                )
+            db.execute(
+                "DELETE FROM messages WHERE uuid = ? AND thread_uuid = ?", (copy.uuid, thread_uuid)
+            )
 
         await self._run(work)
         await self._scrub()
@@ -608,21 +612,12 @@ class LocalBackend(MemoryBackend):
         ]
         if template_uuid is None:
             statements = self._statements(db, user.user_uuid, query, limit=None)
-            lines = [f"- {value} (since {at[:10]})" for value, at in facts]
-            return render_block(lines, statements, max_chars)
+            return render_block(fact_lines(facts), statements, max_chars)
         row = db.execute("SELECT template FROM templates WHERE uuid = ?", (template_uuid,))
         found = row.fetchone()
         if found is None:
             raise BackendError("not_found", status=404, code="template")
-        # The store has facts (for %{edges}); a user summary only once synthesis writes one.
-        # Past statements have no variable: Zep's template language has none for them, and
-        # ``templates.check`` refuses unknown variables, so a template shows facts only.
-        text, missing = templates.render(
-            found[0], {"edges": [f"- {v} (since {at[:10]})" for v, at in facts]}
-        )
-        if missing:
-            log.warning("local backend renders empty: %s", ",".join(sorted(set(missing))))
-        return whole_lines(text, max_chars)
+        return render_template(found[0], facts, max_chars, self.name)
 
     async def create_template(self, *, name: str, template: str) -> str:
         def work(db: sqlite3.Connection) -> str:
@@ -701,20 +696,7 @@ class LocalBackend(MemoryBackend):
                 (user_uuid, FOLLOW_UP_POOL),
             )
         )
-        pool = {i: (content, said_at) for i, (_, content, said_at) in rows.items()}
-        ids = with_follow_ups(ids, pool)[:limit]
-        seen: set[str] = set()
-        found: list[Statement] = []
-        for message_id in ids:
-            if message_id not in rows:  # deleted since ranked (another process's forget)
-                continue
-            replied, content, said_at = rows[message_id]
-            text_key = " ".join(content.split()).casefold()
-            if text_key in seen:
-                continue
-            seen.add(text_key)
-            found.append(Statement(message_id, content, said_at, replied, replaced.get(message_id)))
-        return found
+        return assemble_statements(ids, rows, replaced, limit)
 
     def _relevant(self, db: sqlite3.Connection, user_uuid: str, query: str) -> list[int]:
         """The statements about ``query``, then, after the best ``HOP_FROM``, for each of
@@ -765,8 +747,7 @@ class LocalBackend(MemoryBackend):
             " AND informative > 0 ORDER BY id DESC LIMIT ?",
             (user_uuid, INFORMATIVE_POOL),
         ).fetchall()
-        scored = sorted(enumerate(rows), key=lambda pair: -pair[1][1] / (1 + pair[0] / 50))
-        return [int(row[0]) for _, row in scored[:INFORMATIVE]]
+        return informative_order(rows)
 
     @staticmethod
     def _recent(db: sqlite3.Connection, user_uuid: str) -> list[int]:
@@ -836,18 +817,33 @@ class LocalBackend(MemoryBackend):
         said, so forgetting a fact that a quote still says would forget nothing (other facts
         read from the same messages stay, as facts). A question kept beside an answer that
         names the value goes from it ("Do you like living in Lisbon?" -> "yes very much");
-        the forgetter deletes the user's later statements that say the fact again. A
-        message id deletes that message."""
+        the forgetter deletes the user's later statements that say the fact again. So do
+        the assistant's replies that repeat it (``_repeating``): a reply that quoted the
+        block is stored too. A message id deletes that message."""
 
         def work(db: sqlite3.Connection) -> bool:
             found = db.execute(
-                "SELECT source_keys, value FROM facts WHERE uuid = ? AND user_uuid = ?",
+                "SELECT source_keys, value, predicate FROM facts WHERE uuid = ? AND user_uuid = ?",
                 (memory_uuid, user.user_uuid),
             ).fetchone()
             sources: list[str] = json.loads(found[0]) if found else []
+            repeats: list[int] = []
             if found:
                 for answer in _asked_about(db, user.user_uuid, found[1]):
                     _drop_reply(db, answer)
+                said = [
+                    row[0]
+                    for row in db.execute(
+                        "SELECT m.content FROM messages m JOIN threads t ON t.uuid = m.thread_uuid"
+                        " WHERE t.user_uuid = ? AND m.role != 'assistant'"
+                        f" AND m.message_key IN ({','.join('?' * len(sources))})",
+                        (user.user_uuid, *sources),
+                    )
+                ]
+                repeats = _repeating(db, user.user_uuid, said, predicate=found[2], value=found[1])
+            for reply in repeats:
+                _unlink_reply(db, reply)
+                db.execute("DELETE FROM messages WHERE id = ?", (reply,))
             facts = db.execute(
                 "DELETE FROM facts WHERE uuid = ? AND user_uuid = ?", (memory_uuid, user.user_uuid)
             )
@@ -910,6 +906,9 @@ class LocalBackend(MemoryBackend):
         self, *, user: UserRef, add: Sequence[Fact], invalidate: Sequence[str], at: str
     ) -> None:
         def work(db: sqlite3.Connection) -> None:  # one transaction: all or nothing
+            # A user deleted meanwhile (a forget) is Zep's 404, not a foreign key failure.
+            if not db.execute("SELECT 1 FROM users WHERE uuid = ?", (user.user_uuid,)).fetchone():
+                raise BackendError("not_found", status=404, code="user")
             for fact_uuid in invalidate:
                 db.execute(
                     "UPDATE facts SET invalid_at = ? WHERE uuid = ? AND user_uuid = ?"
@@ -996,9 +995,7 @@ class LocalBackend(MemoryBackend):
                 f" WHERE statements_fts MATCH ? AND rowid IN ({marks})",
                 (match_expression(user_uuid, terms), *ranked),
             ):
-                # Held a word of the query: a match, however common the word (BM25 gives a
-                # word in half the store's statements no weight at all).
-                scores[int(rowid)] = max(MATCHED, -bm25 / (1.0 - bm25) if bm25 < 0 else 0.0)
+                scores[int(rowid)] = match_score(-bm25)
         if vector is not None and self._embedder is not None:
             import numpy as np
 
@@ -1015,18 +1012,7 @@ class LocalBackend(MemoryBackend):
             f" WHERE id IN ({marks}) AND user_uuid = ? AND eligible = 1",
             (*ranked, user_uuid),
         ).fetchall()
-        place = {message_id: rank for rank, message_id in enumerate(ranked)}
-        rows.sort(key=lambda row: (-scores.get(row[0], 0.0), place[row[0]]))
-        seen: set[str] = set()
-        hits: list[SearchHit] = []
-        for message_id, message_uuid, content, said_at in rows:
-            text_key = " ".join(content.split()).casefold()
-            if scores.get(message_id, 0.0) <= 0 or text_key in seen:
-                continue
-            seen.add(text_key)
-            score = round(scores[message_id], 4)
-            hits.append(SearchHit(message_uuid, content, said_at, score))
-        return hits[:limit]
+        return said_hits(rows, scores, ranked, limit)
 
     @staticmethod
     def _facts(db: sqlite3.Connection, user_uuid: str, query: str, limit: int) -> list[SearchHit]:
@@ -1036,19 +1022,12 @@ class LocalBackend(MemoryBackend):
         (``query_stems``: case, accents, plurals and other endings folded, so "Seat" finds
         "prefers: window seats"); the predicate counts ("seat" finds "prefers seat:
         aisle")."""
-        words = query_stems(query)
-        hits = []
-        for u, subject, predicate, value, at in db.execute(
+        rows = db.execute(
             "SELECT uuid, subject, predicate, value, valid_at FROM facts WHERE user_uuid = ?"
             " AND invalid_at IS NULL ORDER BY valid_at DESC",
             (user_uuid,),
-        ):
-            text = statement(subject, predicate, value)
-            shared = len(words & query_stems(text.replace("_", " ")))
-            score = round(shared / len(words), 3) if words else 0.0
-            hits.append(SearchHit(u, text, at, score, {"predicate": predicate}))
-        hits.sort(key=lambda hit: -(hit.score or 0.0))  # stable: the newest first among equals
-        return hits[:limit]
+        ).fetchall()
+        return fact_hits(rows, query, limit)
 
     async def store_id(self) -> str:
         """This file's id, made with it: two paths to one file give one id."""
@@ -1076,6 +1055,118 @@ class LocalBackend(MemoryBackend):
             if self._db is not None:
                 self._db.close()
                 self._db = None
+
+
+def changed_keys(changed: Sequence[tuple[str, str | None, str]]) -> dict[str, str | None]:
+    """Of changed facts (``(old source keys, replaced on, new source keys)``, the newest
+    change first), the keys of the messages read: the old ones -> when they were
+    replaced, the new ones -> None."""
+    keys: dict[str, str | None] = {}
+    for old_keys, replaced_on, new_keys in changed:
+        for key in json.loads(old_keys):
+            keys.setdefault(key, replaced_on)
+        for key in json.loads(new_keys):
+            keys.setdefault(key, None)
+    return keys
+
+
+def informative_order(rows: Sequence[tuple[int, int]]) -> list[int]:
+    """``(id, informativeness)`` of the user's newest informative statements, newest
+    first, ranked: the more signals the better, the newer the better (a score halves over
+    the newest 50 statements)."""
+    scored = sorted(enumerate(rows), key=lambda pair: -pair[1][1] / (1 + pair[0] / 50))
+    return [int(row[0]) for _, row in scored[:INFORMATIVE]]
+
+
+def assemble_statements(
+    ids: Sequence[int],
+    rows: dict[int, tuple[str | None, str, str]],
+    replaced: dict[int, str | None],
+    limit: int | None,
+) -> list[Statement]:
+    """The ranked ``ids`` as statements, each followed by its follow-up (``rows``: id ->
+    (replied, content, said at) of the candidates and of the newest statements), each
+    once by text; ids no longer in ``rows`` (deleted since ranked) are skipped."""
+    pool = {i: (content, said_at) for i, (_, content, said_at) in rows.items()}
+    seen: set[str] = set()
+    found: list[Statement] = []
+    for message_id in with_follow_ups(ids, pool)[:limit]:
+        if message_id not in rows:
+            continue
+        replied, content, said_at = rows[message_id]
+        text_key = " ".join(content.split()).casefold()
+        if text_key in seen:
+            continue
+        seen.add(text_key)
+        found.append(Statement(message_id, content, said_at, replied, replaced.get(message_id)))
+    return found
+
+
+def match_score(bm25: float) -> float:
+    """A search hit's lexical score, 0..1, from its BM25 (positive: higher is better).
+    Held a word of the query: a match, however common the word (BM25 gives a word in half
+    the store's statements no weight at all)."""
+    return max(MATCHED, bm25 / (1.0 + bm25) if bm25 > 0 else 0.0)
+
+
+def said_hits(
+    rows: Sequence[tuple[int, str, str, str]],
+    scores: dict[int, float],
+    ranked: Sequence[int],
+    limit: int,
+) -> list[SearchHit]:
+    """``(id, uuid, content, said at)`` of ranked statements as search hits, by score then
+    rank, each once by text, none without a score."""
+    place = {message_id: rank for rank, message_id in enumerate(ranked)}
+    ordered = sorted(rows, key=lambda row: (-scores.get(row[0], 0.0), place[row[0]]))
+    seen: set[str] = set()
+    hits: list[SearchHit] = []
+    for message_id, message_uuid, content, said_at in ordered:
+        text_key = " ".join(content.split()).casefold()
+        if scores.get(message_id, 0.0) <= 0 or text_key in seen:
+            continue
+        seen.add(text_key)
+        score = round(scores[message_id], 4)
+        hits.append(SearchHit(message_uuid, content, said_at, score, said_by="user"))
+    return hits[:limit]
+
+
+def fact_hits(
+    rows: Sequence[tuple[str, str, str, str, str]], query: str, limit: int
+) -> list[SearchHit]:
+    """Current facts (``(uuid, subject, predicate, value, valid at)``, newest first) as
+    statements, by the share of the query's words each holds (``score``, 0..1: 1 holds
+    them all, 0 none, as for a query without content words), then the newest. Words are
+    compared as statement search reads them (``query_stems``: case, accents, plurals and
+    other endings folded, so "Seat" finds "prefers: window seats"); the predicate counts
+    ("seat" finds "prefers seat: aisle")."""
+    words = query_stems(query)
+    hits = []
+    for u, subject, predicate, value, at in rows:
+        text = statement(subject, predicate, value)
+        shared = len(words & query_stems(text.replace("_", " ")))
+        score = round(shared / len(words), 3) if words else 0.0
+        hits.append(SearchHit(u, text, at, score, {"predicate": predicate}))
+    hits.sort(key=lambda hit: -(hit.score or 0.0))  # stable: the newest first among equals
+    return hits[:limit]
+
+
+def fact_lines(facts: Sequence[tuple[str, str]]) -> list[str]:
+    """``(statement, valid at)`` of current facts as the block's lines."""
+    return [f"- {value} (since {at[:10]})" for value, at in facts]
+
+
+def render_template(
+    template: str, facts: Sequence[tuple[str, str]], max_chars: int, store: str
+) -> str:
+    """A stored template rendered with the user's current facts. The store has facts (for
+    %{edges}); a user summary only once synthesis writes one. Past statements have no
+    variable: Zep's template language has none for them, and ``templates.check`` refuses
+    unknown variables, so a template shows facts only."""
+    text, missing = templates.render(template, {"edges": fact_lines(facts)})
+    if missing:
+        log.warning("%s backend renders empty: %s", store, ",".join(sorted(set(missing))))
+    return whole_lines(text, max_chars)
 
 
 def _reason(exc: OSError) -> str:
@@ -1134,12 +1225,7 @@ def _replaced(db: sqlite3.Connection, user_uuid: str) -> dict[int, str | None]:
         " ORDER BY old.invalid_at DESC LIMIT ?",
         (user_uuid, CHANGED_FACTS),
     ).fetchall()
-    keys: dict[str, str | None] = {}
-    for old_keys, replaced_on, new_keys in changed:
-        for key in json.loads(old_keys):
-            keys.setdefault(key, replaced_on)
-        for key in json.loads(new_keys):
-            keys.setdefault(key, None)
+    keys = changed_keys(changed)
     if not keys:
         return {}
     marks = ",".join("?" * len(keys))
@@ -1178,6 +1264,43 @@ def _asked_about(db: sqlite3.Connection, user_uuid: str, value: str) -> list[int
         (user_uuid,),
     )
     return [int(row[0]) for row in rows if words.search(row[1].casefold())]
+
+
+#: The shortest statement (normalised, ``_normal``) whose repetition marks a reply as
+#: repeating it: a shorter one ("yes", "in Oslo") is in replies that never quoted it.
+MIN_REPEATED = 12
+
+
+def _normal(text: str) -> str:
+    """Text as compared for repetition: NFKC, casefolded, its words one space apart and
+    padded by one (so containment is of whole words), whatever quotes, punctuation, line
+    breaks or list marks a model re-rendered it with."""
+    words = re.findall(r"\w+", unicodedata.normalize("NFKC", text).casefold())
+    return f" {' '.join(words)} " if words else ""
+
+
+def _repeating(
+    db: sqlite3.Connection, user_uuid: str, said: list[str], *, predicate: str, value: str
+) -> list[int]:
+    """The user's stored assistant replies that repeat a fact: one of the statements it was
+    read from (``said``, normalised, at least ``MIN_REPEATED`` characters), or the fact
+    itself, its value and its predicate each there as whole words ("allergic to: peanuts",
+    "you are allergic to peanuts")."""
+    quotes = [q for q in map(_normal, said) if len(q.strip()) >= MIN_REPEATED]
+    named, relation = _normal(value), _normal(predicate)
+    rows = db.execute(
+        "SELECT m.id, m.content FROM messages m JOIN threads t ON t.uuid = m.thread_uuid"
+        " WHERE t.user_uuid = ? AND m.role = 'assistant'",
+        (user_uuid,),
+    )
+    found = []
+    for message_id, content in rows.fetchall():
+        text = _normal(content)
+        if any(q in text for q in quotes) or (
+            named and named in text and (not relation or relation in text)
+        ):
+            found.append(int(message_id))
+    return found
 
 
 def _unlink_reply(db: sqlite3.Connection, asked: int) -> None:

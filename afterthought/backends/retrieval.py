@@ -176,6 +176,20 @@ def stem(word: str) -> str:
     return found[0] if len(found) == 1 else term
 
 
+#: Consonants standing for a user's scope where a word is stemmed as the index stems it.
+_ANY_SCOPE = _SCOPE_LETTERS[:SCOPE_LENGTH]
+
+
+@functools.lru_cache(maxsize=65536)
+def scoped_stem(word: str) -> str:
+    """A word (from ``words``) as the statement index holds it, less its owner's scope:
+    Porter stems the scoped token (``scoped``), and a scope of consonants changes what it
+    does to a short word ("one" alone stems to "on", after a scope to "one"). Any scope
+    stems alike (only consonants, never "y"), so this is one stem for every user: what a
+    store that scopes words its own way (PostgreSQL) indexes to rank as this one does."""
+    return stem(_ANY_SCOPE + _term(word))[len(_ANY_SCOPE) :]
+
+
 def query_stems(text: str) -> set[str]:
     """The stems (``stem``) of ``text``'s content words (``query_terms``)."""
     return {stem(word) for word in query_terms(text)}
@@ -435,10 +449,12 @@ _PLACE = re.compile(
 )
 
 
-#: What makes a sentence a wish, a plan or a thing nearly done rather than a fact.
-_UNREAL = re.compile(
+#: What makes a sentence a wish, a plan or a thing nearly done rather than a fact: it
+#: changes nothing the user said before (statements here, facts in synthesis).
+UNREAL = re.compile(
     r"\b(?:if|would|could|might|maybe|perhaps|thought about|thinking about|considered"
-    r"|considering|nearly|almost|wish|dream|someday|one day|fantasy|tempted)\b",
+    r"|considering|nearly|almost|wish|dream|someday|one day|fantasy|tempted|planning"
+    r"|plan to|plans to|hoping|hope to|want to|wants to)\b",
     re.I,
 )
 
@@ -451,7 +467,7 @@ def claims(text: str) -> dict[str, str]:
     found: dict[str, str] = {}
     # A wish or a plan not carried out gives no value: "if I ever moved it would be to
     # Almaty" and "we thought about moving to Ghent" leave the user where they live.
-    said = " ".join(s for s in _SENTENCE_OR_LINE.split(text) if not _UNREAL.search(s))
+    said = " ".join(s for s in _SENTENCE_OR_LINE.split(text) if not UNREAL.search(s))
     for number, unit in _AMOUNT.findall(said):
         counted = [w for w in unit.casefold().split() if w not in _UNIT_FILLER]
         if len(counted) >= 2 and counted[0] not in STOPWORDS:

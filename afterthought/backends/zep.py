@@ -13,6 +13,7 @@ import importlib
 import json
 import logging
 import re
+import ssl
 import time
 import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
@@ -28,12 +29,14 @@ from zep_cloud.core.request_options import RequestOptions
 
 from afterthought.backends.base import (
     COPY_OF_FIELD,
+    LAST_CHECK,
     MESSAGE_KEY_FIELD,
     SESSION_FIELD,
     BackendError,
     Capabilities,
     ErrorKind,
     HistoryMessage,
+    LateCopy,
     MemoryBackend,
     OutgoingMessage,
     StoredMessage,
@@ -150,12 +153,21 @@ async def _classified(pager: AsyncPager[T, Any]) -> AsyncIterator[T]:
         raise error from None
 
 
+async def _last_check(request: httpx.Request) -> None:
+    """:data:`LAST_CHECK`, for a write: the latest point before the request is sent that
+    httpx offers (its connection is taken, and the request written, after)."""
+    check = LAST_CHECK.get()
+    if check is not None and request.method != "GET":
+        check()
+
+
 def _stored(m: Message) -> StoredMessage:
     return StoredMessage(
         uuid=m.uuid_ or "",
         role=str(m.role or ""),
         content=m.content or "",
         metadata=dict(m.metadata or {}),
+        processed=m.processed,
     )
 
 
@@ -188,7 +200,14 @@ def _hit(item: Any) -> SearchHit:
     if not text:
         name, summary = getattr(item, "name", None), getattr(item, "summary", None)
         text = f"{name}: {summary}" if name and summary else (name or summary or "")
-    when = getattr(item, "valid_at", None) or getattr(item, "created_at", None)
+    # An edge holds from its validity, an episode from when it was said (reference_time;
+    # created_at is when Zep received it: an import's would date old turns today).
+    when = (
+        getattr(item, "valid_at", None)
+        or getattr(item, "reference_time", None)
+        or getattr(item, "created_at", None)
+    )
+    role = getattr(item, "role", None)
     score = getattr(item, "score", None)
     name = getattr(item, "name", None)  # an edge's is its relation ("LIVES_IN")
     return SearchHit(
@@ -197,6 +216,7 @@ def _hit(item: Any) -> SearchHit:
         created_at=when,
         score=float(score) if isinstance(score, int | float) else None,
         extra={"predicate": name} if getattr(item, "fact", None) and name else {},
+        said_by=str(role) if role else None,
     )
 
 
@@ -218,6 +238,14 @@ def _load_sdk() -> None:
     its callbacks are made."""
     for name in _LAZY_MODULES:
         importlib.import_module(name)
+
+
+@functools.cache
+def _tls_context() -> ssl.SSLContext:
+    """The CA bundle, read once per process: reading it costs ~50 ms of CPU, which every
+    backend (an agent opens one per memory) and every loop's client paid. A context is
+    safe to share between connections, loops and threads."""
+    return httpx.create_ssl_context()
 
 
 def scoped_key(key: str, target: str) -> str:
@@ -244,11 +272,14 @@ class ZepBackend(MemoryBackend):
             raise ValueError("the Zep backend needs ZEP_API_KEY")
         self._settings = settings
         _load_sdk()
-        self._tls = httpx.create_ssl_context()  # the CA bundle, read once, not per loop
         self._clients: PerLoop[tuple[AsyncZep, httpx.AsyncClient]] = PerLoop(self._connect)
 
     def _connect(self) -> tuple[AsyncZep, httpx.AsyncClient]:
-        http = httpx.AsyncClient(timeout=self._settings.backend_timeout, verify=self._tls)
+        http = httpx.AsyncClient(
+            timeout=self._settings.backend_timeout,
+            verify=_tls_context(),
+            event_hooks={"request": [_last_check]},
+        )
         key = self._settings.zep_api_key
         assert key is not None
         client = AsyncZep(
@@ -410,17 +441,54 @@ class ZepBackend(MemoryBackend):
         )
         return str(result.context or "").strip() if return_context else None
 
-    async def remove_copies(self, *, thread_uuid: str, copies: Sequence[tuple[str, str]]) -> str:
-        """Zep v4 deletes no single message (only its thread or user): a copy is marked in
-        its metadata (merged by Zep), and history read through this adapter skips it. What
-        Zep's graph took in from it stays there, as a second mention of the same words."""
-        for copy_uuid, kept_uuid in copies:
-            await self._call(
-                lambda z, c=copy_uuid, k=kept_uuid: z.thread.message.update(  # type: ignore[misc]
-                    thread_uuid, c, metadata={COPY_OF_FIELD: k}, request_options=self._options()
-                )
+    async def remove_copy(
+        self, *, thread_uuid: str, copy: LateCopy, last_chance: bool
+    ) -> str | None:
+        """Zep v4 deletes no single message (only its thread or user) and updates only its
+        metadata: the copy is marked (merged by Zep), and history read through this adapter
+        skips it; the thread as Zep's own API lists it keeps it. What Zep's graph made of
+        it is deleted (``graph.episode.delete``, which takes the edges only that episode
+        supports), so the context block and search meet the words once. The thread's
+        episodes that carry the copy's key (Zep keeps a message's metadata on its episode)
+        and text are the first copy's and the late ones': the earliest made stays (any one
+        of them says the same, at the same reference time). Zep makes a message's episode
+        only once it has processed it: until then the copy is left for the next run (None),
+        unless this is the last chance. Marked last, so a run cut short in between finds
+        the copy again, with its episode gone."""
+        if copy.processed is False and not last_chance:
+            return None
+        pager = await self._call(
+            lambda z: z.thread.list_episodes(
+                thread_uuid, page_size=PAGE_SIZE, request_options=self._options()
             )
-        return "marked"
+        )
+        made, keyed, alike = False, False, []
+        async for episode in _classified(pager):
+            key = (episode.metadata or {}).get(MESSAGE_KEY_FIELD)
+            made, keyed = True, keyed or key is not None
+            if key == copy.key and copy.content in (episode.content or ""):
+                alike.append(episode)
+        alike.sort(key=lambda e: str(e.created_at or ""))
+        for episode in alike[1:]:
+            graph_uuid = episode.graph_uuid or await self._graph_of(thread_uuid)
+            await self._delete_episode(graph_uuid, str(episode.uuid_))
+        await self._call(
+            lambda z: z.thread.message.update(
+                thread_uuid,
+                copy.uuid,
+                metadata={COPY_OF_FIELD: copy.kept},
+                request_options=self._options(),
+            )
+        )
+        # Episodes, none with a key: this Zep keeps no metadata on episodes, so the copy's
+        # cannot be told from the first copy's; the graph may keep a second mention.
+        return "marked_unmatched" if made and not keyed else "marked"
+
+    async def _graph_of(self, thread_uuid: str) -> str:
+        thread = await self._call(
+            lambda z: z.thread.get(thread_uuid, request_options=self._options())
+        )
+        return str(thread.graph_uuid or "")
 
     async def recent_messages(
         self, *, thread_uuid: str, limit: int, timeout: float | None = None

@@ -5,6 +5,8 @@ the settings', the CLI's logging goes to its stderr, and both are put back after
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import contextlib
 import io
 import logging
@@ -17,7 +19,18 @@ from afterthought.settings import Settings
 
 def run_cli_here(settings: Settings, *args: str) -> subprocess.CompletedProcess[str]:
     """What ``afterthought --log-level ERROR ARGS`` run as a process configured like
-    ``settings`` returns (:class:`subprocess.CompletedProcess`, as ``subprocess.run``)."""
+    ``settings`` returns (:class:`subprocess.CompletedProcess`, as ``subprocess.run``).
+    Called from a running event loop (the CLI runs one of its own), it runs in a thread and
+    holds the caller's loop until it is done, as ``subprocess.run`` would."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return _run_here(settings, *args)
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return pool.submit(_run_here, settings, *args).result()
+
+
+def _run_here(settings: Settings, *args: str) -> subprocess.CompletedProcess[str]:
     argv = ["--log-level", "ERROR", *args]
     out, err = io.StringIO(), io.StringIO()
     root = logging.getLogger()

@@ -1,7 +1,7 @@
 """A TCP proxy in front of Redis that misbehaves on demand, for tests of unknown outcomes:
-replies that come late (the command ran, the client gave up), connections refused (the
-command never ran), connections cut. It runs on a thread of its own, so a test that
-blocks its event loop does not block the proxy."""
+replies that come late or are held until the test lets them go (the command ran, the
+client gave up), connections refused (the command never ran), connections cut. It runs
+on a thread of its own, so a test that blocks its event loop does not block the proxy."""
 
 from __future__ import annotations
 
@@ -20,6 +20,9 @@ class RedisProxy:
         self._db = parsed.path or "/0"
         self.reply_delay = 0.0
         """Seconds each reply is held back (the command has run at Redis meanwhile)."""
+        self.held_replies = 0
+        """Replies held back now by :meth:`hold_replies`: each one's command ran at Redis."""
+        self._replies_open: asyncio.Event | None = None
         self._loop = asyncio.new_event_loop()
         self._server: asyncio.Server | None = None
         self._writers: set[asyncio.StreamWriter] = set()
@@ -39,6 +42,30 @@ class RedisProxy:
     async def _start(self) -> int:
         self._server = await asyncio.start_server(self._serve, "127.0.0.1", self._port)
         return int(self._server.sockets[0].getsockname()[1])
+
+    def hold_replies(self) -> None:
+        """Hold every reply back until :meth:`release_replies` (the commands still reach
+        Redis and run): a client's deadline passes whatever the machine's speed."""
+
+        async def close() -> None:
+            self._open_replies().clear()
+
+        asyncio.run_coroutine_threadsafe(close(), self._loop).result(timeout=10)
+
+    def release_replies(self) -> None:
+        """Let the held replies, and the next ones, through."""
+
+        async def open_() -> None:
+            self._open_replies().set()
+
+        asyncio.run_coroutine_threadsafe(open_(), self._loop).result(timeout=10)
+
+    def _open_replies(self) -> asyncio.Event:
+        """Set while replies pass (made on the proxy's loop, at first use)."""
+        if self._replies_open is None:
+            self._replies_open = asyncio.Event()
+            self._replies_open.set()
+        return self._replies_open
 
     def refuse(self) -> None:
         """Stop listening and cut every connection: clients are refused (nothing reaches
@@ -99,6 +126,12 @@ class RedisProxy:
             while data := await source.read(65536):
                 if delay and self.reply_delay:
                     await asyncio.sleep(self.reply_delay)
+                if delay and not self._open_replies().is_set():
+                    self.held_replies += 1
+                    try:
+                        await self._open_replies().wait()
+                    finally:
+                        self.held_replies -= 1
                 sink.write(data)
                 await sink.drain()
         sink.close()

@@ -15,6 +15,8 @@ from google.genai import types
 from pydantic import Field, PrivateAttr
 
 _BLOCK = re.compile(r"<ZEP_CONTEXT>\n?(.*?)\n?</ZEP_CONTEXT>", re.DOTALL)
+#: What ADK's ``PreloadMemoryTool`` puts in a request (as user content).
+_PRELOADED = re.compile(r"<PAST_CONVERSATIONS>\n?(.*?)\n?</PAST_CONVERSATIONS>", re.DOTALL)
 _USAGE = types.GenerateContentResponseUsageMetadata(
     prompt_token_count=1, candidates_token_count=1, total_token_count=2
 )
@@ -31,9 +33,20 @@ def memory_lines(request: LlmRequest) -> list[str]:
     return [line.strip() for line in found.group(1).splitlines() if line.strip()] if found else []
 
 
+def preloaded_lines(request: LlmRequest) -> list[str]:
+    """The lines of the ``<PAST_CONVERSATIONS>`` block ADK's ``PreloadMemoryTool`` put in
+    the request (``Time: …`` and ``author: text`` lines; empty if none)."""
+    for content in request.contents:
+        for part in content.parts or []:
+            if part.text and (found := _PRELOADED.search(part.text)):
+                return [line.strip() for line in found.group(1).splitlines() if line.strip()]
+    return []
+
+
 class StandInLlm(BaseLlm):
     """Replies from ``script`` in order; a reply is a str, or ``{"call": name, "args": {}}``.
-    With the script used up it says what memory it received."""
+    With the script used up it says what memory it received (the hooks' block, or what
+    ADK's ``PreloadMemoryTool`` preloaded)."""
 
     model: str = "afterthought-stand-in"
     script: list[str | dict[str, Any]] = Field(default_factory=list)
@@ -69,7 +82,7 @@ class StandInLlm(BaseLlm):
 
     @staticmethod
     def _describe(request: LlmRequest) -> str:
-        lines = memory_lines(request)
+        lines = memory_lines(request) or preloaded_lines(request)
         if not lines:
             return "(stand-in model) I received no memory about you."
         return "(stand-in model) My memory of you:\n" + "\n".join(lines)

@@ -392,15 +392,25 @@ class SentinelSet(_Topology):
     def thaw(self, port: int) -> None:
         self._procs[port].send_signal(signal.SIGCONT)
 
-    def pause_sentinels(self) -> None:
-        """SIGSTOP every sentinel: they keep their connections and answer nothing, and
-        the set stays as it is (a failover under way stops where it is) until resumed."""
-        for port in self._sentinel_ports:
+    def pause_sentinels(self, only: Iterable[tuple[str, int]] | None = None) -> None:
+        """SIGSTOP every sentinel (or those at ``only``): they keep their connections and
+        answer nothing, and the set stays as it is (a failover under way stops where it
+        is) until resumed."""
+        for port in self._sentinels_at(only):
             self._procs[port].send_signal(signal.SIGSTOP)
 
-    def resume_sentinels(self) -> None:
-        for port in self._sentinel_ports:
+    def resume_sentinels(self, only: Iterable[tuple[str, int]] | None = None) -> None:
+        for port in self._sentinels_at(only):
             self._procs[port].send_signal(signal.SIGCONT)
+
+    def _sentinels_at(self, only: Iterable[tuple[str, int]] | None) -> list[int]:
+        if only is None:
+            return list(self._sentinel_ports)
+        ports = [port for _, port in only]
+        strangers = sorted(set(ports) - set(self._sentinel_ports))
+        if strangers:
+            raise ValueError(f"no sentinel of this set on ports {strangers}")
+        return ports
 
     def hand_over(self) -> int:
         """``SENTINEL FAILOVER``: a planned failover, nothing killed; return the old
@@ -541,7 +551,7 @@ class ClusterSet(_Topology):
         # 55535, which the kernel hands out as free ones.
         self._bus_ports = dict(zip(ports[:nodes], ports[nodes:], strict=True))
         self._ids: dict[int, str] = {}
-        self._heirs: dict[int, list[int]] = {}
+        self._masters_beside: dict[int, list[int]] = {}
 
     @property
     def nodes(self) -> list[int]:
@@ -722,30 +732,31 @@ class ClusterSet(_Topology):
         """SIGKILL the master on ``port``."""
         if port not in self.masters():
             raise ValueError(f"the node on port {port} is not a master")
-        # Remembered now: once promoted, a replica no longer names the master it replaced.
-        self._heirs[port] = [
-            node.port for node in self._any_view() if node.master_id == self._ids[port]
-        ]
+        # The heir is whichever master is new after the kill, not a replica listed now:
+        # a node's view may not list every replica yet (gossip about the last CLUSTER
+        # REPLICATE lags), and an unlisted one can be the one elected.
+        self._masters_beside[port] = [master for master in self.masters() if master != port]
         self._kill(port)
 
     def wait_promoted(self, port: int, timeout: float = 20) -> int:
         """After kill_master(port): wait until a replica of that master owns its slots and
         the running nodes are healthy again; return the new master's port."""
-        heirs = self._heirs[port]
+        others = self._masters_beside[port]
         found: list[int] = []
 
         def check() -> str | None:
-            promoted = [heir for heir in heirs if heir in self.masters()]
+            promoted = [master for master in self.masters() if master not in others]
             if not promoted:
-                return f"none of the replicas {heirs} is a master yet"
+                return f"no replica of {port} is a master yet"
             found.append(promoted[0])
             return self._health_problem(with_replicas=False)
 
+        replicas = [node for node in self._procs if node not in others and node != port]
         self._wait(
             f"no replica of {port} took over within {timeout:g} s",
             check,
             time.monotonic() + timeout,
-            logs=heirs,
+            logs=replicas,
         )
         return found[-1]
 

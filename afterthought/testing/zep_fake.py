@@ -73,8 +73,12 @@ class Fault:
     after_commit: bool = False
     """With ``drop`` or ``status``: do the work first, then fail (a lost reply)."""
     hang: bool = False
-    """Sleep past the client's timeout (:attr:`ZepFake.client_timeout` plus
-    :attr:`ZepFake.hang_overshoot`), then do the work: it commits after the client gave up."""
+    """Wait until the client gives up (closes the connection, by
+    :attr:`ZepFake.client_timeout` or soon after), then :attr:`ZepFake.hang_overshoot`, then
+    do the work: it commits after the client gave up."""
+    released: threading.Event | None = field(default=None, repr=False)
+    """With ``hang``: hang until the test sets this instead (however slow the machine, the
+    request is still in flight when the client gives up and its retry arrives)."""
     late: float | None = None
     """Drop the connection now and do the work this many seconds later on the fake's clock
     (:attr:`ZepFake.clock`): a request served long after its client gave up."""
@@ -100,6 +104,10 @@ EPISODE_LIMIT = 10_000
 KEY_REUSE = ("replay", "409", "422")
 #: What a repeated key gets while the first request is still running.
 KEY_IN_FLIGHT = ("wait", "409", "run_both")
+
+#: How long past ``client_timeout`` a hang waits for its client to give up (a loaded
+#: machine's client times out late); a client that waits longer is answered then.
+HANG_GRACE_SECONDS = 1.0
 
 #: What ``fault_rate`` draws from: refusals and dropped connections before the work, lost
 #: replies after it (an error status, a dropped connection), rate limiting, and a hang that
@@ -203,6 +211,7 @@ class ZepFake:
         search_score: str = "score",
         late_commit_rate: float = 0.0,
         late_commit_max_seconds: float = 120.0,
+        episode_metadata: str = "kept",
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.clock = clock
@@ -249,20 +258,24 @@ class ZepFake:
         """The clients' request timeout, in seconds (set it to theirs): a hang outlasts it.
         The default is the worker's default ``backend_timeout``."""
         self.hang_overshoot = hang_overshoot
-        """How long past ``client_timeout`` a hung request commits."""
+        """How long after its client gave up (or past ``client_timeout``, where the
+        connection is not watched) a hung request commits."""
         self.search_unmatched = search_unmatched
         """Graph search results that share no word with the query: ``include`` them after
         those that do, scored lower (Zep's semantic and graph-neighbour retrieval may return
         them; whether it does for an unrelated query is not documented), or ``exclude``."""
         self.search_score = search_score
+        """``score`` on every search result, higher first (the SDK documents "the ranking
+        score returned with every search result"; this fake's is reciprocal rank fusion,
+        k = 60, about 0.016..0.033; Zep's scale is not documented), or ``omit`` it."""
+        self.episode_metadata = episode_metadata
+        """Whether the episode Zep makes of a thread message keeps the message's metadata
+        (``kept``) or has none (``dropped``): not documented either way."""
         self.late_commit_rate = late_commit_rate
         """Share of mutations served late (dropped now, done up to
         ``late_commit_max_seconds`` later on :attr:`clock`, uniformly drawn)."""
         self.late_commit_max_seconds = late_commit_max_seconds
         self._landing = False
-        """``score`` on every search result, higher first (the SDK documents "the ranking
-        score returned with every search result"; this fake's is reciprocal rank fusion,
-        k = 60, about 0.016..0.033; Zep's scale is not documented), or ``omit`` it."""
         self.requests: list[Recorded] = []
         self.faults: list[Fault] = []
         self.injected: Counter[str] = Counter()
@@ -276,6 +289,8 @@ class ZepFake:
         self._state = _State()
         self._lock = threading.RLock()
         self._keys_in_flight: dict[tuple[str, str, str], threading.Lock] = {}
+        self.hanging = 0
+        """Requests in a hang now (a keyed one holds its key meanwhile, but with ``run_both``)."""
         self._calls = 0
         """API requests handled: ingestion lag is counted in them."""
         self._finish: dict[str, Callable[[], None]] = {}
@@ -418,7 +433,7 @@ class ZepFake:
         ``ingestion_lag_calls`` 1 (as Zep: a write shows from the next call on),
         ``ingestion_lag_seconds`` 0, ``max_page_size`` 50, ``search_unmatched``
         ``include``, ``search_score`` ``score``, ``late_commit_rate`` 0,
-        ``late_commit_max_seconds`` 120."""
+        ``late_commit_max_seconds`` 120, ``episode_metadata`` ``kept``."""
         unknown = set(body) - set(_SWITCHES) - {"faults"}
         if unknown:
             raise ValueError(f"unknown switches: {sorted(unknown)}")
@@ -462,8 +477,39 @@ class ZepFake:
         past the client's timeout for a hang."""
         if fault is None:
             return self.latency
-        hang = self.client_timeout + self.hang_overshoot if fault.hang else 0.0
+        timed = fault.hang and fault.released is None
+        hang = self.client_timeout + self.hang_overshoot if timed else 0.0
         return self.latency + fault.delay + hang
+
+    def wait_out(
+        self, fault: Fault | None, client_gone: Callable[[float], bool] | None = None
+    ) -> None:
+        """Sleep a request's :meth:`delay_of`, then wait for a hang's ``released``; a hang
+        counts in :attr:`hanging` meanwhile. A timed hang whose connection is known
+        (``client_gone``: waits at most that long for the client to close it) waits for
+        its client to give up instead (at most :data:`HANG_GRACE_SECONDS` past
+        ``client_timeout``), then ``hang_overshoot``: it commits after the client gave
+        up however slow the machine, the client's loop included."""
+        delay = self.delay_of(fault)
+        if fault is None or not fault.hang:
+            if delay:
+                time.sleep(delay)
+            return
+        with self._lock:
+            self.hanging += 1
+        try:
+            if fault.released is not None:
+                time.sleep(delay)
+                fault.released.wait()
+            elif client_gone is None:
+                time.sleep(delay)
+            else:
+                time.sleep(self.latency + fault.delay)
+                client_gone(self.client_timeout + HANG_GRACE_SECONDS)
+                time.sleep(self.hang_overshoot)
+        finally:
+            with self._lock:
+                self.hanging -= 1
 
     def note_ambiguous(self, cause: str) -> None:
         with self._lock:
@@ -620,7 +666,9 @@ class ZepFake:
                 "thread_uuid": item["thread_uuid"],
                 "user_uuid": thread["user_uuid"],
                 "graph_uuid": thread["graph_uuid"],
-                "metadata": item.get("metadata") or {},
+                "metadata": dict(item.get("metadata") or {})
+                if self.episode_metadata == "kept"
+                else {},
                 "reference_time": item.get("reference_time"),
                 "source": "message",
                 "created_at": _now(),
@@ -855,6 +903,21 @@ class ZepFake:
         if query.get("order") == "desc":
             items = list(reversed(items))
         return 200, self._page(items, query)
+
+    def _list_thread_episodes(
+        self, thread_uuid: str, *, query: JSON, body: Any
+    ) -> tuple[int, JSON]:
+        """The episodes Zep made of the thread's messages (each keeps its message's
+        metadata as it was at ingestion), as they were made; ``total_size`` is omitted."""
+        thread = self._thread(thread_uuid)
+        items = [
+            e
+            for e in self._live_episodes(thread["user_uuid"])
+            if e.get("thread_uuid") == thread_uuid
+        ]
+        page = self._page(items, query)
+        page.pop("total_size", None)
+        return 200, page
 
     def _thread_context(self, thread_uuid: str, *, query: JSON, body: Any) -> tuple[int, JSON]:
         thread = self._thread(thread_uuid)
@@ -1170,6 +1233,7 @@ _SWITCHES: dict[str, tuple[Any, ...]] = {
     "search_score": ("score", "omit"),
     "late_commit_rate": (),
     "late_commit_max_seconds": (),
+    "episode_metadata": ("kept", "dropped"),
 }
 
 _Handler_t = Callable[..., tuple[int, JSON]]
@@ -1184,6 +1248,7 @@ _ROUTES: list[tuple[str, str, _Handler_t]] = [
     ("POST", r"/threads/([\w-]+)/messages", ZepFake._add_messages),
     ("GET", r"/threads/([\w-]+)/messages", ZepFake._list_messages),
     ("PATCH", r"/threads/([\w-]+)/messages/([\w-]+)", ZepFake._update_message),
+    ("GET", r"/threads/([\w-]+)/episodes", ZepFake._list_thread_episodes),
     ("GET", r"/threads/([\w-]+)/context", ZepFake._thread_context),
     ("POST", r"/graphs/([\w-]+)/context", ZepFake._graph_context),
     ("POST", r"/graphs/([\w-]+)/search/(edges|nodes|episodes|observations)", ZepFake._search),
@@ -1284,9 +1349,7 @@ class _Handler(BaseHTTPRequestHandler):
         replay = fake.key_in_flight != "run_both" or fake.known_key(method, path, key)
         try:
             with fake.holding_key(method, path, key):
-                delay = fake.delay_of(fault)
-                if delay:
-                    time.sleep(delay)
+                fake.wait_out(fault, self._client_gone)
                 if fault and not fault.after_commit and (fault.drop or fault.status):
                     seen.status = fault.status or 0
                     self._fail(fault)
@@ -1311,16 +1374,17 @@ class _Handler(BaseHTTPRequestHandler):
                 fake.note_ambiguous("reply_failed")
             self.close_connection = True
 
-    def _client_gone(self) -> bool:
-        """The client closed its end while the request was served (it timed out, or died):
-        the connection reads as closed. A live HTTP/1.1 client sends nothing before the
-        reply, so a readable socket means end of stream or a reset."""
+    def _client_gone(self, within: float = 0.0) -> bool:
+        """The client closed its end while the request was served (it timed out, or died),
+        now or ``within`` seconds: the connection reads as closed. A live HTTP/1.1 client
+        sends nothing before the reply, so a readable socket means end of stream or a
+        reset."""
         try:
             # poll, not select: select() refuses descriptors above 1023, which a long
             # test process (or a busy server) reaches.
             poller = select.poll()
             poller.register(self.connection, select.POLLIN)
-            readable = poller.poll(0)
+            readable = poller.poll(int(within * 1000))
             return bool(readable) and self.connection.recv(1, socket.MSG_PEEK) == b""
         except OSError:
             return True
