@@ -301,20 +301,18 @@ class IdentityRegistry:
         found = [await backend.find_user(zep_user_id=i) for i in ids]
         return [u for u in found if u is not None]
 
-    async def named(self, backend: MemoryBackend, *, app: str, user_id: str) -> UserRef | None:
-        """The user as the backend has them by the id the template names them by (it is
-        deterministic), for a reader the registry has no entry for (it expired after
-        ``idle_ttl_seconds``): their memory is still there. Only by a default already
-        recorded (a reader records nothing): unrecorded, nobody was named by it."""
+    async def named_id(self, *, app: str, user_id: str) -> str | None:
+        """The backend user id the template names the user by (it is deterministic), for a
+        reader the registry has no entry for (it expired after ``idle_ttl_seconds``): the
+        backend still holds their memory under it. Only by a default already recorded (a
+        reader records nothing): unrecorded, nobody was named by it (None)."""
         template = self._settings.zep_user_id_template or self._default
         if template is None:
             recorded = await self._redis.get(self._keys.user_ids)
             if recorded is None:
                 return None
             template = self._default = recorded.decode()
-        return await backend.find_user(
-            zep_user_id=self._settings.zep_user_id(app=app, user_id=user_id, template=template)
-        )
+        return self._settings.zep_user_id(app=app, user_id=user_id, template=template)
 
     async def _registered(self, app: str, user_id: str) -> UserRef | None:
         """The user as the registry maps them in this app (if the template in effect

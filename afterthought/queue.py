@@ -1327,6 +1327,13 @@ class ThreadQueue:
             members = [f"{thread_uuid}:{seq}" for thread_uuid, seq, _ in entries]
             await self._late_over(keys=[self.keys.late], args=[now_ms, *members])
 
+    async def keep_late(self, *, horizon_ms: int) -> None:
+        """Keep the watched threads (:attr:`Keys.late`) as long as a new note would: a
+        thread whose copies could not all be repaired yet is read back until they are.
+        (With no horizon left to keep, a zero would delete them.)"""
+        if horizon_ms > 0:
+            await self.redis.pexpire(self.keys.late, 2 * horizon_ms)
+
     async def count_late_copies(self, copies: int) -> None:
         await self.redis.incrby(self.keys.late_copies, copies)
 

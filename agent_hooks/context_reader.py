@@ -14,6 +14,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
+from typing import TypeVar
 
 import redis.asyncio as aioredis
 from google.adk.agents.callback_context import CallbackContext
@@ -37,6 +38,8 @@ from afterthought.telemetry import (
 )
 
 log = logging.getLogger("afterthought.hooks")
+
+T = TypeVar("T")
 
 #: One background refresh per cached block at a time, across processes.
 REFRESH_LOCK_MS = 10_000
@@ -102,18 +105,19 @@ class ContextReader:
         started = time.perf_counter()
         try:
             async with asyncio.timeout(self.settings.retrieval_budget) as budget:
-                identity = await self.checked(who, pins)
+                identity = await self.checked(who, pins, budget=budget)
                 found = await self.cache.read(
                     self._redis(), app=who.app, user_id=who.user_id, session_id=who.session_id
                 )
                 if found.forgetting:
                     return ""  # what the backend still holds of them is being deleted
                 if self.context_builder is not None and llm_request is not None:
-                    return await self._build(who, ctx, llm_request, identity, query)
+                    return await self._build(who, ctx, llm_request, identity, query, budget)
                 if self._direct is not None and not self._direct.knows(
                     thread_key(app=who.app, user_id=who.user_id, session_id=who.session_id)
                 ):
-                    await self.user_of(who, identity)  # learn the thread for outage writes
+                    # Learn the thread for outage writes.
+                    await self.user_of(who, identity, budget=budget)
                 if self.settings.context_mode == "query" and query.strip():
                     queried = await self._queried(
                         who, identity, query, started, budget, cached=found.block is not None
@@ -130,19 +134,21 @@ class ContextReader:
         finally:
             retrieval_duration.record(time.perf_counter() - started)
 
-    async def checked(self, who: Who, pins: Pins) -> ZepIdentity:
+    async def checked(
+        self, who: Who, pins: Pins, *, budget: asyncio.Timeout | None = None
+    ) -> ZepIdentity:
         """Whose memory the turn reads: the application's pins, then session state's. A
         user or graph pinned in state is kept only if it is the one the registry holds for
         this ADK user (a client could have written another user's there). A thread pinned
         in state is written only after the worker checks it, so until then reads (a context
-        builder) are not handed it."""
+        builder) are not handed it. ``budget``: the turn's (see :meth:`_guarded`)."""
         state = pins.state
         if pins.trusted:
             return pins.app.filled_from(state)
         if state.user_uuid or state.graph_uuid:
             registry = IdentityRegistry(self._redis(), self.settings)
             known = await registry.lookup_user(app=who.app, user_id=who.user_id)
-            known = known or await self._named(who, registry)
+            known = known or await self._named(who, registry, budget)
             if (
                 known is None
                 or state.user_uuid not in (None, known.user_uuid)
@@ -195,7 +201,7 @@ class ContextReader:
         if self.read_breaker.retry_in():
             return None  # open: not even the lookup of whose graph it would be
         # The forgetting mark was read with the cache: only the graph is looked up here.
-        user = await self._graph_of(who, identity)
+        user = await self._graph_of(who, identity, budget)
         if user is None:
             if cached:
                 return None
@@ -234,28 +240,46 @@ class ContextReader:
     async def _get_context(
         self, user: UserRef, query: str, *, timeout: float, budget: asyncio.Timeout | None = None
     ) -> str:
-        """One backend read, cut at ``timeout`` or at the end of the turn's ``budget``,
-        whichever comes first; its outcome told to the read breaker. Whatever does not
-        answer by that deadline is a failure, however it surfaces: a TimeoutError; a
-        cancellation by either deadline (when a loop stall carries the loop past both, the
-        inner ``asyncio.timeout`` re-raises the cancellation, the outer one turns it into
-        the TimeoutError); an answer that comes after it (a stall can pass the deadline
-        before its timer runs). So a backend that hangs opens the breaker, and from then on
-        costs a turn nothing until a probe. A cancellation from elsewhere (the turn's)
-        always propagates; while the call still had time it tells the breaker nothing."""
+        """The block from the backend, cut at ``timeout`` or at the end of the turn's
+        ``budget`` (:meth:`_guarded`)."""
+        backend = self._backend()
+        return await self._guarded(
+            lambda: backend.get_context(
+                user=user,
+                query=query,
+                max_chars=self.settings.context_max_chars,
+                timeout=timeout,
+                template_uuid=self.settings.context_template_uuid,
+            ),
+            timeout=timeout,
+            budget=budget,
+        )
+
+    async def _guarded(
+        self,
+        call: Callable[[], Awaitable[T]],
+        *,
+        timeout: float,
+        budget: asyncio.Timeout | None,
+    ) -> T:
+        """One call of the turn path to the backend (a read, a lookup of whose memory it
+        is), cut at ``timeout`` or at the end of the turn's ``budget``, whichever comes
+        first; its outcome told to the read breaker. Whatever does not answer by that
+        deadline is a failure, however it surfaces: a TimeoutError; a cancellation by
+        either deadline (when a loop stall carries the loop past both, the inner
+        ``asyncio.timeout`` re-raises the cancellation, the outer one turns it into the
+        TimeoutError); an answer that comes after it (a stall can pass the deadline before
+        its timer runs). So a backend that hangs at any of the turn's calls opens the
+        breaker, and from then on costs a turn nothing until a probe. A cancellation from
+        elsewhere (the turn's) always propagates; while the call still had time it tells
+        the breaker nothing. A backend that says the user is not there has answered."""
         loop = asyncio.get_running_loop()
         ends = budget.when() if budget is not None else None
         due = loop.time() + timeout if ends is None else min(loop.time() + timeout, ends)
         deadline = asyncio.timeout_at(due)
         try:
             async with deadline:
-                block = await self._backend().get_context(
-                    user=user,
-                    query=query,
-                    max_chars=self.settings.context_max_chars,
-                    timeout=timeout,
-                    template_uuid=self.settings.context_template_uuid,
-                )
+                answer = await call()
         except asyncio.CancelledError:
             expired = deadline.expired() or (budget is not None and budget.expired())
             if expired or loop.time() >= due:
@@ -271,7 +295,7 @@ class ContextReader:
             self.read_breaker.failed()  # it answered, but past the deadline
         else:
             self.read_breaker.succeeded()
-        return block
+        return answer
 
     async def _fetch(
         self,
@@ -287,7 +311,7 @@ class ContextReader:
         since ``epoch`` was read); None if nobody is known yet. ``budget``: the turn's."""
         if self.read_breaker.retry_in():
             return None  # open: not even the lookups of whose block it would be
-        user = await self.user_of(who, identity)
+        user = await self.user_of(who, identity, budget=budget)
         if user is None:
             return None
         if not self.read_breaker.allow():
@@ -332,9 +356,10 @@ class ContextReader:
         llm_request: LlmRequest,
         identity: ZepIdentity,
         query: str,
+        budget: asyncio.Timeout,
     ) -> str:
         assert self.context_builder is not None
-        known = await self.identity_of(who, identity)
+        known = await self.identity_of(who, identity, budget=budget)
         built = await self.context_builder(
             ContextInput(
                 user_message=query,
@@ -347,9 +372,11 @@ class ContextReader:
         )
         return built or ""
 
-    async def identity_of(self, who: Who, identity: ZepIdentity) -> Identity:
+    async def identity_of(
+        self, who: Who, identity: ZepIdentity, *, budget: asyncio.Timeout | None = None
+    ) -> Identity:
         """Pinned parts (options, resolver, state) win; the registry fills the rest, in one
-        round trip, and only when something is missing."""
+        round trip, and only when something is missing. ``budget``: the turn's, if any."""
         if identity.graph_uuid and identity.thread_uuid:
             user = UserRef(user_uuid=identity.user_uuid or "", graph_uuid=identity.graph_uuid)
             return Identity(user=user, thread_uuid=identity.thread_uuid)
@@ -361,31 +388,45 @@ class ContextReader:
         if identity.graph_uuid:
             pinned = UserRef(user_uuid=identity.user_uuid or "", graph_uuid=identity.graph_uuid)
             return Identity(user=pinned, thread_uuid=identity.thread_uuid or known.thread_uuid)
-        named = known.user or await self._named(who, registry)
+        named = known.user or await self._named(who, registry, budget)
         return Identity(user=named, thread_uuid=identity.thread_uuid or known.thread_uuid)
 
-    async def _named(self, who: Who, registry: IdentityRegistry) -> UserRef | None:
+    async def _named(
+        self, who: Who, registry: IdentityRegistry, budget: asyncio.Timeout | None
+    ) -> UserRef | None:
         """The user the registry has no entry for (a newcomer, or one back after their
         entry expired) as the backend names them: their memory is there before a worker
-        provisions them again (a newcomer's turn pays one backend lookup for it)."""
-        if self.read_breaker.retry_in():
+        provisions them again (a newcomer's turn pays one backend lookup for it). A call
+        to the backend like a read (:meth:`_guarded`): while the breaker is open it is not
+        made, half-open it is the probe, and a lookup the budget cuts is a failure."""
+        zep_user_id = await registry.named_id(app=who.app, user_id=who.user_id)
+        if zep_user_id is None or not self.read_breaker.allow():
             return None
+        backend = self._backend()
         try:
-            return await registry.named(self._backend(), app=who.app, user_id=who.user_id)
+            return await self._guarded(
+                lambda: backend.find_user(zep_user_id=zep_user_id),
+                timeout=self.settings.backend_timeout,
+                budget=budget,
+            )
         except Exception as exc:  # a lookup that fails is a turn with what is cached
-            self.read_breaker.failed()
             log.info("backend user lookup failed error=%s", type(exc).__name__)
             return None
 
-    async def user_of(self, who: Who, identity: ZepIdentity) -> UserRef | None:
+    async def user_of(
+        self, who: Who, identity: ZepIdentity, *, budget: asyncio.Timeout | None = None
+    ) -> UserRef | None:
         """The graph to read: pinned (options, resolver, state), else the registry's; None
-        while the user is being forgotten (the backend may still hold what goes)."""
+        while the user is being forgotten (the backend may still hold what goes).
+        ``budget``: the turn's, if any."""
         mark = await self._redis().get(self._keys.forgetting(who.app, who.user_id))
         if mark == PENDING.encode():
             return None
-        return await self._graph_of(who, identity)
+        return await self._graph_of(who, identity, budget)
 
-    async def _graph_of(self, who: Who, identity: ZepIdentity) -> UserRef | None:
+    async def _graph_of(
+        self, who: Who, identity: ZepIdentity, budget: asyncio.Timeout | None
+    ) -> UserRef | None:
         if identity.graph_uuid:
             return UserRef(user_uuid=identity.user_uuid or "", graph_uuid=identity.graph_uuid)
-        return (await self.identity_of(who, identity)).user
+        return (await self.identity_of(who, identity, budget=budget)).user

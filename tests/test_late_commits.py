@@ -28,6 +28,7 @@ from afterthought.search import SearchRequest
 from afterthought.settings import Settings
 from afterthought.status import snapshot
 from afterthought.testing import Fault, ZepFake
+from afterthought.testing import zep_fake as fake_module
 from afterthought.worker.flush import Flusher
 from tests.conftest import backend_user_id, enqueue, queued
 
@@ -283,6 +284,111 @@ async def test_a_copy_whose_episode_carries_no_key_is_marked_and_said_unmatched(
     assert stats["copies_marked_unmatched"] == 1 and not stats["copies_marked"], stats
     assert len(fake.episodes(of_messages=True)) == 2  # the graph's second mention stays
     assert (await snapshot(redis, settings)).late_copies == 1
+
+
+# --- a repair that meets failures -----------------------------------------------------------
+#: Each kind of call a repair makes of Zep: a page of the thread, its episodes, the delete
+#: of a copy's episode, the mark of the copy.
+REPAIR_CALLS = {
+    "read": "GET /threads/.*/messages",
+    "episodes": "GET /threads/.*/episodes",
+    "delete": "DELETE /graphs/.*/episodes/",
+    "mark": "PATCH /threads/.*/messages/",
+}
+
+
+async def _late_copies(
+    settings: Settings, fake: ZepFake, clock: Clock, redis: aioredis.Redis, count: int
+) -> tuple[Flusher, dict[str, list[str]]]:
+    """A thread whose first call of ``count`` messages, given up on, was served after the
+    resend and a later message, where keys are ignored: ``count`` copies, their episodes
+    made."""
+    fake.honor_idempotency = False
+    said = [queued(f"line {n}", n) for n in range(count)]
+    await enqueue(settings, *said)
+    fake.inject(Fault(match=ADDS, late=LATE))
+    flusher = _flusher(settings, redis, clock)
+    await flusher.drain(budget=30)
+    later = [queued("I moved to Porto.", count)]
+    await enqueue(settings, *later)
+    await flusher.drain(budget=30)
+    clock.now += LATE
+    return flusher, {"s1": [m.content for m in said + later]}
+
+
+@pytest.mark.parametrize("failing", list(REPAIR_CALLS))
+async def test_a_failed_call_is_retried_within_the_repair_run(
+    failing: str,
+    make_settings: Callable[..., Settings],
+    fake: ZepFake,
+    clock: Clock,
+    redis: aioredis.Redis,
+) -> None:
+    """Zep fails a call of the repair (twice in a row: 503, then a dropped connection):
+    the run retries it after a short backoff, on the worker's sleep, and repairs every copy
+    of the thread in that run."""
+    settings = _settings(make_settings, fake, batch_size=3)
+    flusher, said = await _late_copies(settings, fake, clock, redis, 3)
+    fake.inject(Fault(match=REPAIR_CALLS[failing], status=503))
+    fake.inject(Fault(match=REPAIR_CALLS[failing], drop=True))
+    began = clock.now
+    stats = await flusher.repair_late(now_ms=_wall_ms(60))
+    assert stats["copies_marked"] == 3 and not stats["unread"], stats
+    assert not stats["copies_left"], stats
+    assert fake.injected["503"] == fake.injected["drop"] == 1
+    assert 0 < clock.now - began <= 2 * 5.0  # backed off, boundedly, on the injected sleep
+    assert _verdict(fake, said) == {"lost": 0, "duplicated": 0, "reordered": 0, "raw": 3}
+    assert (await flusher.repair_late(now_ms=_wall_ms(60)))["copies_marked"] == 0  # once
+
+
+async def test_a_copy_that_keeps_failing_is_left_counted_and_repaired_at_the_next_run(
+    make_settings: Callable[..., Settings], fake: ZepFake, clock: Clock, redis: aioredis.Redis
+) -> None:
+    """The first copy's mark fails at every attempt of a run: the other copies of its
+    thread are still repaired, the one left is counted and its thread stays watched, and
+    the next run repairs it."""
+    settings = _settings(make_settings, fake, batch_size=3)
+    flusher, said = await _late_copies(settings, fake, clock, redis, 3)
+    (thread,) = fake.threads()
+    stored = fake.messages(thread["uuid"])
+    first_copy = stored[len(said["s1"])]["uuid"]  # the oldest copy: the first repaired
+    fake.inject(Fault(match=f"PATCH /threads/.*/messages/{first_copy}", status=503, times=3))
+    late = Keys.of(settings).late
+    await redis.pexpire(late, 1000)  # noted long ago: the watch was about to end
+    stats = await flusher.repair_late(now_ms=_wall_ms(60))
+    assert stats["copies_marked"] == 2 and stats["copies_left"] == 1, stats
+    assert (await snapshot(redis, settings)).late_watched == 1
+    assert await redis.pttl(late) > settings.late_commit_seconds * 1000  # kept for it
+    again = await flusher.repair_late(now_ms=_wall_ms(60))
+    assert again["copies_marked"] == 1 and not again["copies_left"], again
+    assert _verdict(fake, said) == {"lost": 0, "duplicated": 0, "reordered": 0, "raw": 3}
+    assert (await snapshot(redis, settings)).late_copies == 3
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+async def test_with_a_tenth_of_the_calls_failing_one_run_repairs_every_copy(
+    seed: int,
+    make_settings: Callable[..., Settings],
+    fake: ZepFake,
+    clock: Clock,
+    redis: aioredis.Redis,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """10 % of Zep's answers fail (refusals, dropped connections, lost replies; drawn from
+    a seeded generator, no hangs, so nothing waits on the wall clock): ten copies in a
+    thread are all repaired in one run, where a run used to end at its first failure."""
+    settings = _settings(make_settings, fake, batch_size=10)
+    flusher, said = await _late_copies(settings, fake, clock, redis, 10)
+    monkeypatch.setattr(
+        fake_module, "RANDOM_FAULTS", tuple(f for f in fake_module.RANDOM_FAULTS if not f.hang)
+    )
+    fake._random.seed(seed)
+    fake.fault_rate = 0.1
+    stats = await flusher.repair_late(now_ms=_wall_ms(60))
+    fake.fault_rate = 0.0
+    assert stats["copies_marked"] == 10 and not stats["copies_left"], stats
+    assert sum(fake.injected.values()) > 1 + 1, fake.injected  # faults beside the late add
+    assert _verdict(fake, said) == {"lost": 0, "duplicated": 0, "reordered": 0, "raw": 10}
 
 
 # --- a worker paused past its lease -----------------------------------------------------------

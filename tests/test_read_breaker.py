@@ -17,7 +17,7 @@ from afterthought.agent_hooks import TurnMemory, ZepIdentity, create_callbacks
 from afterthought.agent_hooks.identity import Pins, Who
 from afterthought.breaker import CircuitBreaker
 from afterthought.settings import Settings
-from tests.adk_support import make_runner, new_session, say
+from tests.adk_support import APP, make_runner, new_session, say
 
 FAILURES = 3
 OPEN_SECONDS = 10.0
@@ -65,17 +65,20 @@ async def loop_clock(monkeypatch: pytest.MonkeyPatch) -> LoopClock:
     return clock
 
 
-def _memory(local_settings: Settings, mode: str) -> tuple[TurnMemory, Clock]:
+def _memory(local_settings: Settings, mode: str, **options: Any) -> tuple[TurnMemory, Clock]:
     """Turn memory with the given context mode, the test's budget, and a read breaker on
-    the test's clock (it stays open until the test moves the clock)."""
+    the test's clock (it stays open until the test moves the clock); pinned to a user
+    unless ``options`` say otherwise."""
     settings = local_settings.model_copy(
         update={
             "context_mode": mode,
             "retrieval_budget": BUDGET,
             "read_breaker_failures": FAILURES,
+            # Names a user the registry has no entry for, so the backend is asked for them.
+            "zep_user_id_template": "{deployment}:{user_id}",
         }
     )
-    memory = TurnMemory.create(settings=settings, identity=PINNED)
+    memory = TurnMemory.create(settings=settings, **{"identity": PINNED, **options})
     clock = Clock()
     memory.reader.read_breaker = CircuitBreaker(
         failures=FAILURES, seconds=OPEN_SECONDS, clock=clock
@@ -121,6 +124,83 @@ async def test_a_hanging_backend_opens_the_read_breaker(
         await turn(f"open again {n}")
     assert len(entered) == calls + 1
     assert len(model.requests) == turns + 9  # every turn went on, without memory
+    await memory.aclose()
+    await runner.close()
+
+
+async def _no_block(_: Any) -> str:
+    return ""
+
+
+#: Each await of a turn's read that waits on the backend, and the way a turn comes to it:
+#: the read of a pinned user's block (read through in ``cached`` mode, retrieved in
+#: ``query`` mode), and the lookup of a user the registry has no entry for (a newcomer,
+#: or one whose entry expired: the backend may hold their memory) on the way to that read,
+#: to a context builder's identity, and in the registry check of a user pinned in session
+#: state.
+STEPS = [
+    pytest.param("cached", "get_context", {}, {}, id="cached-read"),
+    pytest.param("query", "get_context", {}, {}, id="query-read"),
+    pytest.param("cached", "find_user", {"identity": None}, {}, id="cached-lookup"),
+    pytest.param("query", "find_user", {"identity": None}, {}, id="query-lookup"),
+    pytest.param(
+        "cached",
+        "find_user",
+        {"identity": None, "context_builder": _no_block},
+        {},
+        id="builder-lookup",
+    ),
+    pytest.param(
+        "query", "find_user", {"identity": None}, {"zep_user_uuid": "u-1"}, id="state-pin-check"
+    ),
+]
+
+
+@pytest.mark.parametrize(("mode", "step", "options", "state"), STEPS)
+async def test_a_hang_at_any_backend_step_of_the_read_opens_the_read_breaker(
+    mode: str,
+    step: str,
+    options: dict[str, Any],
+    state: dict[str, Any],
+    local_settings: Settings,
+    loop_clock: LoopClock,
+) -> None:
+    """Wherever the backend stops answering, the budget's expiry there is a failure: the
+    breaker opens within ``read_breaker_failures`` turns, and the turns after it cost next
+    to nothing (on the loop's clock, which a hang moves past the budget) until one probes.
+    Counted by the calls the backend was given, not by the wall clock."""
+    memory, clock = _memory(local_settings, mode, **options)
+    entered: list[int] = []
+
+    async def hang(**_: Any) -> Any:
+        entered.append(turn)
+        loop_clock.hang()  # the backend stopped answering: the budget runs out here
+        await asyncio.Event().wait()
+
+    setattr(memory.backend, step, hang)
+    runner, model = make_runner(create_callbacks(memory))
+    loop = asyncio.get_running_loop()
+    took: list[float] = []
+    for turn in range(FAILURES + 5):
+        session = await runner.session_service.create_session(
+            app_name=APP, user_id="alice", state=state
+        )
+        began = loop.time()
+        await say(runner, "alice", session.id, f"hello {turn}")
+        took.append(loop.time() - began)
+    failures = memory.reader.read_breaker.failures
+    assert entered and max(entered) < FAILURES, (
+        f"turns {entered} met the hung backend, breaker failures={failures}"
+    )
+    assert memory.reader.read_breaker.retry_in() > 0  # open
+    assert max(took[FAILURES:]) < BUDGET, took  # they waited for nothing
+
+    calls = len(entered)
+    clock.now += OPEN_SECONDS  # half-open: one turn probes, the backend still hangs
+    for turn in range(FAILURES + 5, FAILURES + 9):
+        await say(runner, "alice", await new_session(runner, "alice"), f"hello {turn}")
+    assert entered[calls:] == [FAILURES + 5], entered
+    assert len(model.requests) == FAILURES + 9  # every turn went on, without memory
     await memory.aclose()
     await runner.close()
 
@@ -180,17 +260,20 @@ async def test_an_answer_after_the_deadline_counts_as_a_failure(
 
 
 @pytest.mark.parametrize("mode", ["cached", "query"])
+@pytest.mark.parametrize("step", ["get_context", "find_user"], ids=["read", "lookup"])
 @pytest.mark.parametrize("overdue", [False, True])
 async def test_a_cancelled_read_propagates_and_counts_only_once_overdue(
-    mode: str, overdue: bool, local_settings: Settings, loop_clock: LoopClock
+    mode: str, step: str, overdue: bool, local_settings: Settings, loop_clock: LoopClock
 ) -> None:
     """A cancellation that is not the read's own (the turn is cancelled) always reaches the
     caller; it tells the breaker nothing while the call still had time, and a failure once
-    the call's deadline has passed (the loop stalled past it, the timers not yet run)."""
-    memory, _ = _memory(local_settings, mode)
+    the call's deadline has passed (the loop stalled past it, the timers not yet run) —
+    during the read of a pinned user's block, and the lookup of a user nobody pinned."""
+    pinned = step == "get_context"
+    memory, _ = _memory(local_settings, mode, identity=PINNED if pinned else None)
     entered = asyncio.Event()
 
-    async def hang(**_: Any) -> str:
+    async def hang(**_: Any) -> Any:
         task = asyncio.current_task()
         assert task is not None
         asyncio.get_running_loop().call_soon(task.cancel)  # the turn is cancelled
@@ -198,11 +281,10 @@ async def test_a_cancelled_read_propagates_and_counts_only_once_overdue(
             loop_clock.stall()
         entered.set()
         await asyncio.Event().wait()
-        return ""
 
-    memory.backend.get_context = hang  # type: ignore[method-assign]
+    setattr(memory.backend, step, hang)
     who = Who("memtest", "alice", "s-1", "inv-1")
-    pins = Pins(app=PINNED, trusted=True)
+    pins = Pins(app=PINNED, trusted=True) if pinned else Pins()
     reading = asyncio.ensure_future(
         memory.reader.read(who, cast(CallbackContext, None), None, pins, "where do I live?")
     )

@@ -24,6 +24,7 @@ import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import redis.asyncio as aioredis
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
@@ -68,6 +69,8 @@ from afterthought.worker.pacing import MAX_IN_JOB_WAIT, Pacing
 from afterthought.worker.retry import NARROW_AFTER, decide
 
 log = logging.getLogger("afterthought.worker")
+
+T = TypeVar("T")
 
 #: In-job attempts for a transient failure before the thread is deferred.
 IN_JOB_ATTEMPTS = 3
@@ -130,6 +133,16 @@ def _seq_of(message: StoredMessage) -> int:
 def _backoff(attempts: int) -> float:
     """How long a thread waits after its ``attempts``-th failed attempt (jittered)."""
     return min(MAX_DEFER_SECONDS, 2.0**attempts) * random.uniform(0.5, 1.0)
+
+
+def _retry_in_job(exc: BaseException) -> bool:
+    """Transient, and not asking to wait longer than a job should sleep: a long
+    ``Retry-After`` defers the thread instead, freeing the slot."""
+    return (
+        isinstance(exc, BackendError)
+        and decide(exc).action == "retry"
+        and (exc.retry_after or 0.0) <= MAX_IN_JOB_WAIT
+    )
 
 
 def _covers(inflight: bytes, first: int, last: int) -> bool:
@@ -856,43 +869,73 @@ class Flusher:
                 watched.setdefault(entry[0], []).append(entry)
         horizon_ms = int(self.settings.late_commit_seconds * 1000)
         for thread_uuid, entries in watched.items():
-            repaired: list[str] = []
-            # What the backend derives from a copy (Zep's graph) comes later than the copy:
-            # a thread with a copy not yet repairable is watched on, for one more horizon.
-            last_chance = now_ms >= max(e[2] for e in entries) + horizon_ms
-            waiting = 0
             try:
                 found = await self._late_copies(thread_uuid, seq=min(e[1] for e in entries))
-                for copy in found:  # one at a time: each is counted once it is repaired
-                    action = await self.backend.remove_copy(
-                        thread_uuid=thread_uuid, copy=copy, last_chance=last_chance
-                    )
-                    if action is None:
-                        waiting += 1
-                        continue
-                    await self.queue.count_late_copies(1)
-                    metrics.LATE_COPIES.labels(action).inc()
-                    stats[f"copies_{action}"] += 1
-                    repaired.append(copy.uuid)
             except BackendError as exc:
                 if exc.kind != "not_found":  # a thread deleted since has nothing to repair
                     stats["unread"] += 1
+                    await self.queue.keep_late(horizon_ms=horizon_ms)
                     log.warning("late copies unread thread_uuid=%s error=%s", thread_uuid, exc)
                     continue
-            finally:
-                if repaired:
-                    log.warning(
-                        "late copies repaired thread_uuid=%s copies=%d uuids=%s",
-                        thread_uuid,
-                        len(repaired),
-                        ",".join(repaired),
-                    )
+                found = []
             stats["threads"] += 1
-            if waiting:
+            # What the backend derives from a copy (Zep's graph) comes later than the copy:
+            # a thread with a copy not yet repairable is watched on, for one more horizon.
+            last_chance = now_ms >= max(e[2] for e in entries) + horizon_ms
+            waiting, left = await self._repair_copies(thread_uuid, found, last_chance, stats)
+            if waiting or left:  # watched on: read back again at the next run
                 stats["copies_waiting"] += waiting
+                stats["copies_left"] += left
+                if left:  # however long the backend keeps failing, until it is repaired
+                    await self.queue.keep_late(horizon_ms=horizon_ms)
                 continue
             await self.queue.late_over([e for e in entries if e[2] <= now_ms], now_ms=now_ms)
         return stats
+
+    async def _repair_copies(
+        self, thread_uuid: str, found: list[LateCopy], last_chance: bool, stats: Counter[str]
+    ) -> tuple[int, int]:
+        """Repair each copy found in a thread, one at a time (each is counted once it is
+        repaired), every call retried in the run; a copy whose repair still fails is left
+        for the next run and the others are repaired all the same. How many copies wait
+        for the backend to process them, and how many were left after failures."""
+        repaired: list[str] = []
+        waiting = left = 0
+        for copy in found:
+            try:
+                action = await self._retried(
+                    functools.partial(
+                        self.backend.remove_copy,
+                        thread_uuid=thread_uuid,
+                        copy=copy,
+                        last_chance=last_chance,
+                    )
+                )
+            except BackendError as exc:
+                if exc.kind != "not_found":  # gone since: nothing of it to repair
+                    left += 1
+                    log.warning(
+                        "late copy left thread_uuid=%s uuid=%s error=%s",
+                        thread_uuid,
+                        copy.uuid,
+                        exc,
+                    )
+                continue
+            if action is None:
+                waiting += 1
+                continue
+            await self.queue.count_late_copies(1)
+            metrics.LATE_COPIES.labels(action).inc()
+            stats[f"copies_{action}"] += 1
+            repaired.append(copy.uuid)
+        if repaired:
+            log.warning(
+                "late copies repaired thread_uuid=%s copies=%d uuids=%s",
+                thread_uuid,
+                len(repaired),
+                ",".join(repaired),
+            )
+        return waiting, left
 
     async def _late_copies(self, thread_uuid: str, *, seq: int) -> list[LateCopy]:
         """The late copies in a thread not yet marked, among its messages
@@ -903,8 +946,13 @@ class Flusher:
         read: list[tuple[tuple[str, str] | None, StoredMessage, int]] = []  # newest first
         cursor: str | None = None
         while True:
-            found, cursor = await self.backend.message_page(
-                thread_uuid=thread_uuid, cursor=cursor, timeout=self.settings.backend_timeout
+            found, cursor = await self._retried(
+                functools.partial(
+                    self.backend.message_page,
+                    thread_uuid=thread_uuid,
+                    cursor=cursor,
+                    timeout=self.settings.backend_timeout,
+                )
             )
             for m in found:
                 said = None if m.key is None or m.is_copy else (m.key, checksum(m.content))
@@ -1403,6 +1451,38 @@ class Flusher:
                     part_chars,
                 )
 
+    def _in_job_attempts(self) -> AsyncRetrying:
+        """Up to ``IN_JOB_ATTEMPTS`` of a backend call that fails transiently, on the
+        worker's sleep: full jitter, capped, never sooner than ``Retry-After``; after an
+        unknown outcome, not before the server has settled (a late commit must land
+        before we read)."""
+        settle = self.settings.backend_settle_seconds
+
+        def wait(state: RetryCallState) -> float:
+            backoff = wait_random_exponential(multiplier=0.2, max=5)(state)
+            exc = state.outcome.exception() if state.outcome else None
+            if not isinstance(exc, BackendError):
+                return backoff
+            floor = settle if decide(exc).unknown_outcome else 0.0
+            return max(backoff, exc.retry_after or 0.0, floor)
+
+        return AsyncRetrying(
+            retry=retry_if_exception(_retry_in_job),
+            wait=wait,
+            stop=stop_after_attempt(IN_JOB_ATTEMPTS),
+            sleep=self._sleep,
+            reraise=True,
+        )
+
+    async def _retried(self, call: Callable[[], Awaitable[T]]) -> T:
+        """``call`` (idempotent) with in-job attempts (:meth:`_in_job_attempts`)."""
+        async for attempt in self._in_job_attempts():
+            with attempt:
+                if attempt.retry_state.attempt_number > 1:
+                    metrics.RETRIES.labels("in_job").inc()
+                return await call()
+        raise AssertionError("the last attempt's error is raised")  # for the type checker
+
     async def _send_all(self, sending: _Sending, calls: list[Call]) -> None:
         """Send with in-job retries. Whenever an earlier attempt may have reached the
         backend unseen (a crash, a timeout, a lost reply) or the batch replays a session,
@@ -1411,34 +1491,7 @@ class Flusher:
         a read. Every call asks for the context block alike (unless a template renders
         it), so a call's body, and so its key, is the same at every attempt."""
         return_context = asks_context(self.settings)
-        settle = self.settings.backend_settle_seconds
-
-        def wait(state: RetryCallState) -> float:
-            """Full jitter, never sooner than ``Retry-After``; after an unknown outcome,
-            not before the server has settled (a late commit must land before we read)."""
-            backoff = wait_random_exponential(multiplier=0.2, max=5)(state)
-            exc = state.outcome.exception() if state.outcome else None
-            if not isinstance(exc, BackendError):
-                return backoff
-            floor = settle if decide(exc).unknown_outcome else 0.0
-            return max(backoff, exc.retry_after or 0.0, floor)
-
-        def retry_in_job(exc: BaseException) -> bool:
-            """Transient, and not asking to wait longer than a job should sleep: a long
-            ``Retry-After`` defers the thread instead, freeing the slot."""
-            return (
-                isinstance(exc, BackendError)
-                and decide(exc).action == "retry"
-                and (exc.retry_after or 0.0) <= MAX_IN_JOB_WAIT
-            )
-
-        async for attempt in AsyncRetrying(
-            retry=retry_if_exception(retry_in_job),
-            wait=wait,
-            stop=stop_after_attempt(IN_JOB_ATTEMPTS),
-            sleep=self._sleep,
-            reraise=True,
-        ):
+        async for attempt in self._in_job_attempts():
             with attempt:
                 if attempt.retry_state.attempt_number > 1:
                     metrics.RETRIES.labels("in_job").inc()
