@@ -177,12 +177,17 @@ class Quarantine:
                 return bool(await self._redis.lrem(key, 1, raw))
         return False
 
-    async def drop_user(self, *, app: str, user_id: str) -> int:
-        """Delete every entry of one user (forgetting a user calls this); how many."""
+    async def drop_user(self, *, app: str, user_id: str, every_app: bool = False) -> int:
+        """Delete every entry of one user (forgetting a user calls this), and with
+        ``every_app`` every entry of their user id in any app (their person: a template
+        without ``{app}``), whichever shard it is in; how many."""
         who = digest(app, user_id)
+        shards = self._keys.shard_ids if every_app else [self._keys.shard_of(app, user_id)]
         dropped = 0
-        for key in self._lists([self._keys.shard_of(app, user_id)]):
+        for key in self._lists(shards):
             for raw in await self._redis.lrange(key, 0, -1):
-                if json.loads(raw).get("user") == who:  # entries of every version carry it
+                found = json.loads(raw)
+                # ``user``: entries of every version carry it; ``user_id`` this one's.
+                if found.get("user") == who or (every_app and found.get("user_id") == user_id):
                     dropped += await self._redis.lrem(key, 1, raw)
         return dropped

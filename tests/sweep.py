@@ -15,9 +15,12 @@ from afterthought.testing import ZepFake
 
 
 async def redis_hits(redis: aioredis.Redis, prefix: str, words: list[str]) -> dict[str, list[str]]:
-    """Every key under the prefix (and arq's keys naming it), all types, as bytes."""
+    """Every key under the prefix (its shards' included, and arq's keys naming it), all
+    types, as bytes."""
     hits: dict[str, list[str]] = {}
     keys = [k async for k in redis.scan_iter(match=f"{prefix}:*", count=1000)]
+    # A sharded layout's keys begin with their shard's hash tag, ``{prefix:s:x}``.
+    keys += [k async for k in redis.scan_iter(match=f"{{{prefix}:*", count=1000)]
     keys += [k async for k in redis.scan_iter(match=f"arq:*{prefix}:*", count=1000)]
     for key in keys:
         kind = (await redis.type(key)).decode()

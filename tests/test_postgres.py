@@ -271,6 +271,60 @@ async def test_a_forget_leaves_nothing_of_what_was_forgotten_in_any_row(
     assert await _totals(postgres_schema) == (1, 5)
 
 
+@pytest.mark.parametrize("backend", ["local", "postgres"])
+async def test_forgetting_a_fact_deletes_the_replies_that_repeated_it_on_either_store(
+    backend: str, postgres_schema: str, tmp_path: Path
+) -> None:
+    """The assistant said the fact back — a reply that quotes the statement it was read
+    from, one that says its predicate and value in the block's words ("allergic to:
+    brindlenuts"), one in its own ("you are allergic to brindlenuts"): each goes with the
+    fact, on PostgreSQL as on the local store (whose behaviour it claims), though the
+    predicate is stored as ``allergic_to``; the reply that never said it stays."""
+    store: LocalBackend | PostgresBackend = (
+        LocalBackend(tmp_path / "memory.sqlite3")
+        if backend == "local"
+        else PostgresBackend(DATABASE_URL, schema=postgres_schema)
+    )
+    try:
+        alice, _ = await store.ensure_user(zep_user_id="alice")
+        thread = await store.create_thread(user=alice, idempotency_key="a1")
+        await store.add_messages(
+            thread_uuid=thread,
+            messages=[
+                said("user", "Nothing with brindlenuts please, I'm allergic to brindlenuts", "u1"),
+                said(
+                    "assistant",
+                    'You said: "Nothing with brindlenuts please, I\'m allergic to brindlenuts"',
+                    "r1",
+                ),
+                said("user", "What do you know about me?", "u2"),
+                said("assistant", "My memory of you: - allergic to: brindlenuts", "r2"),
+                said("user", "Any dessert ideas?", "u3"),
+                said("assistant", "As you are allergic to brindlenuts, try a sorbet", "r3"),
+                said("assistant", "Enjoy your dinner!", "r4"),
+            ],
+            idempotency_key="x",
+        )
+        await store.write_facts(
+            user=alice,
+            add=[
+                Fact(
+                    subject="user", predicate="allergic_to", value="brindlenuts", source_keys=["u1"]
+                )
+            ],
+            invalidate=[],
+            at="2026-03-02",
+        )
+        (fact,) = await store.list_facts(user=alice)
+
+        assert await store.delete_memory(user=alice, memory_uuid=fact.uuid)
+        page, _ = await store.user_messages(user=alice, after=None, limit=100)
+        assert [m.content for m in page if "brindlenut" in m.content] == []
+        assert "Enjoy your dinner!" in [m.content for m in page]
+    finally:
+        await store.aclose()
+
+
 async def _key_of(schema: str, user_uuid: str) -> bytes:
     db = await asyncpg.connect(DATABASE_URL)
     try:

@@ -230,14 +230,21 @@ class Forgetter:
             t.decode() for t in await self.redis.smembers(self.keys.user_threads(app, user_id))
         ]
         queued = [await self.redis.llen(self.keys.pending(ref)) for ref in threads]
-        dead_key = self.keys.dead(self.keys.shard_of(app, user_id))
-        dead = [DeadLetter.parse(raw) for raw in await self.redis.lrange(dead_key, 0, -1)]
+        # As the forget drops them: with one person in every app, theirs in any app.
+        every_app = not self.settings.apps_apart
+        shards = self.keys.shard_ids if every_app else [self.keys.shard_of(app, user_id)]
+        dead = [
+            DeadLetter.parse(raw)
+            for key in {self.keys.dead(shard) for shard in shards}
+            for raw in await self.redis.lrange(key, 0, -1)
+        ]
+        whose = None if every_app else app
         quarantine = Quarantine(self.redis, self.settings)
         done = Forgotten(
             dry_run=True,
             queued=sum(queued),
-            dead_letters=sum(_theirs(d, set(threads), app=app, user_id=user_id) for d in dead),
-            quarantined=len(await quarantine.entries(app=app, user_id=user_id)),
+            dead_letters=sum(_theirs(d, set(threads), app=whose, user_id=user_id) for d in dead),
+            quarantined=len(await quarantine.entries(app=whose, user_id=user_id)),
             fact_count=0,
             statement_count=0,
         )
@@ -331,9 +338,12 @@ class Forgetter:
         epoch = await self.cache.epoch(self.redis, app=app, user_id=user_id)
         for ref in threads:  # what they say from now on waits, and stays
             done.queued += await self.queue.purge(ref, before_epoch=epoch)
-        done.dead_letters = await self._drop_dead(app, user_id, threads)
+        # With one person in every app, what waits for an operator in another app goes too:
+        # its registry entry, which would name that app here, may have idled out.
+        every_app = not self.settings.apps_apart
+        done.dead_letters = await self._drop_dead(app, user_id, threads, every_app=every_app)
         done.quarantined = await Quarantine(self.redis, self.settings).drop_user(
-            app=app, user_id=user_id
+            app=app, user_id=user_id, every_app=every_app
         )
         try:
             users = await self.backend_users(app, user_id)
@@ -370,18 +380,26 @@ class Forgetter:
         return done
 
     async def _drop_dead(
-        self, app: str, user_id: str, threads: set[str], *, said_before: int | None = None
+        self,
+        app: str,
+        user_id: str,
+        threads: set[str],
+        *,
+        said_before: int | None = None,
+        every_app: bool = False,
     ) -> int:
         """Delete the user's dead letters (only those said before ``said_before``, ms by
-        Redis' clock, plus the clock margin, when given); how many."""
-        dead, dropped = self.keys.dead(self.keys.shard_of(app, user_id)), 0
-        margin = int(self.settings.forget_clock_margin_seconds * 1000)
-        for raw in await self.redis.lrange(dead, 0, -1):
-            letter = DeadLetter.parse(raw)
-            if _theirs(letter, threads, app=app, user_id=user_id) and (
-                said_before is None or _said_before(letter, said_before + margin)
-            ):
-                dropped += await self.redis.lrem(dead, 1, raw)
+        Redis' clock, plus the clock margin, when given), and with ``every_app`` those of
+        their user id in any app, whichever shard holds them; how many."""
+        shards = self.keys.shard_ids if every_app else [self.keys.shard_of(app, user_id)]
+        margin, dropped = int(self.settings.forget_clock_margin_seconds * 1000), 0
+        for dead in {self.keys.dead(shard) for shard in shards}:
+            for raw in await self.redis.lrange(dead, 0, -1):
+                letter = DeadLetter.parse(raw)
+                if _theirs(letter, threads, app=None if every_app else app, user_id=user_id) and (
+                    said_before is None or _said_before(letter, said_before + margin)
+                ):
+                    dropped += await self.redis.lrem(dead, 1, raw)
         return dropped
 
     async def deleted_elsewhere(self, *, app: str, user_id: str, stale: UserRef) -> None:
@@ -558,16 +576,17 @@ class Forgetter:
         return done
 
 
-def _theirs(letter: DeadLetter, threads: set[str], *, app: str, user_id: str) -> bool:
+def _theirs(letter: DeadLetter, threads: set[str], *, app: str | None, user_id: str) -> bool:
     """Whether a dead letter is the user's: on one of their threads, or saying it is theirs
-    (their thread set may have idled out while the letter waits for an operator)."""
+    (their thread set may have idled out while the letter waits for an operator); with
+    ``app`` None, their user id's in any app."""
     if letter.thread in threads:
         return True
     try:
         message = QueuedMessage.decode(letter.item)
     except MalformedPayload:
         return False
-    return (message.app, message.user_id) == (app, user_id)
+    return message.user_id == user_id and app in (None, message.app)
 
 
 def _said_before(letter: DeadLetter, ms: int) -> bool:

@@ -13,7 +13,7 @@ import sqlite3
 import threading
 import unicodedata
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -818,7 +818,7 @@ class LocalBackend(MemoryBackend):
         read from the same messages stay, as facts). A question kept beside an answer that
         names the value goes from it ("Do you like living in Lisbon?" -> "yes very much");
         the forgetter deletes the user's later statements that say the fact again. So do
-        the assistant's replies that repeat it (``_repeating``): a reply that quoted the
+        the assistant's replies that repeat it (``repeating``): a reply that quoted the
         block is stored too. A message id deletes that message."""
 
         def work(db: sqlite3.Connection) -> bool:
@@ -840,7 +840,13 @@ class LocalBackend(MemoryBackend):
                         (user.user_uuid, *sources),
                     )
                 ]
-                repeats = _repeating(db, user.user_uuid, said, predicate=found[2], value=found[1])
+                replies = db.execute(
+                    "SELECT m.id, m.content FROM messages m"
+                    " JOIN threads t ON t.uuid = m.thread_uuid"
+                    " WHERE t.user_uuid = ? AND m.role = 'assistant'",
+                    (user.user_uuid,),
+                ).fetchall()
+                repeats = repeating(said, replies, predicate=found[2], value=found[1])
             for reply in repeats:
                 _unlink_reply(db, reply)
                 db.execute("DELETE FROM messages WHERE id = ?", (reply,))
@@ -1279,22 +1285,18 @@ def _normal(text: str) -> str:
     return f" {' '.join(words)} " if words else ""
 
 
-def _repeating(
-    db: sqlite3.Connection, user_uuid: str, said: list[str], *, predicate: str, value: str
+def repeating(
+    said: list[str], replies: Iterable[tuple[int, str]], *, predicate: str, value: str
 ) -> list[int]:
-    """The user's stored assistant replies that repeat a fact: one of the statements it was
-    read from (``said``, normalised, at least ``MIN_REPEATED`` characters), or the fact
-    itself, its value and its predicate each there as whole words ("allergic to: peanuts",
-    "you are allergic to peanuts")."""
+    """The ids of the user's stored assistant ``replies`` (id, text) that repeat a fact: one
+    of the statements it was read from (``said``, normalised, at least ``MIN_REPEATED``
+    characters), or the fact itself, its value and its predicate each there as whole words
+    ("allergic to: peanuts", "you are allergic to peanuts": a predicate is stored
+    ``allergic_to`` and said as the block says it, with spaces)."""
     quotes = [q for q in map(_normal, said) if len(q.strip()) >= MIN_REPEATED]
-    named, relation = _normal(value), _normal(predicate)
-    rows = db.execute(
-        "SELECT m.id, m.content FROM messages m JOIN threads t ON t.uuid = m.thread_uuid"
-        " WHERE t.user_uuid = ? AND m.role = 'assistant'",
-        (user_uuid,),
-    )
+    named, relation = _normal(value), _normal(predicate.replace("_", " "))
     found = []
-    for message_id, content in rows.fetchall():
+    for message_id, content in replies:
         text = _normal(content)
         if any(q in text for q in quotes) or (
             named and named in text and (not relation or relation in text)

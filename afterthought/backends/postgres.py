@@ -64,6 +64,7 @@ from afterthought.backends.local import (
     informative_order,
     match_score,
     render_template,
+    repeating,
     said_hits,
 )
 from afterthought.backends.retrieval import (
@@ -1062,12 +1063,14 @@ class PostgresBackend(MemoryBackend):
 
     async def delete_memory(self, *, user: UserRef, memory_uuid: str) -> bool:
         """As ``LocalBackend.delete_memory``, in one transaction: a fact with the messages
-        it was read from, the questions kept beside answers that name its value, and what
-        the index held of each; a message id deletes that message."""
+        it was read from, the questions kept beside answers that name its value, the
+        assistant's replies that repeat it (``local.repeating``), and what the index held of
+        each; a message id deletes that message."""
 
         async def work(db: Db) -> bool:
             found = await db.fetchrow(
-                "SELECT source_keys, value FROM facts WHERE uuid = $1 AND user_uuid = $2",
+                "SELECT source_keys, value, predicate FROM facts"
+                " WHERE uuid = $1 AND user_uuid = $2",
                 memory_uuid,
                 user.user_uuid,
             )
@@ -1076,6 +1079,24 @@ class PostgresBackend(MemoryBackend):
             if found and key is not None:
                 for answer in await _asked_about(db, user.user_uuid, found[1]):
                     await _drop_reply(db, key, answer)
+                said = await db.fetch(
+                    "SELECT content FROM messages WHERE user_uuid = $1 AND role != 'assistant'"
+                    " AND message_key = ANY($2::text[])",
+                    user.user_uuid,
+                    sources,
+                )
+                replies = await db.fetch(
+                    "SELECT id, content FROM messages WHERE user_uuid = $1 AND role = 'assistant'",
+                    user.user_uuid,
+                )
+                for reply in repeating(
+                    [r[0] for r in said],
+                    [(r[0], r[1]) for r in replies],
+                    predicate=found[2],
+                    value=found[1],
+                ):
+                    await _unlink_reply(db, key, reply)
+                    await db.execute("DELETE FROM messages WHERE id = $1", reply)
             facts = await db.execute(
                 "DELETE FROM facts WHERE uuid = $1 AND user_uuid = $2", memory_uuid, user.user_uuid
             )
