@@ -425,6 +425,7 @@ def _quarantine(args: argparse.Namespace) -> int:
 def _operate(args: argparse.Namespace) -> int:
     """prune and forget: both dry runs unless ``--yes``."""
     from afterthought.backends import open_backend
+    from afterthought.backends.base import BackendError
     from afterthought.identity import IdentityRegistry
     from afterthought.shared_store import ONE_STORE, elsewhere
     from afterthought.worker.forget import Forgetter
@@ -433,9 +434,18 @@ def _operate(args: argparse.Namespace) -> int:
     async def work(settings: Settings, client: aioredis.Redis) -> int:
         backend = open_backend(settings, upgrade=True)
         apply = bool(args.yes) and not getattr(args, "dry_run", False)
+        whole_user = args.command == "forget" and args.query is None and args.fact is None
         try:
             # A forget in another store than the workers' forgets nothing of what they wrote.
-            theirs = await elsewhere(client, settings, backend)
+            try:
+                theirs = await elsewhere(client, settings, backend)
+            except BackendError:
+                # A store that cannot answer now (a stopped worker holds its lock, it is
+                # down): a user's forget is still recorded in Redis, pending, and the
+                # workers finish it in their own store; told as pending, not as a failure.
+                if not (whole_user and apply):
+                    raise
+                theirs = []
             if theirs:
                 print(
                     f"afterthought: this store is not the workers' ({', '.join(theirs)});"

@@ -4,13 +4,16 @@ of one fact, the audit log, and every read path while the forget is under way.""
 from __future__ import annotations
 
 import asyncio
+import json
 import sqlite3
 from collections.abc import Awaitable, Sequence
 
+import pytest
 import redis.asyncio as aioredis
 from google.adk.memory.memory_entry import MemoryEntry
 from google.genai import types
 
+from afterthought import cli
 from afterthought.agent_hooks import ContextInput, TurnMemory, ZepMemoryService, create_callbacks
 from afterthought.backends import open_backend
 from afterthought.backends.base import HistoryMessage, UserRef
@@ -21,6 +24,7 @@ from afterthought.identity import IdentityRegistry
 from afterthought.keys import Keys, digest
 from afterthought.settings import Settings
 from afterthought.shared_store import announce, store_name
+from afterthought.testing.cli import run_cli_here
 from afterthought.testing.stand_in_model import memory_lines, system_text
 from afterthought.worker.extract import RuleExtractor
 from afterthought.worker.flush import Flusher
@@ -165,6 +169,47 @@ async def test_a_forget_stays_pending_while_another_process_holds_the_store_open
         reader.rollback()
         reader.close()
     assert done.pending
+    (resumed,) = await forgetter.resume_pending()
+    assert not resumed.pending
+    assert file_hits(local_settings, words) == {}
+
+
+async def test_a_forget_while_a_stopped_writer_holds_the_store_is_recorded_pending(
+    local_settings: Settings, redis: aioredis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker stopped in the middle of a write (SIGSTOP) holds the SQLite file's write
+    lock: the CLI cannot even ask the store whether it is the workers'. The forget must not
+    end as a failure that no one resumes: it is recorded pending, and a worker finishes it
+    once the store answers."""
+    words = ["Quuxville"]
+    runner, _ = make_runner(create_callbacks(settings=local_settings))
+    session = await new_session(runner, "alice")
+    await say(runner, "alice", session, "I live in Quuxville.")
+    await drain(local_settings)
+    # A worker announced the store: the forget checks it is the workers' before it runs.
+    await announce(redis, local_settings, open_backend(local_settings), worker="stopped")
+    import afterthought.backends as backends
+
+    # The store's busy timeout, short here: the test is about what happens after it.
+    monkeypatch.setattr(
+        backends,
+        "open_backend",
+        lambda settings, upgrade=False: LocalBackend(
+            settings.local_db_path, busy_seconds=0.05, upgrade=upgrade
+        ),
+    )
+    writer = sqlite3.connect(local_settings.local_db_path)
+    writer.execute("BEGIN EXCLUSIVE")  # the stopped worker's write transaction
+    try:
+        ran = run_cli_here(local_settings, "forget", "--app", APP, "--user", "alice", "--yes")
+    finally:
+        writer.rollback()
+        writer.close()
+    assert ran.returncode == cli.ATTENTION, ran.stderr
+    assert "workers finish it" in ran.stderr
+    assert json.loads(ran.stdout)["pending"] is True
+
+    forgetter = Forgetter(local_settings, redis, open_backend(local_settings))
     (resumed,) = await forgetter.resume_pending()
     assert not resumed.pending
     assert file_hits(local_settings, words) == {}
