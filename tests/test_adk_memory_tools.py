@@ -4,6 +4,8 @@ ADK's service registry."""
 
 from __future__ import annotations
 
+import shutil
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -218,3 +220,14 @@ def test_the_example_agents_folder_is_registered_as_adk_init_writes_it() -> None
         "memory_plugin",
         "memory_tools",
     ]
+
+
+def test_what_adk_web_keeps_of_the_example_agents_is_not_committed() -> None:
+    """``adk web`` writes each agent's sessions under its ``.adk/``: a user's turns."""
+    root = Path(__file__).resolve().parents[1]
+    if shutil.which("git") is None or not (root / ".git").exists():
+        pytest.skip("not a git checkout")
+    for agent in ("memory_plugin", "memory_tools"):
+        kept = f"examples/adk_web/{agent}/.adk/session.db"
+        checked = subprocess.run(["git", "check-ignore", "-q", kept], cwd=root, check=False)
+        assert checked.returncode == 0, kept
