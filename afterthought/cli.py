@@ -586,12 +586,14 @@ def _backfill(args: argparse.Namespace) -> int:
 
 
 def _adk(args: argparse.Namespace) -> int:
+    import shlex
     from pathlib import Path
 
     from afterthought.adk_init import init_agents_dir
 
     print(init_agents_dir(Path(args.agents_dir)))
-    print(f"then: adk web --memory_service_uri afterthought:// {args.agents_dir}")
+    # Quoted for a shell: a folder named "my agents" or "a;b" is one argument.
+    print(f"then: adk web --memory_service_uri afterthought:// {shlex.quote(args.agents_dir)}")
     return OK
 
 
