@@ -615,13 +615,19 @@ def _inspect(args: argparse.Namespace) -> int:
     wildcard = args.host in ("0.0.0.0", "::")
     # Any other name is refused as a Host (a DNS-rebound page of another site's), unless
     # it listens on every address, where the names it is reached by are not known.
-    hosts = None if wildcard else sorted({args.host, *LOOPBACK} - {"::1"})
+    hosts = None if wildcard else sorted({args.host, *LOOPBACK})
     family = socket.AF_INET6 if ":" in args.host else socket.AF_INET
     listening = socket.socket(family, socket.SOCK_STREAM)
     listening.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     listening.bind((args.host, args.port))
     port = listening.getsockname()[1]
-    app, inspector = create_app(settings, allow_forget=args.allow_forget, hosts=hosts)
+    app, inspector = create_app(
+        settings,
+        allow_forget=args.allow_forget,
+        hosts=hosts,
+        port=port,
+        session_idle_seconds=args.session_hours * 3600,
+    )
     shown = f"[{args.host}]" if ":" in args.host else args.host
     mode = "forget allowed" if args.allow_forget else "read-only"
     print(f"afterthought inspect: http://{shown}:{port}/login ({mode})")
@@ -731,6 +737,17 @@ def _port(text: str) -> int:
         value = -1
     if not 0 <= value <= 65535:
         raise argparse.ArgumentTypeError(f"must be a port number 0-65535, not {text!r}")
+    return value
+
+
+def _positive_hours(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    # A year at most: a login that outlives that is one nobody ends.
+    if not 0 < value <= 24 * 366:
+        raise argparse.ArgumentTypeError(f"must be hours, more than 0, not {text!r}")
     return value
 
 
@@ -952,6 +969,13 @@ def _parser() -> argparse.ArgumentParser:
     inspect.add_argument("--port", type=_port, default=8765, help="port (0: any free one)")
     inspect.add_argument(
         "--allow-forget", action="store_true", help="allow forgetting users and facts from the page"
+    )
+    inspect.add_argument(
+        "--session-hours",
+        type=_positive_hours,
+        default=12.0,
+        help="a login ends after this many hours unused (default 12); a logout or a restart "
+        "ends it at once",
     )
     inspect.set_defaults(run=_inspect, usage=inspect)
 
