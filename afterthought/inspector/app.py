@@ -289,8 +289,8 @@ async def logout(request: Request, inspector: Inspector) -> Response:
     if not _csrf_given(request, await _form(request)):
         return PlainTextResponse("logout refused: no valid CSRF token", 403)
     visitor: Visitor = request.state.visitor
-    if visitor.session is not None:
-        del inspector.sessions[visitor.session]
+    if visitor.session is not None:  # not a client that sent the token: it has none
+        inspector.sessions.pop(visitor.session, None)  # or a logout at once in another tab
     response = RedirectResponse("/login", status_code=303)
     response.delete_cookie(inspector.cookie, path="/", httponly=True, samesite="strict")
     return response
@@ -466,19 +466,22 @@ async def forget_page(request: Request, inspector: Inspector) -> Response:
         return RedirectResponse("/", status_code=303)
     app, user_id = who
     fact = request.query_params.get("fact") or None
-    return await _dry_run(request, inspector, app, user_id, fact)
+    held = await _preview(inspector, app, user_id, fact)
+    return _dry_run(request, inspector, (app, user_id, fact), held, await _store(inspector))
 
 
-async def _dry_run(
+def _dry_run(
     request: Request,
     inspector: Inspector,
-    app: str,
-    user_id: str,
-    fact: str | None,
+    what: tuple[str, str, str | None],
+    held: Forgotten | None,
+    store: _Store,
     *,
     changed: bool = False,
 ) -> Response:
-    held = await _preview(inspector, app, user_id, fact)
+    """The dry run's page (``what``: the app, the user and the fact, if one), with the
+    fingerprint its confirm carries; ``changed``: shown again, as not what was confirmed."""
+    app, user_id, fact = what
     return _page(
         request,
         "forget.html",
@@ -491,7 +494,7 @@ async def _dry_run(
         fingerprint=_fingerprint(held),
         changed=changed,
         done=None,
-        store=await _store(inspector),
+        store=store,
     )
 
 
@@ -516,7 +519,7 @@ async def forget(request: Request, inspector: Inspector) -> Response:
     if held is None or not hmac.compare_digest(
         _fingerprint(held).encode(), form.get("preview", "").encode()
     ):
-        return await _dry_run(request, inspector, app, user_id, fact, changed=True)
+        return _dry_run(request, inspector, (app, user_id, fact), held, store, changed=True)
     done: Forgotten
     if fact is None:
         done = await inspector.forgetter.forget_user_reported(app, user_id)
@@ -530,7 +533,7 @@ async def forget(request: Request, inspector: Inspector) -> Response:
         done.statement_count if done.statement_count is not None else len(done.statements),
         done.queued,
         done.pending,
-        "unverified" if store.unsure else "the workers'",
+        "unverified" if store.unsure else "checked",
     )
     return _page(
         request,
