@@ -426,7 +426,7 @@ def _operate(args: argparse.Namespace) -> int:
     """prune and forget: both dry runs unless ``--yes``."""
     from afterthought.backends import open_backend
     from afterthought.identity import IdentityRegistry
-    from afterthought.shared_store import ONE_STORE, elsewhere
+    from afterthought.shared_store import ONE_STORE, cannot_tell, elsewhere, store_of
     from afterthought.worker.forget import Forgetter
     from afterthought.worker.prune import Pruner
 
@@ -443,6 +443,9 @@ def _operate(args: argparse.Namespace) -> int:
                     file=sys.stderr,
                 )
                 return USAGE
+            if theirs is None:  # said, not refused: the workers may be stopped for it
+                mine = await store_of(settings, backend)
+                print(f"afterthought: {cannot_tell(mine[1] if mine else None)}", file=sys.stderr)
             if args.command == "prune":
                 pruner = Pruner(settings, client, backend)
                 if args.user:

@@ -38,7 +38,7 @@ from afterthought.keys import digest
 from afterthought.layout import check_layout
 from afterthought.quarantine import Quarantine
 from afterthought.settings import Settings
-from afterthought.shared_store import ANNOUNCED_SECONDS, ONE_STORE, elsewhere, store_of
+from afterthought.shared_store import ONE_STORE, cannot_tell, elsewhere, store_of
 from afterthought.status import snapshot
 from afterthought.worker.forget import Forgetter, Forgotten
 
@@ -430,12 +430,7 @@ async def _store(inspector: Inspector) -> _Store:
         return _Store(refused=f"this store is not the workers' ({', '.join(theirs)}); {ONE_STORE}")
     if theirs is None:
         mine = await store_of(inspector.settings, inspector.backend)
-        return _Store(
-            unsure=f"no worker announced its store in the last {ANNOUNCED_SECONDS:.0f} s, so"
-            f" whether this one ({mine[1] if mine else 'the backend the inspector opened'})"
-            " is the one they write cannot be told: start a worker with these settings and"
-            " look again, or check the other stores"
-        )
+        return _Store(unsure=cannot_tell(mine[1] if mine else None))
     return _Store()
 
 
