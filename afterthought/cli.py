@@ -443,9 +443,11 @@ def _operate(args: argparse.Namespace) -> int:
                     file=sys.stderr,
                 )
                 return USAGE
-            if theirs is None:  # said, not refused: the workers may be stopped for it
-                mine = await store_of(settings, backend)
-                print(f"afterthought: {cannot_tell(mine[1] if mine else None)}", file=sys.stderr)
+            # Where no worker announced a store, a deletion is said to be this store's
+            # alone (not refused: the workers may be stopped for it); only once done, as a
+            # refusal or a dry run says one line.
+            mine = await store_of(settings, backend) if theirs is None else None
+            unsure = f"afterthought: {cannot_tell(mine[1] if mine else None)}"
             if args.command == "prune":
                 pruner = Pruner(settings, client, backend)
                 if args.user:
@@ -466,6 +468,8 @@ def _operate(args: argparse.Namespace) -> int:
                 if not apply:
                     print("a dry run: add --yes to prune what it lists", file=sys.stderr)
                     return USAGE
+                if theirs is None:
+                    print(unsure, file=sys.stderr)
                 return OK
             forgetter = Forgetter(settings, client, backend)
             who = f"user {args.user!r} of app {args.app!r}"
@@ -518,6 +522,8 @@ def _operate(args: argparse.Namespace) -> int:
             if done.dry_run:
                 print("a dry run: add --yes to forget what it lists", file=sys.stderr)
                 return USAGE
+            if theirs is None:
+                print(unsure, file=sys.stderr)
             return OK
         finally:
             await backend.aclose()
