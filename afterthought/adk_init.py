@@ -5,7 +5,9 @@ the file holds. It needs no ADK: the file it writes imports
 
 from __future__ import annotations
 
+import ast
 import os
+import re
 import tempfile
 from pathlib import Path
 
@@ -17,8 +19,9 @@ from afterthought.agent_hooks.adk_services import register as _register_aftertho
 _register_afterthought()
 {END}
 """
-#: What a registration written by hand imports (the README's two lines).
-_BY_HAND = "afterthought.agent_hooks.adk_services"
+#: The module a registration written by hand imports ``register`` from (the README's two
+#: lines).
+_SERVICES = "afterthought.agent_hooks.adk_services"
 
 
 class AgentsDirError(ValueError):
@@ -29,7 +32,9 @@ def init_agents_dir(agents_dir: Path) -> str:
     """Writes the registration into ``agents_dir/services.py``: a new file, or appended
     to one that lacks it, or our block brought up to date in place. Everything else in
     the file is kept as it was, byte for byte; a file that already registers us (our
-    block, or the two lines by hand) is left alone. Says what it did."""
+    block, or an import of ``register`` that it calls, by hand) is left alone. A
+    ``services.py`` that is a link is written through (the link stays). Says what it
+    did."""
     if not agents_dir.is_dir():
         raise AgentsDirError(f"{agents_dir} is not a directory: name your agents folder")
     if any((agents_dir / name).exists() for name in ("agent.py", "root_agent.yaml")):
@@ -40,35 +45,89 @@ def init_agents_dir(agents_dir: Path) -> str:
             "the one you pass to adk web"
         )
     target = agents_dir / "services.py"
+    real = target.resolve()
+    if target.is_symlink() and not real.exists():
+        raise AgentsDirError(
+            f"{target} is a link to {real}, which does not exist: point it at a file, or remove it"
+        )
     if not target.exists():
-        _write(target, BLOCK)
+        _write(real, BLOCK)
         return f"wrote {target}"
-    text = target.read_text(encoding="utf-8")
-    start, end = text.find(BEGIN), text.find(END)
-    if start >= 0 and end > start:
-        stop = end + len(END)
+    try:
+        text = real.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise AgentsDirError(f"cannot read {real}: {_why(exc)}") from None
+    begin, end = _line(BEGIN, text), _line(END, text)
+    if begin is not None and end is not None and end.start() > begin.start():
+        start, stop = begin.start(), end.end()
         stop += text[stop:].startswith("\n")
         if text[start:stop] == BLOCK:
             return f"{target} already registers afterthought://"
-        _write(target, text[:start] + BLOCK + text[stop:])
+        _write(real, text[:start] + BLOCK + text[stop:])
         return f"updated the afterthought block of {target}"
-    if _BY_HAND in text:
+    if _registers_by_hand(text, real):
         return f"{target} already registers afterthought:// (by hand): left as it is"
     joint = "" if not text or text.endswith("\n\n") else "\n" if text.endswith("\n") else "\n\n"
-    _write(target, text + joint + BLOCK)
+    _write(real, text + joint + BLOCK)
     return f"added the afterthought block to {target}"
+
+
+def _line(marker: str, text: str) -> re.Match[str] | None:
+    """The marker as a whole line of its own (not quoted in a comment or a string)."""
+    return re.search(rf"^{re.escape(marker)}$", text, re.MULTILINE)
+
+
+def _registers_by_hand(text: str, path: Path) -> bool:
+    """Whether the file calls ``register`` of our module, imported by name (``from … import
+    register [as r]; r()``) or with the module (``import … as m; m.register()``): parsed,
+    so a comment or a string naming the module is no registration."""
+    try:
+        tree = ast.parse(text, filename=str(path))
+    except SyntaxError as exc:
+        raise AgentsDirError(
+            f"{path} is not valid Python (line {exc.lineno}): ADK could not import it "
+            "either; fix it, then run this again"
+        ) from None
+    functions: set[str] = set()
+    modules: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module == _SERVICES and not node.level:
+            functions |= {a.asname or a.name for a in node.names if a.name == "register"}
+        elif isinstance(node, ast.Import):
+            modules |= {a.asname or a.name for a in node.names if a.name == _SERVICES}
+    calls = [node.func for node in ast.walk(tree) if isinstance(node, ast.Call)]
+    return any(
+        (isinstance(called, ast.Name) and called.id in functions)
+        or (
+            isinstance(called, ast.Attribute)
+            and called.attr == "register"
+            and ast.unparse(called.value) in modules
+        )
+        for called in calls
+    )
+
+
+def _why(exc: BaseException) -> str:
+    return exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__
 
 
 def _write(target: Path, text: str) -> None:
     """All or nothing (a new file beside it, renamed over), keeping an existing file's
-    permissions."""
-    mode = target.stat().st_mode & 0o7777 if target.exists() else 0o644
-    fd, temporary = tempfile.mkstemp(dir=target.parent, prefix=".services-", suffix=".py")
+    permissions; a failure names the file, not the temporary one."""
+    temporary = None
     try:
+        mode = target.stat().st_mode & 0o7777 if target.exists() else 0o644
+        fd, temporary = tempfile.mkstemp(dir=target.parent, prefix=".services-", suffix=".py")
         with os.fdopen(fd, "w", encoding="utf-8") as out:
             out.write(text)
         os.chmod(temporary, mode)
         os.replace(temporary, target)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
+    except BaseException as exc:
+        if temporary is not None:
+            Path(temporary).unlink(missing_ok=True)
+        if isinstance(exc, OSError):
+            raise AgentsDirError(
+                f"cannot write {target}: {_why(exc)} (it is written as a new file in "
+                f"{target.parent}, then renamed over the old one)"
+            ) from None
         raise

@@ -427,7 +427,7 @@ def _operate(args: argparse.Namespace) -> int:
     from afterthought.backends import open_backend
     from afterthought.backends.base import BackendError
     from afterthought.identity import IdentityRegistry
-    from afterthought.shared_store import ONE_STORE, elsewhere
+    from afterthought.shared_store import ONE_STORE, cannot_tell, elsewhere, store_of
     from afterthought.worker.forget import Forgetter
     from afterthought.worker.prune import Pruner
 
@@ -453,6 +453,11 @@ def _operate(args: argparse.Namespace) -> int:
                     file=sys.stderr,
                 )
                 return USAGE
+            # Where no worker announced a store, a deletion is said to be this store's
+            # alone (not refused: the workers may be stopped for it); only once done, as a
+            # refusal or a dry run says one line.
+            mine = await store_of(settings, backend) if theirs is None else None
+            unsure = f"afterthought: {cannot_tell(mine[1] if mine else None)}"
             if args.command == "prune":
                 pruner = Pruner(settings, client, backend)
                 if args.user:
@@ -473,6 +478,8 @@ def _operate(args: argparse.Namespace) -> int:
                 if not apply:
                     print("a dry run: add --yes to prune what it lists", file=sys.stderr)
                     return USAGE
+                if theirs is None:
+                    print(unsure, file=sys.stderr)
                 return OK
             forgetter = Forgetter(settings, client, backend)
             who = f"user {args.user!r} of app {args.app!r}"
@@ -525,6 +532,8 @@ def _operate(args: argparse.Namespace) -> int:
             if done.dry_run:
                 print("a dry run: add --yes to forget what it lists", file=sys.stderr)
                 return USAGE
+            if theirs is None:
+                print(unsure, file=sys.stderr)
             return OK
         finally:
             await backend.aclose()
@@ -596,12 +605,14 @@ def _backfill(args: argparse.Namespace) -> int:
 
 
 def _adk(args: argparse.Namespace) -> int:
+    import shlex
     from pathlib import Path
 
     from afterthought.adk_init import init_agents_dir
 
     print(init_agents_dir(Path(args.agents_dir)))
-    print(f"then: adk web --memory_service_uri afterthought:// {args.agents_dir}")
+    # Quoted for a shell: a folder named "my agents" or "a;b" is one argument.
+    print(f"then: adk web --memory_service_uri afterthought:// {shlex.quote(args.agents_dir)}")
     return OK
 
 
@@ -623,13 +634,19 @@ def _inspect(args: argparse.Namespace) -> int:
     wildcard = args.host in ("0.0.0.0", "::")
     # Any other name is refused as a Host (a DNS-rebound page of another site's), unless
     # it listens on every address, where the names it is reached by are not known.
-    hosts = None if wildcard else sorted({args.host, *LOOPBACK} - {"::1"})
+    hosts = None if wildcard else sorted({args.host, *LOOPBACK})
     family = socket.AF_INET6 if ":" in args.host else socket.AF_INET
     listening = socket.socket(family, socket.SOCK_STREAM)
     listening.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     listening.bind((args.host, args.port))
     port = listening.getsockname()[1]
-    app, inspector = create_app(settings, allow_forget=args.allow_forget, hosts=hosts)
+    app, inspector = create_app(
+        settings,
+        allow_forget=args.allow_forget,
+        hosts=hosts,
+        port=port,
+        session_idle_seconds=args.session_hours * 3600,
+    )
     shown = f"[{args.host}]" if ":" in args.host else args.host
     mode = "forget allowed" if args.allow_forget else "read-only"
     print(f"afterthought inspect: http://{shown}:{port}/login ({mode})")
@@ -739,6 +756,17 @@ def _port(text: str) -> int:
         value = -1
     if not 0 <= value <= 65535:
         raise argparse.ArgumentTypeError(f"must be a port number 0-65535, not {text!r}")
+    return value
+
+
+def _positive_hours(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    # A year at most: a login that outlives that is one nobody ends.
+    if not 0 < value <= 24 * 366:
+        raise argparse.ArgumentTypeError(f"must be hours, more than 0, not {text!r}")
     return value
 
 
@@ -960,6 +988,13 @@ def _parser() -> argparse.ArgumentParser:
     inspect.add_argument("--port", type=_port, default=8765, help="port (0: any free one)")
     inspect.add_argument(
         "--allow-forget", action="store_true", help="allow forgetting users and facts from the page"
+    )
+    inspect.add_argument(
+        "--session-hours",
+        type=_positive_hours,
+        default=12.0,
+        help="a login ends after this many hours unused (default 12); a logout or a restart "
+        "ends it at once",
     )
     inspect.set_defaults(run=_inspect, usage=inspect)
 

@@ -10,7 +10,14 @@ import time
 from datetime import UTC, datetime
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidatorFunctionWrapHandler,
+    field_validator,
+)
 
 from afterthought.keys import digest
 from afterthought.telemetry import text_repaired
@@ -192,7 +199,20 @@ class QueuedMessage(BaseModel):
     """The W3C Trace Context (``traceparent``, ``tracestate``) of the enqueue that queued
     it, where the application traces (``afterthought.tracing``): the worker's persist span
     links to it. Last in the JSON, and left out when None: a payload without tracing is
-    what it was, and a worker of an earlier version ignores the field."""
+    what it was, and a worker of an earlier version ignores the field. One that is not
+    text by name is read as ``{}`` (:meth:`_context`), which the persist span counts."""
+
+    @field_validator("trace", mode="wrap")
+    @classmethod
+    def _context(cls, value: object, read: ValidatorFunctionWrapHandler) -> dict[str, str] | None:
+        """A malformed context costs the message its trace link, never the message: the
+        words are the user's, the context only a tracer's (another integration's, an
+        edited payload's)."""
+        try:
+            context: dict[str, str] | None = read(value)
+        except ValidationError:
+            return {}
+        return context
 
     @classmethod
     def build(

@@ -249,6 +249,16 @@ async def elsewhere(redis: Redis, settings: Settings, backend: MemoryBackend) ->
     return sorted(announced.values())
 
 
+def cannot_tell(description: str | None) -> str:
+    """What a forget (a prune) says where no worker announced a store lately
+    (:func:`elsewhere` None): it deletes from its own, which may not be theirs."""
+    return (
+        f"no worker announced its store in the last {ANNOUNCED_SECONDS:.0f} s, so whether"
+        f" this one ({description or 'the backend opened'}) is the one they write cannot be"
+        " told: start a worker with these settings and look again"
+    )
+
+
 #: Deployments this process said no worker of (until it sees one): one line a process,
 #: however many watch (the callbacks and a memory service are two ``TurnMemory``).
 _no_workers_said: set[str] = set()

@@ -11,8 +11,9 @@ counts, lengths and ages, never content."""
 
 from __future__ import annotations
 
+import logging
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 
 from opentelemetry import trace
@@ -21,6 +22,7 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 
 from afterthought.contract import QueuedMessage
 
+log = logging.getLogger("afterthought.tracing")
 _tracer = trace.get_tracer("afterthought")
 #: W3C Trace Context whatever propagators the application set globally: the worker that
 #: reads it may be another application's process.
@@ -55,10 +57,13 @@ def enqueue_span(messages: Sequence[QueuedMessage]) -> Iterator[tuple[Span, list
 
 
 def _link(message: QueuedMessage, now_ms: int) -> Link | None:
-    if not message.trace:
+    """The link to the enqueue of a message that carries a context; None without one, or
+    for one that names no span (malformed: said by the message's key alone)."""
+    if message.trace is None:
         return None
     found = trace.get_current_span(_W3C.extract(message.trace)).get_span_context()
     if not found.is_valid:
+        log.warning("trace context ignored: not a W3C traceparent key=%s", message.key)
         return None
     attributes: dict[str, int] = {"afterthought.seq": message.seq or 0}
     if message.queued_ms is not None:
@@ -68,12 +73,21 @@ def _link(message: QueuedMessage, now_ms: int) -> Link | None:
 
 @contextmanager
 def persist_span(
-    batch: Sequence[QueuedMessage], *, backend: str, clock: float | None = None
+    batch: Sequence[QueuedMessage],
+    *,
+    backend: str,
+    clock: float | None = None,
+    flow: type[Exception] | tuple[type[Exception], ...] = (),
+    ignored: Callable[[int], object] | None = None,
 ) -> Iterator[Span]:
     """The span of one batch's write to the backend, linked to the enqueue of each of its
-    messages that carries a context. ``clock``: now (seconds), for the queue waits."""
+    messages that carries a context. ``clock``: now (seconds), for the queue waits;
+    ``flow``: the caller's exceptions that steer it rather than fail (a lease lost, a
+    forget meanwhile), which end the span unmarked, as a cancellation does; ``ignored``:
+    told how many contexts named no span, when some did."""
     now_ms = int((time.time() if clock is None else clock) * 1000)
-    links = [link for m in batch if (link := _link(m, now_ms)) is not None]
+    traced = [(m, _link(m, now_ms)) for m in batch if m.trace is not None]
+    links = [link for _, link in traced if link is not None]
     waits = [m.queued_ms for m in batch if m.queued_ms is not None]
     attributes = _sizes(batch) | {
         "afterthought.backend": backend,
@@ -81,6 +95,10 @@ def persist_span(
         "afterthought.seq.first": batch[0].seq or 0,
         "afterthought.seq.last": batch[-1].seq or 0,
     }
+    if len(links) < len(traced):
+        attributes["afterthought.trace_contexts_ignored"] = len(traced) - len(links)
+        if ignored is not None:
+            ignored(len(traced) - len(links))
     if waits:
         attributes["afterthought.queue_wait_ms.max"] = max(0, now_ms - min(waits))
     with _tracer.start_as_current_span(
@@ -95,5 +113,11 @@ def persist_span(
         try:
             yield span
         except BaseException as exc:
-            span.set_status(StatusCode.ERROR, type(exc).__name__)
+            # Only a failure is an error: an alert on a trace's error rate must not fire
+            # for a worker that stops (a cancellation) or a batch read again.
+            failed = isinstance(exc, Exception) and not isinstance(exc, flow)
+            if failed:
+                span.set_status(StatusCode.ERROR, type(exc).__name__)
+            else:
+                span.set_attribute("afterthought.ended_by", type(exc).__name__)
             raise

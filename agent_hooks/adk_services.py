@@ -71,7 +71,8 @@ def parse_uri(uri: str) -> dict[str, Any]:
             raise MemoryServiceUriError(f"{SCHEME}:// names {name} more than once")
         seen.add(name)
         if name == LIMIT:
-            if not (value.isdigit() and 1 <= int(value) <= MAX_LIMIT):
+            # ASCII digits alone: ``str.isdigit`` takes '²', which ``int`` refuses.
+            if not (value.isascii() and value.isdigit() and 1 <= int(value) <= MAX_LIMIT):
                 raise MemoryServiceUriError(f"{SCHEME}://?{LIMIT}= must be 1..{MAX_LIMIT}")
             overrides[LIMIT] = int(value)
         elif name in SECRET:

@@ -4,6 +4,8 @@ ADK's service registry."""
 
 from __future__ import annotations
 
+import shutil
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +16,7 @@ from google.adk.sessions import InMemorySessionService
 from google.adk.tools.load_memory_tool import load_memory_tool
 from google.adk.tools.preload_memory_tool import PreloadMemoryTool
 
+from afterthought.adk_init import BEGIN, BLOCK, END
 from afterthought.agent_hooks import ZepMemoryService
 from afterthought.settings import Settings
 from afterthought.testing.stand_in_model import StandInLlm, preloaded_lines
@@ -100,6 +103,8 @@ def test_an_afterthought_uri_names_settings_by_their_names(uri: str, kwargs: Any
         ("afterthought://?zep_api_key=z_1", "zep_api_key= is refused"),
         ("afterthought://?redis_url=redis://:pw@h/0", "redis_url= is refused"),
         ("afterthought://?limit=0", "limit= must be 1..50"),
+        ("afterthought://?limit=%C2%B2", "limit= must be 1..50"),  # '²', a digit to isdigit
+        ("afterthought://?limit=%D9%A3", "limit= must be 1..50"),  # an Arabic-Indic 3
         ("afterthought://?key_prefix=a&key_prefix=b", "names key_prefix more than once"),
         ("afterthought://?key_prefix", "must be name=value pairs"),
         ("afterthought://?fact_ttl_days={7", "fact_ttl_days= must be a JSON object"),
@@ -150,8 +155,6 @@ USERS_OWN = 'from my_company import audit\n\naudit.register("vault")  # no newli
 
 
 def test_adk_init_writes_the_registration_once(tmp_path: Path, local_settings: Settings) -> None:
-    from afterthought.adk_init import BLOCK
-
     first = run_cli(local_settings, "adk", "init", str(tmp_path))
     assert first.returncode == 0 and f"wrote {tmp_path / 'services.py'}" in first.stdout
     assert "adk web --memory_service_uri afterthought://" in first.stdout
@@ -164,7 +167,7 @@ def test_adk_init_writes_the_registration_once(tmp_path: Path, local_settings: S
 def test_adk_init_keeps_what_a_users_services_py_holds(tmp_path: Path) -> None:
     """Appended after the user's own lines, which stay byte for byte; their permissions
     too; an older block of ours is brought up to date in place, the rest untouched."""
-    from afterthought.adk_init import BEGIN, BLOCK, END, init_agents_dir
+    from afterthought.adk_init import init_agents_dir
 
     target = tmp_path / "services.py"
     target.write_text(USERS_OWN)
@@ -189,6 +192,97 @@ def test_adk_init_leaves_a_registration_written_by_hand(tmp_path: Path) -> None:
     (tmp_path / "services.py").write_text(by_hand)
     assert "by hand" in init_agents_dir(tmp_path)
     assert (tmp_path / "services.py").read_text() == by_hand
+
+
+@pytest.mark.parametrize(
+    "mention",
+    [
+        "# we used to import afterthought.agent_hooks.adk_services here\n",
+        'NOTE = "afterthought.agent_hooks.adk_services is registered elsewhere"\n',
+        "from afterthought.agent_hooks.adk_services import register\n",  # never called
+        f"# our markers quoted in a line: {BEGIN} ... {END}\n",
+    ],
+)
+def test_adk_init_is_not_fooled_by_a_mention_of_the_registration(
+    tmp_path: Path, mention: str
+) -> None:
+    from afterthought.adk_init import init_agents_dir
+
+    (tmp_path / "services.py").write_text(mention)
+    assert init_agents_dir(tmp_path).startswith("added")
+    assert (tmp_path / "services.py").read_text() == mention + "\n" + BLOCK
+
+
+@pytest.mark.parametrize(
+    "by_hand",
+    [
+        "from afterthought.agent_hooks.adk_services import register as r\nr()\n",
+        "import afterthought.agent_hooks.adk_services as s\ns.register()\n",
+        "import afterthought.agent_hooks.adk_services\n"
+        "afterthought.agent_hooks.adk_services.register()\n",
+    ],
+)
+def test_adk_init_knows_each_spelling_of_a_registration_by_hand(
+    tmp_path: Path, by_hand: str
+) -> None:
+    from afterthought.adk_init import init_agents_dir
+
+    (tmp_path / "services.py").write_text(by_hand)
+    assert "by hand" in init_agents_dir(tmp_path)
+    assert (tmp_path / "services.py").read_text() == by_hand
+
+
+def test_adk_init_writes_through_a_linked_services_py(tmp_path: Path) -> None:
+    """A services.py kept elsewhere (a dotfiles repository) stays a link to it."""
+    from afterthought.adk_init import AgentsDirError, init_agents_dir
+
+    (tmp_path / "agents").mkdir()
+    kept = tmp_path / "kept.py"
+    kept.write_text(USERS_OWN)
+    link = tmp_path / "agents" / "services.py"
+    link.symlink_to(kept)
+    assert init_agents_dir(tmp_path / "agents").startswith("added")
+    assert link.is_symlink() and kept.read_text() == USERS_OWN + "\n\n" + BLOCK
+    kept.unlink()
+    with pytest.raises(AgentsDirError, match=r"is a link to .*kept\.py, which does not exist"):
+        init_agents_dir(tmp_path / "agents")
+    assert link.is_symlink() and not kept.exists()
+
+
+def test_adk_init_names_the_file_it_cannot_write_or_parse(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import tempfile
+
+    from afterthought.adk_init import AgentsDirError, init_agents_dir
+
+    target = tmp_path / "services.py"
+    target.write_text("def broken(:\n")
+    with pytest.raises(AgentsDirError, match=r"services.py is not valid Python \(line 1\)"):
+        init_agents_dir(tmp_path)
+    target.write_text(USERS_OWN)
+
+    def refused(**_: object) -> None:  # a folder the user may not write to (tests run as root)
+        raise PermissionError(13, "Permission denied", str(tmp_path / ".services-x.py"))
+
+    monkeypatch.setattr(tempfile, "mkstemp", refused)
+    with pytest.raises(AgentsDirError) as caught:
+        init_agents_dir(tmp_path)
+    assert f"cannot write {target}: Permission denied" in str(caught.value)
+    assert target.read_text() == USERS_OWN
+
+
+def test_adk_init_says_the_command_quoted_for_a_shell(
+    tmp_path: Path, local_settings: Settings
+) -> None:
+    import shlex
+
+    folder = tmp_path / "my agents; rm -rf ~"
+    folder.mkdir()
+    done = run_cli(local_settings, "adk", "init", str(folder))
+    assert done.returncode == 0, done.stderr
+    (then,) = [line for line in done.stdout.splitlines() if line.startswith("then: ")]
+    assert shlex.split(then.removeprefix("then: "))[-1] == str(folder)
 
 
 def test_adk_init_refuses_an_agents_own_folder_and_a_missing_one(
@@ -216,3 +310,14 @@ def test_the_example_agents_folder_is_registered_as_adk_init_writes_it() -> None
         "memory_plugin",
         "memory_tools",
     ]
+
+
+def test_what_adk_web_keeps_of_the_example_agents_is_not_committed() -> None:
+    """``adk web`` writes each agent's sessions under its ``.adk/``: a user's turns."""
+    root = Path(__file__).resolve().parents[1]
+    if shutil.which("git") is None or not (root / ".git").exists():
+        pytest.skip("not a git checkout")
+    for agent in ("memory_plugin", "memory_tools"):
+        kept = f"examples/adk_web/{agent}/.adk/session.db"
+        checked = subprocess.run(["git", "check-ignore", "-q", kept], cwd=root, check=False)
+        assert checked.returncode == 0, kept

@@ -4,11 +4,18 @@ hostile text escaped, a forget's dry run is what the forget deletes, read-only r
 from __future__ import annotations
 
 import asyncio
+import html
 import logging
+import os
 import re
+import socket
+import subprocess
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
+import httpx
 import pytest
 from starlette.testclient import TestClient
 
@@ -18,8 +25,9 @@ from afterthought.backends.base import UserRef
 from afterthought.cli import _parser
 from afterthought.connections import connect
 from afterthought.facts import StoredFact
-from afterthought.inspector.app import COOKIE, SECURITY_HEADERS, create_app
+from afterthought.inspector.app import COOKIE, SECURITY_HEADERS, Inspector, create_app
 from afterthought.settings import Settings
+from afterthought.shared_store import announce
 from afterthought.worker.forget import Forgetter
 from tests.adk_support import APP, make_runner, new_session, say
 from tests.conftest import drain
@@ -51,10 +59,39 @@ async def stored(settings: Settings, user_id: str) -> tuple[list[UserRef], list[
 
 
 @contextmanager
-def inspector(settings: Settings, **options: bool) -> Iterator[TestClient]:
-    app, _ = create_app(settings, token=TOKEN, hosts=["testserver", "127.0.0.1"], **options)
+def served_app(settings: Settings, **options: Any) -> Iterator[tuple[TestClient, Inspector]]:
+    """The app in a TestClient (its own cookie jar: one browser), and its state."""
+    app, state = create_app(settings, token=TOKEN, hosts=["testserver", "127.0.0.1"], **options)
     with TestClient(app, base_url="http://testserver") as client:
+        yield client, state
+
+
+@contextmanager
+def inspector(settings: Settings, **options: Any) -> Iterator[TestClient]:
+    with served_app(settings, **options) as (client, _):
         yield client
+
+
+@contextmanager
+def served(settings: Settings, *flags: str) -> Iterator[tuple[str, str]]:
+    """``afterthought inspect --port 0 FLAGS`` in its own process: its URL and token, as
+    it printed them."""
+    server = subprocess.Popen(
+        [sys.executable, "-m", "afterthought.cli", "inspect", "--port", "0", *flags],
+        env={**os.environ, **settings.as_env()},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert server.stdout is not None
+        address = re.search(r"(http://\S+?)/login", server.stdout.readline())
+        token = server.stdout.readline().removeprefix("token: ").strip()
+        assert address and token, server.stderr.read() if server.stderr else ""
+        yield address.group(1), token
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
 
 
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -72,10 +109,12 @@ def _ids(page: str, id_: str) -> list[str]:
     return re.findall(r"<li>([^<]+)</li>", found.group(1))
 
 
-def _csrf(page: str) -> str:
-    found = re.search(r'name="csrf" value="([^"]+)"', page)
-    assert found
-    return found.group(1)
+def _confirm(page: str) -> dict[str, str]:
+    """The fields the dry run's confirm posts, as a browser sends them."""
+    found = re.search(r'<form method="post" action="/forget">(.*?)</form>', page, re.S)
+    assert found, "no confirm"
+    fields = re.findall(r'<input type="hidden" name="(\w+)" value="([^"]*)">', found.group(1))
+    return {name: html.unescape(value) for name, value in fields}
 
 
 @pytest.fixture
@@ -163,9 +202,7 @@ def test_the_forget_of_a_user_deletes_what_its_dry_run_listed(alice: Settings) -
         assert _ids(dry, "dry-ids") == [f.uuid for f in facts][:5]
         assert asyncio.run(stored(alice, "alice"))[1] == facts  # a dry run deletes nothing
 
-        done = client.post(
-            "/forget", data={"app": APP, "user": "alice", "csrf": _csrf(dry)}, headers=AUTH
-        )
+        done = client.post("/forget", data=_confirm(dry), headers=AUTH)
         assert done.status_code == 200
     assert _number(done.text, "done-facts") == _number(dry, "dry-facts")
     assert _number(done.text, "done-statements") == _number(dry, "dry-statements")
@@ -180,11 +217,7 @@ def test_the_forget_of_a_fact_deletes_what_its_dry_run_listed(alice: Settings) -
     with inspector(alice, allow_forget=True) as client:
         dry = client.get(f"/forget?app={APP}&user=alice&fact={peanuts.uuid}", headers=AUTH).text
         assert _ids(dry, "dry-ids") == [peanuts.uuid]
-        done = client.post(
-            "/forget",
-            data={"app": APP, "user": "alice", "fact": peanuts.uuid, "csrf": _csrf(dry)},
-            headers=AUTH,
-        ).text
+        done = client.post("/forget", data=_confirm(dry), headers=AUTH).text
     assert _ids(done, "done-ids") == [peanuts.uuid]
     assert _number(done, "done-statements") == _number(dry, "dry-statements")
     left = asyncio.run(stored(alice, "alice"))[1]
@@ -207,18 +240,15 @@ def test_a_forget_without_its_csrf_token_or_from_another_origin_is_refused(
 ) -> None:
     with inspector(alice, allow_forget=True) as client:
         client.post("/login", data={"token": TOKEN})
-        csrf = _csrf(client.get(f"/forget?app={APP}&user=alice").text)
-        form = {"app": APP, "user": "alice"}
+        confirm = _confirm(client.get(f"/forget?app={APP}&user=alice").text)
+        form = {k: v for k, v in confirm.items() if k != "csrf"}
         assert client.post("/forget", data=form).status_code == 403
         assert client.post("/forget", data={**form, "csrf": "0" * 64}).status_code == 403
-        other = client.post(
-            "/forget", data={**form, "csrf": csrf}, headers={"Origin": "http://evil.example"}
-        )
+        other = client.post("/forget", data=confirm, headers={"Origin": "http://evil.example"})
         assert other.status_code == 403
-        cross = client.post(
-            "/forget", data={**form, "csrf": csrf}, headers={"Sec-Fetch-Site": "cross-site"}
-        )
-        assert cross.status_code == 403
+        for site in ("cross-site", "same-site"):  # same-site: another port of this host
+            cross = client.post("/forget", data=confirm, headers={"Sec-Fetch-Site": site})
+            assert cross.status_code == 403
     assert asyncio.run(stored(alice, "alice"))[1]
 
 
@@ -230,7 +260,7 @@ def test_its_logs_hold_no_id_and_no_content(
         for path in PAGES:
             client.get(path, headers=AUTH)
         dry = client.get(f"/forget?app={APP}&user=alice", headers=AUTH).text
-        client.post("/forget", data={"app": APP, "user": "alice", "csrf": _csrf(dry)}, headers=AUTH)
+        client.post("/forget", data=_confirm(dry), headers=AUTH)
     said = "\n".join(r.getMessage() for r in caplog.records if r.name == "afterthought.inspect")
     assert "route=/user status=200" in said and "forget user=" in said
     for word in ("alice", "Lisbon", "peanut", "script", "q="):
@@ -240,3 +270,186 @@ def test_its_logs_hold_no_id_and_no_content(
 def test_it_listens_on_loopback_unless_told_otherwise() -> None:
     args = _parser().parse_args(["inspect"])
     assert args.host == "127.0.0.1" and not args.allow_forget
+
+
+def _logged_in(client: TestClient, token: str = TOKEN, **headers: str) -> httpx.Response:
+    return client.post("/login", data={"token": token}, headers=headers, follow_redirects=False)
+
+
+def _cookie_of(answer: httpx.Response) -> tuple[str, str, str]:
+    """The name, value and attributes of the cookie a login set."""
+    name, _, rest = answer.headers["set-cookie"].partition("=")
+    value, _, attributes = rest.partition(";")
+    return name, value, attributes.lower()
+
+
+def test_a_login_is_a_session_of_its_own_that_a_logout_ends(local_settings: Settings) -> None:
+    with served_app(local_settings, port=8765) as (browser, state):
+        with TestClient(browser.app, base_url="http://testserver") as other:
+            name, first, attributes = _cookie_of(_logged_in(browser))
+            assert _cookie_of(_logged_in(other))[1] != first  # random: one a login
+        assert name == f"{COOKIE}_8765"  # two inspectors on one machine keep their own
+        assert {"httponly", "samesite=strict", "path=/"} <= {
+            a.strip() for a in attributes.split(";")
+        }
+        assert TOKEN not in first and len(first) >= 40
+        page = browser.get("/")
+        assert page.status_code == 200
+        logout = re.search(r'"/logout"><input type="hidden" name="csrf" value="([^"]+)"', page.text)
+        assert logout
+        assert browser.post("/logout", data={}).status_code == 403  # its CSRF token, or no logout
+        out = browser.post("/logout", data={"csrf": logout.group(1)}, follow_redirects=False)
+        assert out.status_code == 303
+        browser.cookies.clear()
+        again = browser.get("/", headers={"Cookie": f"{name}={first}"})  # a copy of it
+        assert again.status_code == 401
+        assert len(state.sessions) == 1  # the other browser's
+
+
+def test_a_login_ends_after_its_idle_time(local_settings: Settings) -> None:
+    now = [0.0]
+    with served_app(local_settings, session_idle_seconds=600) as (browser, state):
+        state.clock = lambda: now[0]
+        assert _logged_in(browser).status_code == 303
+        for _ in range(3):  # each use keeps it
+            now[0] += 500
+            assert browser.get("/").status_code == 200
+        now[0] += 601
+        assert browser.get("/").status_code == 401
+        assert state.sessions == {}
+
+
+def test_one_inspectors_login_is_no_login_of_another(local_settings: Settings) -> None:
+    """Two on one machine (cookies are not told apart by port), with one token even."""
+    with (
+        served_app(local_settings, port=8765) as (first, _),
+        served_app(local_settings, port=8766) as (second, _),
+    ):
+        _, value, _ = _cookie_of(_logged_in(first))
+        _logged_in(second)
+        copied = second.get("/", headers={"Cookie": f"{COOKIE}_8766={value}"})
+        assert copied.status_code == 401
+        assert first.get("/").status_code == second.get("/").status_code == 200
+
+
+def test_a_login_from_a_browser_that_says_only_origin_null_is_taken(
+    local_settings: Settings,
+) -> None:
+    """Under the no-referrer policy a browser without ``Sec-Fetch-Site`` sends ``Origin:
+    null`` for our own forms; one that says another site is still refused."""
+    with inspector(local_settings) as client:
+        for foreign in (
+            {"Origin": "http://evil.example"},
+            {"Sec-Fetch-Site": "cross-site", "Origin": "null"},
+            {"Sec-Fetch-Site": "same-site"},
+        ):
+            assert _logged_in(client, **foreign).status_code == 401, foreign
+        assert _logged_in(client, Origin="null").status_code == 303
+        assert client.get("/").status_code == 200
+
+
+def test_a_forget_from_a_browser_that_says_only_origin_null_runs(alice: Settings) -> None:
+    with inspector(alice, allow_forget=True) as client:
+        _logged_in(client, Origin="null")
+        confirm = _confirm(client.get(f"/forget?app={APP}&user=alice").text)
+        done = client.post("/forget", data=confirm, headers={"Origin": "null"})
+        assert done.status_code == 200 and 'id="done"' in done.text
+    assert asyncio.run(stored(alice, "alice")) == ([], [])
+
+
+def test_a_forget_where_no_worker_announced_does_not_say_forgotten(alice: Settings) -> None:
+    """No worker to compare with (a worker that stops takes its store back): the forget
+    deletes from the inspector's store and says it cannot tell whether that is theirs."""
+    asyncio.run(remember(alice, "bob", "I live in Oslo."))
+    with inspector(alice, allow_forget=True) as client:
+        dry = client.get(f"/forget?app={APP}&user=alice", headers=AUTH).text
+        assert 'id="unsure"' in dry and "no worker announced its store" in dry
+        done = client.post("/forget", data=_confirm(dry), headers=AUTH).text
+        assert 'id="unsure"' in done and "Forgotten." not in done
+        assert str(alice.local_db_path) in done  # which store it deleted from
+
+        asyncio.run(_announce(alice))  # a worker of this store, alive
+        dry = client.get(f"/forget?app={APP}&user=bob", headers=AUTH).text
+        assert 'id="unsure"' not in dry
+        done = client.post("/forget", data=_confirm(dry), headers=AUTH).text
+        assert 'id="forgotten"' in done and 'id="unsure"' not in done
+    assert asyncio.run(stored(alice, "alice")) == asyncio.run(stored(alice, "bob")) == ([], [])
+
+
+async def _announce(settings: Settings) -> None:
+    client = connect(settings.redis_url)
+    backend = open_backend(settings)
+    try:
+        await announce(client, settings, backend, worker="inspector-test:1")
+    finally:
+        await backend.aclose()
+        await client.aclose()
+
+
+def test_a_confirm_runs_only_the_dry_run_it_was_shown(alice: Settings) -> None:
+    """What was stored since the dry run the operator saw is shown to them before any of
+    it is deleted."""
+    with inspector(alice, allow_forget=True) as client:
+        seen = client.get(f"/forget?app={APP}&user=alice", headers=AUTH).text
+        asyncio.run(remember(alice, "alice", "I'm allergic to shellfish."))
+        _, facts = asyncio.run(stored(alice, "alice"))
+        again = client.post("/forget", data=_confirm(seen), headers=AUTH)
+        assert again.status_code == 409 and 'id="changed"' in again.text
+        assert _number(again.text, "dry-facts") == len(facts) > _number(seen, "dry-facts")
+        assert asyncio.run(stored(alice, "alice"))[1] == facts  # nothing deleted
+        done = client.post("/forget", data=_confirm(again.text), headers=AUTH)
+        assert done.status_code == 200 and _number(done.text, "done-facts") == len(facts)
+        (peanuts,) = [f for f in facts if "peanut" in f.value]  # forgotten with the user
+        gone = client.get(f"/forget?app={APP}&user=alice&fact={peanuts.uuid}", headers=AUTH)
+        assert 'id="nothing"' in gone.text
+        refused = client.post("/forget", data=_confirm(seen) | {"fact": peanuts.uuid}, headers=AUTH)
+        assert refused.status_code == 409 and 'id="nothing"' in refused.text
+    assert asyncio.run(stored(alice, "alice")) == ([], [])
+
+
+@pytest.mark.parametrize(
+    ("user_id", "marked"),
+    [
+        ("\u0430lice", "U+0430"),  # a Cyrillic a
+        ("al\u200bice", "U+200B"),  # a zero-width space
+        ("alice ", "U+0020"),  # a trailing space
+        ("\u202eecila", "U+202E"),  # right-to-left override
+    ],
+)
+def test_a_look_alike_id_is_shown_apart_from_the_id_it_mimics(
+    local_settings: Settings, user_id: str, marked: str
+) -> None:
+    with inspector(local_settings) as client:
+        shown = client.get("/user", params={"app": APP, "user": user_id}, headers=AUTH).text
+        plain = client.get("/user", params={"app": APP, "user": "alice"}, headers=AUTH).text
+        hostile = client.get("/user", params={"app": APP, "user": HOSTILE}, headers=AUTH).text
+
+    def header(page: str) -> str:
+        found = re.search(r'<span id="user-id">(.*?)</span> <span class="muted">', page)
+        assert found
+        return found.group(1)
+
+    assert header(plain) == "alice"
+    assert marked in header(shown) and header(shown) != header(plain)
+    assert "<script" not in hostile and "&lt;script&gt;" in header(hostile)
+
+
+IPV6 = socket.has_ipv6
+
+
+@pytest.mark.skipif(not IPV6, reason="no IPv6")
+def test_an_inspector_on_the_ipv6_loopback_answers_its_own_address(
+    local_settings: Settings,
+) -> None:
+    try:
+        socket.socket(socket.AF_INET6).bind(("::1", 0))
+    except OSError:
+        pytest.skip("no IPv6 loopback")
+    with served(local_settings, "--host", "::1") as (url, token):
+        assert url.startswith("http://[::1]:")
+        with httpx.Client(base_url=url, timeout=30) as client:
+            assert client.get("/login").status_code == 200
+            page = client.get("/", headers={"Authorization": f"Bearer {token}"})
+            assert page.status_code == 200
+            for host in ("[::2]", "evil.example", "[::1", "[::1]evil"):
+                assert client.get("/login", headers={"Host": host}).status_code == 400, host

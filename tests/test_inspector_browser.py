@@ -6,10 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-import re
 import shutil
-import subprocess
-import sys
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -20,7 +17,7 @@ from afterthought.backends.base import UserRef
 from afterthought.facts import StoredFact
 from afterthought.settings import Settings
 from tests.adk_support import APP
-from tests.test_inspector import remember, stored
+from tests.test_inspector import remember, served, stored
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 playwright_api = pytest.importorskip("playwright.sync_api")
@@ -37,33 +34,18 @@ def _stored(settings: Settings, user_id: str) -> tuple[list[UserRef], list[Store
 
 
 @pytest.fixture
-def served(local_settings: Settings) -> Iterator[tuple[str, str]]:
-    """``afterthought inspect --allow-forget --port 0`` in its own process: its URL and
-    token, as it printed them."""
-    server = subprocess.Popen(
-        [sys.executable, "-m", "afterthought.cli", "inspect", "--port", "0", "--allow-forget"],
-        env={**os.environ, **local_settings.as_env()},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert server.stdout is not None
-        address = re.search(r"(http://127\.0\.0\.1:\d+)/login", server.stdout.readline())
-        token = server.stdout.readline().removeprefix("token: ").strip()
-        assert address and token, server.stderr.read() if server.stderr else ""
-        yield address.group(1), token
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
+def server(local_settings: Settings) -> Iterator[tuple[str, str]]:
+    """``afterthought inspect --allow-forget``, as the command serves it."""
+    with served(local_settings, "--allow-forget") as (url, token):
+        yield url, token
 
 
 def test_a_browser_logs_in_sees_the_facts_and_forgets_what_the_dry_run_showed(
-    local_settings: Settings, served: tuple[str, str], tmp_path: Path
+    local_settings: Settings, server: tuple[str, str], tmp_path: Path
 ) -> None:
     asyncio.run(remember(local_settings, "alice", "I live in Lisbon.", "I'm allergic to peanuts."))
     _, facts = _stored(local_settings, "alice")
-    url, token = served
+    url, token = server
     with playwright_api.sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
         try:
@@ -96,5 +78,8 @@ def test_a_browser_logs_in_sees_the_facts_and_forgets_what_the_dry_run_showed(
             assert page.inner_text("#current") == "None."
             again = stranger.goto(f"{url}/")  # the stranger still gets nothing
             assert again is not None and again.status == 401
+            page.click("#logout")  # the browser's own post: its session ends
+            ended = page.goto(f"{url}/")
+            assert ended is not None and ended.status == 401
         finally:
             browser.close()

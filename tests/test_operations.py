@@ -842,6 +842,16 @@ async def test_a_forget_in_another_store_than_the_workers_is_refused(
     assert "test-key" not in done.stderr + done.stdout
 
 
+async def test_a_forget_with_no_worker_to_compare_stores_with_says_it_cannot_tell(
+    local_settings: Settings,
+) -> None:
+    await enqueue(local_settings, queued("I live in Lisbon.", 1))  # what it forgets
+    done = run_cli_here(local_settings, "forget", "--app", "memtest", "--user", "alice", "--yes")
+    assert done.returncode == 0 and '"queued": 1' in done.stdout, done.stderr
+    assert "no worker announced its store" in done.stderr, done.stderr
+    assert f"({local_settings.local_db_path}) is the one they write cannot be told" in done.stderr
+
+
 async def test_an_agent_up_before_its_worker_is_warned_once_the_worker_announces(
     make_settings: Callable[..., Settings],
     tmp_path: Path,

@@ -4,7 +4,9 @@ tracer provider."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -15,18 +17,26 @@ import redis.asyncio as aioredis
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import StatusCode
+from prometheus_client import REGISTRY
 
 from afterthought import tracing
 from afterthought.agent_hooks import create_callbacks
+from afterthought.backends import open_backend
+from afterthought.backends.base import BackendError
 from afterthought.contract import QueuedMessage
 from afterthought.enqueue import Enqueuer
 from afterthought.keys import Keys
 from afterthought.settings import Settings
 from afterthought.tracing import ENQUEUE_SPAN, PERSIST_SPAN
+from afterthought.worker import flush
+from afterthought.worker.forget import Forgetter
 from tests.adk_support import make_runner, new_session, say
-from tests.conftest import drain, queued
+from tests.conftest import drain, enqueue, queued
 
 SECRET = "my passport number is X1234567"
+#: The worker's count of contexts it could not read (a Prometheus counter's sample).
+IGNORED = "afterthought_trace_contexts_ignored_total"
 
 
 @pytest.fixture
@@ -159,3 +169,68 @@ def test_a_payload_with_a_context_is_read_by_a_worker_that_knows_none() -> None:
     assert QueuedMessage.model_config["extra"] == "ignore"  # as it was: older workers skip it
     del data["trace"]  # an older agent's payload
     assert QueuedMessage.model_validate_json(json.dumps(data)).trace is None
+
+
+# The hooks' script queues what ``encode`` makes of it, which warns of the bad field.
+@pytest.mark.filterwarnings("ignore:Pydantic serializer warnings")
+@pytest.mark.parametrize(
+    "context",
+    ["00-not-a-mapping", {"traceparent": 7}, ["traceparent"], {"traceparent": "garbage"}],
+)
+async def test_a_bad_trace_context_is_ignored_and_its_message_stored(
+    local_settings: Settings,
+    redis: aioredis.Redis,
+    spans: InMemorySpanExporter,
+    caplog: pytest.LogCaptureFixture,
+    context: object,
+) -> None:
+    """The context is the agent's to get right, the words the user's: a malformed one (by
+    another integration, an edited payload) costs the link, never the message."""
+    message = queued(SECRET, 1)
+    payload = json.loads(message.encode()) | {"trace": context}
+    caplog.set_level(logging.WARNING)
+    ignored = REGISTRY.get_sample_value(IGNORED) or 0.0
+    await enqueue(local_settings, QueuedMessage.model_construct(**payload))
+    await drain(local_settings)
+
+    keys = Keys.of(local_settings)
+    assert await redis.llen(keys.dead(keys.shard_of(message.app, message.user_id))) == 0
+    backend = open_backend(local_settings)
+    try:
+        (user,) = await Forgetter(local_settings, redis, backend).backend_users(
+            message.app, message.user_id
+        )
+        stored, _ = await backend.user_messages(user=user, after=None, limit=10)
+    finally:
+        await backend.aclose()
+    assert [m.content for m in stored] == [SECRET]
+    (persist,) = _named(spans, PERSIST_SPAN)
+    assert not persist.links and persist.attributes is not None
+    assert persist.attributes["afterthought.trace_contexts_ignored"] == 1
+    (said,) = [r.getMessage() for r in caplog.records if "trace context" in r.getMessage()]
+    assert message.key in said and SECRET not in said and "garbage" not in said
+    assert REGISTRY.get_sample_value(IGNORED) == ignored + 1
+
+
+@pytest.mark.parametrize(
+    ("raised", "error"),
+    [
+        (flush._Forgotten, False),  # a forget meanwhile: the flush drops what is left
+        (flush._LeaseLost, False),
+        (asyncio.CancelledError, False),  # the worker stops
+        (flush._Provisioning(BackendError("unavailable")), True),
+        (RuntimeError("my passport number"), True),
+    ],
+)
+def test_the_persist_span_is_an_error_only_when_the_write_failed(
+    spans: InMemorySpanExporter, raised: BaseException | type[BaseException], error: bool
+) -> None:
+    kind = raised if isinstance(raised, type) else type(raised)
+    with (
+        pytest.raises(kind),
+        tracing.persist_span([queued(SECRET, 1)], backend="local", flow=flush._Flow),
+    ):
+        raise raised
+    (persist,) = _named(spans, PERSIST_SPAN)
+    assert (persist.status.status_code == StatusCode.ERROR) is error
+    assert "passport" not in (persist.status.description or "")

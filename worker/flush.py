@@ -151,19 +151,24 @@ def _covers(inflight: bytes, first: int, last: int) -> bool:
     return low <= first and last <= high
 
 
-class _LeaseLost(Exception):
+class _Flow(Exception):
+    """How a flush tells its caller what to do next, not a failure: the persist span it
+    ends is not an error."""
+
+
+class _LeaseLost(_Flow):
     """Another worker may hold the thread now; stop touching it."""
 
 
-class _Forgotten(Exception):
+class _Forgotten(_Flow):
     """The batch's user was forgotten while it was on its way: send nothing more of it."""
 
 
-class _Held(Exception):
+class _Held(_Flow):
     """The user is being forgotten: what they said since waits until that is done."""
 
 
-class _Changed(Exception):
+class _Changed(_Flow):
     """The thread's record or head is not what the batch was read as (a read of the old
     master in a handover): nothing of it is sent; the thread is read again soon."""
 
@@ -178,7 +183,7 @@ class _Provisioning(Exception):
         self.error = error
 
 
-class _ReadAgain(Exception):
+class _ReadAgain(_Flow):
     """The batch's thread is registered, but not where its BEGIN ran when the head was
     read: nothing of it is sent; the head is read again (its registered thread checked by
     the next BEGIN)."""
@@ -1105,7 +1110,12 @@ class Flusher:
             thread_uuid=head.thread_uuid,
         )
         try:
-            with persist_span(batch, backend=self.backend.name):
+            with persist_span(
+                batch,
+                backend=self.backend.name,
+                flow=_Flow,
+                ignored=metrics.TRACE_CONTEXTS_IGNORED.inc,
+            ):
                 return await self._flush_checked(
                     lease,
                     batch,

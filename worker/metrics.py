@@ -63,6 +63,11 @@ THREAD_PINS_IGNORED = Counter(
     "Messages whose thread, pinned without its user (untrusted session state), is another"
     " user's: written to the user's own thread instead.",
 )
+TRACE_CONTEXTS_IGNORED = Counter(
+    "afterthought_trace_contexts_ignored",
+    "Queued messages whose trace context named no span (malformed): stored without the"
+    " link to their enqueue.",
+)
 SIDE_EFFECT_FAILURES = Counter(
     "afterthought_side_effect_failures",
     "Writes that follow a stored batch and were skipped (audit, cache, synthesis scheduling), "
