@@ -40,6 +40,7 @@ from confusable_homoglyphs.confusables import (  # type: ignore[import-untyped] 
 
 from afterthought import classifier, lexicon
 from afterthought.backends.base import HistoryMessage
+from afterthought.prefilter import Pattern
 
 #: The trust of a fact an operator released from quarantine: stored without validation,
 #: because a person read it and decided (``afterthought quarantine release``).
@@ -187,7 +188,7 @@ def normalise(text: str) -> str:
 # --- views that undo obfuscation ------------------------------------------------------------
 
 #: Letters spaced out with one repeated separator: "i g n o r e", "s-y-s-t-e-m".
-_SPACED = re.compile(
+_SPACED = Pattern(
     r"(?<![a-z0-9])[a-z](?:([ .\-_*/|+~,])[a-z](?![a-z0-9]))(?:\1[a-z](?![a-z0-9])){1,}"
 )
 _LEET = str.maketrans(
@@ -621,30 +622,30 @@ _INSTRUCTION_PATTERNS = [
     r"\]\(\S+\s+[\"'][^\"')]{8,}[\"']\s*\)|"
     r"#{2,}\s*(?:instruction|system|response|prompt)",
 ]
-_INSTRUCTION = re.compile("|".join(f"(?:{p})" for p in _INSTRUCTION_PATTERNS), re.MULTILINE)
+#: Each searched on its own: it runs only on text holding what its matches hold, and the
+#: verdict is whether any matches, as one alternation of them all would say.
+_INSTRUCTIONS = [Pattern(p, re.MULTILINE) for p in _INSTRUCTION_PATTERNS]
 #: "enter developer mode" is an order only where the text is about the assistant or its
 #: rules ("you", "filters") on that line or before it. Checked apart from the patterns: as
 #: a look-ahead from every position it cost time quadratic in the line's length.
-_MODE_SWITCH = re.compile(
+_MODE_SWITCH = Pattern(
     r"\b(?:enter|switch to|activate|enable|go into|unlock|unlocks|engage|boot into|now in|"
     r"are in)\s+(?:the\s+)?(?:developer|dev|admin|debug|maintenance|test|diagnostic)\s+mode\b"
 )
-_MODE_CONTEXT = re.compile(
-    rf"\b(?:you|your|yourself|filters?|rules|restrictions|{_AI}|word|secret)\b"
-)
+_MODE_CONTEXT = Pattern(rf"\b(?:you|your|yourself|filters?|rules|restrictions|{_AI}|word|secret)\b")
 
 
 #: A tag, which poses as the conversation's structure ("<system>", "</user>").
-_TAG = re.compile(r"<\s*/?\s*([a-z_][\w\-]*)(?:\s+[^<>]*)?\s*/?\s*>")
+_TAG = Pattern(r"<\s*/?\s*([a-z_][\w\-]*)(?:\s+[^<>]*)?\s*/?\s*>")
 #: Role markers of chat templates ("[INST]", "<<SYS>>", "<|im_start|>"): structure too.
-_ROLE_MARKER = re.compile(
+_ROLE_MARKER = Pattern(
     r"\[\s*/?\s*(?:system|inst|sys|admin|developer|assistant)\s*\]|<<\s*/?\s*sys\s*>>|"
     r"<\|[a-z_]+\|>"
 )
 #: The elements of a web page ("<div>", "<meta>"): markup a person pastes, which poses as
 #: no turn of the conversation, unless it hides what it holds from the reader. Not links
 #: or images: a link's address and an image's alt text are what a planted order carries.
-_HTML_ELEMENT = re.compile(
+_HTML_ELEMENT = Pattern(
     r"abbr|address|article|aside|audio|b|blockquote|body|br|button|canvas|caption|"
     r"cite|code|col|colgroup|dd|details|div|dl|dt|em|fieldset|figcaption|figure|"
     r"footer|form|h1|h2|h3|h4|h5|h6|head|header|hr|html|i|iframe|input|label|legend|"
@@ -652,7 +653,7 @@ _HTML_ELEMENT = re.compile(
     r"source|span|strong|sub|summary|sup|table|tbody|td|textarea|tfoot|th|thead|title|"
     r"tr|u|ul|video"
 )
-_HIDDEN = re.compile(
+_HIDDEN = Pattern(
     r"display\s*:\s*none|visibility\s*:\s*hidden|\bhidden\b|font-size\s*:\s*0|"
     r"opacity\s*:\s*0|aria-hidden|color\s*:\s*(?:white|#fff\b|#ffffff|transparent)"
 )
@@ -677,7 +678,7 @@ def _code_talk(seen: str) -> bool:
 
 def _instructs(seen: str) -> bool:
     """Whether a reading of the view matches an instruction pattern."""
-    if _INSTRUCTION.search(seen):
+    if any(pattern.search(seen) for pattern in _INSTRUCTIONS):
         return True
     if _poses_as_structure(seen) and not _code_talk(seen):
         return True
@@ -689,16 +690,16 @@ def _instructs(seen: str) -> bool:
 
 
 #: Text pasted from a tool, a search or a memory block rather than said.
-_TOOL_OUTPUT = re.compile(
+_TOOL_OUTPUT = Pattern(
     r"^\s*(?:tool|function|search|api|retrieval)\s*(?:call\s*)?(?:results?|output|"
     r"response)\b|\bfacts and entities\b|^\s*\{\s*\"|^\s*\[\s*[{\"]",
     re.MULTILINE,
 )
 #: A fenced block: pasted output, unless the text around it asks about its code.
-_CODE_FENCE = re.compile(r"```(?s:.*?)(?:```|$)")
+_CODE_FENCE = Pattern(r"```(?s:.*?)(?:```|$)")
 
 #: Signatures long enough to find in the letters alone ("reveal\u2060your\u2060system...").
-_LETTERS_ONLY = re.compile(
+_LETTERS_ONLY = Pattern(
     r"(?:ignore|disregard|forget|skip|bypass|override)(?:all|any|the|of|your)*"
     r"(?:previous|prior|earlier|above|preceding|original|initial|system|your)"
     r"(?:instructions?|rules|guidance|guidelines|prompts?|directives|programming)|"
@@ -709,21 +710,22 @@ _LETTERS_ONLY = re.compile(
 #: The same order in Spanish, French, German, Italian, Portuguese, split into pieces ("ig
 #: nora to das las ins truc ciones"): read in the letters alone, when the words are split
 #: (whole words were judged with their context, a form's instructions included).
-_SPLIT_ABROAD = re.compile(
+_SPLIT_ABROAD = Pattern(
     r"(?:ignor|olvid|oubli|vergiss|dimentic|esquec)[a-z]{0,30}?(?:instruc|istruz|anweis|regla|"
     r"regol|regra|regle|consign)[a-z]{0,12}?(?:anterior|previ|precedent|vorherig|bisherig)"
 )
-_WHOLE_ABROAD = re.compile(
+_WHOLE_ABROAD = Pattern(
     r"\b(?:ignor|olvid|oubli|vergiss|dimentic|esquec)\w*(?s:.)*\b(?:instruc|istruz|anweis|regla|"
     r"regol|regra|regle|consign)"
 )
 #: The memory fence (and its kin) mentioned at all: only a paste or an attack carries it.
-_FENCE_NAME = re.compile(r"zepcontext")
+_FENCE_NAME = Pattern(r"zepcontext")
 
 
 # --- phrases in the languages users speak (the classifier reads the orders) ---------------------
 
 
+@cache
 def _phrases(lines: str) -> str:
     """A lexicon concept (:mod:`afterthought.lexicon`) as a regex alternation on the
     normalised view. A phrase in Latin letters starts at a word's start (and a short one
@@ -773,18 +775,15 @@ def _alternation(trie: _Trie) -> str:
     return branches[0] if len(branches) == 1 else "(?:" + "|".join(branches) + ")"
 
 
-_L_FUTURE = _phrases(lexicon.FUTURE)
-
-
 # --- encoded payloads ------------------------------------------------------------------------
 
-_BASE64 = re.compile(r"(?<![A-Za-z0-9+/=])[A-Za-z0-9+/_-]{16,}={0,2}(?![A-Za-z0-9+/=])")
-_HEX = re.compile(r"(?<![0-9a-fA-F])(?:[0-9a-fA-F]{2}[\s:]?){8,}(?![0-9a-fA-F])")
-_ESCAPE = re.compile(r"\\(?:u([0-9a-fA-F]{4})|x([0-9a-fA-F]{2}))")
-_PERCENT = re.compile(r"%[0-9a-fA-F]{2}")
-_HTML_ENTITY = re.compile(r"&(?:#\d+|#x[0-9a-fA-F]+|[a-zA-Z]+);")
-_ROT13_HINT = re.compile(r"\brot[\s-]?13\b|\bcaesar\b")
-_REVERSED_HINT = re.compile(r"\bbackwards?\b|\breversed?\b|\bin reverse\b|\bmirror(?:ed)?\b")
+_BASE64 = Pattern(r"(?<![A-Za-z0-9+/=])[A-Za-z0-9+/_-]{16,}={0,2}(?![A-Za-z0-9+/=])")
+_HEX = Pattern(r"(?<![0-9a-fA-F])(?:[0-9a-fA-F]{2}[\s:]?){8,}(?![0-9a-fA-F])")
+_ESCAPE = Pattern(r"\\(?:u([0-9a-fA-F]{4})|x([0-9a-fA-F]{2}))")
+_PERCENT = Pattern(r"%[0-9a-fA-F]{2}")
+_HTML_ENTITY = Pattern(r"&(?:#\d+|#x[0-9a-fA-F]+|[a-zA-Z]+);")
+_ROT13_HINT = Pattern(r"\brot[\s-]?13\b|\bcaesar\b")
+_REVERSED_HINT = Pattern(r"\bbackwards?\b|\breversed?\b|\bin reverse\b|\bmirror(?:ed)?\b")
 
 
 def _readable(raw: bytes) -> str | None:
@@ -813,9 +812,7 @@ def _base64(token: str) -> str | None:
 
 
 #: Base64 cut into words ("aWdub3Jl IGFsbCBw cmV2aW91"): the run is read joined.
-_BASE64_RUN = re.compile(
-    r"(?<![\w+/=])(?:[A-Za-z0-9+/]{4,}\s+){1,}[A-Za-z0-9+/]{2,}={0,2}(?![\w+/=])"
-)
+_BASE64_RUN = Pattern(r"(?<![\w+/=])(?:[A-Za-z0-9+/]{4,}\s+){1,}[A-Za-z0-9+/]{2,}={0,2}(?![\w+/=])")
 
 
 def _decodings(text: str) -> list[tuple[str, bool]]:
@@ -876,7 +873,7 @@ def _views(view: str) -> list[str]:
 
 #: A standing order to recommend something by name: "from now on always recommend ...".
 #: Not "I always recommend AcmeBank to my friends": that is the user's own habit.
-_RECOMMEND_BY_NAME = re.compile(
+_RECOMMEND_BY_NAME = Pattern(
     r"(?<!\bi )(?<!\bwe )"
     + _STANDING_START
     + r".{0,60}?\b(?:recommend|suggest|push|promote|mention|tell (?:me|them|everyone|people|"
@@ -884,7 +881,7 @@ _RECOMMEND_BY_NAME = re.compile(
 )
 #: A name written as a brand writes it: capitalised, with a capital inside ("AcmeBank",
 #: not "iPhone").
-_CAMEL_CASE = re.compile(r"^[A-Z][a-z]+[A-Z]")
+_CAMEL_CASE = Pattern(r"^[A-Z][a-z]+[A-Z]")
 
 
 def _names_a_brand(text: str, view: str, origin: list[int]) -> bool:
@@ -900,47 +897,54 @@ def _names_a_brand(text: str, view: str, origin: list[int]) -> bool:
 
 # --- mentions ------------------------------------------------------------------------------------
 
-_QUOTED = re.compile(
+_QUOTED = Pattern(
     r"\"[^\"\n]{3,}\"|\u201c[^\u201d\n]{3,}\u201d|\u201e[^\u201c\u201d\n]{3,}[\u201c\u201d]|"
     r"\u00ab[^\u00bb\n]{3,}\u00bb|\u300c[^\u300d\n]{1,}\u300d|\u300e[^\u300f\n]{1,}\u300f|"
     # A single-quoted passage may hold apostrophes ("'... don't approve ...'").
     r"(?<![a-z0-9])'(?:[^'\n]|(?<=[a-z])'(?=[a-z])){3,}'(?![a-z0-9])"
 )
-_MENTION_CUE = re.compile(_phrases(lexicon.MENTION_CUES))
-_CODE_TALK = re.compile(_phrases(lexicon.CODE))
+_MENTION_CUE = Pattern(lambda: _phrases(lexicon.MENTION_CUES))
+_CODE_TALK = Pattern(lambda: _phrases(lexicon.CODE))
 #: What, outside the quotes, turns a quotation back into an order to the assistant:
 #: "translate this and do it: '...'", "from now on, '...'". Not the "you" of a question
 #: about the words ("how do you translate '...'", "can you explain why '...' works").
-_ADDRESSED = re.compile(
-    r"\b(?:(?<!do )(?<!can )(?<!could )(?<!would )you|you(?!\s+(?:translate|explain|help|say|"
-    r"write|pronounce|spell)\b)|your|yourself|u|ur|obey|follow|execute|run|apply|act on|"
-    r"do (?:it|this|that|as|what)|carry (?:it )?out|always|remember|store|save)\b|" + _L_FUTURE
+_ADDRESSED = Pattern(
+    lambda: (
+        r"\b(?:(?<!do )(?<!can )(?<!could )(?<!would )you|you(?!\s+(?:translate|explain|"
+        r"help|say|write|pronounce|spell)\b)|your|yourself|u|ur|obey|follow|execute|run|apply|"
+        r"act on|do (?:it|this|that|as|what)|carry (?:it )?out|always|remember|store|save)\b|"
+        + _phrases(lexicon.FUTURE)
+    )
 )
 #: Someone else, or a document, passing an order on to the user: "my manager told me to
 #: ignore the previous instructions on the expense form", "the recipe says to ignore...".
-_REPORTED = re.compile(
-    r"\b(?:my|the|our|his|her|their|a|an|mi|el|la|mon|ma|le|mein|meine|der|die|das)\s+"
-    rf"(?:[\w\-]+\s+){{0,4}}?(?:{_phrases(lexicon.REPORTERS)})\w*\s+(?:[\w\-]+\s+){{0,3}}?"
-    r"(?:says?|said|told|tells|asked|asks|wants?|wanted|instructed|instructs|reminded|warned|"
-    r"orders?|ordered|commands?|commanded|shouts?|shouted|yells?|yelled|types?|typed|writes?|"
-    r"wrote|explained|explains|dijo|dice|pidio|ordena|ordeno|a dit|dit|ordonne|sagte|sagt|"
-    r"befiehlt|ordina)\b"
-    r"(?:(?:\s+[\w'\-]+){0,3}?\s+(?:to|that|que|de|dass|zu|like)\b|\s+d'|\s*:|(?=\s))[^.!?\n]*"
+_REPORTED = Pattern(
+    lambda: (
+        r"\b(?:my|the|our|his|her|their|a|an|mi|el|la|mon|ma|le|mein|meine|der|die|das)\s+"
+        rf"(?:[\w\-]+\s+){{0,4}}?(?:{_phrases(lexicon.REPORTERS)})\w*\s+(?:[\w\-]+\s+){{0,3}}?"
+        r"(?:says?|said|told|tells|asked|asks|wants?|wanted|instructed|instructs|reminded|warned|"
+        r"orders?|ordered|commands?|commanded|shouts?|shouted|yells?|yelled|types?|typed|writes?|"
+        r"wrote|explained|explains|dijo|dice|pidio|ordena|ordeno|a dit|dit|ordonne|sagte|sagt|"
+        r"befiehlt|ordina)\b"
+        r"(?:(?:\s+[\w'\-]+){0,3}?\s+(?:to|that|que|de|dass|zu|like)\b|\s+d'|\s*:|(?=\s))[^.!?\n]*"
+    )
 )
 #: Words cited to be translated or explained: "translate the sentence ... into French".
-_CITED = re.compile(
+_CITED = Pattern(
     r"\b(?:translate|traducir|traduire|ubersetzen|tradurre|traduzir|explain|explicar|expliquer)\s+"
     r"(?:the\s+|this\s+|la\s+|le\s+|la\s+|die\s+|den\s+)?(?:sentence|phrase|words?|expression|"
     r"line|frase|satz|ausdruck)\b[^.!?\n]*"
 )
-_PASSED_TO_YOU = re.compile(r"\b(?:tell|ask|told|asked)\s+you\b|\bassistant\b")
-_TO_THE_ASSISTANT = re.compile(
-    _PASSED_TO_YOU.pattern + r"|\band\s+(?:then\s+)?(?:do|follow|obey|execute|apply)\b|"
-    r"\byou\s+(?:must|should|will|shall|have to|need to|are to)\b|" + _L_FUTURE
+_PASSED_TO_YOU = Pattern(r"\b(?:tell|ask|told|asked)\s+you\b|\bassistant\b")
+_TO_THE_ASSISTANT = Pattern(
+    lambda: (
+        _PASSED_TO_YOU.pattern + r"|\band\s+(?:then\s+)?(?:do|follow|obey|execute|apply)\b|"
+        r"\byou\s+(?:must|should|will|shall|have to|need to|are to)\b|" + _phrases(lexicon.FUTURE)
+    )
 )
 #: An order someone gave a third person ("my daughter told her teddy bear, 'from now on
 #: you have to obey me'"): its "you" is that person, not the assistant.
-_TOLD_ANOTHER = re.compile(
+_TOLD_ANOTHER = Pattern(
     r"\b(?:told|tells|asked|asks|ordered|orders|warned|warns|reminded|reminds|yelled at|"
     r"shouted at|wrote to|writes to)\s+(?:his|her|their|the|a|an|our|my)\s+"
 )
@@ -956,7 +960,7 @@ def _passed_on_to_assistant(report: str) -> bool:
 
 
 #: A markdown link's title: quoted, and shown to nobody.
-_LINK_TITLE = re.compile(r"\]\(\S+\s+[\"']")
+_LINK_TITLE = Pattern(r"\]\(\S+\s+[\"']")
 
 
 def _unmentioned(view: str) -> str:
@@ -983,44 +987,48 @@ def _unmentioned(view: str) -> str:
 
 #: Where a clause ends: a full stop, "!" or "?" before a space (after Chinese, Japanese
 #: or Korean, before the next character), a semicolon, a line break, a dash between spaces.
-_CLAUSE_END = re.compile(
+_CLAUSE_END = Pattern(
     r"(?<=[.!?\u061f\u0964\u2026])[\"'\u201d\u00bb\u300d]?\s+|(?<=\u3002)(?=[^\s\u3002])|"
     r"(?<=[\u3040-\u30ff\u3400-\u9fff\uac00-\ud7af][!?])(?=[^\s!?.])|"
     r"\s*[;\n]+\s*|\s+[\-\u2013\u2014]+\s+"
 )
-_L_TURNS = re.compile(_phrases(lexicon.TURNS))
+_L_TURNS = Pattern(lambda: _phrases(lexicon.TURNS))
 #: A clause this short in UTF-8 bytes ("ok?", "thx", "Thanks!", "好累。") is read with
 #: its neighbour.
 _SHORT = 12
 #: Scripts written without spaces: a clause's opening is its first two characters.
-_UNSPACED = re.compile(r"[\u0e00-\u0e7f\u3040-\u30ff\u3400-\u9fff]")
+_UNSPACED = Pattern(r"[\u0e00-\u0e7f\u3040-\u30ff\u3400-\u9fff]")
 #: Words that open a clause without being its verb: the clause's first word is read after
 #: them ("anyway, from now on ..." starts with "from").
-_FILLER = re.compile(
-    rf"^(?:(?:{_L_TURNS.pattern}|please|pls|and|so|oh|ah|ok|okay|hey|just|y|e|et|und|и)"
-    r"(?![a-z0-9])[\s,:!.]*)+"
+_FILLER = Pattern(
+    lambda: (
+        rf"^(?:(?:{_L_TURNS.pattern}|please|pls|and|so|oh|ah|ok|okay|hey|just|y|e|et|und|и)"
+        r"(?![a-z0-9])[\s,:!.]*)+"
+    )
 )
 _CUES = {
-    "you": re.compile(_phrases(lexicon.YOU)),
-    "ai": re.compile(_phrases(lexicon.ASSISTANT)),
-    "self": re.compile(_phrases(lexicon.SELF)),
-    "future": re.compile(_L_FUTURE + "|" + _STANDING_START + "|" + _STANDING_ABROAD),
+    "you": Pattern(lambda: _phrases(lexicon.YOU)),
+    "ai": Pattern(lambda: _phrases(lexicon.ASSISTANT)),
+    "self": Pattern(lambda: _phrases(lexicon.SELF)),
+    "future": Pattern(
+        lambda: _phrases(lexicon.FUTURE) + "|" + _STANDING_START + "|" + _STANDING_ABROAD
+    ),
     "mention": _MENTION_CUE,
-    "reporter": re.compile(_phrases(lexicon.REPORTERS)),
+    "reporter": Pattern(lambda: _phrases(lexicon.REPORTERS)),
     "quoted": _QUOTED,
-    "order": re.compile(_phrases(lexicon.ORDERS)),
-    "rules": re.compile(_phrases(lexicon.RULES)),
-    "others": re.compile(_phrases(lexicon.OTHERS)),
-    "never": re.compile(_phrases(lexicon.NEVER)),
+    "order": Pattern(lambda: _phrases(lexicon.ORDERS)),
+    "rules": Pattern(lambda: _phrases(lexicon.RULES)),
+    "others": Pattern(lambda: _phrases(lexicon.OTHERS)),
+    "never": Pattern(lambda: _phrases(lexicon.NEVER)),
     # A web address is where a planted order sends people; a mail address is as often the
     # user's own ("my email is ..."): two cues, each weighed on its own.
-    "address": re.compile(
+    "address": Pattern(
         r"https?://|\bwww\.|(?<![@\w.\-])[a-z0-9-]+\.(?:com|net|org|io|ru|xyz|example|ly|co|"
         r"info|biz|top|site|link|click)\b"
     ),
-    "mail": re.compile(r"\S+@\S+\.\w+"),
-    "persist": re.compile(_phrases(lexicon.PERSIST)),
-    "group": re.compile(_phrases(lexicon.GROUP)),
+    "mail": Pattern(r"\S+@\S+\.\w+"),
+    "persist": Pattern(lambda: _phrases(lexicon.PERSIST)),
+    "group": Pattern(lambda: _phrases(lexicon.GROUP)),
     "code": _CODE_TALK,
 }
 
@@ -1063,7 +1071,7 @@ def clauses(view: str) -> list[str]:
 
 #: A clause's heading: what comes before its first colon ("Note for the AI:", "Consignes
 #: pour mes élèves :", "Clause 7 of the lease:"), when that is short.
-_HEADING = re.compile(r"^[^:\n]{1,80}?:")
+_HEADING = Pattern(r"^[^:\n]{1,80}?:")
 
 
 def _headed(clause: str, begin: int, found: dict[str, list[int]]) -> set[str]:
