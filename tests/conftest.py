@@ -133,6 +133,7 @@ SLOW_TESTS = {
     "test_a_one_shot_agent_exits_in_time_while_another_process_holds_the_append_lock",
     "test_the_write_path_loses_and_doubles_nothing_on_redis",
     "test_a_worker_starts_and_drains_redis_at_maxmemory",
+    "test_the_verdicts_are_the_recorded_ones",  # 5,734 texts judged: about 20 s
     "test_redis_restarted_without_persistence_under_a_worker_is_reported",
     "test_soak_200_users_then_idle_keeps_no_key_of_idle_sessions",
     "test_the_next_agent_process_replays_the_spool_once_it_reaches_redis",
