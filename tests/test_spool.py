@@ -173,6 +173,39 @@ async def test_an_agent_stopped_by_a_signal_with_redis_down_spools_its_turn_then
         server.close()
 
 
+_HANDLERS_SET = """
+import signal, sys, threading
+from afterthought import enqueue
+from afterthought.settings import Settings
+
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+thread = threading.Thread(target=enqueue.Enqueuer, args=(Settings(),))
+thread.start()
+thread.join()
+off_main = signal.getsignal(signal.SIGINT) is enqueue._on_stop_signal
+enqueue.Enqueuer(Settings())
+print(off_main, signal.getsignal(signal.SIGTERM) is signal.SIG_IGN,
+      signal.getsignal(signal.SIGINT) is enqueue._on_stop_signal)
+"""
+
+
+def test_stop_signals_are_caught_from_the_main_thread_and_an_ignored_one_stays_ignored(
+    make_settings: Callable[..., Settings],
+) -> None:
+    """Python lets only the main thread set a handler: a memory made on another sets none
+    (and does not fail). A signal the application ignores is left ignored."""
+    settings = make_settings(redis_url="redis://127.0.0.1:1/0")
+    done = subprocess.run(
+        [sys.executable, "-c", _HANDLERS_SET],
+        cwd=ROOT,
+        env={**os.environ, **settings.as_env()},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.stdout.split() == ["False", "True", "True"], done.stderr
+
+
 async def test_the_next_agent_process_replays_the_spool_once_it_reaches_redis(
     make_settings: Callable[..., Settings], zep_fake: ZepFake
 ) -> None:
