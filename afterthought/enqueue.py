@@ -709,12 +709,12 @@ watch_buffer(lambda: sum(e.buffered for e in list(_ENQUEUERS)))
 
 
 @atexit.register
-def _spool_held(*, resume: bool = False) -> None:
+def _spool_held() -> None:
     """Every buffer gets its ``exit_flush_seconds``, together, to reach Redis (and a
     replay under way, to end); what is left then is spooled, whether or not its drain
     thread is still waiting on Redis (a copy it sends after all is one the replay skips).
-    At exit, and at a stop signal with ``resume``: the drain threads go on after it, as
-    the process may (a server's graceful shutdown, a KeyboardInterrupt caught)."""
+    At exit and at a stop signal: the drain threads are done with (after a signal, what
+    is held goes to the spool at once, for a worker or the next process to replay)."""
     start = time.monotonic()
     held = [e for e in list(_ENQUEUERS) if e.buffered or (e._replay_due and e._drainer.alive)]
     for enqueuer in held:
@@ -724,8 +724,9 @@ def _spool_held(*, resume: bool = False) -> None:
         until = start + enqueuer._settings.exit_flush_seconds
         enqueuer._drainer.close(until)
         enqueuer._spool_all(max(0.0, until - time.monotonic()))
-    for enqueuer in held if resume else []:
-        enqueuer._drainer._closing_until = None
+        # Its time is up: a drain thread asleep on the breaker or a backoff ends now, or
+        # the exit after a stop signal's flush would wait for it once more.
+        enqueuer._drainer._halt.set()
 
 
 _replaced: dict[int, Callable[[int, FrameType | None], Any] | int] = {}
@@ -765,9 +766,7 @@ def _on_stop_signal(signum: int, frame: FrameType | None) -> None:
         try:
             # A thread of its own, joined for a bounded time: this one may have been
             # interrupted holding a lock the flush takes.
-            flush = threading.Thread(
-                target=_spool_held, kwargs={"resume": True}, name="afterthought-stop", daemon=True
-            )
+            flush = threading.Thread(target=_spool_held, name="afterthought-stop", daemon=True)
             flush.start()
             bound = max((e._settings.exit_flush_seconds for e in list(_ENQUEUERS)), default=0.0)
             flush.join(bound + STOP_WRITE_SECONDS)

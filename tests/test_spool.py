@@ -498,6 +498,23 @@ async def test_a_worker_replays_and_counts_what_is_damaged(
     assert await _pending(settings, queued("m0", 0)) == ["m0"]
 
 
+async def test_a_spool_replay_only_a_master_holds_is_not_counted_and_stays_spooled(
+    make_settings: Callable[..., Settings], redis: aioredis.Redis
+) -> None:
+    """With ``redis_wait_replicas``, a replay goes through the enqueue's check: one no
+    replica confirms (the test's Redis has none) is a failed replay, its messages kept in
+    the spool for the next (the key check makes sending them again a no-op)."""
+    settings = make_settings(redis_wait_replicas=1)
+    spool = Spool.of(settings)
+    spool.append([queued("m0", 0)])
+    result = await replay_into(spool, ThreadQueue(redis, settings))
+    assert result.replayed == 0 and not result.finished
+    assert spool.waiting() == 1
+    again = await replay_into(spool, ThreadQueue(redis, make_settings()))
+    assert again.replayed == 1 and spool.empty()
+    assert await _pending(settings, queued("m0", 0)) == ["m0"]  # once
+
+
 def test_status_says_how_many_messages_wait_in_this_machines_spool(
     make_settings: Callable[..., Settings],
 ) -> None:
