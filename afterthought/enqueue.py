@@ -5,7 +5,7 @@ keys a thread already holds, so sending a message again is always safe (W2). Wha
 not be queued at once waits in a bounded in-process buffer that a drain thread empties as
 soon as Redis answers: in order within a thread, fair across threads (a full thread
 never holds up another user), never waiting for another turn, and once more at exit (W7).
-What Redis has not taken when the process exits or is sent SIGTERM or SIGINT (after
+What Redis has not taken when the process exits or is sent SIGTERM (after
 ``exit_flush_seconds``), or when the buffer is full, goes to the machine's spool
 (:mod:`afterthought.spool`), which this process's drain thread replays once Redis
 answers, as do the workers of this machine.
@@ -740,19 +740,22 @@ _flushing = False
 
 
 def _catch_stop_signals() -> None:
-    """Spool on SIGTERM and SIGINT, then pass each on to the handler it found: uvicorn's
-    graceful shutdown, asyncio's cancel of the main task, Python's KeyboardInterrupt, or
-    the default action, raised again, so the process ends as the signal ends it (SIGTERM:
-    143 to a shell). Python's handler, not a loop's: the buffer belongs to no loop
-    (``Runner.run`` closes its own), and a loop's handler runs all the same (the loop
-    learns of the signal from its wakeup fd, whatever Python handler is set). Once a
-    process, from the main thread only (Python's rule); a signal ignored, or handled
-    outside Python, is left as it is."""
+    """Spool on SIGTERM, then pass it on to the handler it found (uvicorn's graceful
+    shutdown, or the default action, raised again, so the process ends as the signal ends
+    it: 143 to a shell). SIGINT only under its default action: Python's KeyboardInterrupt
+    (asyncio's too) exits through the exit hook, and asyncio puts Python's handler back
+    only over its own, so one wrapped would stay, stale, past its ``asyncio.run``.
+    Python's handler, not a loop's: the buffer belongs to no loop (``Runner.run`` closes
+    its own), and a loop's handler runs all the same (the loop learns of the signal from
+    its wakeup fd, whatever Python handler is set). Once a process, from the main thread
+    only (Python's rule); a signal ignored, or handled outside Python, is left as it is."""
     if threading.current_thread() is not threading.main_thread():
         return
     for sig in STOP_SIGNALS:
         found = signal.getsignal(sig)
         if sig in _replaced or found is None or found == signal.SIG_IGN:
+            continue
+        if sig == signal.SIGINT and found != signal.SIG_DFL:
             continue
         _replaced[sig] = found
         signal.signal(sig, _on_stop_signal)

@@ -362,7 +362,8 @@ class Settings(BaseSettings):
     """At exit (and ``aclose``), how long the buffer may take to reach Redis before what
     is left is spooled."""
     spool_on_signals: bool = True
-    """On SIGTERM and SIGINT, spool what the buffer holds (within ``exit_flush_seconds``)
+    """On SIGTERM (and SIGINT set to its default action: Python's KeyboardInterrupt exits
+    through the exit hook), spool what the buffer holds (within ``exit_flush_seconds``)
     before the signal's own handler runs: installed as the first memory is made on the
     main thread, chained to the handler it replaces. ``false``: no handler is installed."""
     spool_path: Path = Field(
