@@ -362,9 +362,16 @@ def _dlq(args: argparse.Namespace) -> int:
             done = await letters.replay(indexes)
             print(
                 f"replayed={done.replayed} malformed={done.malformed} refused={done.refused}"
-                f" forgotten={done.forgotten}"
+                f" forgotten={done.forgotten} unconfirmed={done.unconfirmed}"
             )
-            return OK if not done.refused else ATTENTION
+            if done.unconfirmed:
+                print(
+                    "afterthought: Redis' replicas did not confirm a replay in time "
+                    "(redis_wait_replicas); the letters after it were left. "
+                    "Replay again once they are back",
+                    file=sys.stderr,
+                )
+            return OK if not (done.refused or done.unconfirmed) else ATTENTION
         if not args.yes:
             print("afterthought: purging deletes messages for good; add --yes", file=sys.stderr)
             return USAGE

@@ -18,7 +18,7 @@ import redis.asyncio as aioredis
 from afterthought.contract import DeadLetter, MalformedPayload, QueuedMessage
 from afterthought.forget_marks import person_key
 from afterthought.keys import Keys
-from afterthought.queue import FORGOTTEN, GONE, REFUSED, ThreadQueue
+from afterthought.queue import FORGOTTEN, GONE, REFUSED, NotReplicated, ThreadQueue
 from afterthought.settings import Settings
 
 
@@ -31,6 +31,11 @@ class Replayed:
     """Letters a queue cap kept out, or another process took first."""
     forgotten: int = 0
     """Letters made before their user's forget: dropped, never queued again."""
+    unconfirmed: int = 0
+    """A letter replayed on a master whose replicas did not confirm it in time
+    (``redis_wait_replicas``): a failover may put it back among the dead, so it is not
+    counted replayed, and the replay stops there (each later one would wait as long).
+    Replaying again is safe: a letter the master kept is not found again."""
 
 
 class DeadLetters:
@@ -68,7 +73,7 @@ class DeadLetters:
 
     async def replay(self, indexes: list[int] | None = None) -> Replayed:
         """Re-queue the letters at ``indexes`` (all when None), each at its thread's end."""
-        replayed = malformed = refused = forgotten = 0
+        replayed = malformed = refused = forgotten = unconfirmed = 0
         for _, raw in await self._select(indexes):
             letter = DeadLetter.parse(raw)
             try:
@@ -80,12 +85,16 @@ class DeadLetters:
             # deployment) counts as the worker counts it: the letter is dropped, not replayed.
             person = person_key(self._settings, app=message.app, user_id=message.user_id)
             forgot = None if person is None else await self._redis.get(person)
-            result = await self._queue.replay(
-                raw,
-                message,
-                now_ms=int(time.time() * 1000),
-                person_forgot=None if forgot is None else int(forgot),
-            )
+            try:
+                result = await self._queue.replay(
+                    raw,
+                    message,
+                    now_ms=int(time.time() * 1000),
+                    person_forgot=None if forgot is None else int(forgot),
+                )
+            except NotReplicated:
+                unconfirmed = 1
+                break
             if result == FORGOTTEN:
                 forgotten += 1
             elif result in REFUSED or result == GONE:
@@ -93,7 +102,11 @@ class DeadLetters:
             else:
                 replayed += 1
         return Replayed(
-            replayed=replayed, malformed=malformed, refused=refused, forgotten=forgotten
+            replayed=replayed,
+            malformed=malformed,
+            refused=refused,
+            forgotten=forgotten,
+            unconfirmed=unconfirmed,
         )
 
     async def purge(self, indexes: list[int] | None = None) -> int:

@@ -5,9 +5,10 @@ keys a thread already holds, so sending a message again is always safe (W2). Wha
 not be queued at once waits in a bounded in-process buffer that a drain thread empties as
 soon as Redis answers: in order within a thread, fair across threads (a full thread
 never holds up another user), never waiting for another turn, and once more at exit (W7).
-What Redis has not taken when the process exits (after ``exit_flush_seconds``), or when
-the buffer is full, goes to the machine's spool (:mod:`afterthought.spool`), which this
-process's drain thread replays once Redis answers, as do the workers of this machine.
+What Redis has not taken when the process exits or is sent SIGTERM (after
+``exit_flush_seconds``), or when the buffer is full, goes to the machine's spool
+(:mod:`afterthought.spool`), which this process's drain thread replays once Redis
+answers, as do the workers of this machine.
 Every message handed to :meth:`Enqueuer.enqueue` is in Redis, in the buffer
 (``buffered``, also a gauge), in the spool (``spooled``), or counted in ``dropped``."""
 
@@ -16,12 +17,15 @@ from __future__ import annotations
 import asyncio
 import atexit
 import logging
+import signal
 import threading
 import time
 import weakref
 from collections import OrderedDict, deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from types import FrameType
+from typing import Any
 
 import redis.asyncio as aioredis
 from redis.exceptions import ResponseError
@@ -71,6 +75,12 @@ MAX_DRAIN_BACKOFF_SECONDS = 1.0
 STOP_SECONDS = 5.0
 #: An idle drain thread ends after this long (the next held message starts another).
 IDLE_EXIT_SECONDS = 30.0
+#: The signals a process is stopped by: ``docker stop`` and Kubernetes (SIGTERM), Ctrl-C.
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+#: What a stop signal's flush may take past ``exit_flush_seconds`` to write the spool (its
+#: fsync): then the signal goes on, whatever the flush is waiting for (a lock the
+#: interrupted code holds, a disk that hangs).
+STOP_WRITE_SECONDS = 1.0
 
 
 @dataclass(slots=True)
@@ -159,6 +169,8 @@ class Enqueuer:
         """It was found to be another: every message is dropped (logged once)."""
         self._drainer = _Drainer(self)
         _ENQUEUERS.add(self)
+        if settings.spool_on_signals:
+            _catch_stop_signals()
 
     def _connect(self) -> tuple[aioredis.Redis, ThreadQueue]:
         client = self._given or connect(
@@ -330,15 +342,16 @@ class Enqueuer:
         self._drop(count, why=why)
 
     def _hold(self, messages: Sequence[QueuedMessage], *, maybe_queued: bool = False) -> None:
-        """Into the buffer behind the thread's earlier messages. When they do not fit, or
-        the thread's earlier messages are spooled, the thread goes on in the spool: its
-        buffered messages first, so a replay keeps its order (a file write on the turn
-        path, only while the buffer is full). Wakes the drain thread."""
+        """Into the buffer behind the thread's earlier messages. When they do not fit, the
+        thread's earlier messages are spooled, or a stop signal came, the thread goes on in
+        the spool: its buffered messages first, so a replay keeps its order (a file write
+        on the turn path, only while the buffer is full or the process stops). Wakes the
+        drain thread."""
         thread = messages[0].thread_key
         held = [_Held(m, maybe_queued=maybe_queued) for m in messages]
         with self._spool_lock:
             with self._lock:
-                spooling = thread in self._spooled
+                spooling = thread in self._spooled or _stopping.is_set()
                 room = 0 if spooling else max(0, self._settings.buffer_size - self._count)
                 if len(held) <= room:
                     self._held.setdefault(thread, deque()).extend(held)
@@ -696,10 +709,12 @@ watch_buffer(lambda: sum(e.buffered for e in list(_ENQUEUERS)))
 
 
 @atexit.register
-def _spool_at_exit() -> None:
+def _spool_held() -> None:
     """Every buffer gets its ``exit_flush_seconds``, together, to reach Redis (and a
     replay under way, to end); what is left then is spooled, whether or not its drain
-    thread is still waiting on Redis (a copy it sends after all is one the replay skips)."""
+    thread is still waiting on Redis (a copy it sends after all is one the replay skips).
+    At exit and at a stop signal: the drain threads are done with (after a signal, what
+    is held goes to the spool at once, for a worker or the next process to replay)."""
     start = time.monotonic()
     held = [e for e in list(_ENQUEUERS) if e.buffered or (e._replay_due and e._drainer.alive)]
     for enqueuer in held:
@@ -709,3 +724,60 @@ def _spool_at_exit() -> None:
         until = start + enqueuer._settings.exit_flush_seconds
         enqueuer._drainer.close(until)
         enqueuer._spool_all(max(0.0, until - time.monotonic()))
+        # Its time is up: a drain thread asleep on the breaker or a backoff ends now, or
+        # the exit after a stop signal's flush would wait for it once more.
+        enqueuer._drainer._halt.set()
+
+
+_replaced: dict[int, Callable[[int, FrameType | None], Any] | int] = {}
+"""The handler each stop signal had before this module's (it goes on to it)."""
+_stopping = threading.Event()
+"""A stop signal came: what is held from then on is spooled at once. A server's graceful
+shutdown still serves turns, and it may end by the signal's default action (uvicorn puts
+back the handler it found and raises the signal again), where no exit hook runs."""
+_flushing = False
+"""A stop signal's flush is under way (signal handlers run on the main thread only)."""
+
+
+def _catch_stop_signals() -> None:
+    """Spool on SIGTERM, then pass it on to the handler it found (uvicorn's graceful
+    shutdown, or the default action, raised again, so the process ends as the signal ends
+    it: 143 to a shell). SIGINT only under its default action: Python's KeyboardInterrupt
+    (asyncio's too) exits through the exit hook, and asyncio puts Python's handler back
+    only over its own, so one wrapped would stay, stale, past its ``asyncio.run``.
+    Python's handler, not a loop's: the buffer belongs to no loop (``Runner.run`` closes
+    its own), and a loop's handler runs all the same (the loop learns of the signal from
+    its wakeup fd, whatever Python handler is set). Once a process, from the main thread
+    only (Python's rule); a signal ignored, or handled outside Python, is left as it is."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    for sig in STOP_SIGNALS:
+        found = signal.getsignal(sig)
+        if sig in _replaced or found is None or found == signal.SIG_IGN:
+            continue
+        if sig == signal.SIGINT and found != signal.SIG_DFL:
+            continue
+        _replaced[sig] = found
+        signal.signal(sig, _on_stop_signal)
+
+
+def _on_stop_signal(signum: int, frame: FrameType | None) -> None:
+    global _flushing
+    _stopping.set()
+    if not _flushing:  # a second signal during the flush goes on at once
+        _flushing = True
+        try:
+            # A thread of its own, joined for a bounded time: this one may have been
+            # interrupted holding a lock the flush takes.
+            flush = threading.Thread(target=_spool_held, name="afterthought-stop", daemon=True)
+            flush.start()
+            bound = max((e._settings.exit_flush_seconds for e in list(_ENQUEUERS)), default=0.0)
+            flush.join(bound + STOP_WRITE_SECONDS)
+        finally:
+            _flushing = False
+    found = _replaced[signum]
+    if callable(found):
+        found(signum, frame)
+    elif found == signal.SIG_DFL:
+        signal.signal(signum, signal.SIG_DFL)
+        signal.raise_signal(signum)

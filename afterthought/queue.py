@@ -1023,11 +1023,15 @@ class ThreadQueue:
         :data:`GONE` when another process took it first, or :data:`FORGOTTEN` (the letter
         is dropped) when it was made before its user's forget, or before ``person_forgot``
         (ms, Redis' clock: the forget of their person, read by the caller from a key of
-        another slot, ``forget_marks.person_key``)."""
+        another slot, ``forget_marks.person_key``). With ``redis_wait_replicas``,
+        :class:`NotReplicated` when only a master a failover may drop holds the replay (the
+        letter would be back among the dead)."""
         again = message.model_copy(update={"unsure": True})
         ref = self.ref_of(message)
         return int(
-            await self._replay(
+            await self._replicated(
+                self._replay,
+                wait_ms=BEGIN_WAIT_MS,
                 keys=[
                     *self._append_keys(ref, message),
                     self.keys.dead(self.keys.shard_of_ref(ref)),

@@ -361,6 +361,11 @@ class Settings(BaseSettings):
     exit_flush_seconds: float = Field(1.0, ge=0, le=60)
     """At exit (and ``aclose``), how long the buffer may take to reach Redis before what
     is left is spooled."""
+    spool_on_signals: bool = True
+    """On SIGTERM (and SIGINT set to its default action: Python's KeyboardInterrupt exits
+    through the exit hook), spool what the buffer holds (within ``exit_flush_seconds``)
+    before the signal's own handler runs: installed as the first memory is made on the
+    main thread, chained to the handler it replaces. ``false``: no handler is installed."""
     spool_path: Path = Field(
         default_factory=lambda fields: _default_spool(
             fields.get("key_prefix", "afterthought"), fields.get("redis_url", "")

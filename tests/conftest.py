@@ -190,8 +190,8 @@ def pytest_sessionfinish() -> None:
     quiet.propagate = False  # for good: a drain thread that outlives its stop says nothing
     for enqueuer in list(enqueue_module._ENQUEUERS):
         enqueuer._drainer.stop()
-    atexit.unregister(enqueue_module._spool_at_exit)
-    enqueue_module._spool_at_exit()
+    atexit.unregister(enqueue_module._spool_held)
+    enqueue_module._spool_held()
 
 
 def hypothesis_examples(n: int, *, fast: int = FAST_EXAMPLES) -> int:

@@ -1,7 +1,8 @@
 """An agent that lives for one turn (a CLI, a cron job): a real ADK Runner with the stand-in
 model and the memory callbacks, settings from the environment. Prints ``turn done`` once
 the turn has ended and, as its last exit hook, how long it took from then to that hook
-(``exited after SECONDS``). ``python -m tests.one_shot_agent USER TEXT``"""
+(``exited after SECONDS``). ``python -m tests.one_shot_agent USER TEXT [stay]``: with
+``stay`` it then waits, as a server between requests does, until a signal ends it."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ ROOT = Path(__file__).resolve().parent.parent
 EXITED = "exited after "
 
 
-async def main(user_id: str, text: str) -> float:
+async def main(user_id: str, text: str, *, stay: bool = False) -> float:
     """The turn; when it ended (monotonic)."""
     # Imported here, after the exit hook below is registered: the memory's exit hook is
     # registered as it is imported, so it runs first and ours measures it.
@@ -30,6 +31,8 @@ async def main(user_id: str, text: str) -> float:
     session = await new_session(runner, user_id)
     await say(runner, user_id, session, text)
     print("turn done", flush=True)
+    if stay:
+        await asyncio.Event().wait()
     return time.monotonic()
 
 
@@ -56,4 +59,4 @@ if __name__ == "__main__":
     atexit.register(
         lambda: ended and print(f"{EXITED}{time.monotonic() - ended[0]:.3f}", flush=True)
     )
-    ended.append(asyncio.run(main(sys.argv[1], sys.argv[2])))
+    ended.append(asyncio.run(main(sys.argv[1], sys.argv[2], stay=sys.argv[3:] == ["stay"])))

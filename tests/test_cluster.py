@@ -151,10 +151,12 @@ async def test_dead_letters_are_listed_per_shard_and_replayed(
     )
 
     zep_fake.faults.clear()
-    done = run_cli(settings, "dlq", "replay", "--all")
+    # Each replay confirmed on the replica of the master that took it.
+    waiting = settings.model_copy(update={"redis_wait_replicas": 1})
+    done = run_cli(waiting, "dlq", "replay", "--all")
     assert (done.returncode, done.stdout.strip()) == (
         0,
-        "replayed=4 malformed=0 refused=0 forgotten=0",
+        "replayed=4 malformed=0 refused=0 forgotten=0 unconfirmed=0",
     )
     await drain(settings)
     stored = [m["content"] for m in zep_fake.messages()]

@@ -118,6 +118,103 @@ async def test_a_one_shot_agent_with_redis_down_exits_in_time_and_its_turn_is_st
         server.close()
 
 
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGINT"])
+async def test_an_agent_stopped_by_a_signal_with_redis_down_spools_its_turn_then_ends_by_it(
+    make_settings: Callable[..., Settings], zep_fake: ZepFake, sig: str
+) -> None:
+    """``docker stop`` and Kubernetes (SIGTERM), Ctrl-C (SIGINT), sent to an agent that
+    waits for its next request with its turn buffered (Redis refusing connections): the
+    turn is spooled within ``exit_flush_seconds`` (SIGTERM's handler; SIGINT's
+    KeyboardInterrupt exits through the exit hook), then the signal ends the process as
+    it would have (killed by SIGTERM, 143 to a shell); with Redis back a worker stores
+    the turn once."""
+    zep_fake.honor_idempotency = False
+    server = RedisServer()
+    url = server.start()
+    server.stop()
+    settings = make_settings(
+        redis_url=url,
+        backend="zep",
+        zep_api_key="test-key",
+        zep_base_url=zep_fake.base_url,
+        enqueue_timeout=0.2,
+        retrieval_budget=0.5,
+        exit_flush_seconds=0.5,
+        breaker_seconds=300,
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tests.one_shot_agent", "ada", "I keep bees in Porto", "stay"],
+        cwd=ROOT,
+        env={**os.environ, **settings.as_env()},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None and "turn done" in proc.stdout.readline()
+        signalled = time.monotonic()
+        proc.send_signal(getattr(signal, sig))
+        proc.wait(60)
+        took = time.monotonic() - signalled
+    finally:
+        proc.kill()
+        proc.wait()
+    assert proc.returncode == -getattr(signal, sig)
+    assert took < settings.exit_flush_seconds + EXIT_SLACK_SECONDS
+    spool = Spool.of(settings)
+    assert spool.waiting() == 2
+    server = RedisServer(port=server.port)
+    server.start()
+    try:
+        await drain(settings)
+        stored = _stored(zep_fake)
+        assert stored.count("I keep bees in Porto") == 1 and len(stored) == 2
+        assert spool.empty()
+    finally:
+        server.close()
+
+
+_HANDLERS_SET = """
+import signal, threading
+from afterthought import enqueue
+from afterthought.settings import Settings
+
+def caught():
+    return [signal.getsignal(s) is enqueue._on_stop_signal for s in enqueue.STOP_SIGNALS]
+
+thread = threading.Thread(target=enqueue.Enqueuer, args=(Settings(),))
+thread.start()
+thread.join()
+print(*caught())
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+enqueue.Enqueuer(Settings())
+print(*caught(), signal.getsignal(signal.SIGTERM) is signal.SIG_IGN)
+signal.signal(signal.SIGTERM, signal.SIG_DFL)
+signal.signal(signal.SIGINT, signal.SIG_DFL)
+enqueue.Enqueuer(Settings())
+print(*caught())
+"""
+
+
+def test_stop_signals_are_caught_from_the_main_thread_where_they_would_skip_the_exit_hook(
+    make_settings: Callable[..., Settings],
+) -> None:
+    """Python lets only the main thread set a handler: a memory made on another sets none
+    (and does not fail). A signal the application ignores is left ignored; SIGINT is left
+    to Python's KeyboardInterrupt (which exits through the exit hook) and caught only
+    under its default action, which would kill the process."""
+    settings = make_settings(redis_url="redis://127.0.0.1:1/0")
+    done = subprocess.run(
+        [sys.executable, "-c", _HANDLERS_SET],
+        cwd=ROOT,
+        env={**os.environ, **settings.as_env()},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.stdout.splitlines() == ["False False", "False False True", "True True"], done.stderr
+
+
 async def test_the_next_agent_process_replays_the_spool_once_it_reaches_redis(
     make_settings: Callable[..., Settings], zep_fake: ZepFake
 ) -> None:
@@ -408,6 +505,23 @@ async def test_a_worker_replays_and_counts_what_is_damaged(
     await replay_spool(spool, ThreadQueue(redis, settings))
     assert metrics.SPOOL_MESSAGES.labels("damaged")._value.get() == before + 1
     assert await _pending(settings, queued("m0", 0)) == ["m0"]
+
+
+async def test_a_spool_replay_only_a_master_holds_is_not_counted_and_stays_spooled(
+    make_settings: Callable[..., Settings], redis: aioredis.Redis
+) -> None:
+    """With ``redis_wait_replicas``, a replay goes through the enqueue's check: one no
+    replica confirms (the test's Redis has none) is a failed replay, its messages kept in
+    the spool for the next (the key check makes sending them again a no-op)."""
+    settings = make_settings(redis_wait_replicas=1)
+    spool = Spool.of(settings)
+    spool.append([queued("m0", 0)])
+    result = await replay_into(spool, ThreadQueue(redis, settings))
+    assert result.replayed == 0 and not result.finished
+    assert spool.waiting() == 1
+    again = await replay_into(spool, ThreadQueue(redis, make_settings()))
+    assert again.replayed == 1 and spool.empty()
+    assert await _pending(settings, queued("m0", 0)) == ["m0"]  # once
 
 
 def test_status_says_how_many_messages_wait_in_this_machines_spool(
@@ -834,13 +948,21 @@ async def test_closing_the_memory_waits_at_most_exit_flush_seconds(
 
 
 _UVICORN_APP = """
-import signal, sys
+import sys
 import uvicorn
 from afterthought.enqueue import Enqueuer
 from afterthought.settings import Settings
 from tests.conftest import queued
 
-enqueuer = Enqueuer(Settings())
+made = []
+
+def memory():
+    if not made:
+        made.append(Enqueuer(Settings()))
+    return made[0]
+
+if sys.argv[2] == "before uvicorn starts":
+    memory()
 
 async def app(scope, receive, send):
     if scope["type"] != "lifespan":
@@ -849,41 +971,53 @@ async def app(scope, receive, send):
         message = await receive()
         if message["type"] == "lifespan.startup":
             # A turn served while Redis is down: its message waits in the buffer.
-            await enqueuer.enqueue([queued("said while Redis was down", 0)])
-            print("buffered", enqueuer.buffered, flush=True)
+            await memory().enqueue([queued("said while Redis was down", 0)])
+            print("buffered", memory().buffered, flush=True)
             await send({"type": "lifespan.startup.complete"})
         elif message["type"] == "lifespan.shutdown":
+            # A turn of another session that ends during the graceful shutdown.
+            await memory().enqueue([queued("said as the server stopped", 0, session="s2")])
             await send({"type": "lifespan.shutdown.complete"})
             return
 
-if sys.argv[2] == "exit on SIGTERM":  # the README's remedy, before uvicorn starts
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
 # What ``adk api_server`` does (google/adk/cli/cli_tools_click.py).
 uvicorn.Server(uvicorn.Config(app, port=int(sys.argv[1]), log_level="error")).run()
 """
 
 
 @pytest.mark.parametrize(
-    ("sig", "remedy", "spooled"),
+    ("sig", "made", "spool_on_signals", "spooled"),
     [
-        ("SIGINT", "none", 1),
-        ("SIGTERM", "none", 0),  # uvicorn re-raises it with the default handler: no exit
-        ("SIGTERM", "exit on SIGTERM", 1),
+        ("SIGTERM", "before uvicorn starts", True, 2),
+        ("SIGTERM", "as the app starts", True, 2),
+        ("SIGINT", "as the app starts", True, 2),
+        ("SIGTERM", "as the app starts", False, 0),
     ],
 )
-def test_an_api_server_stopped_by_a_signal_spools_what_it_buffered_as_the_readme_says(
-    make_settings: Callable[..., Settings], sig: str, remedy: str, spooled: int
+def test_an_api_server_stopped_by_a_signal_spools_what_it_buffered_and_ends_by_it(
+    make_settings: Callable[..., Settings],
+    sig: str,
+    made: str,
+    spool_on_signals: bool,
+    spooled: int,
 ) -> None:
     """uvicorn (serving ADK's API server) shuts down gracefully on SIGINT and SIGTERM,
-    then raises the signal again with the handler it found: SIGINT's exits (the exit hook
-    spools), SIGTERM's default kills the process, unless the application installed one
-    that exits before uvicorn started (the README's remedy)."""
-    settings = make_settings(redis_url="redis://127.0.0.1:1/0", exit_flush_seconds=0.5)
+    then puts back the handler it found and raises the signal again: for SIGTERM the
+    memory's when the memory was made before uvicorn started, else the default one (it
+    kills the process, no exit hook run); for SIGINT Python's KeyboardInterrupt (the exit
+    hook runs). Either way what was buffered, and what a turn ending in the graceful
+    shutdown holds, is spooled, and the process ends by the signal. Opted out, SIGTERM
+    spools nothing (as before the handler)."""
+    settings = make_settings(
+        redis_url="redis://127.0.0.1:1/0",
+        exit_flush_seconds=0.5,
+        spool_on_signals=spool_on_signals,
+    )
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     proc = subprocess.Popen(
-        [sys.executable, "-c", _UVICORN_APP, str(port), remedy],
+        [sys.executable, "-c", _UVICORN_APP, str(port), made],
         cwd=ROOT,
         env={**os.environ, **settings.as_env()},
         stdout=subprocess.PIPE,
@@ -897,4 +1031,5 @@ def test_an_api_server_stopped_by_a_signal_spools_what_it_buffered_as_the_readme
     finally:
         proc.kill()
         proc.wait()
-    assert Spool.of(settings).waiting() == spooled, f"exit code {proc.returncode}"
+    assert Spool.of(settings).waiting() == spooled
+    assert proc.returncode == -getattr(signal, sig)

@@ -10,6 +10,7 @@ import subprocess
 import threading
 from collections.abc import Callable
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 import redis.asyncio as aioredis
@@ -17,6 +18,7 @@ from google.adk.agents import LlmAgent
 from google.adk.tools.agent_tool import AgentTool
 
 from afterthought.agent_hooks import ZepMemoryService, create_callbacks
+from afterthought.connections import connect
 from afterthought.contract import DeadLetter, QueuedMessage
 from afterthought.dead_letters import DeadLetters
 from afterthought.enqueue import Enqueuer
@@ -144,6 +146,44 @@ async def test_dead_letters_are_listed_and_replayed(
     await drain(zep_settings)
     assert [m["content"] for m in zep_fake.messages()] == ["I live in Lisbon."]
     assert await letters.count() == 0
+
+
+async def test_a_dead_letter_replay_counts_only_once_the_replica_holds_it(
+    make_settings: Callable[..., Settings], zep_fake: ZepFake
+) -> None:
+    """With ``redis_wait_replicas``, a replay only the master holds (its replica not
+    attached: a failover would drop it, the letter back among the dead) is not counted
+    replayed but unconfirmed, and the letters after it are left for the next replay; with
+    the replica attached it counts. Each message is stored once either way."""
+    zep_fake.inject(Fault(match=ADDS, status=422, times=2))
+    with RedisServer() as url:
+        settings = make_settings(
+            redis_url=url, backend="zep", zep_api_key="test-key", zep_base_url=zep_fake.base_url
+        )
+        await enqueue(settings, queued("I live in Lisbon.", 1))
+        await enqueue(settings, queued("I keep bees.", 1, session="s2"))
+        await drain(settings)
+        client = connect(url)
+        letters = DeadLetters(client, settings.model_copy(update={"redis_wait_replicas": 1}))
+        try:
+            assert await letters.count() == 2
+            done = await letters.replay()
+            assert done.replayed == 0
+            assert done.unconfirmed == 1
+            assert await letters.count() == 1  # the master took the first; the next waits
+            port = urlsplit(url).port
+            with RedisServer(args=["--replicaof", "127.0.0.1", str(port)]):
+                while (await client.info("replication")).get("slave0", {}).get("state") != "online":
+                    await asyncio.sleep(0.05)
+                done = await letters.replay()
+            assert (done.replayed, done.unconfirmed) == (1, 0)
+        finally:
+            await client.aclose()
+        await drain(settings)
+    assert sorted(m["content"] for m in zep_fake.messages()) == [
+        "I keep bees.",
+        "I live in Lisbon.",
+    ]
 
 
 @BOTH_LAYOUTS
