@@ -38,6 +38,7 @@ from typing import Any
 
 import fakeredis
 import hypothesis
+import pytest
 import redis.asyncio as aioredis
 from hypothesis import strategies as st
 from hypothesis.stateful import (
@@ -1223,6 +1224,12 @@ return 0
 FAST_MACHINE_EXAMPLES = 8
 
 
+#: A full run of the model: 100-250 examples of 50 steps, 90-110 s of CPU on an idle
+#: machine, more under load; the suite's 120 s would cut it short, and hypothesis then
+#: reports the cut as a flaky test.
+LONG_RUN = pytest.mark.timeout(900)
+
+
 def _run_settings(examples: int, steps: int) -> hypothesis.settings:
     return hypothesis.settings(
         max_examples=hypothesis_examples(examples, fast=FAST_MACHINE_EXAMPLES),
@@ -1236,10 +1243,12 @@ def _run_settings(examples: int, steps: int) -> hypothesis.settings:
     )
 
 
+@LONG_RUN
 def test_the_write_path_loses_and_doubles_nothing_on_fakeredis() -> None:
     run_state_machine_as_test(QueueModel, settings=_run_settings(examples=250, steps=50))
 
 
+@LONG_RUN
 def test_the_write_path_loses_and_doubles_nothing_on_redis(prefix: str) -> None:
     from tests.conftest import REDIS_URL
 
@@ -1250,6 +1259,7 @@ def test_the_write_path_loses_and_doubles_nothing_on_redis(prefix: str) -> None:
     run_state_machine_as_test(OnRedis, settings=_run_settings(examples=100, steps=50))
 
 
+@LONG_RUN
 def test_the_write_path_loses_and_doubles_nothing_in_shards_on_fakeredis() -> None:
     """The same, its threads spread over virtual shards: claimed shard by shard, each
     shard's own ready set, counters and dead letters."""
