@@ -1,0 +1,86 @@
+"""Which statements a block is offered for a question, best first: written once for both
+stores. A store answers the ranking's questions (``StatementSource``: BM25 over the user's
+statements, their texts, the dense ranking) in its own SQL; what is asked, in what order,
+and how the answers combine is decided here, so the local and the PostgreSQL block stay
+one block."""
+
+from __future__ import annotations
+
+from collections.abc import Coroutine, Sequence
+from typing import Any, Protocol, TypeVar
+
+from afterthought.backends.retrieval import (
+    HOP_FROM,
+    asks_now,
+    expansion_terms,
+    fuse,
+    hop_terms,
+    question_terms,
+)
+
+T = TypeVar("T")
+
+#: Candidates from the second hop (``retrieval.hop_terms``) from each of the best first.
+RELEVANT_HOPS = 2
+
+
+class StatementSource(Protocol):
+    """One read's view of one user's eligible statements."""
+
+    async def lexical(self, terms: Sequence[str]) -> list[int]:
+        """The statements ranked by BM25 for ``terms``, best first (``local._lexical``)."""
+        ...
+
+    async def contents(self, ids: Sequence[int]) -> dict[int, str]:
+        """The text of each of ``ids`` still stored."""
+        ...
+
+    async def dense(self, query: str) -> list[int]:
+        """The statements nearest ``query`` by embedding, best first; none without an
+        embedder."""
+        ...
+
+
+def run_now(ranking: Coroutine[Any, Any, T]) -> T:
+    """``ranking`` run to its end at once: on a source whose answers never wait (the local
+    store reads SQLite in the calling thread) it never suspends."""
+    try:
+        ranking.send(None)
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
+    ranking.close()
+    raise RuntimeError("a ranking waited on a source that answers at once")
+
+
+async def relevant(source: StatementSource, query: str) -> list[int]:
+    """The statements about ``query``, then, after the best ``HOP_FROM``, for each of these
+    the best ``RELEVANT_HOPS`` about the names and relations it holds (``hop_terms``): what
+    a question needs two statements for ("the city I visit in August" is in "my brother
+    Elio lives in Brno", found by "Elio" from "a week off in August to stay with Elio")."""
+    first = await ranked(source, query)
+    best = first[:HOP_FROM]
+    if not best:
+        return first
+    texts = await source.contents(best)
+    second = [
+        found
+        for message_id in best
+        if message_id in texts
+        for found in (await source.lexical(hop_terms([texts[message_id]], query)))[:RELEVANT_HOPS]
+    ]
+    return list(dict.fromkeys([*best, *second, *first]))
+
+
+async def ranked(source: StatementSource, query: str) -> list[int]:
+    """The question ranked three ways, fused: BM25 over its own words, BM25 over the words
+    its topic is said in (``expansion_terms``; the newer first for a question about now),
+    and the dense ranking."""
+    lexical = await source.lexical(question_terms(query))
+    if expansion := expansion_terms(query):
+        said = await source.lexical(expansion)
+        # "Where do I work now?": of the statements on the topic, the newer first.
+        newest = sorted(said, reverse=True) if asks_now(query) else []
+        lexical = fuse([lexical, said, newest])
+    if not query.strip() or not (dense := await source.dense(query)):
+        return lexical
+    return fuse([lexical, dense])
