@@ -1056,6 +1056,28 @@ async def test_a_second_hop_follows_the_names_the_best_statements_hold(
     await store.aclose()
 
 
+async def test_the_names_a_question_holds_start_a_hop_of_their_own(
+    backend: LocalBackend,
+) -> None:
+    """The statement naming Mbali ranks below those holding the question's other words
+    (and their topic's: food), so the hop from the best three never reads it."""
+    alice, thread = await _user(backend, "alice")
+    await _say(backend, thread, "Mbali told me I have to try Zuberi's before I die.")
+    await _say(backend, thread, *(f"I fixed the shelf number {i} today" for i in range(60)))
+    await _say(backend, thread, "Took Ugo to Zuberi's on Saturday, we ordered half the menu.")
+    await _say(
+        backend,
+        thread,
+        *(f"The restaurant {n} recommended is vegan, my sister went" for n in range(6)),
+    )
+    await _say(backend, thread, *(f"I watered the fern number {i} today" for i in range(60)))
+
+    block = await _context(
+        backend, alice, "Who did I go with to the restaurant Mbali recommended?", 900
+    )
+    assert "Mbali told me" in block and "Took Ugo" in block
+
+
 async def test_the_statements_of_a_changed_fact_come_with_every_block(
     backend: LocalBackend,
 ) -> None:

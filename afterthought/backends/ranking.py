@@ -15,6 +15,7 @@ from afterthought.backends.retrieval import (
     expansion_terms,
     fuse,
     hop_terms,
+    question_names,
     question_terms,
 )
 
@@ -56,19 +57,24 @@ async def relevant(source: StatementSource, query: str) -> list[int]:
     """The statements about ``query``, then, after the best ``HOP_FROM``, for each of these
     the best ``RELEVANT_HOPS`` about the names and relations it holds (``hop_terms``): what
     a question needs two statements for ("the city I visit in August" is in "my brother
-    Elio lives in Brno", found by "Elio" from "a week off in August to stay with Elio")."""
+    Elio lives in Brno", found by "Elio" from "a week off in August to stay with Elio").
+    The question's own names anchor hops too: the best statements naming them ("the
+    restaurant Mbali recommended": "Mbali swears by Dosa Palace") start a hop of their own,
+    however common the question's other words make them rank."""
     first = await ranked(source, query)
     best = first[:HOP_FROM]
     if not best:
         return first
-    texts = await source.contents(best)
+    anchors = await source.lexical(names) if (names := question_names(query)) else []
+    starts = list(dict.fromkeys([*best, *anchors[:HOP_FROM]]))
+    texts = await source.contents(starts)
     second = [
         found
-        for message_id in best
+        for message_id in starts
         if message_id in texts
         for found in (await source.lexical(hop_terms([texts[message_id]], query)))[:RELEVANT_HOPS]
     ]
-    return list(dict.fromkeys([*best, *second, *first]))
+    return list(dict.fromkeys([*best, *anchors[:HOP_FROM], *second, *first]))
 
 
 async def ranked(source: StatementSource, query: str) -> list[int]:

@@ -320,17 +320,32 @@ HOP_FROM = 3
 HOP_TERMS = 6
 
 
+def _names(text: str) -> list[str]:
+    """The words of ``text`` capitalised inside a sentence: names of people and places
+    ("Took Ugo to Dosa Palace": Ugo, Dosa, Palace)."""
+    return [
+        word
+        for sentence in _SENTENCE.split(text)
+        for word in sentence.split()[1:]
+        if word[:1].isupper() and word[:2] != "I'"
+    ]
+
+
 def hop_terms(texts: Iterable[str], query: str) -> list[str]:
-    """The names (capitalised inside a sentence) and relations ("aunt", "boss") of
-    ``texts`` that ``query`` does not hold: what a second ranking is asked for."""
+    """The names (``_names``) and relations ("aunt", "boss") of ``texts`` that ``query``
+    does not hold: what a second ranking is asked for."""
     asked = set(query_terms(query))
     named: list[str] = []
     for text in texts:
-        for sentence in _SENTENCE.split(text):
-            named += (w for w in sentence.split()[1:] if w[:1].isupper() and w[:2] != "I'")
+        named += _names(text)
         named += _RELATION.findall(text)
     terms = [t for t in query_terms(" ".join(named)) if t not in asked and t != "i"]
     return terms[:HOP_TERMS]
+
+
+def question_names(query: str) -> list[str]:
+    """The names ``query`` holds ("the restaurant Mbali recommended"), as query terms."""
+    return [t for t in query_terms(" ".join(_names(query))) if t != "i"]
 
 
 def fuse(rankings: Iterable[Sequence[int]]) -> list[int]:
