@@ -1078,6 +1078,33 @@ async def test_the_names_a_question_holds_start_a_hop_of_their_own(
     assert "Mbali told me" in block and "Took Ugo" in block
 
 
+async def test_a_question_about_before_a_change_is_shown_the_oldest_word_on_it(
+    backend: LocalBackend,
+) -> None:
+    """Newer statements on the topic (home) outrank what was said before the move."""
+    alice, thread = await _user(backend, "alice")
+    await _say(
+        backend, thread, "We rent a place in Busan, near the river.", at="2025-01-05T09:00:00+00:00"
+    )
+    await _say(
+        backend,
+        thread,
+        *(
+            f"My friend {n} lives in a flat she rents"
+            for n in ("Ana", "Bea", "Cy", "Dot", "Eve", "Flo", "Gus", "Hal", "Ida", "Jo")
+        ),
+        at="2025-03-05T09:00:00+00:00",
+    )
+    await _say(
+        backend,
+        thread,
+        "We've settled into Pune, the new flat is lovely.",
+        at="2025-06-05T09:00:00+00:00",
+    )
+    block = await _context(backend, alice, "Which city was I living in before I relocated?", 500)
+    assert "place in Busan" in block
+
+
 async def test_the_statements_of_a_changed_fact_come_with_every_block(
     backend: LocalBackend,
 ) -> None:

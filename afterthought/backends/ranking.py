@@ -11,6 +11,7 @@ from typing import Any, Protocol, TypeVar
 
 from afterthought.backends.retrieval import (
     HOP_FROM,
+    asks_before,
     asks_now,
     expansion_terms,
     fuse,
@@ -23,6 +24,8 @@ T = TypeVar("T")
 
 #: Candidates from the second hop (``retrieval.hop_terms``) from each of the best first.
 RELEVANT_HOPS = 2
+#: The oldest statements on its topic a question about before a change is offered first.
+OLDEST = 3
 
 
 class StatementSource(Protocol):
@@ -60,8 +63,10 @@ async def relevant(source: StatementSource, query: str) -> list[int]:
     Elio lives in Brno", found by "Elio" from "a week off in August to stay with Elio").
     The question's own names anchor hops too: the best statements naming them ("the
     restaurant Mbali recommended": "Mbali swears by Dosa Palace") start a hop of their own,
-    however common the question's other words make them rank."""
-    first = await ranked(source, query)
+    however common the question's other words make them rank. For a question about before
+    a change, the oldest statements on its topic come right after the best: the newer
+    ones, and the hops from them, crowd out what was said before the thing changed."""
+    first, earliest = await ranked(source, query)
     best = first[:HOP_FROM]
     if not best:
         return first
@@ -74,19 +79,22 @@ async def relevant(source: StatementSource, query: str) -> list[int]:
         if message_id in texts
         for found in (await source.lexical(hop_terms([texts[message_id]], query)))[:RELEVANT_HOPS]
     ]
-    return list(dict.fromkeys([*best, *anchors[:HOP_FROM], *second, *first]))
+    return list(dict.fromkeys([*best, *earliest, *anchors[:HOP_FROM], *second, *first]))
 
 
-async def ranked(source: StatementSource, query: str) -> list[int]:
+async def ranked(source: StatementSource, query: str) -> tuple[list[int], list[int]]:
     """The question ranked three ways, fused: BM25 over its own words, BM25 over the words
     its topic is said in (``expansion_terms``; the newer first for a question about now),
-    and the dense ranking."""
+    and the dense ranking; and, for a question about before a change (``asks_before``),
+    the oldest ``OLDEST`` statements on its topic."""
     lexical = await source.lexical(question_terms(query))
+    earliest: list[int] = []
     if expansion := expansion_terms(query):
         said = await source.lexical(expansion)
         # "Where do I work now?": of the statements on the topic, the newer first.
         newest = sorted(said, reverse=True) if asks_now(query) else []
         lexical = fuse([lexical, said, newest])
-    if not query.strip() or not (dense := await source.dense(query)):
-        return lexical
-    return fuse([lexical, dense])
+        earliest = sorted(said)[:OLDEST] if asks_before(query) else []
+    if query.strip() and (dense := await source.dense(query)):
+        lexical = fuse([lexical, dense])
+    return lexical, earliest

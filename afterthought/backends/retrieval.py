@@ -300,6 +300,17 @@ def asks_now(query: str) -> bool:
     return _NOW.search(query) is not None
 
 
+_BEFORE = re.compile(
+    r"\b(?:before|previous|previously|used to|formerly|earlier|prior|former)\b", re.I
+)
+
+
+def asks_before(query: str) -> bool:
+    """Whether ``query`` asks how things were before a change ("where did I live before
+    the move?")."""
+    return _BEFORE.search(query) is not None
+
+
 def expansion_terms(query: str) -> list[str]:
     """The words a statement about what ``query`` asks is commonly said with
     (``afterthought.concepts``): "what's my pup's name?" asks about pets, said with "dog",
