@@ -1078,6 +1078,19 @@ async def test_the_names_a_question_holds_start_a_hop_of_their_own(
     assert "Mbali told me" in block and "Took Ugo" in block
 
 
+async def test_a_rare_word_of_a_named_statement_finds_what_shares_it(
+    backend: LocalBackend,
+) -> None:
+    """No name or relation links "Jia is into bouldering" to "I started bouldering"."""
+    alice, thread = await _user(backend, "alice")
+    await _say(backend, thread, "Jia is really into bouldering these days.")
+    await _say(backend, thread, *(f"I fixed the shelf number {i} today" for i in range(60)))
+    await _say(backend, thread, "Started bouldering on Tuesdays, my forearms hate me.")
+    await _say(backend, thread, *(f"I watered the fern number {i} today" for i in range(60)))
+    block = await _context(backend, alice, "What's a pastime Jia and I have in common?", 500)
+    assert "Jia is really into" in block and "Started bouldering" in block
+
+
 async def test_a_question_about_before_a_change_is_shown_the_oldest_word_on_it(
     backend: LocalBackend,
 ) -> None:

@@ -1027,6 +1027,9 @@ class _Source:
     async def lexical(self, terms: Sequence[str]) -> list[int]:
         return _lexical(self.db, self.user_uuid, terms)
 
+    async def counts(self, terms: Sequence[str]) -> dict[str, int]:
+        return _counts(self.db, self.user_uuid, terms)
+
     async def contents(self, ids: Sequence[int]) -> dict[int, str]:
         marks = ",".join("?" * len(ids))
         return dict(self.db.execute(f"SELECT id, content FROM messages WHERE id IN ({marks})", ids))
@@ -1157,15 +1160,12 @@ def _reason(exc: OSError) -> str:
     return (exc.strerror or type(exc).__name__).lower()
 
 
-def _lexical(db: sqlite3.Connection, user_uuid: str, terms: Sequence[str]) -> list[int]:
-    """The user's statements ranked by BM25 for the terms, best first. Ranking is bounded
-    to about ``RANKED_ROWS`` rows whatever the history's length: the rarest terms (in the
-    user's own statements) select the rows, the common ones only weigh in
-    (``split_by_frequency``). When every term is common, the newest matches are ranked."""
-    # Counted in the user's own rows (another user's many "Leeds" must not make the word
-    # common for this one), and only as far as decides the split: the count stops there.
+def _counts(db: sqlite3.Connection, user_uuid: str, terms: Sequence[str]) -> dict[str, int]:
+    """The user's statements holding each term. Counted in the user's own rows (another
+    user's many "Leeds" must not make the word common for this one), and only as far as
+    decides ``split_by_frequency``: the count stops there."""
     enough = 10 * RANKED_ROWS + 1
-    frequency = {
+    return {
         term: db.execute(
             "SELECT count(*) FROM (SELECT rowid FROM statements_fts WHERE statements_fts"
             " MATCH ? LIMIT ?)",
@@ -1173,6 +1173,14 @@ def _lexical(db: sqlite3.Connection, user_uuid: str, terms: Sequence[str]) -> li
         ).fetchone()[0]
         for term in terms
     }
+
+
+def _lexical(db: sqlite3.Connection, user_uuid: str, terms: Sequence[str]) -> list[int]:
+    """The user's statements ranked by BM25 for the terms, best first. Ranking is bounded
+    to about ``RANKED_ROWS`` rows whatever the history's length: the rarest terms (in the
+    user's own statements) select the rows, the common ones only weigh in
+    (``split_by_frequency``). When every term is common, the newest matches are ranked."""
+    frequency = _counts(db, user_uuid, terms)
     selective, boosts = split_by_frequency(terms, frequency, RANKED_ROWS)
     if selective:
         rows = db.execute(

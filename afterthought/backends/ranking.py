@@ -16,6 +16,7 @@ from afterthought.backends.retrieval import (
     expansion_terms,
     fuse,
     hop_terms,
+    query_terms,
     question_names,
     question_terms,
 )
@@ -26,6 +27,8 @@ T = TypeVar("T")
 RELEVANT_HOPS = 2
 #: The oldest statements on its topic a question about before a change is offered first.
 OLDEST = 3
+#: A word in at most this many of the user's statements links them (``rare_hop``).
+RARE = 3
 
 
 class StatementSource(Protocol):
@@ -33,6 +36,11 @@ class StatementSource(Protocol):
 
     async def lexical(self, terms: Sequence[str]) -> list[int]:
         """The statements ranked by BM25 for ``terms``, best first (``local._lexical``)."""
+        ...
+
+    async def counts(self, terms: Sequence[str]) -> dict[str, int]:
+        """The statements holding each term (counted as far as ``split_by_frequency``
+        needs: up to ten times ``RANKED_ROWS``)."""
         ...
 
     async def contents(self, ids: Sequence[int]) -> dict[int, str]:
@@ -63,9 +71,10 @@ async def relevant(source: StatementSource, query: str) -> list[int]:
     Elio lives in Brno", found by "Elio" from "a week off in August to stay with Elio").
     The question's own names anchor hops too: the best statements naming them ("the
     restaurant Mbali recommended": "Mbali swears by Dosa Palace") start a hop of their own,
-    however common the question's other words make them rank. For a question about before
-    a change, the oldest statements on its topic come right after the best: the newer
-    ones, and the hops from them, crowd out what was said before the thing changed."""
+    however common the question's other words make them rank, and a hop by their rare
+    words as well (``rare_hop``). For a question about before a change, the oldest
+    statements on its topic come right after the best: the newer ones, and the hops from
+    them, crowd out what was said before the thing changed."""
     first, earliest = await ranked(source, query)
     best = first[:HOP_FROM]
     if not best:
@@ -73,13 +82,23 @@ async def relevant(source: StatementSource, query: str) -> list[int]:
     anchors = await source.lexical(names) if (names := question_names(query)) else []
     starts = list(dict.fromkeys([*best, *anchors[:HOP_FROM]]))
     texts = await source.contents(starts)
-    second = [
-        found
-        for message_id in starts
-        if message_id in texts
-        for found in (await source.lexical(hop_terms([texts[message_id]], query)))[:RELEVANT_HOPS]
-    ]
+    second: list[int] = []
+    for message_id in (m for m in starts if m in texts):
+        second += (await source.lexical(hop_terms([texts[message_id]], query)))[:RELEVANT_HOPS]
+        if message_id in anchors[:HOP_FROM]:
+            second += (await rare_hop(source, texts[message_id], query))[:RELEVANT_HOPS]
     return list(dict.fromkeys([*best, *earliest, *anchors[:HOP_FROM], *second, *first]))
+
+
+async def rare_hop(source: StatementSource, text: str, query: str) -> list[int]:
+    """The statements sharing with ``text`` a word the user rarely says (in at most
+    ``RARE`` statements, ``text`` one of them) that ``query`` does not hold: "a pastime
+    Jia and I share" finds "Jia is into bouldering", whose "bouldering" finds "I started
+    bouldering" (no name, no relation links the two)."""
+    asked = set(query_terms(query))
+    words = [t for t in query_terms(text) if t not in asked]
+    rare = [t for t, n in (await source.counts(words)).items() if 1 < n <= RARE]
+    return await source.lexical(rare) if rare else []
 
 
 async def ranked(source: StatementSource, query: str) -> tuple[list[int], list[int]]:
