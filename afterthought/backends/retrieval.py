@@ -592,6 +592,10 @@ def with_follow_ups(ranked: Sequence[int], pool: dict[int, tuple[str, str]]) -> 
     return out
 
 
+#: What a statement's line adds to its shortened text at the least: "- [date] " and quotes.
+_LINE_FRAME = len('- [2026-01-01] ""')
+
+
 def render_block(facts: Sequence[str], statements: Sequence[Statement], max_chars: int) -> str:
     """The block: facts (already ordered, as lines) then statements (best first), each
     section omitted when empty, whole lines only, at most ``max_chars`` characters in all.
@@ -606,6 +610,10 @@ def render_block(facts: Sequence[str], statements: Sequence[Statement], max_char
     chosen: list[tuple[Statement, str]] = []
     used = len(SAID_HEADER)
     for statement in statements:
+        # Quoting is most of a read's work: a statement whose line, however it is quoted,
+        # cannot fit what room is left is not quoted at all.
+        if used + 1 + _LINE_FRAME + len(shorten(statement.text, STATEMENT_CHARS)) > room:
+            continue
         by = newer.get(statement.message_id)
         on = by.said_at if by is not None else statement.replaced_on
         for reply in (True, False):
