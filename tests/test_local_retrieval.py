@@ -1056,6 +1056,68 @@ async def test_a_second_hop_follows_the_names_the_best_statements_hold(
     await store.aclose()
 
 
+async def test_the_names_a_question_holds_start_a_hop_of_their_own(
+    backend: LocalBackend,
+) -> None:
+    """The statement naming Mbali ranks below those holding the question's other words
+    (and their topic's: food), so the hop from the best three never reads it."""
+    alice, thread = await _user(backend, "alice")
+    await _say(backend, thread, "Mbali told me I have to try Zuberi's before I die.")
+    await _say(backend, thread, *(f"I fixed the shelf number {i} today" for i in range(60)))
+    await _say(backend, thread, "Took Ugo to Zuberi's on Saturday, we ordered half the menu.")
+    await _say(
+        backend,
+        thread,
+        *(f"The restaurant {n} recommended is vegan, my sister went" for n in range(6)),
+    )
+    await _say(backend, thread, *(f"I watered the fern number {i} today" for i in range(60)))
+
+    block = await _context(
+        backend, alice, "Who did I go with to the restaurant Mbali recommended?", 900
+    )
+    assert "Mbali told me" in block and "Took Ugo" in block
+
+
+async def test_a_rare_word_of_a_named_statement_finds_what_shares_it(
+    backend: LocalBackend,
+) -> None:
+    """No name or relation links "Jia is into bouldering" to "I started bouldering"."""
+    alice, thread = await _user(backend, "alice")
+    await _say(backend, thread, "Jia is really into bouldering these days.")
+    await _say(backend, thread, *(f"I fixed the shelf number {i} today" for i in range(60)))
+    await _say(backend, thread, "Started bouldering on Tuesdays, my forearms hate me.")
+    await _say(backend, thread, *(f"I watered the fern number {i} today" for i in range(60)))
+    block = await _context(backend, alice, "What's a pastime Jia and I have in common?", 500)
+    assert "Jia is really into" in block and "Started bouldering" in block
+
+
+async def test_a_question_about_before_a_change_is_shown_the_oldest_word_on_it(
+    backend: LocalBackend,
+) -> None:
+    """Newer statements on the topic (home) outrank what was said before the move."""
+    alice, thread = await _user(backend, "alice")
+    await _say(
+        backend, thread, "We rent a place in Busan, near the river.", at="2025-01-05T09:00:00+00:00"
+    )
+    await _say(
+        backend,
+        thread,
+        *(
+            f"My friend {n} lives in a flat she rents"
+            for n in ("Ana", "Bea", "Cy", "Dot", "Eve", "Flo", "Gus", "Hal", "Ida", "Jo")
+        ),
+        at="2025-03-05T09:00:00+00:00",
+    )
+    await _say(
+        backend,
+        thread,
+        "We've settled into Pune, the new flat is lovely.",
+        at="2025-06-05T09:00:00+00:00",
+    )
+    block = await _context(backend, alice, "Which city was I living in before I relocated?", 500)
+    assert "place in Busan" in block
+
+
 async def test_the_statements_of_a_changed_fact_come_with_every_block(
     backend: LocalBackend,
 ) -> None:

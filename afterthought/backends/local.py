@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
 from afterthought import templates
+from afterthought.backends import ranking
 from afterthought.backends.base import (
     MESSAGE_KEY_FIELD,
     BackendError,
@@ -31,19 +32,15 @@ from afterthought.backends.base import (
     StoredMessage,
     UserRef,
 )
+from afterthought.backends.ranking import run_now
 from afterthought.backends.retrieval import (
-    HOP_FROM,
     Statement,
-    asks_now,
-    expansion_terms,
     fuse,
-    hop_terms,
     informativeness,
     match_expression,
     query_stems,
     query_terms,
     question_in,
-    question_terms,
     render_block,
     scoped,
     split_by_frequency,
@@ -173,8 +170,6 @@ MESSAGE_PAGE = 1000
 RELEVANT = 20
 #: Changed facts whose statements (old and new) every block is offered.
 CHANGED_FACTS = 5
-#: Candidates from the second hop (``retrieval.hop_terms``) from each of the best first.
-RELEVANT_HOPS = 2
 #: At most about this many rows are scored by BM25 per query (see ``_lexical``).
 RANKED_ROWS = 1000
 #: When every word of a query is common, the newest rows holding the least common of them
@@ -699,44 +694,7 @@ class LocalBackend(MemoryBackend):
         return assemble_statements(ids, rows, replaced, limit)
 
     def _relevant(self, db: sqlite3.Connection, user_uuid: str, query: str) -> list[int]:
-        """The statements about ``query``, then, after the best ``HOP_FROM``, for each of
-        these the best ``RELEVANT_HOPS`` about the names and relations it holds
-        (``hop_terms``): what a question needs two statements for ("the city I visit in
-        August" is in "my brother Elio lives in Brno", found by "Elio" from "a week off in
-        August to stay with Elio")."""
-        first = self._ranked(db, user_uuid, query)
-        best = first[:HOP_FROM]
-        if not best:
-            return first
-        texts = dict(
-            db.execute(
-                f"SELECT id, content FROM messages WHERE id IN ({','.join('?' * len(best))})", best
-            ).fetchall()
-        )
-        second = [
-            found
-            for message_id in best
-            if message_id in texts
-            for found in _lexical(db, user_uuid, hop_terms([texts[message_id]], query))[
-                :RELEVANT_HOPS
-            ]
-        ]
-        return list(dict.fromkeys([*best, *second, *first]))
-
-    def _ranked(self, db: sqlite3.Connection, user_uuid: str, query: str) -> list[int]:
-        lexical = _lexical(db, user_uuid, question_terms(query))
-        if expansion := expansion_terms(query):
-            said = _lexical(db, user_uuid, expansion)
-            # "Where do I work now?": of the statements on the topic, the newer first.
-            newest = sorted(said, reverse=True) if asks_now(query) else []
-            lexical = fuse([lexical, said, newest])
-        if self._embedder is None or self._dense is None or not query.strip():
-            return lexical
-        from afterthought.backends.embeddings import unit_rows
-
-        vector = unit_rows(self._embedder.embed([query]))[0]
-        dense = self._dense.search(db, user_uuid, vector, RELEVANT)
-        return fuse([lexical, dense])
+        return run_now(ranking.relevant(_Source(db, user_uuid, self._embedder, self._dense), query))
 
     @staticmethod
     def _informative(db: sqlite3.Connection, user_uuid: str) -> list[int]:
@@ -1063,6 +1021,34 @@ class LocalBackend(MemoryBackend):
                 self._db = None
 
 
+@dataclass(frozen=True, slots=True)
+class _Source:
+    """``ranking.StatementSource`` on one read's connection: answers at once (``run_now``)."""
+
+    db: sqlite3.Connection
+    user_uuid: str
+    embedder: Embedder | None
+    index: DenseIndex | None
+
+    async def lexical(self, terms: Sequence[str]) -> list[int]:
+        return _lexical(self.db, self.user_uuid, terms)
+
+    async def counts(self, terms: Sequence[str]) -> dict[str, int]:
+        return _counts(self.db, self.user_uuid, terms)
+
+    async def contents(self, ids: Sequence[int]) -> dict[int, str]:
+        marks = ",".join("?" * len(ids))
+        return dict(self.db.execute(f"SELECT id, content FROM messages WHERE id IN ({marks})", ids))
+
+    async def dense(self, query: str) -> list[int]:
+        if self.embedder is None or self.index is None:
+            return []
+        from afterthought.backends.embeddings import unit_rows
+
+        vector = unit_rows(self.embedder.embed([query]))[0]
+        return self.index.search(self.db, self.user_uuid, vector, RELEVANT)
+
+
 def changed_keys(changed: Sequence[tuple[str, str | None, str]]) -> dict[str, str | None]:
     """Of changed facts (``(old source keys, replaced on, new source keys)``, the newest
     change first), the keys of the messages read: the old ones -> when they were
@@ -1180,15 +1166,12 @@ def _reason(exc: OSError) -> str:
     return (exc.strerror or type(exc).__name__).lower()
 
 
-def _lexical(db: sqlite3.Connection, user_uuid: str, terms: Sequence[str]) -> list[int]:
-    """The user's statements ranked by BM25 for the terms, best first. Ranking is bounded
-    to about ``RANKED_ROWS`` rows whatever the history's length: the rarest terms (in the
-    user's own statements) select the rows, the common ones only weigh in
-    (``split_by_frequency``). When every term is common, the newest matches are ranked."""
-    # Counted in the user's own rows (another user's many "Leeds" must not make the word
-    # common for this one), and only as far as decides the split: the count stops there.
+def _counts(db: sqlite3.Connection, user_uuid: str, terms: Sequence[str]) -> dict[str, int]:
+    """The user's statements holding each term. Counted in the user's own rows (another
+    user's many "Leeds" must not make the word common for this one), and only as far as
+    decides ``split_by_frequency``: the count stops there."""
     enough = 10 * RANKED_ROWS + 1
-    frequency = {
+    return {
         term: db.execute(
             "SELECT count(*) FROM (SELECT rowid FROM statements_fts WHERE statements_fts"
             " MATCH ? LIMIT ?)",
@@ -1196,6 +1179,14 @@ def _lexical(db: sqlite3.Connection, user_uuid: str, terms: Sequence[str]) -> li
         ).fetchone()[0]
         for term in terms
     }
+
+
+def _lexical(db: sqlite3.Connection, user_uuid: str, terms: Sequence[str]) -> list[int]:
+    """The user's statements ranked by BM25 for the terms, best first. Ranking is bounded
+    to about ``RANKED_ROWS`` rows whatever the history's length: the rarest terms (in the
+    user's own statements) select the rows, the common ones only weigh in
+    (``split_by_frequency``). When every term is common, the newest matches are ranked."""
+    frequency = _counts(db, user_uuid, terms)
     selective, boosts = split_by_frequency(terms, frequency, RANKED_ROWS)
     if selective:
         rows = db.execute(

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypeAlias, TypeVar
 from urllib.parse import urlsplit
 
+from afterthought.backends import ranking
 from afterthought.backends.base import (
     LAST_CHECK,
     MESSAGE_KEY_FIELD,
@@ -52,7 +53,6 @@ from afterthought.backends.local import (
     RANKED_ROWS,
     RECENT,
     RELEVANT,
-    RELEVANT_HOPS,
     REPLIED_WEIGHT,
     _reply_context,
     _Verdict,
@@ -68,14 +68,8 @@ from afterthought.backends.local import (
     said_hits,
 )
 from afterthought.backends.retrieval import (
-    HOP_FROM,
     Statement,
-    asks_now,
-    expansion_terms,
-    fuse,
-    hop_terms,
     query_terms,
-    question_terms,
     render_block,
     scoped_stem,
     split_by_frequency,
@@ -237,8 +231,8 @@ def _any_of(lexemes: Sequence[str]) -> str:
 
 @dataclass
 class _Ranker:
-    """One read's view of a user's statements: BM25 as FTS5 computes it
-    (``local._lexical``), its statistics read once per read."""
+    """One read's view of a user's statements (``ranking.StatementSource``): BM25 as FTS5
+    computes it (``local._lexical``), its statistics read once per read."""
 
     db: Db
     user_uuid: str
@@ -344,6 +338,15 @@ class _Ranker:
         else:
             return []
         return ranked[:RELEVANT]
+
+    async def contents(self, ids: Sequence[int]) -> dict[int, str]:
+        rows = await self.db.fetch(
+            "SELECT id, content FROM messages WHERE id = ANY($1::bigint[])", list(ids)
+        )
+        return {r[0]: r[1] for r in rows}
+
+    async def dense(self, query: str) -> list[int]:
+        return []  # no embeddings here: the lexical rankings alone, as on a local store without
 
 
 class PostgresBackend(MemoryBackend):
@@ -822,7 +825,7 @@ class PostgresBackend(MemoryBackend):
             if fill
             else []
         )
-        ranked = [*await self._relevant(ranker, query), *replaced, *informative, *recent]
+        ranked = [*await ranking.relevant(ranker, query), *replaced, *informative, *recent]
         ids = list(dict.fromkeys(ranked))
         if not ids:
             return []
@@ -844,35 +847,6 @@ class PostgresBackend(MemoryBackend):
             )
         )
         return assemble_statements(ids, rows, replaced, limit)
-
-    async def _relevant(self, ranker: _Ranker, query: str) -> list[int]:
-        """``LocalBackend._relevant``: the statements about the query, then a second hop
-        from the best of them."""
-        first = await self._ranked(ranker, query)
-        best = first[:HOP_FROM]
-        if not best:
-            return first
-        texts = {
-            r[0]: r[1]
-            for r in await ranker.db.fetch(
-                "SELECT id, content FROM messages WHERE id = ANY($1::bigint[])", best
-            )
-        }
-        second = []
-        for message_id in best:
-            if message_id in texts:
-                hop = await ranker.lexical(hop_terms([texts[message_id]], query))
-                second += hop[:RELEVANT_HOPS]
-        return list(dict.fromkeys([*best, *second, *first]))
-
-    @staticmethod
-    async def _ranked(ranker: _Ranker, query: str) -> list[int]:
-        lexical = await ranker.lexical(question_terms(query))
-        if expansion := expansion_terms(query):
-            said = await ranker.lexical(expansion)
-            newest = sorted(said, reverse=True) if asks_now(query) else []
-            lexical = fuse([lexical, said, newest])
-        return lexical
 
     async def search(
         self, *, graph_uuid: str, request: SearchRequest, timeout: float

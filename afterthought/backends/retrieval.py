@@ -300,6 +300,17 @@ def asks_now(query: str) -> bool:
     return _NOW.search(query) is not None
 
 
+_BEFORE = re.compile(
+    r"\b(?:before|previous|previously|used to|formerly|earlier|prior|former)\b", re.I
+)
+
+
+def asks_before(query: str) -> bool:
+    """Whether ``query`` asks how things were before a change ("where did I live before
+    the move?")."""
+    return _BEFORE.search(query) is not None
+
+
 def expansion_terms(query: str) -> list[str]:
     """The words a statement about what ``query`` asks is commonly said with
     (``afterthought.concepts``): "what's my pup's name?" asks about pets, said with "dog",
@@ -320,17 +331,32 @@ HOP_FROM = 3
 HOP_TERMS = 6
 
 
+def _names(text: str) -> list[str]:
+    """The words of ``text`` capitalised inside a sentence: names of people and places
+    ("Took Ugo to Dosa Palace": Ugo, Dosa, Palace)."""
+    return [
+        word
+        for sentence in _SENTENCE.split(text)
+        for word in sentence.split()[1:]
+        if word[:1].isupper() and word[:2] != "I'"
+    ]
+
+
 def hop_terms(texts: Iterable[str], query: str) -> list[str]:
-    """The names (capitalised inside a sentence) and relations ("aunt", "boss") of
-    ``texts`` that ``query`` does not hold: what a second ranking is asked for."""
+    """The names (``_names``) and relations ("aunt", "boss") of ``texts`` that ``query``
+    does not hold: what a second ranking is asked for."""
     asked = set(query_terms(query))
     named: list[str] = []
     for text in texts:
-        for sentence in _SENTENCE.split(text):
-            named += (w for w in sentence.split()[1:] if w[:1].isupper() and w[:2] != "I'")
+        named += _names(text)
         named += _RELATION.findall(text)
     terms = [t for t in query_terms(" ".join(named)) if t not in asked and t != "i"]
     return terms[:HOP_TERMS]
+
+
+def question_names(query: str) -> list[str]:
+    """The names ``query`` holds ("the restaurant Mbali recommended"), as query terms."""
+    return [t for t in query_terms(" ".join(_names(query))) if t != "i"]
 
 
 def fuse(rankings: Iterable[Sequence[int]]) -> list[int]:
@@ -566,6 +592,10 @@ def with_follow_ups(ranked: Sequence[int], pool: dict[int, tuple[str, str]]) -> 
     return out
 
 
+#: What a statement's line adds to its shortened text at the least: "- [date] " and quotes.
+_LINE_FRAME = len('- [2026-01-01] ""')
+
+
 def render_block(facts: Sequence[str], statements: Sequence[Statement], max_chars: int) -> str:
     """The block: facts (already ordered, as lines) then statements (best first), each
     section omitted when empty, whole lines only, at most ``max_chars`` characters in all.
@@ -580,6 +610,10 @@ def render_block(facts: Sequence[str], statements: Sequence[Statement], max_char
     chosen: list[tuple[Statement, str]] = []
     used = len(SAID_HEADER)
     for statement in statements:
+        # Quoting is most of a read's work: a statement whose line, however it is quoted,
+        # cannot fit what room is left is not quoted at all.
+        if used + 1 + _LINE_FRAME + len(shorten(statement.text, STATEMENT_CHARS)) > room:
+            continue
         by = newer.get(statement.message_id)
         on = by.said_at if by is not None else statement.replaced_on
         for reply in (True, False):

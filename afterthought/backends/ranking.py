@@ -1,0 +1,119 @@
+"""Which statements a block is offered for a question, best first: written once for both
+stores. A store answers the ranking's questions (``StatementSource``: BM25 over the user's
+statements, their texts, the dense ranking) in its own SQL; what is asked, in what order,
+and how the answers combine is decided here, so the local and the PostgreSQL block stay
+one block."""
+
+from __future__ import annotations
+
+from collections.abc import Coroutine, Sequence
+from typing import Any, Protocol, TypeVar
+
+from afterthought.backends.retrieval import (
+    HOP_FROM,
+    asks_before,
+    asks_now,
+    expansion_terms,
+    fuse,
+    hop_terms,
+    query_terms,
+    question_names,
+    question_terms,
+)
+
+T = TypeVar("T")
+
+#: Candidates from the second hop (``retrieval.hop_terms``) from each of the best first.
+RELEVANT_HOPS = 2
+#: The oldest statements on its topic a question about before a change is offered first.
+OLDEST = 3
+#: A word in at most this many of the user's statements links them (``rare_hop``).
+RARE = 3
+
+
+class StatementSource(Protocol):
+    """One read's view of one user's eligible statements."""
+
+    async def lexical(self, terms: Sequence[str]) -> list[int]:
+        """The statements ranked by BM25 for ``terms``, best first (``local._lexical``)."""
+        ...
+
+    async def counts(self, terms: Sequence[str]) -> dict[str, int]:
+        """The statements holding each term (counted as far as ``split_by_frequency``
+        needs: up to ten times ``RANKED_ROWS``)."""
+        ...
+
+    async def contents(self, ids: Sequence[int]) -> dict[int, str]:
+        """The text of each of ``ids`` still stored."""
+        ...
+
+    async def dense(self, query: str) -> list[int]:
+        """The statements nearest ``query`` by embedding, best first; none without an
+        embedder."""
+        ...
+
+
+def run_now(ranking: Coroutine[Any, Any, T]) -> T:
+    """``ranking`` run to its end at once: on a source whose answers never wait (the local
+    store reads SQLite in the calling thread) it never suspends."""
+    try:
+        ranking.send(None)
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
+    ranking.close()
+    raise RuntimeError("a ranking waited on a source that answers at once")
+
+
+async def relevant(source: StatementSource, query: str) -> list[int]:
+    """The statements about ``query``, then, after the best ``HOP_FROM``, for each of these
+    the best ``RELEVANT_HOPS`` about the names and relations it holds (``hop_terms``): what
+    a question needs two statements for ("the city I visit in August" is in "my brother
+    Elio lives in Brno", found by "Elio" from "a week off in August to stay with Elio").
+    The question's own names anchor hops too: the best statements naming them ("the
+    restaurant Mbali recommended": "Mbali swears by Dosa Palace") start a hop of their own,
+    however common the question's other words make them rank, and a hop by their rare
+    words as well (``rare_hop``). For a question about before a change, the oldest
+    statements on its topic come right after the best: the newer ones, and the hops from
+    them, crowd out what was said before the thing changed."""
+    first, earliest = await ranked(source, query)
+    best = first[:HOP_FROM]
+    if not best:
+        return first
+    anchors = await source.lexical(names) if (names := question_names(query)) else []
+    starts = list(dict.fromkeys([*best, *anchors[:HOP_FROM]]))
+    texts = await source.contents(starts)
+    second: list[int] = []
+    for message_id in (m for m in starts if m in texts):
+        second += (await source.lexical(hop_terms([texts[message_id]], query)))[:RELEVANT_HOPS]
+        if message_id in anchors[:HOP_FROM]:
+            second += (await rare_hop(source, texts[message_id], query))[:RELEVANT_HOPS]
+    return list(dict.fromkeys([*best, *earliest, *anchors[:HOP_FROM], *second, *first]))
+
+
+async def rare_hop(source: StatementSource, text: str, query: str) -> list[int]:
+    """The statements sharing with ``text`` a word the user rarely says (in at most
+    ``RARE`` statements, ``text`` one of them) that ``query`` does not hold: "a pastime
+    Jia and I share" finds "Jia is into bouldering", whose "bouldering" finds "I started
+    bouldering" (no name, no relation links the two)."""
+    asked = set(query_terms(query))
+    words = [t for t in query_terms(text) if t not in asked]
+    rare = [t for t, n in (await source.counts(words)).items() if 1 < n <= RARE]
+    return await source.lexical(rare) if rare else []
+
+
+async def ranked(source: StatementSource, query: str) -> tuple[list[int], list[int]]:
+    """The question ranked three ways, fused: BM25 over its own words, BM25 over the words
+    its topic is said in (``expansion_terms``; the newer first for a question about now),
+    and the dense ranking; and, for a question about before a change (``asks_before``),
+    the oldest ``OLDEST`` statements on its topic."""
+    lexical = await source.lexical(question_terms(query))
+    earliest: list[int] = []
+    if expansion := expansion_terms(query):
+        said = await source.lexical(expansion)
+        # "Where do I work now?": of the statements on the topic, the newer first.
+        newest = sorted(said, reverse=True) if asks_now(query) else []
+        lexical = fuse([lexical, said, newest])
+        earliest = sorted(said)[:OLDEST] if asks_before(query) else []
+    if query.strip() and (dense := await source.dense(query)):
+        lexical = fuse([lexical, dense])
+    return lexical, earliest
