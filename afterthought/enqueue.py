@@ -665,8 +665,11 @@ class _Drainer:
                     return
                 closing = self._closing_until
                 until = float("inf") if closing is None else closing
+                # A replay is done at the exit too (within its bound): an exit that came
+                # before this thread began the replay it was woken for would leave it
+                # undone, for a worker, though Redis answers.
                 loop.run_until_complete(
-                    enqueuer._drain(queue, until=until, replay=closing is None, halt=self._halt)
+                    enqueuer._drain(queue, until=until, replay=True, halt=self._halt)
                 )
                 if self._closing_until is not None:
                     return
