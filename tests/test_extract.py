@@ -682,3 +682,24 @@ async def test_a_level_someone_else_set_for_the_user_or_a_new_work_status_supers
         ("routine_micrograms", "88 micrograms"),
         ("occupation", "self-employed"),
     }
+
+
+async def test_a_later_amount_or_employer_supersedes_however_it_is_said() -> None:
+    """A cut to one ("down to 1 cup") is the same routine as "4 cups", and a new employer
+    the same ``works_at``, in each way of saying it."""
+    first, later = "2026-01-05T09:00:00+00:00", "2026-03-05T09:00:00+00:00"
+    for change, routine in (
+        ("Now I'm down to 2 cups of tea a day", "2 cups of tea a day"),
+        ("I'm cutting back to 1 cup of tea a day", "1 cup of tea a day"),
+        ("I've limited myself to 1 cup of tea a day", "1 cup of tea a day"),
+    ):
+        said = [("I drink 4 cups of tea a day, it's a lot", first), (change, later)]
+        assert await _current_after(said) == {("routine_cups", routine)}, change
+    for change in (
+        "I started at Philips last week.",
+        "I joined Philips in March.",
+        "Switched jobs, I'm with Philips now, better pay.",
+        "First week at Philips done!",
+    ):
+        said = [("I work at Bosch, in the payroll team", first), (change, later)]
+        assert await _current_after(said) == {("works_at", "Philips")}, change

@@ -1441,8 +1441,16 @@ def _routine(m: re.Match[str], t: _Text) -> Iterator[_Said]:
         if not (a.group("per") or _LEVEL.search(before[-40:])) or _guarded(t.text, a.start()):
             continue
         value = " ".join(a.group(0).split())
-        yield _Said("user", "routine_" + _snake(unit), value, "preference", 0.7)
+        yield _Said(
+            "user", "routine_" + _snake(_plural(unit, a.group("n"))), value, "preference", 0.7
+        )
         return
+
+
+def _plural(unit: str, count: str) -> str:
+    """The unit as more than one of it names it, so that "down to 1 cup a day" is the same
+    routine as "3 cups a day" (and supersedes it); an abbreviation ("1 km") stays."""
+    return unit + "s" if count == "1" and len(unit) > 2 and not unit.endswith("s") else unit
 
 
 _CAR_MAKES = (
