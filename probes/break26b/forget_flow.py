@@ -7,11 +7,12 @@ import hmac
 import re
 import sys
 from hashlib import sha256
+from pathlib import Path
 
 import httpx
 
 RW = "http://127.0.0.1:8767"
-token = re.search(r"token: (\S+)", open("/tmp/b26b/inspect_rw.out").read())[1]
+token = re.search(r"token: (\S+)", Path("/tmp/b26b/inspect_rw.out").read_text())[1]
 failed = []
 
 
@@ -38,8 +39,12 @@ with httpx.Client(timeout=60) as c:
     r, fp = dry(c, target)
     check("dry run has a confirm", fp is not None and 'id="confirm"' in r.text, r.status_code)
     form = {"csrf": csrf, "preview": fp, **target}
-    for hdrs in ({"Sec-Fetch-Site": "cross-site"}, {"Sec-Fetch-Site": "same-site"},
-                 {"Origin": "http://evil.com"}, {"Origin": "http://localhost:8767"}):
+    for hdrs in (
+        {"Sec-Fetch-Site": "cross-site"},
+        {"Sec-Fetch-Site": "same-site"},
+        {"Origin": "http://evil.com"},
+        {"Origin": "http://localhost:8767"},
+    ):
         r = c.post(RW + "/forget", data=form, headers=hdrs)
         check(f"cross-site confirm {hdrs}", r.status_code == 403, r.status_code)
     r = c.post(RW + "/forget", data={**form, "csrf": ""})
@@ -48,18 +53,30 @@ with httpx.Client(timeout=60) as c:
     r = c.post(RW + "/forget", data={**form, "csrf": bearer_csrf})
     check("the bearer csrf with a cookie session refused", r.status_code == 403, r.status_code)
     r = c.post(RW + "/forget", data={**form, "preview": "0" * 64})
-    check("made-up fingerprint: dry run again (409)", r.status_code == 409 and 'id="changed"' in r.text, r.status_code)
+    check(
+        "made-up fingerprint: dry run again (409)",
+        r.status_code == 409 and 'id="changed"' in r.text,
+        r.status_code,
+    )
     _, fp_other = dry(c, mimicked)
     r = c.post(RW + "/forget", data={**form, "preview": fp_other})
     check("another user's fingerprint: 409", r.status_code == 409, r.status_code)
     r = c.post(RW + "/forget", data=form)
-    check("confirm forgets", r.status_code == 200 and 'id="done"' in r.text, (r.status_code, r.text[-600:]))
+    check(
+        "confirm forgets",
+        r.status_code == 200 and 'id="done"' in r.text,
+        (r.status_code, r.text[-600:]),
+    )
     check("says forgotten or cannot-tell", 'id="forgotten"' in r.text or 'id="unsure"' in r.text)
     after = c.get(RW + "/user", params=mimicked).text.count('class="text statement"')
     check("the mimicked id keeps its statements", before == after and before > 0, (before, after))
     gone = c.get(RW + "/user", params=target).text
     check("look-alike's statements gone", 'class="text statement"' not in gone)
     r = c.post(RW + "/forget", data=form)
-    check("replayed confirm does nothing (409, nothing)", r.status_code == 409 and 'id="nothing"' in r.text, r.status_code)
+    check(
+        "replayed confirm does nothing (409, nothing)",
+        r.status_code == 409 and 'id="nothing"' in r.text,
+        r.status_code,
+    )
 print(f"{len(failed)} failed")
 sys.exit(1 if failed else 0)

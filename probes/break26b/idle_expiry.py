@@ -4,11 +4,12 @@ second it lives on; unused for 3 s it is gone (401), and stays gone."""
 import re
 import sys
 import time
+from pathlib import Path
 
 import httpx
 
 BASE = "http://127.0.0.1:8768"
-token = re.search(r"token: (\S+)", open("/tmp/b26b/inspect_idle.out").read())[1]
+token = re.search(r"token: (\S+)", Path("/tmp/b26b/inspect_idle.out").read_text())[1]
 with httpx.Client() as c:
     r = c.post(BASE + "/login", data={"token": token})
     jar = {"afterthought_inspect_8768": r.cookies["afterthought_inspect_8768"]}

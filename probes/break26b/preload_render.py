@@ -13,7 +13,7 @@ import uuid
 import httpx
 
 sys.path.insert(0, os.path.dirname(__file__))
-from two_users_api import API, turn  # noqa: E402  (re-runs two_users at import: fine)
+from two_users_api import turn
 
 user = "carol" + uuid.uuid4().hex[:6]
 said = [
@@ -27,7 +27,7 @@ with httpx.Client(timeout=60) as c:
     time.sleep(6)  # flush + synthesis
     reply = turn(c, user, "what am I allergic to, peanuts?")
 print(reply)
-lines = [l for l in reply.splitlines() if l.startswith("user:") or l.startswith("fact")]
+lines = [x for x in reply.splitlines() if x.startswith(("user:", "fact"))]
 print("statement lines:", len(lines), "distinct:", len(set(lines)))
 
 

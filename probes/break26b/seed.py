@@ -28,8 +28,8 @@ USERS = [
 ]
 TEXTS = [
     f"<script>alert('{MARK}')</script> I live in Lisbon",
-    f'</td></tr></table><img src=x onerror=alert(2)> {MARK} my sister is Ana',
-    f"<a href=\"javascript:alert(3)\">click</a> {MARK} I love jazz",
+    f"</td></tr></table><img src=x onerror=alert(2)> {MARK} my sister is Ana",
+    f'<a href="javascript:alert(3)">click</a> {MARK} I love jazz',
     "{{ 7*7 }} {% raw %} " + MARK,
 ]
 
@@ -77,7 +77,7 @@ async def quarantine_and_letter() -> None:
     ]
     try:
         await svc.add_memory(app_name="memory_plugin", user_id=USERS[0], memories=entries)
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         print("add_memory:", type(exc).__name__, exc)
     settings = Settings()
     keys = Keys.of(settings)

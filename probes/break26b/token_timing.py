@@ -5,11 +5,12 @@ import os
 import re
 import statistics
 import time
+from pathlib import Path
 
 import httpx
 
 RO = os.environ.get("RO", "http://127.0.0.1:8766")
-token = re.search(r"token: (\S+)", open("/tmp/b26b/inspect_ro.out").read())[1]
+token = re.search(r"token: (\S+)", Path("/tmp/b26b/inspect_ro.out").read_text())[1]
 N = int(os.environ.get("N", "1500"))
 first = ("A" if token[0] != "A" else "B") + token[1:]
 last = token[:-1] + ("A" if token[-1] != "A" else "B")
@@ -21,4 +22,4 @@ with httpx.Client() as c:
             r = c.get(RO + "/dead-letters", headers={"Authorization": f"Bearer {t}"})
             times[name].append((time.perf_counter_ns() - start) / 1000)
 for name, v in times.items():
-    print(f"{name}: median {statistics.median(v):.1f} us  p10 {sorted(v)[len(v)//10]:.1f}")
+    print(f"{name}: median {statistics.median(v):.1f} us  p10 {sorted(v)[len(v) // 10]:.1f}")

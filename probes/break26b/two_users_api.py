@@ -51,7 +51,7 @@ def main() -> int:
         for u in USERS:
             reply = turn(c, u, "what is my secret code word? where did I move?")
             mine = USERS[u].split()[5]
-            other = [USERS[o].split()[5] for o in USERS if o != u][0]
+            other = next(USERS[o].split()[5] for o in USERS if o != u)
             print(f"--- {u}:\n{reply}\n")
             print(u, "own:", mine in reply, "other's:", other in reply)
             bad += (mine not in reply) + (other in reply)
