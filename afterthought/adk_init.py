@@ -57,9 +57,9 @@ def init_agents_dir(agents_dir: Path) -> str:
         text = real.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise AgentsDirError(f"cannot read {real}: {_why(exc)}") from None
-    begin, end = _line(BEGIN, text), _line(END, text)
-    if begin is not None and end is not None and end.start() > begin.start():
-        start, stop = begin.start(), end.end()
+    block = _block(text)
+    if block is not None:
+        start, stop = block
         stop += text[stop:].startswith("\n")
         if text[start:stop] == BLOCK:
             return f"{target} already registers afterthought://"
@@ -72,9 +72,20 @@ def init_agents_dir(agents_dir: Path) -> str:
     return f"added the afterthought block to {target}"
 
 
-def _line(marker: str, text: str) -> re.Match[str] | None:
+def _lines(marker: str, text: str) -> list[re.Match[str]]:
     """The marker as a whole line of its own (not quoted in a comment or a string)."""
-    return re.search(rf"^{re.escape(marker)}$", text, re.MULTILINE)
+    return list(re.finditer(rf"^{re.escape(marker)}$", text, re.MULTILINE))
+
+
+def _block(text: str) -> tuple[int, int] | None:
+    """Where our block starts and ends: the first end marker and the begin marker nearest
+    above it. A begin marker left without its end (the rest of an old block someone cut
+    short) is not ours to bring up to date, nor is what follows it."""
+    for end in _lines(END, text):
+        begins = [b for b in _lines(BEGIN, text) if b.start() < end.start()]
+        if begins:
+            return begins[-1].start(), end.end()
+    return None
 
 
 def _registers_by_hand(text: str, path: Path) -> bool:

@@ -46,14 +46,22 @@ def enqueue_span(messages: Sequence[QueuedMessage]) -> Iterator[tuple[Span, list
     messages to queue: each carrying its context when it is valid (a tracer provider is
     installed), else as they were."""
     with _tracer.start_as_current_span(
-        ENQUEUE_SPAN, kind=SpanKind.PRODUCER, attributes=_sizes(messages)
+        ENQUEUE_SPAN,
+        kind=SpanKind.PRODUCER,
+        attributes=_sizes(messages),
+        record_exception=False,
+        set_status_on_exception=False,
     ) as span:
         carrier: dict[str, str] = {}
         _W3C.inject(carrier)
         traced = list(messages)
         if carrier:
             traced = [m.model_copy(update={"trace": carrier}) for m in messages]
-        yield span, traced
+        try:
+            yield span, traced
+        except BaseException as exc:
+            _ended(span, exc)
+            raise
 
 
 def _link(message: QueuedMessage, now_ms: int) -> Link | None:
@@ -106,18 +114,24 @@ def persist_span(
         kind=SpanKind.CONSUMER,
         links=links,
         attributes=attributes,
-        # An exception's text may quote content: only its type is recorded.
         record_exception=False,
         set_status_on_exception=False,
     ) as span:
         try:
             yield span
         except BaseException as exc:
-            # Only a failure is an error: an alert on a trace's error rate must not fire
-            # for a worker that stops (a cancellation) or a batch read again.
-            failed = isinstance(exc, Exception) and not isinstance(exc, flow)
-            if failed:
-                span.set_status(StatusCode.ERROR, type(exc).__name__)
-            else:
-                span.set_attribute("afterthought.ended_by", type(exc).__name__)
+            _ended(span, exc, flow)
             raise
+
+
+def _ended(
+    span: Span, exc: BaseException, flow: type[Exception] | tuple[type[Exception], ...] = ()
+) -> None:
+    """What a span that an exception ended records: its type alone (the SDK's own
+    recording would add its text and traceback, which may quote content). Only a failure
+    is an error: an alert on a trace's error rate must not fire for a turn or a worker
+    that stops (a cancellation) or a batch read again (``flow``)."""
+    if isinstance(exc, Exception) and not isinstance(exc, flow):
+        span.set_status(StatusCode.ERROR, type(exc).__name__)
+    else:
+        span.set_attribute("afterthought.ended_by", type(exc).__name__)

@@ -204,10 +204,18 @@ def _page(request: Request, name: str, code: int = 200, **values: Any) -> HTMLRe
 
 
 async def _form(request: Request) -> dict[str, str]:
-    """A urlencoded form's first value of each field (no multipart: nothing here uploads)."""
-    body = await request.body()
-    if len(body) > MAX_FORM_BYTES:
+    """A urlencoded form's first value of each field (no multipart: nothing here uploads);
+    none of a body larger than ``MAX_FORM_BYTES``, read no further than that: the login
+    takes posts from anyone (another site's page too), who must not make it hold a body
+    of any size."""
+    declared = request.headers.get("content-length", "")
+    if declared.isascii() and declared.isdigit() and int(declared) > MAX_FORM_BYTES:
         return {}
+    body = b""
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > MAX_FORM_BYTES:
+            return {}
     fields = parse_qs(body.decode(errors="replace"), keep_blank_values=True)
     return {name: values[0] for name, values in fields.items()}
 
