@@ -71,8 +71,10 @@ def parse_uri(uri: str) -> dict[str, Any]:
             raise MemoryServiceUriError(f"{SCHEME}:// names {name} more than once")
         seen.add(name)
         if name == LIMIT:
-            # ASCII digits alone: ``str.isdigit`` takes '²', which ``int`` refuses.
-            if not (value.isascii() and value.isdigit() and 1 <= int(value) <= MAX_LIMIT):
+            # ASCII digits alone: ``str.isdigit`` takes '²', which ``int`` refuses; and
+            # few of them: ``int`` refuses thousands with an error of its own.
+            digits = value.isascii() and value.isdigit() and len(value) <= 3
+            if not (digits and 1 <= int(value) <= MAX_LIMIT):
                 raise MemoryServiceUriError(f"{SCHEME}://?{LIMIT}= must be 1..{MAX_LIMIT}")
             overrides[LIMIT] = int(value)
         elif name in SECRET:

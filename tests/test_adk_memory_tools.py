@@ -105,6 +105,7 @@ def test_an_afterthought_uri_names_settings_by_their_names(uri: str, kwargs: Any
         ("afterthought://?limit=0", "limit= must be 1..50"),
         ("afterthought://?limit=%C2%B2", "limit= must be 1..50"),  # '²', a digit to isdigit
         ("afterthought://?limit=%D9%A3", "limit= must be 1..50"),  # an Arabic-Indic 3
+        ("afterthought://?limit=" + "9" * 5000, "limit= must be 1..50"),  # past int()'s digits
         ("afterthought://?key_prefix=a&key_prefix=b", "names key_prefix more than once"),
         ("afterthought://?key_prefix", "must be name=value pairs"),
         ("afterthought://?fact_ttl_days={7", "fact_ttl_days= must be a JSON object"),
