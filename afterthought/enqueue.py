@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import contextlib
 import logging
 import signal
 import threading
@@ -738,8 +739,9 @@ _stopping = threading.Event()
 """A stop signal came: what is held from then on is spooled at once. A server's graceful
 shutdown still serves turns, and it may end by the signal's default action (uvicorn puts
 back the handler it found and raises the signal again), where no exit hook runs."""
-_flushing = False
-"""A stop signal's flush is under way (signal handlers run on the main thread only)."""
+_flush: tuple[threading.Thread, float] | None = None
+"""A stop signal's flush under way: its thread, and when its time is up (monotonic).
+Signal handlers run on the main thread only, a second one inside the first."""
 
 
 def _catch_stop_signals() -> None:
@@ -765,19 +767,24 @@ def _catch_stop_signals() -> None:
 
 
 def _on_stop_signal(signum: int, frame: FrameType | None) -> None:
-    global _flushing
+    global _flush
     _stopping.set()
-    if not _flushing:  # a second signal during the flush goes on at once
-        _flushing = True
-        try:
-            # A thread of its own, joined for a bounded time: this one may have been
-            # interrupted holding a lock the flush takes.
-            flush = threading.Thread(target=_spool_held, name="afterthought-stop", daemon=True)
-            flush.start()
-            bound = max((e._settings.exit_flush_seconds for e in list(_ENQUEUERS)), default=0.0)
-            flush.join(bound + STOP_WRITE_SECONDS)
-        finally:
-            _flushing = False
+    if _flush is None:
+        # A thread of its own, joined for a bounded time: this one may have been
+        # interrupted holding a lock the flush takes.
+        bound = max((e._settings.exit_flush_seconds for e in list(_ENQUEUERS)), default=0.0)
+        thread = threading.Thread(target=_spool_held, name="afterthought-stop", daemon=True)
+        _flush = (thread, time.monotonic() + bound + STOP_WRITE_SECONDS)
+    thread, until = _flush
+    # A second signal (a supervisor's retry, Ctrl-C twice) waits for the same flush, for
+    # the time it has left: passed on at once, it ended the process before the spool was
+    # written. It may come between the two lines of the first: then it starts the thread.
+    with contextlib.suppress(RuntimeError):  # started already (by the other handler)
+        thread.start()
+    if thread.ident is not None:  # else no thread could be started: nothing to wait for
+        thread.join(max(0.0, until - time.monotonic()))
+    if not thread.is_alive():
+        _flush = None  # a later signal flushes what was held since
     found = _replaced[signum]
     if callable(found):
         found(signum, frame)

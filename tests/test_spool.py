@@ -5,6 +5,7 @@ next agent process or a worker of the machine."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import fcntl
 import json
@@ -118,16 +119,21 @@ async def test_a_one_shot_agent_with_redis_down_exits_in_time_and_its_turn_is_st
         server.close()
 
 
-@pytest.mark.parametrize("sig", ["SIGTERM", "SIGINT"])
+@pytest.mark.parametrize(
+    ("sig", "times"),
+    [("SIGTERM", 1), ("SIGINT", 1), ("SIGTERM", 2)],
+    ids=["SIGTERM", "SIGINT", "SIGTERM-twice"],
+)
 async def test_an_agent_stopped_by_a_signal_with_redis_down_spools_its_turn_then_ends_by_it(
-    make_settings: Callable[..., Settings], zep_fake: ZepFake, sig: str
+    make_settings: Callable[..., Settings], zep_fake: ZepFake, sig: str, times: int
 ) -> None:
     """``docker stop`` and Kubernetes (SIGTERM), Ctrl-C (SIGINT), sent to an agent that
     waits for its next request with its turn buffered (Redis refusing connections): the
     turn is spooled within ``exit_flush_seconds`` (SIGTERM's handler; SIGINT's
     KeyboardInterrupt exits through the exit hook), then the signal ends the process as
     it would have (killed by SIGTERM, 143 to a shell); with Redis back a worker stores
-    the turn once."""
+    the turn once. A second SIGTERM during the flush (a supervisor's retry) waits for the
+    same flush: passed on at once, it ended the process before anything was spooled."""
     zep_fake.honor_idempotency = False
     server = RedisServer()
     url = server.start()
@@ -154,6 +160,12 @@ async def test_an_agent_stopped_by_a_signal_with_redis_down_spools_its_turn_then
         assert proc.stdout is not None and "turn done" in proc.stdout.readline()
         signalled = time.monotonic()
         proc.send_signal(getattr(signal, sig))
+        if times == 2:
+            # Well inside the flush: its drain threads get exit_flush_seconds first.
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(settings.exit_flush_seconds / 5)
+            if proc.poll() is None:
+                proc.send_signal(getattr(signal, sig))
         proc.wait(60)
         took = time.monotonic() - signalled
     finally:
