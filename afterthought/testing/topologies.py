@@ -745,7 +745,8 @@ class ClusterSet(_Topology):
         found: list[int] = []
 
         def check() -> str | None:
-            promoted = [master for master in self.masters() if master not in others]
+            # The killed master itself owns its slots until the failover: not its heir.
+            promoted = [m for m in self.masters() if m not in others and m != port]
             if not promoted:
                 return f"no replica of {port} is a master yet"
             found.append(promoted[0])
