@@ -646,6 +646,9 @@ def _inspect(args: argparse.Namespace) -> int:
     listening = socket.socket(family, socket.SOCK_STREAM)
     listening.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     listening.bind((args.host, args.port))
+    # Listening before the address is printed: a client that reads it and connects at
+    # once (a script, a test) is queued, not refused while uvicorn starts.
+    listening.listen(2048)
     port = listening.getsockname()[1]
     app, inspector = create_app(
         settings,
