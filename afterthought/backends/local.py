@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from afterthought import templates
 from afterthought.backends import ranking
@@ -848,21 +848,7 @@ class LocalBackend(MemoryBackend):
                 " invalid_at, source_keys FROM facts WHERE user_uuid = ? ORDER BY valid_at",
                 (user.user_uuid,),
             ).fetchall()
-            return [
-                StoredFact(
-                    r[0],
-                    r[1],
-                    r[2],
-                    r[3],
-                    r[4] or "",
-                    0.5 if r[5] is None else r[5],
-                    r[6] or "",
-                    r[7],
-                    r[8],
-                    json.loads(r[9]),
-                )
-                for r in rows
-            ]
+            return [stored_fact(r) for r in rows]
 
         return await self._run(work)
 
@@ -1047,6 +1033,30 @@ class _Source:
 
         vector = unit_rows(self.embedder.embed([query]))[0]
         return self.index.search(self.db, self.user_uuid, vector, RELEVANT)
+
+
+class Row(Protocol):
+    """A selected row, by position: SQLite's tuple, asyncpg's ``Record``."""
+
+    def __getitem__(self, index: int, /) -> Any: ...
+
+
+def stored_fact(row: Row) -> StoredFact:
+    """A fact as both stores select it (``uuid, subject, predicate, value, kind,
+    importance, trust, valid_at, invalid_at, source_keys``): a row older than a column
+    holds NULL there."""
+    return StoredFact(
+        row[0],
+        row[1],
+        row[2],
+        row[3],
+        row[4] or "",
+        0.5 if row[5] is None else row[5],
+        row[6] or "",
+        row[7],
+        row[8],
+        json.loads(row[9]),
+    )
 
 
 def changed_keys(changed: Sequence[tuple[str, str | None, str]]) -> dict[str, str | None]:

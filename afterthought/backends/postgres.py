@@ -66,6 +66,7 @@ from afterthought.backends.local import (
     render_template,
     repeating,
     said_hits,
+    stored_fact,
 )
 from afterthought.backends.retrieval import (
     Statement,
@@ -976,21 +977,7 @@ class PostgresBackend(MemoryBackend):
                 " invalid_at, source_keys FROM facts WHERE user_uuid = $1 ORDER BY valid_at",
                 user.user_uuid,
             )
-            return [
-                StoredFact(
-                    r[0],
-                    r[1],
-                    r[2],
-                    r[3],
-                    r[4] or "",
-                    0.5 if r[5] is None else r[5],
-                    r[6] or "",
-                    r[7],
-                    r[8],
-                    json.loads(r[9]),
-                )
-                for r in rows
-            ]
+            return [stored_fact(r) for r in rows]
 
         return await self._run(work)
 
