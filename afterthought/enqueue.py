@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
+import itertools
 import logging
 import signal
 import threading
@@ -140,6 +141,10 @@ class Enqueuer:
         self._lock = threading.Lock()
         self._emptied = threading.Condition(self._lock)
         self._retry_at: dict[str, float] = {}
+        self._in_flight: dict[int, Sequence[QueuedMessage]] = {}
+        """Messages a turn's enqueue is sending now, by a token of the call: a stop signal
+        spools them too (unsure), or a process ended during the call loses them."""
+        self._tokens = itertools.count()
         self.breaker = CircuitBreaker(
             failures=settings.breaker_failures, seconds=settings.breaker_seconds
         )
@@ -223,11 +228,17 @@ class Enqueuer:
         if behind or not self.breaker.allow():
             self._hold(messages)
             return False
+        token = next(self._tokens)
+        with self._lock:
+            self._in_flight[token] = messages
         try:
             why = await self.send(messages)
         except asyncio.CancelledError:  # the caller is cancelled: the script may have run
-            self.hold(messages)
+            if self._landed(token):
+                self.hold(messages)
             raise
+        if not self._landed(token) and why is not None:
+            return False  # a stop signal spooled them meanwhile, behind what was held
         if why is None:
             if self._replay_due:
                 self._drainer.wake()  # Redis answers: the drain thread replays the spool
@@ -237,6 +248,11 @@ class Enqueuer:
             return False
         self._hold(messages, maybe_queued=why == UNREACHABLE)
         return False
+
+    def _landed(self, token: int) -> bool:
+        """The call ``token`` has ended: False when a stop signal spooled its messages."""
+        with self._lock:
+            return self._in_flight.pop(token, None) is not None
 
     def _look_at_spool(self) -> None:
         """Another process of this machine (one that exited while Redis did not answer it)
@@ -605,13 +621,19 @@ class Enqueuer:
         if held is not None and self._given is None:
             await held[0].aclose()
 
-    def _spool_all(self, wait: float) -> None:
+    def _spool_all(self, wait: float, *, in_flight: bool = False) -> None:
         """What is still held now goes to the spool (at close and exit: the drain's time
         is up), each thread's messages in order; ``wait``: what is left of that time for
-        another process's append (held by a stopped process, it is not waited out)."""
+        another process's append (held by a stopped process, it is not waited out).
+        ``in_flight`` (the process ends): the messages enqueues are sending now too, unsure,
+        before what is held (a thread is held only behind its messages already in flight)."""
         with self._spool_lock:
             with self._lock:
-                held = [h for thread in list(self._held) for h in self._take(thread)]
+                sending = list(self._in_flight.values()) if in_flight else []
+                if in_flight:
+                    self._in_flight.clear()
+                held = [_Held(m, maybe_queued=True) for batch in sending for m in batch]
+                held += [h for thread in list(self._held) for h in self._take(thread)]
             if held:
                 self._spool(held, wait=wait)
 
@@ -720,14 +742,18 @@ def _spool_held() -> None:
     At exit and at a stop signal: the drain threads are done with (after a signal, what
     is held goes to the spool at once, for a worker or the next process to replay)."""
     start = time.monotonic()
-    held = [e for e in list(_ENQUEUERS) if e.buffered or (e._replay_due and e._drainer.alive)]
+    held = [
+        e
+        for e in list(_ENQUEUERS)
+        if e.buffered or e._in_flight or (e._replay_due and e._drainer.alive)
+    ]
     for enqueuer in held:
         enqueuer._drainer._closing_until = start + enqueuer._settings.exit_flush_seconds
         enqueuer._drainer._wake.set()
     for enqueuer in held:
         until = start + enqueuer._settings.exit_flush_seconds
         enqueuer._drainer.close(until)
-        enqueuer._spool_all(max(0.0, until - time.monotonic()))
+        enqueuer._spool_all(max(0.0, until - time.monotonic()), in_flight=True)
         # Its time is up: a drain thread asleep on the breaker or a backoff ends now, or
         # the exit after a stop signal's flush would wait for it once more.
         enqueuer._drainer._halt.set()

@@ -2,7 +2,9 @@
 model and the memory callbacks, settings from the environment. Prints ``turn done`` once
 the turn has ended and, as its last exit hook, how long it took from then to that hook
 (``exited after SECONDS``). ``python -m tests.one_shot_agent USER TEXT [stay]``: with
-``stay`` it then waits, as a server between requests does, until a signal ends it."""
+``stay`` it then waits, as a server between requests does, until a signal ends it; with
+``sending`` it prints ``sending`` once its user's message is being enqueued (Redis has not
+answered yet), then goes on with the turn."""
 
 from __future__ import annotations
 
@@ -12,20 +14,39 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
+from afterthought.contract import QueuedMessage
 from afterthought.settings import Settings
 
 ROOT = Path(__file__).resolve().parent.parent
 EXITED = "exited after "
 
 
-async def main(user_id: str, text: str, *, stay: bool = False) -> float:
+def _tell_sending(text: str) -> None:
+    """Print ``sending`` as the enqueue of ``text`` goes to Redis."""
+    from afterthought.enqueue import Enqueuer
+
+    send = Enqueuer.send
+
+    async def telling(self: Enqueuer, messages: Sequence[QueuedMessage]) -> str | None:
+        if any(m.content == text for m in messages):
+            print("sending", flush=True)
+        return await send(self, messages)
+
+    Enqueuer.send = telling  # type: ignore[method-assign]
+
+
+async def main(user_id: str, text: str, *, stay: bool = False, sending: bool = False) -> float:
     """The turn; when it ended (monotonic)."""
     # Imported here, after the exit hook below is registered: the memory's exit hook is
     # registered as it is imported, so it runs first and ours measures it.
     from afterthought.agent_hooks import create_callbacks
     from tests.adk_support import make_runner, new_session, say
+
+    if sending:
+        _tell_sending(text)
 
     runner, _ = make_runner(create_callbacks())
     session = await new_session(runner, user_id)
@@ -59,4 +80,9 @@ if __name__ == "__main__":
     atexit.register(
         lambda: ended and print(f"{EXITED}{time.monotonic() - ended[0]:.3f}", flush=True)
     )
-    ended.append(asyncio.run(main(sys.argv[1], sys.argv[2], stay=sys.argv[3:] == ["stay"])))
+    mode = sys.argv[3:]
+    ended.append(
+        asyncio.run(
+            main(sys.argv[1], sys.argv[2], stay=mode == ["stay"], sending=mode == ["sending"])
+        )
+    )

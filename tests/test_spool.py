@@ -186,6 +186,66 @@ async def test_an_agent_stopped_by_a_signal_with_redis_down_spools_its_turn_then
         server.close()
 
 
+async def test_a_signal_while_the_users_message_is_being_enqueued_spools_it(
+    make_settings: Callable[..., Settings], zep_fake: ZepFake
+) -> None:
+    """SIGTERM while the turn's enqueue waits on a Redis that took the connection but does
+    not answer (paused): the message in flight is spooled (unsure: Redis may have taken
+    it), the process ends by the signal within ``exit_flush_seconds``, not after the
+    enqueue's own timeout, and with Redis back a worker stores the message once."""
+    zep_fake.honor_idempotency = False
+    server = RedisServer()
+    url = server.start()
+    settings = make_settings(
+        redis_url=url,
+        backend="zep",
+        zep_api_key="test-key",
+        zep_base_url=zep_fake.base_url,
+        enqueue_timeout=5.0,  # ten times the exit's bound: only the spool can keep it
+        retrieval_budget=0.5,
+        exit_flush_seconds=0.5,
+    )
+    pid = server._proc.pid if server._proc else 0
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "tests.one_shot_agent",
+                "ada",
+                "I keep bees in Porto",
+                "sending",
+            ],
+            cwd=ROOT,
+            env={**os.environ, **settings.as_env()},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
+        try:
+            assert proc.stdout is not None and "sending" in proc.stdout.readline()
+            signalled = time.monotonic()
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(60)
+            took = time.monotonic() - signalled
+        finally:
+            proc.kill()
+            proc.wait()
+        assert proc.returncode == -signal.SIGTERM
+        assert took < settings.exit_flush_seconds + EXIT_SLACK_SECONDS
+        spool = Spool.of(settings)
+        assert spool.waiting() >= 1
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    try:
+        await drain(settings)
+        assert _stored(zep_fake).count("I keep bees in Porto") == 1
+        assert spool.empty()
+    finally:
+        server.close()
+
+
 _HANDLERS_SET = """
 import signal, threading
 from afterthought import enqueue
