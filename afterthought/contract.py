@@ -325,6 +325,10 @@ def split_content(content: str, limit: int) -> list[str]:
     return parts
 
 
+#: The reason listed for a dead letter whose header cannot be read.
+UNREADABLE_LETTER = "unreadable letter header"
+
+
 class DeadLetter(BaseModel):
     """A queued item the worker gave up on, with why; replayable as it was queued."""
 
@@ -341,5 +345,12 @@ class DeadLetter(BaseModel):
 
     @classmethod
     def parse(cls, raw: bytes) -> DeadLetter:
+        """Never raises: a letter whose header cannot be read (damaged, or another
+        program's) is listed as :data:`UNREADABLE_LETTER`, on no thread, with its item,
+        so one bad letter cannot stop a listing, a replay or a forget's sweep (the item
+        says whose message it is, when it can be read)."""
         header, _, item = raw.partition(b"\n")
-        return cls.model_validate({**json.loads(header), "item": item})
+        try:
+            return cls.model_validate({**json.loads(header), "item": item})
+        except (ValueError, TypeError):  # JSON, UTF-8 and validation errors alike
+            return cls(thread="", reason=UNREADABLE_LETTER, attempts=0, at=0, item=item)

@@ -453,3 +453,43 @@ def test_an_inspector_on_the_ipv6_loopback_answers_its_own_address(
             assert page.status_code == 200
             for host in ("[::2]", "evil.example", "[::1", "[::1]evil"):
                 assert client.get("/login", headers={"Host": host}).status_code == 400, host
+
+
+def test_a_damaged_dead_letter_is_listed_and_breaks_no_page_replay_or_forget(
+    alice: Settings,
+) -> None:
+    """A letter whose header cannot be read (damaged, or another program's) is listed as
+    unreadable; the pages, a replay and a forget's sweep go on past it."""
+    from afterthought.dead_letters import DeadLetters
+    from afterthought.keys import Keys
+
+    async def plant() -> None:
+        client = connect(alice.redis_url)
+        try:
+            dead = Keys.of(alice).dead(Keys.of(alice).shard_ids[0])
+            for raw in (b"\xff\xfe not json\n{}", b"[1, 2]\nitem", b"no header at all"):
+                await client.rpush(dead, raw)
+            await client.expire(dead, 3600)
+        finally:
+            await client.aclose()
+
+    async def replay_and_forget() -> tuple[int, int]:
+        client = connect(alice.redis_url)
+        backend = open_backend(alice)
+        try:
+            replayed = await DeadLetters(client, alice).replay()
+            done = await Forgetter(alice, client, backend).forget_user(app=APP, user_id="alice")
+            return replayed.malformed, done.users
+        finally:
+            await backend.aclose()
+            await client.aclose()
+
+    asyncio.run(plant())
+    with inspector(alice) as client:
+        letters = client.get("/dead-letters", headers=AUTH)
+        assert letters.status_code == 200
+        assert letters.text.count("unreadable letter header") == 3
+        assert client.get(f"/user?app={APP}&user=alice", headers=AUTH).status_code == 200
+    malformed, users = asyncio.run(replay_and_forget())
+    assert malformed == 3 and users == 1
+    assert asyncio.run(stored(alice, "alice")) == ([], [])
