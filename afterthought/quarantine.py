@@ -13,6 +13,7 @@ user drops their entries (:meth:`Quarantine.drop_user`)."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import secrets
 import time
@@ -44,6 +45,10 @@ return 1
 )
 
 
+#: The reason listed for a quarantine entry that cannot be read.
+UNREADABLE_ENTRY = "unreadable entry"
+
+
 @dataclass(frozen=True)
 class Entry:
     """One refused proposal."""
@@ -72,6 +77,20 @@ class Entry:
 
     @classmethod
     def parse(cls, raw: bytes | str) -> Entry:
+        """Never raises: an entry that cannot be read is listed as of nobody, with
+        :data:`UNREADABLE_ENTRY` as its reason and an id of its bytes (to drop it by), so
+        one cannot stop a listing or a forget."""
+        try:
+            return cls._parse(raw)
+        except (ValueError, TypeError, AttributeError):  # not JSON, not an object, bad fields
+            data = raw.encode() if isinstance(raw, str) else raw
+            unreadable = hashlib.sha256(data).hexdigest()[:16]
+            return cls(
+                app="", user_id="", text="", reason=UNREADABLE_ENTRY, trust="", id=unreadable, at=0
+            )
+
+    @classmethod
+    def _parse(cls, raw: bytes | str) -> Entry:
         data = json.loads(raw)
         fact = data.get("fact")
         return cls(
@@ -186,7 +205,12 @@ class Quarantine:
         dropped = 0
         for key in self._lists(shards):
             for raw in await self._redis.lrange(key, 0, -1):
-                found = json.loads(raw)
+                try:
+                    found = json.loads(raw)
+                except ValueError:  # unreadable: nobody's (listed for an operator to drop)
+                    continue
+                if not isinstance(found, dict):
+                    continue
                 # ``user``: entries of every version carry it; ``user_id`` this one's.
                 if found.get("user") == who or (every_app and found.get("user_id") == user_id):
                     dropped += await self._redis.lrem(key, 1, raw)

@@ -459,9 +459,11 @@ def test_a_damaged_dead_letter_is_listed_and_breaks_no_page_replay_or_forget(
     alice: Settings,
 ) -> None:
     """A letter whose header cannot be read (damaged, or another program's) is listed as
-    unreadable; the pages, a replay and a forget's sweep go on past it."""
+    unreadable, and so is a quarantine entry that cannot be read; the pages, a replay and
+    a forget's sweep go on past them."""
     from afterthought.dead_letters import DeadLetters
     from afterthought.keys import Keys
+    from afterthought.quarantine import UNREADABLE_ENTRY, Quarantine
 
     async def plant() -> None:
         client = connect(alice.redis_url)
@@ -470,6 +472,10 @@ def test_a_damaged_dead_letter_is_listed_and_breaks_no_page_replay_or_forget(
             for raw in (b"\xff\xfe not json\n{}", b"[1, 2]\nitem", b"no header at all"):
                 await client.rpush(dead, raw)
             await client.expire(dead, 3600)
+            quarantined = Keys.of(alice).quarantine(Keys.of(alice).shard_of(APP, "alice"))
+            for raw in (b"\xff not json", b"[1]", b'{"fact": 3, "at": "x"}'):
+                await client.rpush(quarantined, raw)
+            await client.expire(quarantined, 3600)
         finally:
             await client.aclose()
 
@@ -490,6 +496,19 @@ def test_a_damaged_dead_letter_is_listed_and_breaks_no_page_replay_or_forget(
         assert letters.status_code == 200
         assert letters.text.count("unreadable letter header") == 3
         assert client.get(f"/user?app={APP}&user=alice", headers=AUTH).status_code == 200
+        held = client.get("/quarantine", headers=AUTH)
+        assert held.status_code == 200 and held.text.count("unreadable entry") == 3
     malformed, users = asyncio.run(replay_and_forget())
     assert malformed == 3 and users == 1
+
+    async def drop_unreadable() -> int:
+        client = connect(alice.redis_url)
+        try:
+            quarantine = Quarantine(client, alice)
+            ids = [e.id for e in await quarantine.entries() if e.reason == UNREADABLE_ENTRY]
+            return sum([await quarantine.drop(i) for i in ids])
+        finally:
+            await client.aclose()
+
+    assert asyncio.run(drop_unreadable()) == 3  # an operator can drop each by its id
     assert asyncio.run(stored(alice, "alice")) == ([], [])
