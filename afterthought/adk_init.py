@@ -6,9 +6,10 @@ the file holds. It needs no ADK: the file it writes imports
 from __future__ import annotations
 
 import ast
+import io
 import os
-import re
 import tempfile
+import tokenize
 from pathlib import Path
 
 BEGIN = "# --- afterthought: --memory_service_uri afterthought:// (afterthought adk init) ---"
@@ -51,40 +52,67 @@ def init_agents_dir(agents_dir: Path) -> str:
             f"{target} is a link to {real}, which does not exist: point it at a file, or remove it"
         )
     if not target.exists():
-        _write(real, BLOCK)
+        _write(real, BLOCK, "utf-8")
         return f"wrote {target}"
-    try:
-        text = real.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise AgentsDirError(f"cannot read {real}: {_why(exc)}") from None
+    if not real.is_file():  # a FIFO would block the read forever, a device worse
+        raise AgentsDirError(f"{real} is not a regular file: ADK imports a Python file there")
+    text, encoding = _source(real)
+    _registers_by_hand(text, real)  # refuses a file Python cannot parse either
+    newline = "\r\n" if "\r\n" in text else "\n"
+    ours = BLOCK.replace("\n", newline)
     block = _block(text)
     if block is not None:
         start, stop = block
-        stop += text[stop:].startswith("\n")
-        if text[start:stop] == BLOCK:
+        if text[start:stop] == ours:
             return f"{target} already registers afterthought://"
-        _write(real, text[:start] + BLOCK + text[stop:])
+        _write(real, text[:start] + ours + text[stop:], encoding)
         return f"updated the afterthought block of {target}"
     if _registers_by_hand(text, real):
         return f"{target} already registers afterthought:// (by hand): left as it is"
-    joint = "" if not text or text.endswith("\n\n") else "\n" if text.endswith("\n") else "\n\n"
-    _write(real, text + joint + BLOCK)
+    ends = text.endswith
+    joint = "" if not text or ends(newline * 2) else newline if ends(newline) else newline * 2
+    _write(real, text + joint + ours, encoding)
     return f"added the afterthought block to {target}"
 
 
-def _lines(marker: str, text: str) -> list[re.Match[str]]:
-    """The marker as a whole line of its own (not quoted in a comment or a string)."""
-    return list(re.finditer(rf"^{re.escape(marker)}$", text, re.MULTILINE))
+def _source(path: Path) -> tuple[str, str]:
+    """The file's text and encoding as Python reads source (PEP 263: a BOM, a coding
+    line, else UTF-8), its newlines untouched."""
+    try:
+        data = path.read_bytes()
+        encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
+        return data.decode(encoding), encoding
+    except (OSError, SyntaxError, UnicodeDecodeError, LookupError) as exc:
+        raise AgentsDirError(
+            f"cannot read {path}: {_why(exc)} (Python reads a source file as UTF-8 unless a "
+            "coding line says otherwise)"
+        ) from None
+
+
+def _markers(marker: str, text: str) -> list[tuple[int, int]]:
+    """Where the marker is a comment of a line of its own (not inside a string, nor
+    after code), each from its line's start to past its line's end."""
+    starts = [0]
+    for line in text.splitlines(keepends=True):
+        starts.append(starts[-1] + len(line))
+    found = []
+    for token in tokenize.generate_tokens(io.StringIO(text).readline):
+        row, column = token.start
+        if token.type == tokenize.COMMENT and column == 0 and token.string == marker:
+            found.append((starts[row - 1], starts[row]))
+    return found
 
 
 def _block(text: str) -> tuple[int, int] | None:
-    """Where our block starts and ends: the first end marker and the begin marker nearest
-    above it. A begin marker left without its end (the rest of an old block someone cut
-    short) is not ours to bring up to date, nor is what follows it."""
-    for end in _lines(END, text):
-        begins = [b for b in _lines(BEGIN, text) if b.start() < end.start()]
-        if begins:
-            return begins[-1].start(), end.end()
+    """Where our block starts and ends (its last line break included): the first end
+    marker and the begin marker nearest above it. A begin marker left without its end
+    (the rest of an old block someone cut short) is not ours to bring up to date, nor is
+    what follows it."""
+    begins = _markers(BEGIN, text)
+    for end_start, end_stop in _markers(END, text):
+        above = [start for start, _ in begins if start < end_start]
+        if above:
+            return above[-1], end_stop
     return None
 
 
@@ -122,15 +150,16 @@ def _why(exc: BaseException) -> str:
     return exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__
 
 
-def _write(target: Path, text: str) -> None:
-    """All or nothing (a new file beside it, renamed over), keeping an existing file's
-    permissions; a failure names the file, not the temporary one."""
+def _write(target: Path, text: str, encoding: str) -> None:
+    """All or nothing (a new file beside it, renamed over), in the file's encoding (its
+    BOM kept), keeping an existing file's permissions; a failure names the file, not the
+    temporary one."""
     temporary = None
     try:
         mode = target.stat().st_mode & 0o7777 if target.exists() else 0o644
         fd, temporary = tempfile.mkstemp(dir=target.parent, prefix=".services-", suffix=".py")
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            out.write(text)
+        with os.fdopen(fd, "wb") as out:
+            out.write(text.encode(encoding))
         os.chmod(temporary, mode)
         os.replace(temporary, target)
     except BaseException as exc:
