@@ -185,18 +185,25 @@ async def ours(settings: Settings, n: int, *, warm: bool, history: int = 0) -> l
     return took
 
 
-async def hung(settings: Settings, fake: ZepFake, seconds: float) -> list[float]:
-    """Cache-missing turns for ``seconds`` while the fake hangs (it answers nothing)."""
+async def hung(
+    settings: Settings, fake: ZepFake, seconds: float
+) -> tuple[list[float], list[float]]:
+    """Cache-missing turns for ``seconds`` while the fake hangs (it answers nothing), and
+    bare turns between them: the machine's load then is the baseline's too."""
     runner, user = await _provisioned(settings)
+    plain = _runner()
+    await _turns(plain, "u", 5)
     client = aioredis.Redis.from_url(settings.redis_url)
     forget = _forgetting(settings, client)
     fake.latency = 24 * 3600.0  # requests wait, unanswered, until the client gives up
+    baseline: list[float] = []
     took: list[float] = []
     until = time.monotonic() + seconds
     while time.monotonic() < until:
         took += await _turns(runner, user, 10, before_each=forget)
+        baseline += await _turns(plain, "u", 10)
     await client.aclose()
-    return took
+    return baseline, took
 
 
 def _hang_report(baseline: list[float], took: list[float], budget: float) -> dict[str, Any]:
@@ -266,8 +273,7 @@ def main() -> None:
         )
         if args.hang:
             try:
-                baseline = asyncio.run(bare(args.turns))
-                took = asyncio.run(hung(settings, fake, args.hang))
+                baseline, took = asyncio.run(hung(settings, fake, args.hang))
             finally:
                 asyncio.run(cleanup(settings))
             report = _hang_report(baseline, took, settings.retrieval_budget)
