@@ -67,6 +67,14 @@ def parse_uri(uri: str) -> dict[str, Any]:
     overrides: dict[str, Any] = {}
     seen: set[str] = set()
     for name, value in pairs:
+        if name != LIMIT and name not in Settings.model_fields:
+            # Not quoted back: what was typed there may be a secret pasted in the wrong place.
+            close = difflib.get_close_matches(name, [*_SETTINGS, LIMIT], n=1)
+            hint = f" (did you mean {close[0]}?)" if close else ""
+            raise MemoryServiceUriError(
+                f"{SCHEME}:// has a parameter it does not know{hint}; it takes {LIMIT} and "
+                "the settings by name (README: Settings)"
+            )
         if name in seen:
             raise MemoryServiceUriError(f"{SCHEME}:// names {name} more than once")
         seen.add(name)
@@ -82,15 +90,8 @@ def parse_uri(uri: str) -> dict[str, Any]:
                 f"{SCHEME}://?{name}= is refused: it may hold a secret, which a command line "
                 "shows to anyone on the machine; set it in the environment"
             )
-        elif name in Settings.model_fields:
-            overrides[name] = _value(name, value)
         else:
-            close = difflib.get_close_matches(name, [*_SETTINGS, LIMIT], n=1)
-            hint = f" (did you mean {close[0]}?)" if close else ""
-            raise MemoryServiceUriError(
-                f"{SCHEME}:// has no parameter {name!r}{hint}; it takes {LIMIT} and the "
-                "settings by name (README: Settings)"
-            )
+            overrides[name] = _value(name, value)
     return overrides
 
 
