@@ -119,6 +119,38 @@ async def test_a_one_shot_agent_with_redis_down_exits_in_time_and_its_turn_is_st
         server.close()
 
 
+def _stopped_agent(
+    settings: Settings, mode: str, sig: signal.Signals, *, times: int = 1
+) -> tuple[int, float]:
+    """The one-shot agent in ``mode`` (``stay``: stopped once its turn is done; ``sending``:
+    while its user's message is being enqueued), sent ``sig`` (``times`` 2: again, well
+    inside the flush, as a supervisor's retry); its exit code and how long it took to end."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tests.one_shot_agent", "ada", "I keep bees in Porto", mode],
+        cwd=ROOT,
+        env={**os.environ, **settings.as_env()},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    awaited = "turn done" if mode == "stay" else "sending"
+    try:
+        assert proc.stdout is not None and awaited in proc.stdout.readline()
+        signalled = time.monotonic()
+        proc.send_signal(sig)
+        if times == 2:
+            # Well inside the flush: its drain threads get exit_flush_seconds first.
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(settings.exit_flush_seconds / 5)
+            if proc.poll() is None:
+                proc.send_signal(sig)
+        proc.wait(60)
+        return proc.returncode, time.monotonic() - signalled
+    finally:
+        proc.kill()
+        proc.wait()
+
+
 @pytest.mark.parametrize(
     ("sig", "times"),
     [("SIGTERM", 1), ("SIGINT", 1), ("SIGTERM", 2)],
@@ -148,30 +180,8 @@ async def test_an_agent_stopped_by_a_signal_with_redis_down_spools_its_turn_then
         exit_flush_seconds=0.5,
         breaker_seconds=300,
     )
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "tests.one_shot_agent", "ada", "I keep bees in Porto", "stay"],
-        cwd=ROOT,
-        env={**os.environ, **settings.as_env()},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
-    try:
-        assert proc.stdout is not None and "turn done" in proc.stdout.readline()
-        signalled = time.monotonic()
-        proc.send_signal(getattr(signal, sig))
-        if times == 2:
-            # Well inside the flush: its drain threads get exit_flush_seconds first.
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(settings.exit_flush_seconds / 5)
-            if proc.poll() is None:
-                proc.send_signal(getattr(signal, sig))
-        proc.wait(60)
-        took = time.monotonic() - signalled
-    finally:
-        proc.kill()
-        proc.wait()
-    assert proc.returncode == -getattr(signal, sig)
+    code, took = _stopped_agent(settings, "stay", getattr(signal, sig), times=times)
+    assert code == -getattr(signal, sig)
     assert took < settings.exit_flush_seconds + EXIT_SLACK_SECONDS
     spool = Spool.of(settings)
     assert spool.waiting() == 2
@@ -208,31 +218,8 @@ async def test_a_signal_while_the_users_message_is_being_enqueued_spools_it(
     pid = server._proc.pid if server._proc else 0
     os.kill(pid, signal.SIGSTOP)
     try:
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "tests.one_shot_agent",
-                "ada",
-                "I keep bees in Porto",
-                "sending",
-            ],
-            cwd=ROOT,
-            env={**os.environ, **settings.as_env()},
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            text=True,
-        )
-        try:
-            assert proc.stdout is not None and "sending" in proc.stdout.readline()
-            signalled = time.monotonic()
-            proc.send_signal(signal.SIGTERM)
-            proc.wait(60)
-            took = time.monotonic() - signalled
-        finally:
-            proc.kill()
-            proc.wait()
-        assert proc.returncode == -signal.SIGTERM
+        code, took = _stopped_agent(settings, "sending", signal.SIGTERM)
+        assert code == -signal.SIGTERM
         assert took < settings.exit_flush_seconds + EXIT_SLACK_SECONDS
         spool = Spool.of(settings)
         assert spool.waiting() >= 1
