@@ -66,6 +66,8 @@ SPOOL_FULL = "spool full"
 SPOOL_DAMAGED = "spool record damaged"
 #: Messages one drain round trip carries.
 DRAIN_CHUNK = 100
+#: Messages one enqueue round trip carries (a replayed session: a few, not one each).
+ENQUEUE_CHUNK = 100
 #: The drain thread is off the turn path, so it can wait longer for a reply than a turn.
 DRAIN_TIMEOUT_SECONDS = 2.0
 #: A thread whose queue is full is retried after this long; the others go on meanwhile.
@@ -192,19 +194,44 @@ class Enqueuer:
     def buffered(self) -> int:
         return self._count
 
-    async def enqueue(self, messages: Sequence[QueuedMessage]) -> bool:
-        """Queue messages of one thread in order; True once Redis holds them. False: they
-        wait in the buffer (the drain thread sends them), or were dropped and counted.
-        Traced (``afterthought.tracing``): wherever they go from here, they carry the
-        enqueue's context."""
+    def reserve(self, messages: Sequence[QueuedMessage]) -> int:
+        """Messages handed over for an :meth:`enqueue` that has not begun (its task not yet
+        run): a stop signal spools them meanwhile, as it spools those being sent. Pass the
+        token to that ``enqueue`` (``reserved``), or to :meth:`hold` if it never runs."""
+        token = next(self._tokens)
+        with self._lock:
+            self._in_flight[token] = list(messages)
+        return token
+
+    async def enqueue(
+        self, messages: Sequence[QueuedMessage], *, reserved: int | None = None
+    ) -> bool:
+        """Queue messages of one thread in order (``ENQUEUE_CHUNK`` a round trip); True
+        once Redis holds them. False: they wait in the buffer (the drain thread sends
+        them), in the spool, or were dropped and counted. ``reserved``: the token
+        :meth:`reserve` gave for them. Traced (``afterthought.tracing``): wherever they go
+        from here, they carry the enqueue's context."""
         if not messages:
+            if reserved is not None:
+                self._landed(reserved)
             return True
         with enqueue_span(messages) as (span, traced):
-            queued = await self._enqueue(traced)
+            token = self.reserve([]) if reserved is None else reserved
+            try:
+                queued = await self._enqueue(list(traced), token)
+            finally:
+                self._landed(token)  # whatever became of them, none is in flight now
             span.set_attribute("afterthought.queued", queued)
             return queued
 
-    async def _enqueue(self, messages: Sequence[QueuedMessage]) -> bool:
+    async def _enqueue(self, messages: list[QueuedMessage], token: int) -> bool:
+        """``token``: their entry among the messages in flight, which each chunk sent
+        leaves; until then a stop signal spools what it holds (and once it has, they are
+        the spool's: False)."""
+        with self._lock:
+            if token not in self._in_flight:
+                return False  # a stop signal spooled them before this began
+            self._in_flight[token] = messages
         thread = messages[0].thread_key
         if any(m.thread_key != thread for m in messages):
             raise ValueError("enqueue takes messages of one thread at a time")
@@ -216,41 +243,46 @@ class Enqueuer:
                 too_long,
                 self._settings.max_queued_chars,
             )
-            self._drop(len(messages), why="oversized")
+            if self._landed(token):
+                self._drop(len(messages), why="oversized")
             return False
         if self._mislaid:
-            self._drop(len(messages), why=MISLAID, quiet=True)
+            if self._landed(token):
+                self._drop(len(messages), why=MISLAID, quiet=True)
             return False
         self._look_at_spool()
         with self._lock:
             # The thread's earlier messages still wait, in the buffer or the spool.
             behind = thread in self._held or thread in self._spooled
         if behind or not self.breaker.allow():
-            self._hold(messages)
+            self._hold(messages, release=token)
             return False
-        token = next(self._tokens)
-        with self._lock:
-            self._in_flight[token] = messages
-        try:
-            why = await self.send(messages)
-        except asyncio.CancelledError:  # the caller is cancelled: the script may have run
-            if self._landed(token):
-                self.hold(messages)
-            raise
-        if not self._landed(token) and why is not None:
-            return False  # a stop signal spooled them meanwhile, behind what was held
-        if why is None:
-            if self._replay_due:
-                self._drainer.wake()  # Redis answers: the drain thread replays the spool
-            return True
-        if why == MISLAID:
-            self._drop(len(messages), why=MISLAID, quiet=True)
+        for start in range(0, len(messages), ENQUEUE_CHUNK):
+            part, rest = messages[start : start + ENQUEUE_CHUNK], messages[start + ENQUEUE_CHUNK :]
+            try:
+                why = await self.send(part)
+            except asyncio.CancelledError:  # the caller is cancelled: the script may have run
+                self._hold(part, maybe_queued=True, rest=rest, release=token)
+                raise
+            if why is None:
+                if self._replay_due:
+                    self._drainer.wake()  # Redis answers: the drain thread replays the spool
+                with self._lock:
+                    if token not in self._in_flight:  # a stop signal spooled them meanwhile
+                        return not rest
+                    self._in_flight[token] = rest
+                continue
+            if why == MISLAID:
+                if self._landed(token):
+                    self._drop(len(part) + len(rest), why=MISLAID, quiet=True)
+                return False
+            self._hold(part, maybe_queued=why == UNREACHABLE, rest=rest, release=token)
             return False
-        self._hold(messages, maybe_queued=why == UNREACHABLE)
-        return False
+        return True
 
     def _landed(self, token: int) -> bool:
-        """The call ``token`` has ended: False when a stop signal spooled its messages."""
+        """The messages of ``token`` are in flight no more: False when a stop signal
+        spooled them."""
         with self._lock:
             return self._in_flight.pop(token, None) is not None
 
@@ -347,27 +379,43 @@ class Enqueuer:
             self.buffered,
         )
 
-    def hold(self, messages: Sequence[QueuedMessage]) -> None:
+    def hold(self, messages: Sequence[QueuedMessage], *, reserved: int | None = None) -> None:
         """Into the buffer at once, no attempt made here, as if one may have run (never
-        written directly): for messages whose enqueue was cut short."""
+        written directly): for messages whose enqueue was cut short. ``reserved``: the
+        token :meth:`reserve` gave for them (none are held if a stop signal spooled them)."""
         if messages:
-            self._hold(messages, maybe_queued=True)
+            self._hold(messages, maybe_queued=True, release=reserved)
+        elif reserved is not None:
+            self._landed(reserved)
 
     def drop(self, count: int, *, why: str) -> None:
         """Count messages that could not even be made (an id that names no thread, an
         identity the application's resolver failed to give): lost, counted, logged."""
         self._drop(count, why=why)
 
-    def _hold(self, messages: Sequence[QueuedMessage], *, maybe_queued: bool = False) -> None:
-        """Into the buffer behind the thread's earlier messages. When they do not fit, the
-        thread's earlier messages are spooled, or a stop signal came, the thread goes on in
-        the spool: its buffered messages first, so a replay keeps its order (a file write
-        on the turn path, only while the buffer is full or the process stops). Wakes the
-        drain thread."""
+    def _hold(
+        self,
+        messages: Sequence[QueuedMessage],
+        *,
+        maybe_queued: bool = False,
+        rest: Sequence[QueuedMessage] = (),
+        release: int | None = None,
+    ) -> None:
+        """Into the buffer behind the thread's earlier messages, and ``rest`` (no attempt
+        made) behind them. When they do not fit, the thread's earlier messages are spooled,
+        or a stop signal came, the thread goes on in the spool: its buffered messages
+        first, so a replay keeps its order (a file write on the turn path, only while the
+        buffer is full or the process stops). ``release``: their entry among the messages
+        in flight, left in the same step (a stop signal's flush meets them in one place or
+        the other, never neither); gone already, they were spooled, and nothing is held.
+        Wakes the drain thread."""
         thread = messages[0].thread_key
         held = [_Held(m, maybe_queued=maybe_queued) for m in messages]
+        held += [_Held(m) for m in rest]
         with self._spool_lock:
             with self._lock:
+                if release is not None and self._in_flight.pop(release, None) is None:
+                    return
                 spooling = thread in self._spooled or _stopping.is_set()
                 room = 0 if spooling else max(0, self._settings.buffer_size - self._count)
                 if len(held) <= room:
@@ -380,7 +428,7 @@ class Enqueuer:
                 # On the turn path: a short try for the lock, never a long block.
                 self._spool(spill, wait=self._settings.enqueue_timeout)
         if not spill:
-            queue_failures.add(len(messages), {"outcome": "buffered"})
+            queue_failures.add(len(held), {"outcome": "buffered"})
         self._drainer.wake()
 
     def _take(self, thread: str) -> deque[_Held]:

@@ -20,9 +20,6 @@ from afterthought.settings import Settings
 
 log = logging.getLogger("afterthought.hooks")
 
-#: Messages one enqueue carries (a replayed session: a few round trips, not one each).
-RECORD_CHUNK = 100
-
 
 class TurnRecorder:
     def __init__(self, settings: Settings, *, direct: DirectWriter | None = None) -> None:
@@ -70,29 +67,25 @@ class TurnRecorder:
         before the caller can be resumed, so before a cancellation can reach the caller.
         Its result: False if they wait in the buffer or were dropped (counted)."""
         batch, began = list(messages), asyncio.Event()
-        task = asyncio.ensure_future(self._enqueue(batch, began))
+        # In flight from now on, before the task's first step (a loop busy elsewhere runs
+        # it later): a stop signal meanwhile spools them.
+        token = self.enqueuer.reserve(batch)
+        task = asyncio.ensure_future(self._enqueue(batch, began, token))
 
         def cut_before_it_began(done: asyncio.Task[bool]) -> None:
             # A task cancelled before its first step (a shutdown that cancels every task
             # in the same loop iteration) runs none of its code, its handler included.
             if done.cancelled() and not began.is_set():
-                self.enqueuer.hold(batch)
+                self.enqueuer.hold(batch, reserved=token)
 
         task.add_done_callback(cut_before_it_began)
         return task
 
-    async def _enqueue(self, messages: list[QueuedMessage], began: asyncio.Event) -> bool:
+    async def _enqueue(
+        self, messages: list[QueuedMessage], began: asyncio.Event, token: int
+    ) -> bool:
         began.set()
-        queued = True
-        for start in range(0, len(messages), RECORD_CHUNK):
-            try:
-                queued = (
-                    await self.enqueuer.enqueue(messages[start : start + RECORD_CHUNK]) and queued
-                )
-            except asyncio.CancelledError:  # the loop is closing: this chunk is held, and
-                self.enqueuer.hold(messages[start + RECORD_CHUNK :])  # the rest behind it
-                raise
-        return queued
+        return await self.enqueuer.enqueue(messages, reserved=token)
 
     def change(
         self,
