@@ -412,6 +412,10 @@ class Settings(BaseSettings):
     audit_key: SecretStr | None = None
     """HMAC key of the audit log's user references and content digests; the log is off
     without one (kept out of Redis, so Redis alone cannot tie entries to a user)."""
+    tombstone_key: SecretStr | None = None
+    """HMAC key of the tombstones a forgotten fact leaves in Redis (so Redis alone cannot
+    confirm a guessed fact); unset: a key kept in the local or PostgreSQL store, on Zep one
+    derived from ``zep_api_key``. Fixed for a deployment (see README, "Forgetting")."""
     audit_max_entries: int = Field(100_000, ge=100, le=100_000_000)
     """Entries the audit stream keeps (older ones are trimmed)."""
     metrics_port: int | None = Field(None, ge=0, le=65535)
@@ -513,6 +517,7 @@ class Settings(BaseSettings):
         "zep_user_id_template",
         "shared_store",
         "audit_key",
+        "tombstone_key",
         "metrics_port",
         mode="before",
     )

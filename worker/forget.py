@@ -45,6 +45,7 @@ from afterthought.queue import FORGOT_KEEP_MS, ThreadQueue
 from afterthought.search import SearchRequest
 from afterthought.settings import Settings
 from afterthought.shared_store import sharing_prefixes
+from afterthought.tombstones import Tombstones
 from afterthought.worker.extract import default_extractor, synthesizes
 
 log = logging.getLogger("afterthought.worker")
@@ -146,6 +147,7 @@ class Forgetter:
         self.cache = ContextCache(settings)
         self.queue = ThreadQueue(redis, settings)
         self.audit = AuditLog(redis, settings)
+        self.tombstones = Tombstones(settings, redis, backend)
         self._poll = poll_seconds
         self._clock = clock
         self._sleep = sleep
@@ -497,7 +499,9 @@ class Forgetter:
                 statements=_said(await self._restatements(user, found)),
             )
         if fact_uuid in known:  # a tombstone, so synthesis never writes it back
-            await self.redis.sadd(self.keys.tombstones(app, user_id), known[fact_uuid].signature)
+            await self.tombstones.add(
+                app=app, user_id=user_id, signature=known[fact_uuid].signature
+            )
         # Blocks read before the deletion must not be cached after the invalidation below:
         # the cool-down mark refuses cache writes (a forget of the user keeps its own mark).
         await self._cool(

@@ -24,6 +24,7 @@ import logging
 import math
 import os
 import re
+import secrets
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
@@ -1098,6 +1099,19 @@ class PostgresBackend(MemoryBackend):
 
         async def work(db: Db) -> str:
             return str(await db.fetchval("SELECT value FROM meta WHERE key = 'store_id'"))
+
+        return await self._run(work)
+
+    async def kept_secret(self, name: str) -> str | None:
+        made = secrets.token_hex(32)
+
+        async def work(db: Db) -> str:
+            await db.execute(
+                "INSERT INTO meta VALUES ($1, $2) ON CONFLICT (key) DO NOTHING",
+                f"secret:{name}",
+                made,
+            )
+            return str(await db.fetchval("SELECT value FROM meta WHERE key = $1", f"secret:{name}"))
 
         return await self._run(work)
 
