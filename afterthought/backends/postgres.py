@@ -30,7 +30,6 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypeAlias, TypeVar
-from urllib.parse import urlsplit
 
 from afterthought.backends import ranking
 from afterthought.backends.base import (
@@ -81,6 +80,7 @@ from afterthought.contract import checksum, repair_text
 from afterthought.facts import Fact, StoredFact, statement
 from afterthought.loops import PerLoop
 from afterthought.search import SearchHit, SearchRequest
+from afterthought.settings import database_address
 
 if TYPE_CHECKING:
     import asyncpg
@@ -387,9 +387,7 @@ class PostgresBackend(MemoryBackend):
     @property
     def where(self) -> str:
         """The store, for people: host, port, database and schema (no user, no password)."""
-        parts = urlsplit(self._url)
-        database = parts.path.lstrip("/") or "postgres"
-        return f"PostgreSQL at {parts.hostname}:{parts.port or 5432}/{database} ({self.schema})"
+        return f"PostgreSQL at {database_address(self._url)} ({self.schema})"
 
     # --- connections ------------------------------------------------------------------
 
