@@ -503,6 +503,9 @@ def _operate(args: argparse.Namespace) -> int:
                 if held is None:
                     print(f"afterthought: no {who} in the backend or queued", file=sys.stderr)
                     return ATTENTION
+                if held.left and not (held.users or held.queued):
+                    print(_left_said(who, held.left, "would be"), file=sys.stderr)
+                    return ATTENTION
                 print(json.dumps(_forget_report(held)))
                 _show(held, args.show)
                 others = max(0, held.users - 1)
@@ -522,6 +525,11 @@ def _operate(args: argparse.Namespace) -> int:
                 print(f"afterthought: no {what} of {who}", file=sys.stderr)
                 return ATTENTION
             nothing = not (done.users or done.queued or done.dead_letters or done.quarantined)
+            if done.left:
+                if not nothing:
+                    print(json.dumps(_forget_report(done)))
+                print(_left_said(who, done.left, "was"), file=sys.stderr)
+                return ATTENTION
             # Not when pending: a backend that failed could not say what it held.
             if not args.query and not args.fact and nothing and not done.pending:
                 print(f"afterthought: nothing of {who} was stored", file=sys.stderr)
@@ -546,6 +554,16 @@ def _operate(args: argparse.Namespace) -> int:
             await backend.aclose()
 
     return _with_redis(args, work)
+
+
+def _left_said(who: str, left: list[str], was: str) -> str:
+    """One line: the backend user a forget leaves (``Forgotten.left``), and why."""
+    return (
+        f"afterthought: {who}: backend user {left[0]!r} {was} left: it may be another "
+        "deployment's user (a template without {deployment} gives it the shape of a "
+        "{deployment}:... id) and this deployment's registry does not record it as theirs; "
+        "delete it in the backend by hand if it is theirs"
+    )
 
 
 def _forget_report(done: Forgotten) -> dict[str, object]:

@@ -199,6 +199,15 @@ class IdentityRegistry:
         template = await self._in_effect()
         return self._settings.zep_user_id(app=app, user_id=user_id, template=template)
 
+    async def unproven_id(self, *, app: str, user_id: str) -> str | None:
+        """The backend user id the template in effect names for the ADK user, when it is
+        one that proves nothing by itself: a template without ``{deployment}`` rendering it
+        in the shape a ``{deployment}``-led one gives (``{user_id}``'s ``shop:ada`` is
+        deployment ``shop``'s ``ada``). Only the registry ties such a backend user to them."""
+        template = await self._in_effect()
+        rendered = self._settings.zep_user_id(app=app, user_id=user_id, template=template)
+        return rendered if not names_deployment(template) and deployment_led(rendered) else None
+
     async def _in_effect(self) -> str:
         """The template that names the deployment's backend users now."""
         return self._settings.zep_user_id_template or await self._default_template()

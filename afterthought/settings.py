@@ -10,10 +10,11 @@ import math
 import os
 import string
 from contextvars import ContextVar
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
-from urllib.parse import urlsplit
+from urllib.parse import parse_qs, unquote, urlsplit
 
 from platformdirs import user_data_path
 from pydantic import (
@@ -412,6 +413,10 @@ class Settings(BaseSettings):
     audit_key: SecretStr | None = None
     """HMAC key of the audit log's user references and content digests; the log is off
     without one (kept out of Redis, so Redis alone cannot tie entries to a user)."""
+    tombstone_key: SecretStr | None = None
+    """HMAC key of the tombstones a forgotten fact leaves in Redis (so Redis alone cannot
+    confirm a guessed fact); unset: a key kept in the local or PostgreSQL store, on Zep one
+    derived from ``zep_api_key``. Fixed for a deployment (see README, "Forgetting")."""
     audit_max_entries: int = Field(100_000, ge=100, le=100_000_000)
     """Entries the audit stream keeps (older ones are trimmed)."""
     metrics_port: int | None = Field(None, ge=0, le=65535)
@@ -513,6 +518,7 @@ class Settings(BaseSettings):
         "zep_user_id_template",
         "shared_store",
         "audit_key",
+        "tombstone_key",
         "metrics_port",
         mode="before",
     )
@@ -812,19 +818,77 @@ def _template_fields(template: str) -> tuple[tuple[str, ...], str]:
     return tuple(field for _, field in named), "".join(sorted(set("".join(between))))
 
 
-def check_database_url(url: str) -> None:
-    """Refuse a PostgreSQL URL the driver cannot use, saying why without quoting it."""
+@dataclass(frozen=True, slots=True)
+class DatabaseAddress:
+    """Where a PostgreSQL URL points, without its user or password: each host in the order
+    given (``host:port``, an IPv6 address bare, or a unix socket's directory) and the
+    database."""
+
+    hosts: tuple[tuple[str, int], ...]
+    database: str
+
+    def __str__(self) -> str:
+        """For people: ``h1:5432,h2:5433/db``, a socket as ``/var/run/postgresql (socket,
+        port 5432)``."""
+        shown = [
+            f"{host} (socket, port {port})"
+            if host.startswith("/")
+            else f"[{host}]:{port}"
+            if ":" in host
+            else f"{host}:{port}"
+            for host, port in self.hosts
+        ]
+        return f"{','.join(shown)}/{self.database}"
+
+
+def database_address(url: str) -> DatabaseAddress:
+    """Parse a PostgreSQL URL as libpq and asyncpg read one (hosts in the URL's authority,
+    comma-separated, each with its port, else in ``host=`` and ``port=`` of the query;
+    a host that is a path is a unix socket's directory). ValueError, saying why without
+    quoting the URL (it may hold a password), for one the driver cannot use."""
+    form = "(postgresql://user:password@host:port/database)"
     try:
         parts = urlsplit(url)
-        port = parts.port
+        query = {k: v[-1] for k, v in parse_qs(parts.query, strict_parsing=False).items()}
     except ValueError:
-        raise ValueError("is not a URL (postgresql://user:password@host:port/database)") from None
+        raise ValueError(f"is not a URL {form}") from None
     if parts.scheme.lower() not in ("postgresql", "postgres"):
-        raise ValueError("must be a postgresql:// URL (postgresql://user@host:port/database)")
-    if not parts.hostname and "host=" not in parts.query:
-        raise ValueError("names no host (postgresql://user@host:port/database)")
-    if port == 0:
-        raise ValueError("has port 0")
+        raise ValueError(f"must be a postgresql:// URL {form}")
+    spec = parts.netloc.rpartition("@")[2]
+    listed = spec.split(",") if spec else []
+    given = [p for p in query.get("port", "").split(",") if p]
+    if not listed and query.get("host"):
+        listed = query["host"].split(",")
+        if len(given) not in (0, 1, len(listed)):
+            raise ValueError("has a port= list of another length than its host= list")
+    if not listed or not all(listed):
+        raise ValueError(f"names no host {form}")
+    hosts = []
+    for i, item in enumerate(listed):
+        if item.startswith("/"):
+            host, port = item, ""
+        elif item.startswith("["):
+            host, _, rest = item[1:].partition("]")
+            if rest and not rest.startswith(":"):
+                raise ValueError("has a bad IPv6 address (write it [::1]:5432)")
+            port = rest[1:]
+        else:  # a socket's directory may be percent-encoded here (%2Fvar%2Frun%2F...)
+            host, _, port = item.partition(":")
+            host = unquote(host)
+            host = host if host.startswith("/") else host.lower()
+        if not host:
+            raise ValueError(f"names no host {form}")
+        port = port or (given[i] if i < len(given) else given[0] if len(given) == 1 else "5432")
+        if not (port.isascii() and port.isdigit() and 0 < int(port) < 65536):
+            raise ValueError("has a port that is not a number 1-65535")
+        hosts.append((host, int(port)))
+    database = unquote(parts.path.lstrip("/")) or query.get("dbname") or "postgres"
+    return DatabaseAddress(tuple(hosts), database)
+
+
+def check_database_url(url: str) -> None:
+    """Refuse a PostgreSQL URL the driver cannot use, saying why without quoting it."""
+    database_address(url)
 
 
 def _absolute(path: Path) -> Path:

@@ -23,7 +23,7 @@ from redis.exceptions import RedisError
 
 from afterthought.backends.base import MemoryBackend
 from afterthought.keys import Keys
-from afterthought.settings import Settings
+from afterthought.settings import Settings, database_address
 
 log = logging.getLogger("afterthought.store")
 
@@ -94,8 +94,11 @@ def store_name(settings: Settings) -> str:
     if settings.resolved_backend == "zep":
         return f"zep:{zep_address(settings.zep_base_url)}"
     if settings.resolved_backend == "postgres" and settings.database_url is not None:
-        parts = urlsplit(settings.database_url.get_secret_value())
-        where = f"{parts.hostname}:{parts.port or 5432}{parts.path}"
+        # Host and port as they always were, then the path as given (the names of their
+        # shared state must not change under deployments that share users).
+        url = settings.database_url.get_secret_value()
+        hosts = database_address(url).hosts
+        where = ",".join(f"{host}:{port}" for host, port in hosts) + urlsplit(url).path
         return f"postgres:{where}/{settings.database_schema}"
     return f"local:{_resolved(settings.local_db_path)}"
 

@@ -33,6 +33,7 @@ from afterthought.keys import Keys, digest
 from afterthought.settings import Settings
 from afterthought.shared_store import store_name
 from afterthought.status import snapshot
+from afterthought.testing.cli import run_cli_here
 from afterthought.testing.stand_in_model import StandInLlm, memory_lines
 from afterthought.worker.flush import Flusher
 from afterthought.worker.forget import Forgetter
@@ -385,6 +386,46 @@ async def test_a_forget_after_a_move_to_a_deployment_template_leaves_another_dep
     finally:
         await backend.aclose()
     assert _told(await _turn(shop, APP, "ada", "What is my locker code?"))
+
+
+async def test_a_user_id_deployments_forget_of_an_id_shaped_like_anothers_leaves_that_user(
+    two_deployments: Callable[..., tuple[Settings, Settings]],
+    redis: aioredis.Redis,
+) -> None:
+    """Deployment ``old`` names its users ``{user_id}`` (it had users before the default
+    was recorded); deployment ``shop`` beside it stores ``ada`` as ``shop:ada``. ``old``'s
+    operator forgets old's ADK user ``shop:ada``, whom old never stored: that id renders
+    shop's ada, which proves nothing of old's user, so she keeps her memory; the forget
+    says so in one line and exits 1. Once old has stored its own ``shop:ada`` (its
+    registry records them), the forget deletes that backend user: old's user wrote there."""
+    # No margin: old's own turn right after its forget is not taken for one said before.
+    old, shop = two_deployments(zep_user_id_template="{user_id}", forget_clock_margin_seconds=0)
+    shop = shop.model_copy(update={"zep_user_id_template": None})
+    await _turn(shop, APP, "ada", SECRET)
+    theirs = f"{shop.key_prefix}:ada"
+    backend = open_backend(old)
+    try:
+        done = await Forgetter(old, redis, backend).forget_user(app=APP, user_id=theirs)
+        assert done.left == [theirs] and done.users == 0
+        assert await backend.find_user(zep_user_id=theirs) is not None
+        assert _told(await _turn(shop, APP, "ada", "What is my locker code?"))
+
+        argv = ["forget", "--app", APP, "--user", theirs]
+        ran = run_cli_here(old, *argv, "--yes")
+        err = ran.stderr.strip().splitlines()
+        assert ran.returncode == 1 and len(err) == 1, ran.stderr
+        assert "may be another deployment's" in err[0] and SECRET not in ran.stdout
+        assert await backend.find_user(zep_user_id=theirs) is not None
+        ran = run_cli_here(old, *argv)  # the dry run says it too
+        assert ran.returncode == 1 and "may be another deployment's" in ran.stderr
+
+        await redis.delete(Keys.of(old).forgetting(APP, theirs))  # the cool-down ended
+        await _turn(old, APP, theirs, "Hello")  # old's own shop:ada: recorded by old
+        done = await Forgetter(old, redis, backend).forget_user(app=APP, user_id=theirs)
+        assert done.users == 1 and not done.left
+        assert await backend.find_user(zep_user_id=theirs) is None
+    finally:
+        await backend.aclose()
 
 
 async def test_the_history_of_templates_keeps_the_ones_in_effect_most_lately(

@@ -13,6 +13,7 @@ import subprocess
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import asyncpg
 import pytest
@@ -25,6 +26,7 @@ from afterthought.backends.retrieval import scoped_stem, words
 from afterthought.facts import Fact
 from afterthought.search import SearchRequest
 from afterthought.settings import Settings, SettingsError
+from afterthought.shared_store import store_name
 from tests.conftest import DATABASE_URL
 
 FIXTURE = Path(__file__).parent / "fixtures" / "memory" / "heldout"
@@ -423,3 +425,57 @@ def test_schema_names_are_identifiers() -> None:
         PostgresBackend(DATABASE_URL, schema='x"; DROP SCHEMA public; --')
     with pytest.raises(SettingsError, match="database_schema"):
         Settings(database_schema="Robert'); DROP")
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("postgresql://u:hunter2secret@h1:5432,H2:5433/db", "h1:5432,h2:5433/db"),
+        (
+            "postgresql:///test?host=/var/run/postgresql",
+            "/var/run/postgresql (socket, port 5432)/test",
+        ),
+        ("postgresql://u:hunter2secret@%2Ftmp%2Fpg:6000/x", "/tmp/pg (socket, port 6000)/x"),
+        ("postgresql://u:hunter2secret@[::1]:6000,h/x", "[::1]:6000,h:5432/x"),
+    ],
+)
+def test_multi_host_and_socket_urls_are_taken_and_shown_without_their_password(
+    url: str, shown: str
+) -> None:
+    """What libpq and asyncpg accept: several hosts, a unix socket's directory (in the
+    query or percent-encoded in the authority); each named, never ``None:5432``."""
+    settings = Settings(backend="postgres", database_url=url)
+    where = PostgresBackend(url, schema="afterthought").where
+    assert where == f"PostgreSQL at {shown} (afterthought)"
+    assert "hunter2secret" not in where + store_name(settings) and "None" not in where
+
+
+def test_a_bad_host_list_is_refused_in_one_line_without_its_password() -> None:
+    for url in (
+        "postgresql://u:hunter2secret@h1:5432,:5433/db",
+        "postgresql://u:hunter2secret@h1:5432,h2:99999/db",
+        "postgresql://u:hunter2secret@/db?host=a,b&port=1,2,3",
+    ):
+        with pytest.raises(SettingsError) as refused:
+            Settings(backend="postgres", database_url=url)
+        said = str(refused.value)
+        assert "hunter2secret" not in said and "database_url" in said
+        assert len([line for line in said.splitlines() if line.strip()]) == 1, said
+
+
+async def test_the_store_is_reached_through_a_host_list_and_through_its_unix_socket(
+    postgres_schema: str,
+) -> None:
+    """The first host of a list refuses (port 1): the next one serves. And the local
+    server's socket, where there is one."""
+    parts = urlsplit(DATABASE_URL)
+    user = f"{parts.username}@" if parts.username else ""
+    urls = [f"postgresql://{user}127.0.0.1:1,{parts.hostname}:{parts.port or 5432}{parts.path}"]
+    if Path("/var/run/postgresql/.s.PGSQL.5432").exists():
+        urls.append(f"postgresql://{user}{parts.path}?host=/var/run/postgresql")
+    for url in urls:
+        backend = PostgresBackend(url, schema=postgres_schema)
+        try:
+            assert len(await backend.store_id()) == 32
+        finally:
+            await backend.aclose()

@@ -173,7 +173,7 @@ BAD = {
 #: logged either.
 ANY_TEXT = {
     "embedding_model", "assistant_name", "context_template_uuid", "synthesis_model",
-    "audit_key", "metrics_host", "shared_store",
+    "audit_key", "tombstone_key", "metrics_host", "shared_store",
 }  # fmt: skip
 
 

@@ -45,6 +45,7 @@ from afterthought.queue import FORGOT_KEEP_MS, ThreadQueue
 from afterthought.search import SearchRequest
 from afterthought.settings import Settings
 from afterthought.shared_store import sharing_prefixes
+from afterthought.tombstones import Tombstones
 from afterthought.worker.extract import default_extractor, synthesizes
 
 log = logging.getLogger("afterthought.worker")
@@ -114,6 +115,10 @@ class Forgotten:
     """Forgetting a user (a dry run, or the command's report after one): how many facts the
     backend holds of them (superseded ones included), of which ``facts`` and ``texts`` show
     the first ``SAMPLE``. None elsewhere: every fact is listed."""
+    left: list[str] = field(default_factory=list)
+    """Backend user ids the template in effect names for them that the backend holds and
+    the forget left: ids that may be another deployment's user
+    (``IdentityRegistry.unproven_id``), which the registry does not record as theirs."""
     statement_count: int | None = None
     """Forgetting a user, the same: how many messages the backend holds of their
     conversations (their statements and the replies), of which ``statements`` shows the
@@ -146,6 +151,7 @@ class Forgetter:
         self.cache = ContextCache(settings)
         self.queue = ThreadQueue(redis, settings)
         self.audit = AuditLog(redis, settings)
+        self.tombstones = Tombstones(settings, redis, backend)
         self._poll = poll_seconds
         self._clock = clock
         self._sleep = sleep
@@ -181,6 +187,8 @@ class Forgetter:
             done.quarantined += step.quarantined
             done.former_users += step.former_users
             done.pending = done.pending or step.pending
+        if not done.pending:
+            done.left = await self._left(app, user_id)
         return done
 
     async def preview_user(self, app: str, user_id: str) -> Forgotten | None:
@@ -189,7 +197,8 @@ class Forgetter:
         when nothing names the user (not in the backend, nothing queued or kept)."""
         aliases, known = await self.aliases(app, user_id)
         held = await self.held(app, user_id)
-        if not (known or held.queued or held.dead_letters or held.quarantined):
+        held.left = await self._left(app, user_id)
+        if not (known or held.queued or held.dead_letters or held.quarantined or held.left):
             return None
         held.users = len(aliases) if known else 0
         return held
@@ -280,11 +289,18 @@ class Forgetter:
     async def _named(self, app: str, user_id: str) -> UserRef | None:
         """The user the template in effect names, as the registry or the backend has them."""
         user = await self.registry.lookup_user(app=app, user_id=user_id)
-        if user is None:
+        if user is None and await self.registry.unproven_id(app=app, user_id=user_id) is None:
             user = await self.backend.find_user(
                 zep_user_id=await self.registry.backend_user_id(app=app, user_id=user_id)
             )
         return user
+
+    async def _left(self, app: str, user_id: str) -> list[str]:
+        """The id :attr:`Forgotten.left` names, if the backend holds a user by it."""
+        unproven = await self.registry.unproven_id(app=app, user_id=user_id)
+        if unproven is None or await self.backend.find_user(zep_user_id=unproven) is None:
+            return []
+        return [unproven]
 
     async def backend_users(self, app: str, user_id: str) -> list[UserRef]:
         """Every backend user of theirs: the registry's, (a ``zep_user_id_template``
@@ -497,7 +513,9 @@ class Forgetter:
                 statements=_said(await self._restatements(user, found)),
             )
         if fact_uuid in known:  # a tombstone, so synthesis never writes it back
-            await self.redis.sadd(self.keys.tombstones(app, user_id), known[fact_uuid].signature)
+            await self.tombstones.add(
+                app=app, user_id=user_id, signature=known[fact_uuid].signature
+            )
         # Blocks read before the deletion must not be cached after the invalidation below:
         # the cool-down mark refuses cache writes (a forget of the user keeps its own mark).
         await self._cool(

@@ -491,9 +491,9 @@ class Synthesizer:
         # Facts first, tombstones after: a fact forgotten meanwhile is either still listed
         # (so not added again) or already tombstoned (a forget writes the tombstone first).
         current = await self.backend.list_facts(user=user)
-        tombstones = {
-            t.decode() for t in await self.redis.smembers(self.keys.tombstones(app, user_id))
-        }
+        tombstones = await self.forgetter.tombstones.forgotten(
+            app=app, user_id=user_id, signatures=[f.signature for f in accepted], fence=fence
+        )
         withheld = [f for f, reason in quarantined if _supersedes_unwritten(f, reason, sources)]
         add, invalidate, outcome = consolidate(accepted, current, tombstones, withheld)
         held = [f for f in current if f.invalid_at is None and f.uuid not in invalidate]

@@ -304,6 +304,11 @@ class MemoryBackend(abc.ABC):
     ) -> list[SearchHit]:
         """One page of results (``request.limit``), best first; ``context`` gives one hit."""
 
+    async def kept_secret(self, name: str) -> str | None:
+        """A random secret the store keeps under ``name``, made by the first to ask; None
+        where the store keeps none (Zep)."""
+        return None
+
     async def prepare(self) -> None:
         """Ready what every call needs, for a long-lived process (a worker, at start): what
         cannot be readied raises here, once, rather than failing each call after."""

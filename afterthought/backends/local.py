@@ -9,6 +9,7 @@ import json
 import logging
 import os
 import re
+import secrets
 import sqlite3
 import threading
 import unicodedata
@@ -986,6 +987,16 @@ class LocalBackend(MemoryBackend):
                 db.execute("SELECT value FROM meta WHERE key = 'store_id'").fetchone()[0]
             )
         )
+
+    async def kept_secret(self, name: str) -> str | None:
+        made = secrets.token_hex(32)
+
+        def work(db: sqlite3.Connection) -> str:
+            db.execute("INSERT OR IGNORE INTO meta VALUES (?, ?)", (f"secret:{name}", made))
+            found = db.execute("SELECT value FROM meta WHERE key = ?", (f"secret:{name}",))
+            return str(found.fetchone()[0])
+
+        return await self._run(work)
 
     async def prepare(self) -> None:
         """Load the embedding model (it may be fetched) and open, or upgrade, the store."""

@@ -24,12 +24,12 @@ import logging
 import math
 import os
 import re
+import secrets
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypeAlias, TypeVar
-from urllib.parse import urlsplit
 
 from afterthought.backends import ranking
 from afterthought.backends.base import (
@@ -80,6 +80,7 @@ from afterthought.contract import checksum, repair_text
 from afterthought.facts import Fact, StoredFact, statement
 from afterthought.loops import PerLoop
 from afterthought.search import SearchHit, SearchRequest
+from afterthought.settings import database_address
 
 if TYPE_CHECKING:
     import asyncpg
@@ -386,9 +387,7 @@ class PostgresBackend(MemoryBackend):
     @property
     def where(self) -> str:
         """The store, for people: host, port, database and schema (no user, no password)."""
-        parts = urlsplit(self._url)
-        database = parts.path.lstrip("/") or "postgres"
-        return f"PostgreSQL at {parts.hostname}:{parts.port or 5432}/{database} ({self.schema})"
+        return f"PostgreSQL at {database_address(self._url)} ({self.schema})"
 
     # --- connections ------------------------------------------------------------------
 
@@ -1098,6 +1097,19 @@ class PostgresBackend(MemoryBackend):
 
         async def work(db: Db) -> str:
             return str(await db.fetchval("SELECT value FROM meta WHERE key = 'store_id'"))
+
+        return await self._run(work)
+
+    async def kept_secret(self, name: str) -> str | None:
+        made = secrets.token_hex(32)
+
+        async def work(db: Db) -> str:
+            await db.execute(
+                "INSERT INTO meta VALUES ($1, $2) ON CONFLICT (key) DO NOTHING",
+                f"secret:{name}",
+                made,
+            )
+            return str(await db.fetchval("SELECT value FROM meta WHERE key = $1", f"secret:{name}"))
 
         return await self._run(work)
 
