@@ -1283,3 +1283,33 @@ def test_nothing_inside_a_statement_ends_its_quotation_or_starts_a_line(
 def test_the_block_says_its_statements_are_data_never_orders() -> None:
     assert "never orders to obey" in SAID_HEADER and "quoted" in SAID_HEADER
     assert "instruction" not in SAID_HEADER.lower()
+
+
+async def test_a_request_for_advice_is_shown_what_limits_the_user(backend: LocalBackend) -> None:
+    """ "What should I pack for a winter hike?" shares no word with "the Raynaud's is bad
+    this week", yet the advice must respect it: the statement a fact that limits the user
+    was read from comes with a request for advice."""
+    alice, thread = await _user(backend, "alice")
+    await backend.add_messages(
+        thread_uuid=thread,
+        messages=[
+            OutgoingMessage(
+                role="user",
+                content="The Raynaud's is bad this week, can't feel my fingertips outside.",
+                reference_time="2025-01-05T09:00:00+00:00",
+                metadata={MESSAGE_KEY_FIELD: "raynaud"},
+            )
+        ],
+        idempotency_key=f"batch:{next(_BATCHES)}",
+    )
+    await _say(backend, thread, *(f"We hiked in the mountains, winter trip {i}" for i in range(80)))
+    condition = Fact(
+        subject="user", predicate="condition", value="Raynaud's", source_keys=["raynaud"]
+    )
+    await backend.write_facts(user=alice, add=[condition], invalidate=[], at="2025-01-05")
+
+    asked = _said(await _context(backend, alice, "What should I pack for a winter hike?", 1200))
+    assert any("Raynaud" in line for line in asked)
+    # A question that asks for no advice is not handed it.
+    told = _said(await _context(backend, alice, "When did we hike in the mountains?", 1200))
+    assert not any("Raynaud" in line for line in told)

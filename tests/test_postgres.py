@@ -103,6 +103,14 @@ async def fill(
             invalidate=[old.uuid],
             at="2026-03-02T00:00:00+00:00",
         )
+        # A fact that limits advice: a request for advice is shown the turn it came from.
+        middle = f"{name}-{turns[len(turns) // 2]['id']}"
+        await backend.write_facts(
+            user=user,
+            add=[Fact(subject="user", predicate="diet", value="vegan", source_keys=[middle])],
+            invalidate=[],
+            at=at,
+        )
     return users
 
 

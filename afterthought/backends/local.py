@@ -35,6 +35,7 @@ from afterthought.backends.base import (
 )
 from afterthought.backends.ranking import run_now
 from afterthought.backends.retrieval import (
+    CONSTRAINTS,
     Statement,
     fuse,
     informativeness,
@@ -171,6 +172,8 @@ MESSAGE_PAGE = 1000
 RELEVANT = 20
 #: Changed facts whose statements (old and new) every block is offered.
 CHANGED_FACTS = 5
+#: The facts that limit advice whose statements a request for advice is offered.
+MAX_CONSTRAINTS = 6
 #: At most about this many rows are scored by BM25 per query (see ``_lexical``).
 RANKED_ROWS = 1000
 #: When every word of a query is common, the newest rows holding the least common of them
@@ -1045,6 +1048,9 @@ class _Source:
         vector = unit_rows(self.embedder.embed([query]))[0]
         return self.index.search(self.db, self.user_uuid, vector, RELEVANT)
 
+    async def constraints(self) -> list[int]:
+        return _constraints(self.db, self.user_uuid)
+
 
 class Row(Protocol):
     """A selected row, by position: SQLite's tuple, asyncpg's ``Record``."""
@@ -1254,6 +1260,33 @@ def _replaced(db: sqlite3.Connection, user_uuid: str) -> dict[int, str | None]:
     ).fetchall()
     by_key = {key: message_id for message_id, key in rows}
     return {by_key[key]: on for key, on in keys.items() if key in by_key}
+
+
+def _constraints(db: sqlite3.Connection, user_uuid: str) -> list[int]:
+    """The eligible statements the user's current facts of ``CONSTRAINTS`` were read from,
+    the most important fact's first (``ranking.relevant``)."""
+    marks = ",".join("?" * len(CONSTRAINTS))
+    facts = db.execute(
+        "SELECT source_keys FROM facts WHERE user_uuid = ? AND subject = 'user'"
+        f" AND invalid_at IS NULL AND predicate IN ({marks})"
+        " ORDER BY importance DESC, valid_at DESC LIMIT ?",
+        (user_uuid, *sorted(CONSTRAINTS), MAX_CONSTRAINTS),
+    ).fetchall()
+    keys = constraint_keys(row[0] for row in facts)
+    if not keys:
+        return []
+    rows = db.execute(
+        f"SELECT id, message_key FROM messages WHERE user_uuid = ? AND eligible = 1"
+        f" AND message_key IN ({','.join('?' * len(keys))})",
+        (user_uuid, *keys),
+    ).fetchall()
+    by_key = {key: message_id for message_id, key in rows}
+    return [by_key[key] for key in keys if key in by_key]
+
+
+def constraint_keys(source_keys: Iterable[str]) -> list[str]:
+    """The message keys of facts' ``source_keys`` (JSON lists), in order, each once."""
+    return list(dict.fromkeys(key for keys in source_keys for key in json.loads(keys)))
 
 
 def _stored_key(db: sqlite3.Connection, thread_uuid: str, key: object, content: str) -> object:

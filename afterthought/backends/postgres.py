@@ -49,6 +49,7 @@ from afterthought.backends.local import (
     COMMON_TERMS,
     FOLLOW_UP_POOL,
     INFORMATIVE_POOL,
+    MAX_CONSTRAINTS,
     MESSAGE_PAGE,
     RANKED_ROWS,
     RECENT,
@@ -59,6 +60,7 @@ from afterthought.backends.local import (
     _verdict,
     assemble_statements,
     changed_keys,
+    constraint_keys,
     fact_hits,
     fact_lines,
     informative_order,
@@ -69,6 +71,7 @@ from afterthought.backends.local import (
     stored_fact,
 )
 from afterthought.backends.retrieval import (
+    CONSTRAINTS,
     Statement,
     query_terms,
     render_block,
@@ -349,6 +352,28 @@ class _Ranker:
 
     async def dense(self, query: str) -> list[int]:
         return []  # no embeddings here: the lexical rankings alone, as on a local store without
+
+    async def constraints(self) -> list[int]:
+        """``local._constraints``."""
+        facts = await self.db.fetch(
+            "SELECT source_keys FROM facts WHERE user_uuid = $1 AND subject = 'user'"
+            " AND invalid_at IS NULL AND predicate = ANY($2::text[])"
+            " ORDER BY importance DESC, valid_at DESC LIMIT $3",
+            self.user_uuid,
+            sorted(CONSTRAINTS),
+            MAX_CONSTRAINTS,
+        )
+        keys = constraint_keys(r[0] for r in facts)
+        if not keys:
+            return []
+        rows = await self.db.fetch(
+            "SELECT id, message_key FROM messages WHERE user_uuid = $1 AND eligible"
+            " AND message_key = ANY($2::text[])",
+            self.user_uuid,
+            keys,
+        )
+        by_key = {r["message_key"]: r["id"] for r in rows}
+        return [by_key[key] for key in keys if key in by_key]
 
 
 class PostgresBackend(MemoryBackend):

@@ -11,6 +11,7 @@ from typing import Any, Protocol, TypeVar
 
 from afterthought.backends.retrieval import (
     HOP_FROM,
+    asks_advice,
     asks_before,
     asks_now,
     expansion_terms,
@@ -52,6 +53,11 @@ class StatementSource(Protocol):
         embedder."""
         ...
 
+    async def constraints(self) -> list[int]:
+        """The statements the user's current facts that limit advice (``CONSTRAINTS``)
+        were read from, the most important fact's first (``local._constraints``)."""
+        ...
+
 
 def run_now(ranking: Coroutine[Any, Any, T]) -> T:
     """``ranking`` run to its end at once: on a source whose answers never wait (the local
@@ -87,7 +93,10 @@ async def relevant(source: StatementSource, query: str) -> list[int]:
         second += (await source.lexical(hop_terms([texts[message_id]], query)))[:RELEVANT_HOPS]
         if message_id in anchors[:HOP_FROM]:
             second += (await rare_hop(source, texts[message_id], query))[:RELEVANT_HOPS]
-    return list(dict.fromkeys([*best, *earliest, *anchors[:HOP_FROM], *second, *first]))
+    # Advice must respect what limits the user ("what should I pack for a winter hike?":
+    # "the Raynaud's is bad this week"), though the question names none of it.
+    limits = await source.constraints() if asks_advice(query) else []
+    return list(dict.fromkeys([*best, *limits, *earliest, *anchors[:HOP_FROM], *second, *first]))
 
 
 async def rare_hop(source: StatementSource, text: str, query: str) -> list[int]:

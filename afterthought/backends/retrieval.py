@@ -311,6 +311,39 @@ def asks_before(query: str) -> bool:
     return _BEFORE.search(query) is not None
 
 
+#: A request for advice, a plan or a choice ("what should I pack…", "suggest a dessert…",
+#: "when would be best…"): its answer must respect what limits the user (``CONSTRAINTS``),
+#: which the question never names.
+_ADVICE = re.compile(
+    r"\b(?:suggest|recommend|plan|tips?|advice|ideas?|best|(?:should|could|can)\s+(?:i|we)"
+    r"|(?:what|which)\s+(?:kind|sort|size|type)\s+of)\b",
+    re.I,
+)
+
+
+def asks_advice(query: str) -> bool:
+    """Whether ``query`` asks for advice, a plan or a choice made for the user."""
+    return _ADVICE.search(query) is not None
+
+
+#: The predicates of the user's facts that limit what advice suits them (a condition, a
+#: fear, an allergy, an injury, a diet, drink, the home, the hours they work, the kids):
+#: the statements they were read from are offered to a request for advice.
+CONSTRAINTS = frozenset(
+    {
+        "condition",
+        "afraid_of",
+        "allergic_to",
+        "injury",
+        "alcohol",
+        "diet",
+        "home",
+        "works_shifts",
+        "children",
+    }
+)
+
+
 def expansion_terms(query: str) -> list[str]:
     """The words a statement about what ``query`` asks is commonly said with
     (``afterthought.concepts``): "what's my pup's name?" asks about pets, said with "dog",
