@@ -28,6 +28,8 @@ from afterthought.testing.redis_server import _binary, free_port, listening
 
 HOST = "127.0.0.1"
 START_TIMEOUT = 20.0
+#: How long a sentinel in TILT mode waits before it acts again (Redis' own constant).
+SENTINEL_TILT_SECONDS = 30.0
 _POLL = 0.05
 
 # Commands a master executes besides the workload: the harness's own polling and resets,
@@ -148,11 +150,12 @@ class _Topology:
         self,
         what: str,
         check: Callable[[], str | None],
-        deadline: float,
+        deadline: float | Callable[[], float],
         logs: Iterable[int] = (),
     ) -> None:
         """Poll ``check`` (None when satisfied, else what is still missing) until it passes;
-        RuntimeError naming ``what`` and the last thing missing at the deadline, with the
+        RuntimeError naming ``what`` and the last thing missing at the deadline (a time, or
+        a function giving it: a wait that may grow), with the
         end of the logs of the nodes on ``logs`` (the directory is gone after close)."""
         while True:
             self._check_alive()
@@ -162,7 +165,7 @@ class _Topology:
                 problem = f"{type(error).__name__}: {error}"
             if problem is None:
                 return
-            if time.monotonic() > deadline:
+            if time.monotonic() > (deadline() if callable(deadline) else deadline):
                 tails = "".join(f"\nlog of {port}:\n{self._log_tail(port)}" for port in logs)
                 raise RuntimeError(f"{what}: {problem}{tails}")
             time.sleep(_POLL)
@@ -422,14 +425,20 @@ class SentinelSet(_Topology):
 
     def wait_failover(self, old_port: int, timeout: float = 20) -> tuple[str, int]:
         """Wait until every sentinel reports the same master other than ``old_port`` and
-        that node answers as a master; return its address."""
+        that node answers as a master; return its address. A sentinel in TILT (its timer
+        ran late: a stalled machine) acts on nothing for ``SENTINEL_TILT_SECONDS``: the
+        wait is that much longer once one is seen in it."""
         found: list[int] = []
+        tilted: list[bool] = []
 
         def check() -> str | None:
             reported: list[int | None] = []
             for port in self._sentinel_ports:
                 with self._client(port) as sentinel:
                     address = sentinel.sentinel_get_master_addr_by_name(self._service)
+                    if not tilted and sentinel.info("sentinel").get("sentinel_tilt"):
+                        tilted.append(True)
+                        deadline[0] += SENTINEL_TILT_SECONDS
                 reported.append(None if address is None else int(address[1]))
             new = reported[0]
             if new is None or new == old_port or any(other != new for other in reported):
@@ -440,10 +449,11 @@ class SentinelSet(_Topology):
             found.append(new)
             return None
 
+        deadline = [time.monotonic() + timeout]
         self._wait(
             f"no failover from {old_port} within {timeout:g} s",
             check,
-            time.monotonic() + timeout,
+            lambda: deadline[0],
             logs=self._sentinel_ports,
         )
         return HOST, found[-1]
