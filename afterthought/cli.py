@@ -367,8 +367,11 @@ def _dlq(args: argparse.Namespace) -> int:
             if done.unconfirmed:
                 print(
                     "afterthought: Redis' replicas did not confirm a replay in time "
-                    "(redis_wait_replicas); the letters after it were left. "
-                    "Replay again once they are back",
+                    "(redis_wait_replicas): that letter left the dead letters for its "
+                    "thread's queue on the master, and is back among them only if a "
+                    "failover loses that write; the letters after it were left. "
+                    "Replay again once the replicas are back (a letter queued is not "
+                    "replayed twice)",
                     file=sys.stderr,
                 )
             return OK if not (done.refused or done.unconfirmed) else ATTENTION

@@ -196,10 +196,12 @@ class Keys:
         return f"{self.prefix}:late"
 
     @property
-    def late_copies(self) -> str:
-        """Counter of late copies found and repaired; durable, so ``status`` keeps
-        reporting it until reset."""
-        return f"{self.prefix}:late_copies"
+    def late_repaired(self) -> str:
+        """ZSET uuid of a late copy -> ms it was first known repaired: ``status`` counts its
+        members, so a copy two runs repair at once, or one found repaired after its repair's
+        reply was lost, counts once. Durable (a member per copy ever repaired), so
+        ``status`` keeps reporting them until reset."""
+        return f"{self.prefix}:late_repaired"
 
     @property
     def layout(self) -> str:

@@ -225,7 +225,7 @@ async def snapshot(
         pipe.get(keys.rate_limit)
         pipe.hvals(keys.forgets)
         pipe.hgetall(keys.stores)
-        pipe.get(keys.late_copies)
+        pipe.zcard(keys.late_repaired)
         pipe.zcard(keys.late)
         replies = await pipe.execute()
     per_shard = len(keys.shard_ids) * 4
