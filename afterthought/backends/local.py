@@ -15,7 +15,7 @@ import threading
 import unicodedata
 import uuid
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
@@ -932,7 +932,7 @@ class LocalBackend(MemoryBackend):
         (with an embedder, when positive). BM25 weighs a word by how rare it is in the
         store, so scores compare within one search, not across stores."""
         terms = query_terms(query)
-        ranked = _lexical(db, user_uuid, terms)
+        ranked = _lexical(db, user_uuid, terms, {})
         vector = None
         if self._embedder is not None and self._dense is not None and query.strip():
             from afterthought.backends.embeddings import unit_rows
@@ -1029,12 +1029,14 @@ class _Source:
     user_uuid: str
     embedder: Embedder | None
     index: DenseIndex | None
+    frequency: dict[str, int] = field(default_factory=dict)
+    """Terms counted in this read: each hop asks again for words the last counted."""
 
     async def lexical(self, terms: Sequence[str]) -> list[int]:
-        return _lexical(self.db, self.user_uuid, terms)
+        return _lexical(self.db, self.user_uuid, terms, self.frequency)
 
     async def counts(self, terms: Sequence[str]) -> dict[str, int]:
-        return _counts(self.db, self.user_uuid, terms)
+        return _counts(self.db, self.user_uuid, terms, self.frequency)
 
     async def contents(self, ids: Sequence[int]) -> dict[int, str]:
         marks = ",".join("?" * len(ids))
@@ -1193,27 +1195,32 @@ def _reason(exc: OSError) -> str:
     return (exc.strerror or type(exc).__name__).lower()
 
 
-def _counts(db: sqlite3.Connection, user_uuid: str, terms: Sequence[str]) -> dict[str, int]:
-    """The user's statements holding each term. Counted in the user's own rows (another
-    user's many "Leeds" must not make the word common for this one), and only as far as
-    decides ``split_by_frequency``: the count stops there."""
+def _counts(
+    db: sqlite3.Connection, user_uuid: str, terms: Sequence[str], known: dict[str, int]
+) -> dict[str, int]:
+    """The user's statements holding each term (those not in ``known``, counted in this
+    read, are counted and added to it). Counted in the user's own rows (another user's
+    many "Leeds" must not make the word common for this one), and only as far as decides
+    ``split_by_frequency``: the count stops there."""
     enough = 10 * RANKED_ROWS + 1
-    return {
-        term: db.execute(
-            "SELECT count(*) FROM (SELECT rowid FROM statements_fts WHERE statements_fts"
-            " MATCH ? LIMIT ?)",
-            (match_expression(user_uuid, [term]), enough),
-        ).fetchone()[0]
-        for term in terms
-    }
+    for term in terms:
+        if term not in known:
+            known[term] = db.execute(
+                "SELECT count(*) FROM (SELECT rowid FROM statements_fts WHERE statements_fts"
+                " MATCH ? LIMIT ?)",
+                (match_expression(user_uuid, [term]), enough),
+            ).fetchone()[0]
+    return {term: known[term] for term in terms}
 
 
-def _lexical(db: sqlite3.Connection, user_uuid: str, terms: Sequence[str]) -> list[int]:
+def _lexical(
+    db: sqlite3.Connection, user_uuid: str, terms: Sequence[str], known: dict[str, int]
+) -> list[int]:
     """The user's statements ranked by BM25 for the terms, best first. Ranking is bounded
     to about ``RANKED_ROWS`` rows whatever the history's length: the rarest terms (in the
     user's own statements) select the rows, the common ones only weigh in
     (``split_by_frequency``). When every term is common, the newest matches are ranked."""
-    frequency = _counts(db, user_uuid, terms)
+    frequency = _counts(db, user_uuid, terms, known)
     selective, boosts = split_by_frequency(terms, frequency, RANKED_ROWS)
     if selective:
         rows = db.execute(
