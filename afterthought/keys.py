@@ -421,6 +421,14 @@ class Keys:
         return f"{self._user_base(app, user_id)}:tomb:{digest(app, user_id)}"
 
     @property
+    def tombstone_keys(self) -> str:
+        """HASH fingerprint of a tombstone key (an HMAC of a fixed label under it, never the
+        key) -> JSON ``{"used": ms, "covers": [fingerprints]}``: every key a worker used,
+        when one last started with it, and the earlier keys it still checks
+        (``tombstone_previous_keys``). Durable: a field for each key ever used."""
+        return f"{self.prefix}:tombstone_keys"
+
+    @property
     def audit(self) -> str:
         """STREAM: the audit log (bounded by MAXLEN)."""
         return f"{self.prefix}:audit"

@@ -481,7 +481,8 @@ def worker_settings(
         backend = metrics.metered_backend(opened)
         ctx["backend"] = backend
         ctx["pruner"] = Pruner(s, redis, backend)
-        ctx["forgetter"] = Forgetter(s, redis, backend)
+        forgetter = ctx["forgetter"] = Forgetter(s, redis, backend)
+        await forgetter.tombstones.key()  # a key changed without the one before is said now
         later = AfterBatches(jobs, keys)
         if synthesizes(s, backend):
             ctx["synthesizer"] = Synthesizer(s, redis, backend)
