@@ -394,6 +394,15 @@ class Keys:
         return f"afterthought:shared:prefixes:{digest(store)}"
 
     @staticmethod
+    def user_id_sharers(store: str) -> str:
+        """HASH key prefix -> JSON (``said``: its own ``zep_user_id_template``, not its
+        default; ``at``): the deployments whose backend user ids name no deployment on
+        ``store``, so a deployment whose default names them so is refused beside another
+        (they would share users without saying so). Named by the store as ``sharing`` is;
+        renewed by every worker's heartbeat, expiring ``SHARING_SECONDS`` after the last."""
+        return f"afterthought:shared:user-ids:{digest(store)}"
+
+    @staticmethod
     def sharing_names(where: str) -> str:
         """HASH key prefix -> JSON (the store name it shares users under, when): the
         deployments that share users on one store as its workers see it (a local store's

@@ -31,7 +31,7 @@ from afterthought.keys import Keys, digest
 from afterthought.layout import check_layout
 from afterthought.queue import ThreadQueue
 from afterthought.settings import Settings
-from afterthought.shared_store import announce, announce_forever, withdraw
+from afterthought.shared_store import announce, announce_forever, check_sharing, withdraw
 from afterthought.spool import Spool, replay_into
 from afterthought.status import HEALTH_INTERVAL_SECONDS, RedisStatus, redis_status
 from afterthought.worker import metrics
@@ -460,6 +460,7 @@ def worker_settings(
         # worker provisions anyone: users named for the deployment, or as before.
         default = await default_template(redis, s)
         user_ids = s.zep_user_id_template or default
+        await check_sharing(redis, s)  # no user shared by accident with another deployment
         moved = await settle_template(redis, s)
         if moved:
             log.warning(
