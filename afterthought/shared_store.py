@@ -19,7 +19,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from redis.asyncio import Redis
-from redis.exceptions import RedisError
+from redis.exceptions import OutOfMemoryError, RedisError
 
 from afterthought.backends.base import MemoryBackend
 from afterthought.keys import Keys
@@ -261,10 +261,12 @@ async def _register(redis: Redis, settings: Settings) -> str | None:
         await redis.hdel(key, mine)
         return None
     now = int(time.time() * 1000)
-    entries = await redis.eval(REGISTER_LUA, 1, key, mine, int(said), now, SHARING_SECONDS)
-    if said:
-        return None
-    return _refusal(dict(zip(entries[::2], entries[1::2], strict=True)), mine, template, now)
+    try:
+        listed = await redis.eval(REGISTER_LUA, 1, key, mine, int(said), now, SHARING_SECONDS)
+        entries = dict(zip(listed[::2], listed[1::2], strict=True))
+    except OutOfMemoryError:
+        entries = await redis.hgetall(key)  # at maxmemory a worker starts all the same
+    return None if said else _refusal(entries, mine, template, now)
 
 
 async def unsaid_sharing(redis: Redis, settings: Settings, template: str) -> str | None:

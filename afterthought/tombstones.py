@@ -30,6 +30,7 @@ import logging
 from collections.abc import Iterable, Mapping
 
 import redis.asyncio as aioredis
+from redis.exceptions import OutOfMemoryError
 
 from afterthought.backends.base import MemoryBackend
 from afterthought.fence import GUARD, Fence
@@ -122,12 +123,18 @@ class Tombstones:
         return self._key
 
     async def _check(self, key: bytes) -> None:
-        """Record the key in use and say, once, when a key used before is not checked."""
-        covers = json.dumps([fingerprint(k) for k in self._previous])
-        records = await self._record(
-            keys=[self.keys.tombstone_keys], args=[fingerprint(key), covers]
-        )
-        lost = unchecked(dict(zip(records[::2], records[1::2], strict=True)))
+        """Record the key in use and say, once, when a key used before is not checked by
+        this worker (``status`` judges by the key the workers last started with)."""
+        checked = [fingerprint(key), *(fingerprint(k) for k in self._previous)]
+        try:
+            listed = await self._record(
+                keys=[self.keys.tombstone_keys], args=[checked[0], json.dumps(checked[1:])]
+            )
+            used = listed[::2]
+        except OutOfMemoryError:
+            # At maxmemory a worker starts all the same; its key is recorded at its next start.
+            used = await self.redis.hkeys(self.keys.tombstone_keys)
+        lost = sorted({fp.decode() for fp in used} - set(checked))
         if lost and (self.keys.prefix, tuple(lost)) not in _warned:
             _warned.add((self.keys.prefix, tuple(lost)))
             log.warning(

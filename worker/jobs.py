@@ -34,6 +34,7 @@ from afterthought.settings import Settings
 from afterthought.shared_store import announce, announce_forever, check_sharing, withdraw
 from afterthought.spool import Spool, replay_into
 from afterthought.status import HEALTH_INTERVAL_SECONDS, RedisStatus, redis_status
+from afterthought.tombstones import Tombstones
 from afterthought.worker import metrics
 from afterthought.worker.extract import synthesizes
 from afterthought.worker.flush import Flusher
@@ -479,11 +480,11 @@ def worker_settings(
         await announce(redis, s, opened, worker=worker_id)
         if not burst:
             tasks.append(asyncio.create_task(announce_forever(redis, s, opened, worker=worker_id)))
+        await Tombstones(s, redis, opened).key()  # a key changed without the one before: said now
         backend = metrics.metered_backend(opened)
         ctx["backend"] = backend
         ctx["pruner"] = Pruner(s, redis, backend)
-        forgetter = ctx["forgetter"] = Forgetter(s, redis, backend)
-        await forgetter.tombstones.key()  # a key changed without the one before is said now
+        ctx["forgetter"] = Forgetter(s, redis, backend)
         later = AfterBatches(jobs, keys)
         if synthesizes(s, backend):
             ctx["synthesizer"] = Synthesizer(s, redis, backend)
