@@ -138,7 +138,8 @@ def _worker(args: argparse.Namespace) -> int:
     backend = open_backend(settings, upgrade=True)
     asyncio.run(backend.prepare())
     _reach(settings)  # arq would retry for seconds, logging each try, before giving up
-    _with_redis(args, _checked)  # a layout mismatch: one line, exit 2, before arq starts
+    # A layout mismatch or users shared by accident: one line, exit 2, before arq starts.
+    _with_redis(args, _sharing_checked)
     worker = create_worker(settings, opened_backend=backend, burst=args.burst, **arq)
     try:
         worker.run()
@@ -152,6 +153,13 @@ def _worker(args: argparse.Namespace) -> int:
 
 async def _checked(settings: Settings, client: aioredis.Redis) -> int:
     """Nothing beyond the checks :func:`_with_redis` makes."""
+    return OK
+
+
+async def _sharing_checked(settings: Settings, client: aioredis.Redis) -> int:
+    from afterthought.shared_store import check_sharing
+
+    await check_sharing(client, settings)
     return OK
 
 

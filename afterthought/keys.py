@@ -396,6 +396,15 @@ class Keys:
         return f"afterthought:shared:prefixes:{digest(store)}"
 
     @staticmethod
+    def user_id_sharers(store: str) -> str:
+        """HASH key prefix -> JSON (``said``: its own ``zep_user_id_template``, not its
+        default; ``at``): the deployments whose backend user ids name no deployment on
+        ``store``, so a deployment whose default names them so is refused beside another
+        (they would share users without saying so). Named by the store as ``sharing`` is;
+        renewed by every worker's heartbeat, expiring ``SHARING_SECONDS`` after the last."""
+        return f"afterthought:shared:user-ids:{digest(store)}"
+
+    @staticmethod
     def sharing_names(where: str) -> str:
         """HASH key prefix -> JSON (the store name it shares users under, when): the
         deployments that share users on one store as its workers see it (a local store's
@@ -421,6 +430,14 @@ class Keys:
     def tombstones(self, app: str, user_id: str) -> str:
         """SET of forgotten fact signatures: synthesis never writes them again."""
         return f"{self._user_base(app, user_id)}:tomb:{digest(app, user_id)}"
+
+    @property
+    def tombstone_keys(self) -> str:
+        """HASH fingerprint of a tombstone key (an HMAC of a fixed label under it, never the
+        key) -> JSON ``{"used": ms, "covers": [fingerprints]}``: every key a worker used,
+        when one last started with it, and the earlier keys it still checks
+        (``tombstone_previous_keys``). Durable: a field for each key ever used."""
+        return f"{self.prefix}:tombstone_keys"
 
     @property
     def audit(self) -> str:

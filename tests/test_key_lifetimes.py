@@ -37,6 +37,7 @@ WEEK_MS = 7 * 86400 * 1000
 DURABLE = {
     "layout", "marker", "depth", "lost", "late_repaired", "forgets", "audit", "quarantine",
     "dead", "ready", "backfill", "synth", "tomb", "epoch", "arq", "user-ids", "served-by",
+    "tombstone_keys",
 }  # fmt: skip
 #: Kinds kept per session and per user, and so what must never outlive the idle lifetime.
 PER_SESSION = {"thread", "id:thread", "seen", "pending", "lease", "ctx:thread"}
