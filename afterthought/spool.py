@@ -388,7 +388,10 @@ class Spool:
                 raise SpoolLocked(f"another process holds {APPEND_LOCK}")
             if not live.exists():
                 return None
-            claim = self.directory / f"{CLAIMED}{time.time_ns():020d}-{os.getpid()}.log"
+            # Named after every claim left (held-back records), even when the clock was
+            # stepped back since: claims replay in the order of their names.
+            stamp = max([time.time_ns(), *(_stamp_of(c) + 1 for c in self._claimed())])
+            claim = self.directory / f"{CLAIMED}{stamp:020d}-{os.getpid()}.log"
             os.rename(live, claim)
             _fsync_dir(self.directory, self.fsync)
         return claim
@@ -508,6 +511,12 @@ def _records(claim: Path) -> list[tuple[int, QueuedMessage | None]]:
                 log.error("spool record damaged, skipped bytes=%d", len(line))
             records.append((offset, message))
     return records
+
+
+def _stamp_of(claim: Path) -> int:
+    """The time a claim's name gives (0 for a name not made here)."""
+    stamp = claim.name[len(CLAIMED) :].partition("-")[0]
+    return int(stamp) if stamp.isdigit() else 0
 
 
 def _done_path(claim: Path) -> Path:
