@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 from unittest import mock
 
+import pytest
+
 from afterthought.contract import QueuedMessage
+from afterthought.settings import Settings
 from afterthought.spool import Sent, Spool
 
 
@@ -47,3 +53,87 @@ async def test_spool_order_survives_a_clock_stepped_back(tmp_path: Path) -> None
 
     assert (await spool.replay(room)).finished
     assert sent == ["message 1", "message 2", "message 3"]
+
+
+ONE_SHOT_WITH_SLOW_DNS = """
+import asyncio, os, socket, sys, time
+
+real = socket.getaddrinfo
+
+
+def unanswered(host, *args, **kwargs):
+    # A name server that does not answer: glibc gives up after its timeout and tries.
+    if host == "redis.example.internal":
+        time.sleep(float(os.environ["DNS_SECONDS"]))
+        raise socket.gaierror(socket.EAI_AGAIN, "Temporary failure in name resolution")
+    return real(host, *args, **kwargs)
+
+
+socket.getaddrinfo = unanswered
+from google.adk.agents import LlmAgent
+from google.adk.runners import InMemoryRunner
+from google.genai import types
+
+from afterthought.agent_hooks import create_callbacks
+from afterthought.testing import StandInLlm
+
+memory = create_callbacks()
+agent = LlmAgent(
+    name="assistant",
+    model=StandInLlm(script=["hi there"]),
+    before_model_callback=memory.before_model_callback,
+    after_model_callback=memory.after_model_callback,
+)
+
+
+async def main():
+    runner = InMemoryRunner(agent=agent, app_name="oneshot")
+    session = await runner.session_service.create_session(app_name="oneshot", user_id="ada")
+    async for _ in runner.run_async(
+        user_id="ada", session_id=session.id, new_message=types.UserContent("hello")
+    ):
+        pass
+    print("TURN_END", time.monotonic(), flush=True)
+
+
+asyncio.run(main())
+"""
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a blocked getaddrinfo in asyncio's executors is joined at exit (found, not fixed)",
+)
+def test_one_shot_agent_exits_in_its_bound_when_redis_name_does_not_resolve(
+    tmp_path: Path,
+) -> None:
+    """Redis' host name unresolvable, the name server silent (each lookup 10 s, then a
+    failure): the turn is spooled, and the process exits within ``exit_flush_seconds``
+    (1 s, plus the interpreter's own exit). It took 20-26 s: asyncio.run's default
+    executor, and the drain thread's loop's, wait for the lookups still blocked."""
+    script = tmp_path / "one_shot.py"
+    script.write_text(ONE_SHOT_WITH_SLOW_DNS)
+    env = {
+        **os.environ,
+        "REDIS_URL": "redis://redis.example.internal:6379/0",
+        "AFTERTHOUGHT_KEY_PREFIX": "break21d",
+        "AFTERTHOUGHT_SPOOL_PATH": str(tmp_path / "spool"),
+        "AFTERTHOUGHT_LOCAL_DB_PATH": str(tmp_path / "memory.sqlite3"),
+        "AFTERTHOUGHT_EXIT_FLUSH_SECONDS": "1",
+        "DNS_SECONDS": "10",
+    }
+    env.pop("ZEP_API_KEY", None)
+    done = subprocess.run(
+        [sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=120
+    )
+    exited = time.monotonic()
+    turn_end = [float(line.split()[1]) for line in done.stdout.splitlines() if "TURN_END" in line]
+    assert done.returncode == 0 and turn_end, done.stderr[-2000:]
+    settings = Settings(
+        redis_url=env["REDIS_URL"],
+        key_prefix="break21d",
+        spool_path=tmp_path / "spool",
+        local_db_path=tmp_path / "memory.sqlite3",
+    )
+    assert Spool.of(settings).waiting() == 2  # the user's message and the reply
+    assert exited - turn_end[0] < 1 + 4
