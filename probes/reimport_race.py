@@ -120,7 +120,7 @@ async def main():
     export(f1, N0)
     t = time.monotonic()
     print("backfill1", await Backfill(s, r, jsonl_source(f1)).run(), time.monotonic() - t)
-    await drain(s, timeout=600)
+    await drain(s, timeout=1500)
     print("drained1", time.monotonic() - t)
     q = ThreadQueue(r, s)
     stop = False
@@ -147,7 +147,7 @@ async def main():
     f3 = tmp / "c.jsonl"
     export(f3, N0 + LIVE)
     print("backfill3", await Backfill(s, r, jsonl_source(f3)).run())
-    await drain(s, timeout=600)
+    await drain(s, timeout=1500)
     if ZEP:
         rows = [m["content"] for m in fake.messages()]
         print("fake injected", dict(fake.injected), "ambiguous", dict(fake.ambiguous))

@@ -24,11 +24,15 @@ def msg(t, n):
 
 
 def appender(t0, count):
+    # Resumes after the last append it knows it made (a kill may leave one more spooled,
+    # or torn): appended again, a copy the queue's keys skip.
     sp = Spool(D, max_bytes=1 << 30)
-    for n in range(count):
-        for t in (t0, t0 + 1):
-            r = sp.append([msg(t, n)])
-            assert r.spooled == 1, r
+    progress = D.parent / f"progress-{t0}"
+    start = int(progress.read_text() or 0) if progress.exists() else 0
+    for n in range(start, count):
+        r = sp.append([msg(t0, n), msg(t0 + 1, n)])
+        assert r.spooled == 2, r
+        progress.write_text(str(n + 1))
 
 
 async def replayer(seed, final):
@@ -62,15 +66,23 @@ else:
     N = int(sys.argv[2]) if len(sys.argv) > 2 else 1500
     env = dict(os.environ)
     py = sys.executable
-    apps = [
-        subprocess.Popen([py, __file__, "append", str(d), str(t0), str(N)], env=env)
-        for t0 in (0, 2)
-    ]
+
+    def start(t0):
+        return subprocess.Popen([py, __file__, "append", str(d), str(t0), str(N)], env=env)
+
+    apps = {t0: start(t0) for t0 in (0, 2)}
     rnd = random.Random(1)
-    kills = 0
+    kills = akills = 0
     seed = 0
-    while any(a.poll() is None for a in apps):
+    while any(a.poll() is None for a in apps.values()):
         seed += 1
+        for t0, a in apps.items():
+            if a.poll() is None and rnd.random() < 0.3:
+                time.sleep(rnd.uniform(0.0, 0.3))
+                a.send_signal(signal.SIGKILL)
+                a.wait()
+                akills += 1
+                apps[t0] = start(t0)
         rs = [
             subprocess.Popen([py, __file__, "replay", str(d), str(seed * 10 + i), "0"], env=env)
             for i in range(2)
@@ -80,7 +92,7 @@ else:
             p.send_signal(signal.SIGKILL)
             p.wait()
             kills += 1
-    for a in apps:
+    for a in apps.values():
         assert a.wait() == 0
     subprocess.run([py, __file__, "replay", str(d), "999", "1"], env=env, check=True)
     lines = (root / "queued.log").read_text().split()
@@ -94,5 +106,5 @@ else:
     lost = sum(N - len(v) for v in order.values()) + (4 - len(order)) * N
     reord = sum(sum(1 for a, b in zip(v, v[1:]) if b < a) for v in order.values())
     print(
-        f"records={4 * N} queued_lines={len(lines)} distinct={len(first)} lost={lost} reordered={reord} kills={kills} leftover={sorted(p.name for p in d.iterdir())}"
+        f"records={4 * N} queued_lines={len(lines)} distinct={len(first)} lost={lost} reordered={reord} kills={kills} appender_kills={akills} leftover={sorted(p.name for p in d.iterdir())}"
     )

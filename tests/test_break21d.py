@@ -6,14 +6,17 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from unittest import mock
 
 import pytest
 
 from afterthought.contract import QueuedMessage
+from afterthought.enqueue import Enqueuer
 from afterthought.settings import Settings
-from afterthought.spool import Sent, Spool
+from afterthought.spool import Sent, Spool, unframe
+from afterthought.testing.redis_server import free_port
 
 
 def _said(n: int) -> QueuedMessage:
@@ -137,3 +140,48 @@ def test_one_shot_agent_exits_in_its_bound_when_redis_name_does_not_resolve(
     )
     assert Spool.of(settings).waiting() == 2  # the user's message and the reply
     assert exited - turn_end[0] < 1 + 4
+
+
+async def test_an_enqueue_reads_only_what_was_spooled_since_its_last_look(
+    make_settings: Callable[..., Settings], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another process of the machine spools a turn while this one's spool holds 2,000
+    records (64 MiB at most: ~55,000): this process's next enqueue learns the new thread
+    from the new record alone. Each look parsed every record waiting, on the agent's event
+    loop: 0.6-1.0 s a turn with 32 MiB spooled (probes/spool_turn_block.py)."""
+    # Redis not answering: nothing replays the spool while the test looks at it.
+    settings = make_settings(redis_url=f"redis://127.0.0.1:{free_port()}/0")
+    other = Spool.of(settings)
+    other.append([_said(n).model_copy(update={"user_id": f"user-{n % 50}"}) for n in range(2000)])
+    enqueuer = Enqueuer(settings)
+    parsed = 0
+
+    def counted(line: bytes) -> QueuedMessage | None:
+        nonlocal parsed
+        parsed += 1
+        return unframe(line)
+
+    monkeypatch.setattr("afterthought.spool.unframe", counted)
+    spooled_turn = QueuedMessage.build(
+        app="memtest",
+        user_id="bob",
+        session_id="s9",
+        invocation_id="i1",
+        role="user",
+        ordinal=0,
+        content="said while Redis did not answer",
+    )
+    other.append([spooled_turn])
+    next_turn = QueuedMessage.build(
+        app="memtest",
+        user_id="bob",
+        session_id="s9",
+        invocation_id="i2",
+        role="user",
+        ordinal=0,
+        content="the turn after",
+    )
+    assert not await enqueuer.enqueue([next_turn])  # behind the spooled one, in the spool
+    assert parsed <= 2
+    assert enqueuer.spooled == 1
+    assert [m.content for m in other.messages()][-2:] == [spooled_turn.content, next_turn.content]
