@@ -36,6 +36,7 @@ import enum
 import fcntl
 import logging
 import os
+import threading
 import time
 import zlib
 from collections.abc import Awaitable, Callable, Iterator, Sequence
@@ -213,6 +214,10 @@ class Spool:
         """Every sync of the spool's files and directory: a test fails it here, and one
         that models no crash of the machine skips the disk's wait."""
         self._refusal_logged = False
+        self._seen: dict[tuple[int, int], tuple[int, set[str], int]] = {}
+        """What :meth:`threads` read of each file (by device and inode): how far, the
+        threads found, and a checksum of its first record (an inode is reused)."""
+        self._seen_lock = threading.Lock()
 
     @classmethod
     def of(cls, settings: Settings) -> Spool:
@@ -297,16 +302,43 @@ class Spool:
         return [m for m in map(unframe, self._lines(self._files())) if m is not None]
 
     def threads(self) -> set[str]:
-        """The threads of the messages waiting (none, when the spool cannot be read: this
-        process could not replay it either). The live file is read before the claims are
-        listed: a replayer renaming it meanwhile leaves its records in a claim listed
+        """The threads of the messages in the files (none, when the spool cannot be read:
+        this process could not replay it either), on the turn path at every change of
+        :meth:`stamp`: each file (by inode: the live file renamed into a claim is the same)
+        is read once, then only what was appended since, so a spool of 64 MiB costs a turn
+        its new records, not a second of the agent's loop. Records a claim's replayer sent
+        already count until the claim is gone (a thread taken for spooled goes on in the
+        spool a while longer: its order holds). The live file is read before the claims
+        are listed: a replayer renaming it meanwhile leaves its records in a claim listed
         after, and a claim gone by then is in Redis."""
-        try:
-            live = list(self._lines([self.directory / LIVE]))
-            lines = [*live, *self._lines(self._claimed())]
-            return {m.thread_key for m in map(unframe, lines) if m is not None}
-        except OSError:
-            return set()
+        found: set[str] = set()
+        seen: dict[tuple[int, int], tuple[int, set[str], int]] = {}
+        with self._seen_lock:  # the agent's loops and its drain thread share the spool
+            try:
+                for path in [self.directory / LIVE, *self._claimed()]:
+                    with contextlib.suppress(FileNotFoundError), _read(path) as f:
+                        st = os.fstat(f.fileno())
+                        head = zlib.crc32(f.readline())
+                        offset, threads, was = self._seen.get(
+                            (st.st_dev, st.st_ino), (0, set(), head)
+                        )
+                        # Another file under a freed inode (its first record differs), or
+                        # one cut back since (an append whose sync failed): read it all.
+                        if offset and (was != head or os.pread(f.fileno(), 1, offset - 1) != b"\n"):
+                            offset, threads = 0, set()
+                        f.seek(offset)
+                        for line in f:
+                            if not line.endswith(b"\n"):
+                                break  # an append under way: read whole next time
+                            offset += len(line)
+                            if (message := unframe(line)) is not None:
+                                threads.add(message.thread_key)
+                        seen[st.st_dev, st.st_ino] = (offset, threads, head)
+                        found |= threads
+            except OSError:
+                return set()
+            self._seen = seen  # files gone are forgotten
+        return found
 
     def append(self, messages: Sequence[QueuedMessage], *, wait: float = LOCK_SECONDS) -> Appended:
         """Write messages at the end, in order, durably; those past ``max_bytes`` are not
@@ -388,7 +420,10 @@ class Spool:
                 raise SpoolLocked(f"another process holds {APPEND_LOCK}")
             if not live.exists():
                 return None
-            claim = self.directory / f"{CLAIMED}{time.time_ns():020d}-{os.getpid()}.log"
+            # Named after every claim left (held-back records), even when the clock was
+            # stepped back since: claims replay in the order of their names.
+            stamp = max([time.time_ns(), *(_stamp_of(c) + 1 for c in self._claimed())])
+            claim = self.directory / f"{CLAIMED}{stamp:020d}-{os.getpid()}.log"
             os.rename(live, claim)
             _fsync_dir(self.directory, self.fsync)
         return claim
@@ -508,6 +543,12 @@ def _records(claim: Path) -> list[tuple[int, QueuedMessage | None]]:
                 log.error("spool record damaged, skipped bytes=%d", len(line))
             records.append((offset, message))
     return records
+
+
+def _stamp_of(claim: Path) -> int:
+    """The time a claim's name gives (0 for a name not made here)."""
+    stamp = claim.name[len(CLAIMED) :].partition("-")[0]
+    return int(stamp) if stamp.isdigit() else 0
 
 
 def _done_path(claim: Path) -> Path:
