@@ -1,5 +1,6 @@
 """Every Redis key name, in one place. All carry the deployment prefix but one family
-(``forgot_shared``: what deployments that share users share is named by their store).
+(``forgot_shared``, ``tombstones_shared``: what deployments that share users share is named
+by their store).
 
 Two layouts. With ``redis_shards = 0`` (the default, one Redis or a Sentinel set) names
 are ``prefix:kind:id``, as they always were. With ``redis_shards = N`` (required on Redis
@@ -380,8 +381,8 @@ class Keys:
         (a ``zep_user_id_template`` without ``{deployment}``) last began, in any of them:
         each drops what the person said before it, and takes a registry entry of theirs
         that names the deleted user for stale. Named by the store and the backend user id,
-        not by a deployment (the one family of keys so named: what is shared is the
-        store's); untagged, read on its own; expires as ``forgot`` does."""
+        not by a deployment (as ``tombstones_shared``: what is shared is the store's);
+        untagged, read on its own; expires as ``forgot`` does."""
         return f"afterthought:shared:forgot:{digest(store, backend_user_id)}"
 
     @staticmethod
@@ -419,6 +420,19 @@ class Keys:
     def tombstones(self, app: str, user_id: str) -> str:
         """SET of forgotten fact signatures: synthesis never writes them again."""
         return f"{self._user_base(app, user_id)}:tomb:{digest(app, user_id)}"
+
+    def tombstones_person(self, user_id: str) -> str:
+        """SET of forgotten facts' marks of the person a user id names in every app (a
+        ``zep_user_id_template`` without ``{app}``): synthesis in none of their apps writes
+        them again. Untagged (a person's apps are in different shards), so only read on its
+        own; durable as ``tombstones``, removed by the person's forget."""
+        return f"{self.prefix}:tomb:person:{digest(user_id)}"
+
+    @staticmethod
+    def tombstones_shared(store: str, backend_user_id: str) -> str:
+        """``tombstones_person`` of a backend user that deployments share (a
+        ``zep_user_id_template`` without ``{deployment}``), named as ``forgot_shared``."""
+        return f"afterthought:shared:tomb:{digest(store, backend_user_id)}"
 
     @property
     def audit(self) -> str:

@@ -1,6 +1,10 @@
 """What a forgotten fact leaves so synthesis never writes it again: a keyed digest of the
-fact's signature (:func:`~afterthought.facts.fact_signature`) in the user's set
-(``Keys.tombstones``).
+fact's signature (:func:`~afterthought.facts.fact_signature`) in the set of whom the fact
+is of — the person a user id names in every app (``Keys.tombstones_person``) or, with
+users shared, in every sharing deployment (``Keys.tombstones_shared``): each app's
+synthesis reads the person's messages of every app. The user's own set
+(``Keys.tombstones``) where apps keep users apart, and read always (tombstones written
+before the person's set).
 
 Keyed, because the signature itself is a plain hash of the fact: whoever reads Redis could
 hash a guess ("ada allergic_to peanuts") and find it in the set. The key is never in Redis:
@@ -8,7 +12,8 @@ hash a guess ("ada allergic_to peanuts") and find it in the set. The key is neve
 - ``tombstone_key`` when set (every worker of a deployment sets the same);
 - else a random key the store keeps with the memory (the local and PostgreSQL stores: a
   reader of the store reads the facts themselves, so it learns nothing more there);
-- else (Zep) one derived from ``zep_api_key``, which every worker holds anyway.
+- else (Zep) one derived from ``zep_api_key``, which every worker holds anyway (deployments
+  that share users on Zep with keys of their own set the same ``tombstone_key``).
 
 Members made before tombstones were keyed (the bare signature) still count: their fact
 cannot be digested again (it is deleted), so each is replaced by its keyed form only when
@@ -25,6 +30,7 @@ import redis.asyncio as aioredis
 
 from afterthought.backends.base import MemoryBackend
 from afterthought.fence import GUARD, Fence
+from afterthought.forget_marks import person_of
 from afterthought.keys import Keys
 from afterthought.settings import Settings
 
@@ -87,23 +93,43 @@ class Tombstones:
         message = json.dumps([app, user_id, signature], ensure_ascii=True).encode()
         return hmac.new(await self.key(), message, hashlib.sha256).hexdigest()
 
+    def person(self, app: str, user_id: str) -> tuple[str, str] | None:
+        """The set of the user's person (:func:`~afterthought.forget_marks.person_of`) and
+        whom its marks are made of; None where apps keep users apart."""
+        person = person_of(self.settings, app=app, user_id=user_id)
+        if person is None:
+            return None
+        store, who = person
+        if store is None:
+            return self.keys.tombstones_person(who), who
+        return Keys.tombstones_shared(store, who), who
+
     async def add(self, *, app: str, user_id: str, signature: str) -> None:
-        mark = await self.mark(app=app, user_id=user_id, signature=signature)
-        await self.redis.sadd(self.keys.tombstones(app, user_id), mark)
+        person = self.person(app, user_id)
+        if person is None:
+            mark = await self.mark(app=app, user_id=user_id, signature=signature)
+            await self.redis.sadd(self.keys.tombstones(app, user_id), mark)
+        else:
+            key, who = person
+            await self.redis.sadd(key, await self.mark(app="", user_id=who, signature=signature))
 
     async def forgotten(
         self, *, app: str, user_id: str, signatures: Iterable[str], fence: Fence | None = None
     ) -> set[str]:
-        """Which of ``signatures`` the user forgot. A bare member met is replaced by its
-        keyed form (under ``fence``: never after a forget of the user)."""
+        """Which of ``signatures`` the user (or their person) forgot. A bare member met is
+        replaced by its keyed form (under ``fence``: never after a forget of the user)."""
         held = {t.decode() for t in await self.redis.smembers(self.keys.tombstones(app, user_id))}
-        if not held:
+        person = self.person(app, user_id)
+        theirs = {t.decode() for t in await self.redis.smembers(person[0])} if person else set()
+        if not (held or theirs):
             return set()
         found: set[str] = set()
         bare: list[str] = []
         for signature in set(signatures):
             mark = await self.mark(app=app, user_id=user_id, signature=signature)
-            if mark in held:
+            if mark in held or (
+                person and await self.mark(app="", user_id=person[1], signature=signature) in theirs
+            ):
                 found.add(signature)
             elif signature in held:
                 found.add(signature)
@@ -111,3 +137,10 @@ class Tombstones:
         if bare and fence is not None:
             await fence.write(self.redis, self._rekey, [self.keys.tombstones(app, user_id)], bare)
         return found
+
+    async def drop_person(self, *, app: str, user_id: str) -> None:
+        """The person's set goes with the person (their forget, or their backend user
+        deleted elsewhere); the user's own set goes with the user's other keys."""
+        person = self.person(app, user_id)
+        if person is not None:
+            await self.redis.delete(person[0])

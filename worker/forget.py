@@ -388,6 +388,7 @@ class Forgetter:
         await self.redis.delete(*stale)
         # Untagged: on its own. Again, as a worker may have provisioned them meanwhile.
         await self.redis.delete(self.keys.person(user_id))
+        await self.tombstones.drop_person(app=app, user_id=user_id)
         await self.redis.set(self.keys.forgetting(app, user_id), COOLING, px=COOL_DOWN_MS)
         await self.cache.forgot(self.redis, app=app, user_id=user_id)
         await self._done(keys=[self.keys.forgets], args=[who, began or b""])
@@ -451,6 +452,7 @@ class Forgetter:
         await self.redis.delete(
             self.keys.synthesized(app, user_id), self.keys.tombstones(app, user_id)
         )
+        await self.tombstones.drop_person(app=app, user_id=user_id)
         await Quarantine(self.redis, self.settings).drop_user(app=app, user_id=user_id)
         dead = await self._drop_dead(app, user_id, threads, said_before=forgot)
         who = digest(app, user_id)
@@ -513,8 +515,14 @@ class Forgetter:
                 statements=_said(await self._restatements(user, found)),
             )
         if fact_uuid in known:  # a tombstone, so synthesis never writes it back
-            await self.tombstones.add(
-                app=app, user_id=user_id, signature=known[fact_uuid].signature
+            signature = known[fact_uuid].signature
+            await self.tombstones.add(app=app, user_id=user_id, signature=signature)
+            # Its refused proposals hold its words, and a release would write it back.
+            await Quarantine(self.redis, self.settings).drop_fact(
+                app=app,
+                user_id=user_id,
+                signature=signature,
+                every_app=not self.settings.apps_apart,
             )
         # Blocks read before the deletion must not be cached after the invalidation below:
         # the cool-down mark refuses cache writes (a forget of the user keeps its own mark).
