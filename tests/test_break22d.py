@@ -16,7 +16,9 @@ from afterthought.identity import IdentityRegistry
 from afterthought.quarantine import Quarantine
 from afterthought.settings import Settings
 from afterthought.worker.forget import Forgetter
-from tests.conftest import drain, enqueue, remove_prefix
+from tests.conftest import BOTH_LAYOUTS, drain, enqueue, remove_prefix, run_cli
+
+pytestmark = BOTH_LAYOUTS
 
 
 def said(app: str, text: str, n: int, *, session: str = "s1") -> QueuedMessage:
@@ -114,3 +116,24 @@ async def test_a_fact_forget_drops_the_quarantined_proposals_of_that_fact(
     assert [e.text for e in await quarantine.entries()] == ["lives in: Lisbon"]
     await drain(local_settings)
     assert {e.text for e in await quarantine.entries()} == {"lives in: Lisbon"}
+
+
+async def test_a_forgotten_fact_stays_forgotten_after_a_reshard(
+    make_settings: Callable[..., Any], redis: aioredis.Redis, redis_shards: int
+) -> None:
+    """``afterthought reshard`` (the documented move of an empty queue to another number
+    of shards) keeps what keeps a forget final: a fact forgotten before it, said again
+    after it, is still never written back."""
+    template = "{deployment}:{app}:{user_id}"  # the user's own tombstones, in their shard
+    before = make_settings(zep_user_id_template=template)
+    await enqueue(before, said("app_a", "I'm allergic to peanuts.", 1))
+    await enqueue(before, said("app_a", "I live in Lisbon.", 2, session="s2"))
+    await drain(before)
+    await forget_allergy(before, redis, "app_a")
+    shards = 0 if redis_shards else 4
+    moved = run_cli(before, "reshard", "--to", str(shards), "--yes")
+    assert moved.returncode == 0, moved.stderr
+    after = make_settings(zep_user_id_template=template, redis_shards=shards)
+    await enqueue(after, said("app_a", "Remember that I'm allergic to peanuts.", 3, session="s3"))
+    await drain(after)
+    assert ("allergic_to", "peanuts") not in await current(after, redis, "app_a")
