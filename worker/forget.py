@@ -468,12 +468,9 @@ class Forgetter:
         its blocks cached of their graphs go whether or not its registry still lists them
         (an entry idles out after ``idle_ttl_seconds``, a block lives
         ``context_ttl_seconds``): by the graph's index, which lives as long as they do."""
-        if not self.settings.users_shared or not users:
+        if not users:
             return
-        for prefix in await sharing_prefixes(self.redis, self.settings):
-            other = Forgetter(
-                self.settings.model_copy(update={"key_prefix": prefix}), self.redis, self.backend
-            )
+        for other in await self._sharing():
             theirs = [r async for r in other.registry.users() if r.user in users]
             for found in theirs:
                 await other.deleted_elsewhere(
@@ -481,6 +478,35 @@ class Forgetter:
                 )
             for user in users:
                 await other.cache.invalidate_graph(self.redis, graph_uuid=user.graph_uuid)
+
+    async def _sharing(self) -> list[Forgetter]:
+        """A forgetter of each other deployment that shares users on this store
+        (``shared_store.sharing_prefixes``); none unless users are shared."""
+        if not self.settings.users_shared:
+            return []
+        return [
+            Forgetter(self.settings.model_copy(update={"key_prefix": p}), self.redis, self.backend)
+            for p in await sharing_prefixes(self.redis, self.settings)
+        ]
+
+    async def _fact_gone_elsewhere(
+        self, user: UserRef, *, app: str, user_id: str, signature: str
+    ) -> None:
+        """What each deployment that shares the user holds of their forgotten fact: its
+        blocks cached of their graph (and, as here, none read before now is cached after)
+        and the fact's proposals in its quarantine. Its synthesis reads the shared
+        tombstone (``Tombstones.person``)."""
+        for other in await self._sharing():
+            async for found in other.registry.users():
+                if found.user == user:
+                    await other.cache.forgot(self.redis, app=found.app, user_id=found.user_id)
+            await other.cache.invalidate_graph(self.redis, graph_uuid=user.graph_uuid)
+            await Quarantine(self.redis, other.settings).drop_fact(
+                app=app,
+                user_id=user_id,
+                signature=signature,
+                every_app=not other.settings.apps_apart,
+            )
 
     async def _gone(self, marks: list[str]) -> bool:
         """Wait until no worker holds one of the user's threads or synthesizes them (False
@@ -541,6 +567,10 @@ class Forgetter:
         await self.cache.invalidate(
             self.redis, app=app, user_id=user_id, graph_uuid=user.graph_uuid
         )
+        if fact_uuid in known:
+            await self._fact_gone_elsewhere(
+                user, app=app, user_id=user_id, signature=known[fact_uuid].signature
+            )
         if not deleted:  # not the user's, or not there: nothing was forgotten
             return Forgotten()
         await self.audit.record(
