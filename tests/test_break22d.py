@@ -11,6 +11,7 @@ from typing import Any
 import redis.asyncio as aioredis
 
 from afterthought.backends import open_backend
+from afterthought.context_cache import ContextCache, now_version
 from afterthought.contract import QueuedMessage
 from afterthought.identity import IdentityRegistry
 from afterthought.quarantine import Quarantine
@@ -160,3 +161,32 @@ async def test_a_fact_forgotten_in_one_sharing_deployment_leaves_none_of_it_in_t
         assert await redis_hits(redis, other, ["peanuts"]) == {}
     finally:
         remove_prefix(other)
+
+
+async def test_a_block_read_before_a_fact_forget_is_not_cached_after_it_in_another_app(
+    local_settings: Settings, redis: aioredis.Redis
+) -> None:
+    """A block read in another app of the person before the fact went, whose write comes
+    after the forget, is refused there as in the forget's own app (it would serve the
+    fact for the cache's week)."""
+    await enqueue(local_settings, said("app_a", "I'm allergic to peanuts.", 1))
+    await enqueue(local_settings, said("app_b", "I live in Lisbon.", 2, session="s2"))
+    await drain(local_settings)
+    user = await IdentityRegistry(redis, local_settings).lookup_user(app="app_b", user_id="alice")
+    assert user is not None
+    cache = ContextCache(local_settings)
+    began = now_version()  # app_b's read of the block begins
+    epoch = await cache.epoch(redis, app="app_b", user_id="alice")
+    await forget_allergy(local_settings, redis, "app_a")
+    late = await cache.write(
+        redis,
+        app="app_b",
+        user_id="alice",
+        session_id="s2",
+        graph_uuid=user.graph_uuid,
+        block="- allergic to: peanuts",
+        version=began,
+        epoch=epoch,
+    )
+    assert not late
+    assert await redis_hits(redis, local_settings.key_prefix, ["peanuts"]) == {}

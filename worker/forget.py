@@ -562,8 +562,10 @@ class Forgetter:
         if deleted:
             for message in restated:
                 await self.backend.delete_memory(user=user, memory_uuid=message.key)
-        # A block read before the deletion ended may hold the fact, however late it comes.
-        await self.cache.forgot(self.redis, app=app, user_id=user_id)
+        # A block read before the deletion ended may hold the fact, however late it comes:
+        # in any app of the person (each reads their one backend user).
+        for a, u in (await self.aliases(app, user_id))[0]:
+            await self.cache.forgot(self.redis, app=a, user_id=u)
         await self.cache.invalidate(
             self.redis, app=app, user_id=user_id, graph_uuid=user.graph_uuid
         )
