@@ -564,6 +564,18 @@ class Synthesizer:
         )
         if quarantined:
             await self._quarantine(app, user_id, quarantined, fence)
+            # A fact forget since the read above wrote its tombstone before it dropped the
+            # fact's entries: those it found are gone, and those it came too early for are
+            # dropped here.
+            for signature in await self.forgetter.tombstones.forgotten(
+                app=app, user_id=user_id, signatures=[f.signature for f, _ in quarantined]
+            ):
+                await self.quarantine.drop_fact(
+                    app=app,
+                    user_id=user_id,
+                    signature=signature,
+                    every_app=not self.settings.apps_apart,
+                )
         outcome["messages"] = len(messages)
         outcome["quarantined"] = len(quarantined)
         return outcome
