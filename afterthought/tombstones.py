@@ -29,10 +29,12 @@ from collections.abc import Iterable
 import redis.asyncio as aioredis
 
 from afterthought.backends.base import MemoryBackend
+from afterthought.facts import Fact, StoredFact, fact_signature
 from afterthought.fence import GUARD, Fence
 from afterthought.forget_marks import person_of
 from afterthought.keys import Keys
 from afterthought.settings import Settings
+from afterthought.validation import normalise
 
 #: The label a key is derived under: a key given for another use (the Zep key) never
 #: digests tombstones itself.
@@ -53,6 +55,14 @@ end
 return 0
 """
 )
+
+
+def reads_as(fact: Fact | StoredFact) -> str:
+    """What the fact reads as: its signature over what a reader sees of its subject and
+    value (:func:`~afterthought.validation.normalise`: no zero-width characters, look-alikes
+    and diacritics folded), so "crème fraîche" said again as "creme fraiche" (or with a
+    zero-width space, or a Cyrillic letter for a Latin one) is the forgotten fact."""
+    return fact_signature(normalise(fact.subject), fact.predicate, normalise(fact.value))
 
 
 class NoTombstoneKey(RuntimeError):
@@ -104,7 +114,9 @@ class Tombstones:
             return self.keys.tombstones_person(who), who
         return Keys.tombstones_shared(store, who), who
 
-    async def add(self, *, app: str, user_id: str, signature: str) -> None:
+    async def add(self, *, app: str, user_id: str, fact: Fact | StoredFact) -> None:
+        """The fact's tombstone: of what it reads as (:func:`reads_as`)."""
+        signature = reads_as(fact)
         person = self.person(app, user_id)
         if person is None:
             mark = await self.mark(app=app, user_id=user_id, signature=signature)
@@ -114,10 +126,12 @@ class Tombstones:
             await self.redis.sadd(key, await self.mark(app="", user_id=who, signature=signature))
 
     async def forgotten(
-        self, *, app: str, user_id: str, signatures: Iterable[str], fence: Fence | None = None
+        self, *, app: str, user_id: str, facts: Iterable[Fact], fence: Fence | None = None
     ) -> set[str]:
-        """Which of ``signatures`` the user (or their person) forgot. A bare member met is
-        replaced by its keyed form (under ``fence``: never after a forget of the user)."""
+        """The signatures of those of ``facts`` the user (or their person) forgot: whose
+        reading, or (a tombstone made before readings were) signature, has a tombstone. A
+        bare member met is replaced by its keyed form (under ``fence``: never after a
+        forget of the user)."""
         held = {t.decode() for t in await self.redis.smembers(self.keys.tombstones(app, user_id))}
         person = self.person(app, user_id)
         theirs = {t.decode() for t in await self.redis.smembers(person[0])} if person else set()
@@ -125,11 +139,13 @@ class Tombstones:
             return set()
         found: set[str] = set()
         bare: list[str] = []
-        for signature in set(signatures):
+        for fact in {f.signature: f for f in facts}.values():
+            signature, read = fact.signature, reads_as(fact)
             mark = await self.mark(app=app, user_id=user_id, signature=signature)
-            if mark in held or (
-                person and await self.mark(app="", user_id=person[1], signature=signature) in theirs
-            ):
+            marks = {mark, await self.mark(app=app, user_id=user_id, signature=read)}
+            if person is not None:
+                marks |= {await self.mark(app="", user_id=person[1], signature=read)}
+            if marks & (held | theirs):
                 found.add(signature)
             elif signature in held:
                 found.add(signature)

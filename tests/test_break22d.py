@@ -9,6 +9,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+import pytest
 import redis.asyncio as aioredis
 
 from afterthought.backends import open_backend
@@ -56,22 +57,22 @@ async def forget_allergy(settings: Settings, redis: aioredis.Redis, app: str) ->
     assert done.facts == [fact.uuid]
 
 
+@pytest.mark.parametrize("store", ["local_settings", "postgres_settings"])
 async def test_a_fact_forgotten_in_one_app_is_not_written_back_by_another_app_of_the_person(
-    local_settings: Settings, redis: aioredis.Redis
+    store: str, request: pytest.FixtureRequest, redis: aioredis.Redis, redis_shards: int
 ) -> None:
     """One user id is one person in every app (the default template): a fact forgotten
     through one app, said again before the forget in another app (still queued), is not
     written back by that app's synthesis, which reads the person's messages of every app."""
-    await enqueue(local_settings, said("app_a", "I'm allergic to peanuts.", 1))
-    await drain(local_settings)
-    assert ("allergic_to", "peanuts") in await current(local_settings, redis, "app_a")
-    await enqueue(
-        local_settings, said("app_b", "As I said, I'm allergic to peanuts.", 2, session="s2")
-    )
-    await forget_allergy(local_settings, redis, "app_a")
-    await drain(local_settings)
+    settings: Settings = request.getfixturevalue(store)
+    await enqueue(settings, said("app_a", "I'm allergic to peanuts.", 1))
+    await drain(settings)
+    assert ("allergic_to", "peanuts") in await current(settings, redis, "app_a")
+    await enqueue(settings, said("app_b", "As I said, I'm allergic to peanuts.", 2, session="s2"))
+    await forget_allergy(settings, redis, "app_a")
+    await drain(settings)
     for app in ("app_a", "app_b"):
-        assert ("allergic_to", "peanuts") not in await current(local_settings, redis, app)
+        assert ("allergic_to", "peanuts") not in await current(settings, redis, app)
 
 
 async def test_a_fact_forgotten_in_one_sharing_deployment_is_not_written_back_by_the_other(
@@ -229,3 +230,29 @@ async def test_a_synthesis_run_that_read_the_tombstones_before_a_fact_forget_qua
     await run
     texts = {e.text for e in await Quarantine(redis, local_settings).entries()}
     assert "allergic to: peanuts" not in texts
+
+
+async def test_a_forgotten_fact_said_again_as_it_reads_is_not_written_back(
+    local_settings: Settings, redis: aioredis.Redis
+) -> None:
+    """Said again before the forget with what reads the same — without its diacritics,
+    with a zero-width space, with a Cyrillic look-alike — the forgotten fact stays
+    forgotten (each would be shown to the model as the fact)."""
+    await enqueue(local_settings, said("app_a", "I'm allergic to crème fraîche.", 1))
+    await drain(local_settings)
+    again = [
+        "I'm allergic to creme fraiche.",
+        "I'm allergic to cre\u200bme fraîche.",
+        "I'm allergic to \u0441rème fraîche.",
+    ]
+    for n, text in enumerate(again, 2):
+        await enqueue(local_settings, said("app_a", text, n, session=f"s{n}"))
+    user = await IdentityRegistry(redis, local_settings).lookup_user(app="app_a", user_id="alice")
+    assert user is not None
+    backend = open_backend(local_settings)
+    (fact,) = [f for f in await backend.list_facts(user=user) if f.predicate == "allergic_to"]
+    await Forgetter(local_settings, redis, backend).forget_fact(
+        app="app_a", user_id="alice", fact_uuid=fact.uuid
+    )
+    await drain(local_settings)
+    assert [f for f in await current(local_settings, redis, "app_a") if f[0] == "allergic_to"] == []

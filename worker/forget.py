@@ -542,7 +542,7 @@ class Forgetter:
             )
         if fact_uuid in known:  # a tombstone, so synthesis never writes it back
             signature = known[fact_uuid].signature
-            await self.tombstones.add(app=app, user_id=user_id, signature=signature)
+            await self.tombstones.add(app=app, user_id=user_id, fact=known[fact_uuid])
             # Its refused proposals hold its words, and a release would write it back.
             await Quarantine(self.redis, self.settings).drop_fact(
                 app=app,

@@ -494,7 +494,7 @@ class Synthesizer:
         tombstones = await self.forgetter.tombstones.forgotten(
             app=app,
             user_id=user_id,
-            signatures=[f.signature for f in [*accepted, *(f for f, _ in quarantined)]],
+            facts=[*accepted, *(f for f, _ in quarantined)],
             fence=fence,
         )
         # A forgotten fact is not kept for review either: a release would write it back.
@@ -568,7 +568,7 @@ class Synthesizer:
             # fact's entries: those it found are gone, and those it came too early for are
             # dropped here.
             for signature in await self.forgetter.tombstones.forgotten(
-                app=app, user_id=user_id, signatures=[f.signature for f, _ in quarantined]
+                app=app, user_id=user_id, facts=[f for f, _ in quarantined]
             ):
                 await self.quarantine.drop_fact(
                     app=app,
