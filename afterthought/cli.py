@@ -138,7 +138,8 @@ def _worker(args: argparse.Namespace) -> int:
     backend = open_backend(settings, upgrade=True)
     asyncio.run(backend.prepare())
     _reach(settings)  # arq would retry for seconds, logging each try, before giving up
-    _with_redis(args, _checked)  # a layout mismatch: one line, exit 2, before arq starts
+    # A layout mismatch or users shared by accident: one line, exit 2, before arq starts.
+    _with_redis(args, _sharing_checked)
     worker = create_worker(settings, opened_backend=backend, burst=args.burst, **arq)
     try:
         worker.run()
@@ -152,6 +153,13 @@ def _worker(args: argparse.Namespace) -> int:
 
 async def _checked(settings: Settings, client: aioredis.Redis) -> int:
     """Nothing beyond the checks :func:`_with_redis` makes."""
+    return OK
+
+
+async def _sharing_checked(settings: Settings, client: aioredis.Redis) -> int:
+    from afterthought.shared_store import check_sharing
+
+    await check_sharing(client, settings)
     return OK
 
 
@@ -372,8 +380,11 @@ def _dlq(args: argparse.Namespace) -> int:
             if done.unconfirmed:
                 print(
                     "afterthought: Redis' replicas did not confirm a replay in time "
-                    "(redis_wait_replicas); the letters after it were left. "
-                    "Replay again once they are back",
+                    "(redis_wait_replicas): that letter left the dead letters for its "
+                    "thread's queue on the master, and is back among them only if a "
+                    "failover loses that write; the letters after it were left. "
+                    "Replay again once the replicas are back (a letter queued is not "
+                    "replayed twice)",
                     file=sys.stderr,
                 )
             return OK if not (done.refused or done.unconfirmed) else ATTENTION

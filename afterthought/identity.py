@@ -23,6 +23,7 @@ from afterthought.backends.base import BackendError, MemoryBackend, UserRef
 from afterthought.context_cache import ContextCache
 from afterthought.keys import LOCK_TTL_MS, MAPPED_FIELD, Keys, digest
 from afterthought.settings import Settings, deployment_led, names_deployment
+from afterthought.shared_store import unsaid_sharing
 
 log = logging.getLogger("afterthought.identity")
 
@@ -321,6 +322,8 @@ class IdentityRegistry:
             if recorded is None:
                 return None
             template = self._default = recorded.decode()
+        if await unsaid_sharing(self._redis, self._settings, template) is not None:
+            return None  # that backend user may be another deployment's
         return self._settings.zep_user_id(app=app, user_id=user_id, template=template)
 
     async def _registered(self, app: str, user_id: str) -> UserRef | None:

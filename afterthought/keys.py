@@ -206,10 +206,12 @@ class Keys:
         return f"{self.prefix}:late"
 
     @property
-    def late_copies(self) -> str:
-        """Counter of late copies found and repaired; durable, so ``status`` keeps
-        reporting it until reset."""
-        return f"{self.prefix}:late_copies"
+    def late_repaired(self) -> str:
+        """ZSET uuid of a late copy -> ms it was first known repaired: ``status`` counts its
+        members, so a copy two runs repair at once, or one found repaired after its repair's
+        reply was lost, counts once. Durable (a member per copy ever repaired), so
+        ``status`` keeps reporting them until reset."""
+        return f"{self.prefix}:late_repaired"
 
     @property
     def layout(self) -> str:
@@ -404,6 +406,15 @@ class Keys:
         return f"afterthought:shared:prefixes:{digest(store)}"
 
     @staticmethod
+    def user_id_sharers(store: str) -> str:
+        """HASH key prefix -> JSON (``said``: its own ``zep_user_id_template``, not its
+        default; ``at``): the deployments whose backend user ids name no deployment on
+        ``store``, so a deployment whose default names them so is refused beside another
+        (they would share users without saying so). Named by the store as ``sharing`` is;
+        renewed by every worker's heartbeat, expiring ``SHARING_SECONDS`` after the last."""
+        return f"afterthought:shared:user-ids:{digest(store)}"
+
+    @staticmethod
     def sharing_names(where: str) -> str:
         """HASH key prefix -> JSON (the store name it shares users under, when): the
         deployments that share users on one store as its workers see it (a local store's
@@ -442,6 +453,14 @@ class Keys:
         """``tombstones_person`` of a backend user that deployments share (a
         ``zep_user_id_template`` without ``{deployment}``), named as ``forgot_shared``."""
         return f"afterthought:shared:tomb:{digest(store, backend_user_id)}"
+
+    @property
+    def tombstone_keys(self) -> str:
+        """HASH fingerprint of a tombstone key (an HMAC of a fixed label under it, never the
+        key) -> JSON ``{"used": ms, "covers": [fingerprints]}``: every key a worker used,
+        when one last started with it, and the earlier keys it still checks
+        (``tombstone_previous_keys``). Durable: a field for each key ever used."""
+        return f"{self.prefix}:tombstone_keys"
 
     @property
     def audit(self) -> str:

@@ -1338,8 +1338,15 @@ class ThreadQueue:
         if horizon_ms > 0:
             await self.redis.pexpire(self.keys.late, 2 * horizon_ms)
 
-    async def count_late_copies(self, copies: int) -> None:
-        await self.redis.incrby(self.keys.late_copies, copies)
+    async def count_repaired(self, uuids: list[str], *, now_ms: int) -> int:
+        """Record late copies known repaired (:attr:`Keys.late_repaired`); how many of
+        them were not recorded before."""
+        if not uuids:
+            return 0
+        added = await self.redis.zadd(
+            self.keys.late_repaired, dict.fromkeys(uuids, now_ms), nx=True
+        )
+        return int(added)
 
     async def failed_attempt(self, ref: str, *, now_ms: int) -> tuple[int, int]:
         """Count a failed attempt at the head; ``(attempts, failing_since_ms)``."""

@@ -416,7 +416,12 @@ class Settings(BaseSettings):
     tombstone_key: SecretStr | None = None
     """HMAC key of the tombstones a forgotten fact leaves in Redis (so Redis alone cannot
     confirm a guessed fact); unset: a key kept in the local or PostgreSQL store, on Zep one
-    derived from ``zep_api_key``. Fixed for a deployment (see README, "Forgetting")."""
+    derived from ``zep_api_key``. Changed only with the one before in
+    ``tombstone_previous_keys`` (see README, "Forgetting")."""
+    tombstone_previous_keys: list[SecretStr] = Field(default_factory=list)
+    """Tombstone keys used before (``tombstone_key``s, or Zep API keys the key was derived
+    from), a JSON list: their tombstones still keep their facts forgotten, and are made
+    again under the key in use as synthesis meets them."""
     audit_max_entries: int = Field(100_000, ge=100, le=100_000_000)
     """Entries the audit stream keeps (older ones are trimmed)."""
     metrics_port: int | None = Field(None, ge=0, le=65535)
@@ -531,6 +536,12 @@ class Settings(BaseSettings):
                 raise ValueError("is blank: set it, or leave it empty for the default")
             return None
         return value
+
+    @field_validator("tombstone_previous_keys", mode="before")
+    @classmethod
+    def _no_previous_keys(cls, value: object) -> object:
+        # "" is "not set" (see _empty_is_unset): none.
+        return [] if value == "" else value
 
     @field_validator("zep_api_key")
     @classmethod
@@ -713,6 +724,10 @@ class Settings(BaseSettings):
                 continue
             if hasattr(value, "get_secret_value"):
                 value = value.get_secret_value()
+            elif isinstance(value, list):
+                value = [
+                    v.get_secret_value() if hasattr(v, "get_secret_value") else v for v in value
+                ]
             text = json.dumps(value) if isinstance(value, dict | list) else str(value)
             alias = type(self).model_fields[field].validation_alias
             name = alias.choices[0] if isinstance(alias, AliasChoices) else None

@@ -19,11 +19,11 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from redis.asyncio import Redis
-from redis.exceptions import RedisError
+from redis.exceptions import OutOfMemoryError, RedisError
 
 from afterthought.backends.base import MemoryBackend
 from afterthought.keys import Keys
-from afterthought.settings import Settings, database_address
+from afterthought.settings import Settings, database_address, names_deployment
 
 log = logging.getLogger("afterthought.store")
 
@@ -160,6 +160,7 @@ async def announce(
             await pipe.execute()
         if settings.users_shared:
             await _compare_names(redis, settings, backend, store)
+        await _register(redis, settings)  # its own entry lives on (a refusal is said at start)
     except RedisError as exc:  # a full Redis must not keep a worker from draining it
         log.warning("store not announced store=%s error=%s", description, type(exc).__name__)
         return
@@ -211,6 +212,105 @@ async def _compare_names(
             name,
             ",".join(sorted(differ)),
         )
+
+
+class UnsaidSharing(ValueError):
+    """This deployment's default names its backend users as another deployment on its store
+    names theirs: they would share users, and neither setting says so."""
+
+
+#: The refusals a process has logged (said once: a heartbeat or a read finds them again).
+_refused: set[str] = set()
+# KEYS the store's list of deployments whose user ids name none; ARGV the prefix, said (1 or
+# 0), now (ms), the list's lifetime (s). An entry keeps when it was first made: the
+# deployment that came first keeps its users.
+REGISTER_LUA = """
+local since = tonumber(ARGV[3])
+local old = redis.call('HGET', KEYS[1], ARGV[1])
+if old then
+  local ok, entry = pcall(cjson.decode, old)
+  if ok and type(entry) == 'table' and tonumber(entry.since) then since = tonumber(entry.since) end
+end
+redis.call('HSET', KEYS[1], ARGV[1], cjson.encode({said = ARGV[2] == '1', since = since,
+  at = tonumber(ARGV[3])}))
+redis.call('EXPIRE', KEYS[1], ARGV[4])
+return redis.call('HGETALL', KEYS[1])
+"""
+
+
+async def check_sharing(redis: Redis, settings: Settings) -> None:
+    """A worker's start: its deployment joins its store's list of deployments whose backend
+    user ids name no deployment (``Keys.user_id_sharers``), or leaves it; and is refused
+    (:class:`UnsaidSharing`, one line) when its template so is its default — a deployment
+    from before the default was ``{deployment}:{user_id}`` — while another deployment that
+    came there first (seen within ``SHARING_SECONDS``) names its users so too: its ``ada``
+    would be theirs."""
+    refusal = await _register(redis, settings)
+    if refusal is not None:
+        raise UnsaidSharing(refusal)
+
+
+async def _register(redis: Redis, settings: Settings) -> str | None:
+    """:func:`check_sharing`'s registration; the refusal, if any, in words."""
+    from afterthought.identity import default_template
+
+    said = settings.zep_user_id_template is not None
+    template = settings.zep_user_id_template or await default_template(redis, settings)
+    key, mine = Keys.user_id_sharers(store_name(settings)), settings.key_prefix
+    if names_deployment(template):
+        await redis.hdel(key, mine)
+        return None
+    now = int(time.time() * 1000)
+    try:
+        listed = await redis.eval(REGISTER_LUA, 1, key, mine, int(said), now, SHARING_SECONDS)
+        entries = dict(zip(listed[::2], listed[1::2], strict=True))
+    except OutOfMemoryError:
+        entries = await redis.hgetall(key)  # at maxmemory a worker starts all the same
+    return None if said else _refusal(entries, mine, template, now)
+
+
+async def unsaid_sharing(redis: Redis, settings: Settings, template: str) -> str | None:
+    """For a reader (an agent) of a deployment named by ``template``: the refusal of
+    :func:`check_sharing`, logged once, if its workers are (or would be) refused; a reader
+    records nothing."""
+    if settings.zep_user_id_template is not None or names_deployment(template):
+        return None
+    entries = await redis.hgetall(Keys.user_id_sharers(store_name(settings)))
+    refusal = _refusal(entries, settings.key_prefix, template, int(time.time() * 1000))
+    if refusal is not None and refusal not in _refused:
+        _refused.add(refusal)
+        log.error(refusal)
+    return refusal
+
+
+def _refusal(entries: Mapping[bytes, bytes], mine: str, template: str, now: int) -> str | None:
+    """Why the deployment ``mine``, whose default ``template`` names no deployment, may
+    not name its users: the deployments there before it (by when each was first listed;
+    one not listed came last) that name theirs so too, seen within ``SHARING_SECONDS``."""
+    listed: dict[str, tuple[int, int]] = {}
+    for prefix, raw in entries.items():
+        try:
+            entry = json.loads(raw)
+            listed[prefix.decode()] = (int(entry["since"]), int(entry["at"]))
+        except (ValueError, KeyError, TypeError):
+            continue  # not an entry of ours
+    since = listed.get(mine, (now, now))[0]
+    first = sorted(
+        prefix
+        for prefix, (their_since, at) in listed.items()
+        if prefix != mine
+        and now - at <= SHARING_SECONDS * 1000
+        and (their_since, prefix) < (since, mine)
+    )
+    if not first:
+        return None
+    return (
+        f"deployment {mine} names its backend users {template} by its default (it had users "
+        f"before deployments were told apart), as deployment(s) {','.join(first)} on the "
+        "same store do: they would share users without saying so; set "
+        f"AFTERTHOUGHT_ZEP_USER_ID_TEMPLATE={template} to share them, or "
+        "{deployment}:{user_id} to part this one (README, Identity)"
+    )
 
 
 async def sharing_prefixes(redis: Redis, settings: Settings) -> list[str]:

@@ -22,6 +22,7 @@ from afterthought.keys import Keys
 from afterthought.queue import ThreadQueue
 from afterthought.settings import Settings
 from afterthought.shared_store import announced_stores
+from afterthought.tombstones import unchecked
 
 #: Bumped only if a field changes meaning or goes away.
 STATUS_VERSION = 1
@@ -163,6 +164,10 @@ class Status(BaseModel):
     spooled: int = 0
     """Messages waiting in the spool of the machine ``afterthought status`` runs on (what
     its agents could not queue; its workers replay them); 0 in a worker's gauges."""
+    tombstone_keys_unchecked: int = 0
+    """Tombstone keys used before that the key the workers last started with does not check
+    (not in its ``tombstone_previous_keys``): the facts forgotten under them may be written
+    again (see README, "Forgetting")."""
     shards: list[ShardStatus] = Field(default_factory=list)
     """Each shard's part of ``queue``, ``dead_letters`` and ``lost_messages`` (which are
     their totals); empty in the flat layout."""
@@ -174,7 +179,8 @@ class Status(BaseModel):
         ``stranded_threads``, ``dead_letters``, ``lost_messages``, ``redis_lost_data``
         (Redis came back without the data it held, in the last week), ``eviction_policy``
         (Redis may evict queued messages), ``redis_full``, ``forget_stuck`` (a forget
-        pending for over an hour), ``split_store`` (workers write different stores).
+        pending for over an hour), ``split_store`` (workers write different stores),
+        ``tombstone_key_changed`` (tombstones of an earlier key block nothing now).
         Empty: ``status`` exits 0."""
         policy = self.redis.maxmemory_policy if self.redis else None
         found = {
@@ -188,6 +194,7 @@ class Status(BaseModel):
             "redis_full": self.redis is not None and self.redis.full,
             "forget_stuck": (self.forgets.oldest_age_seconds or 0) > FORGET_STUCK_SECONDS,
             "split_store": self.local_stores > 1,
+            "tombstone_key_changed": self.tombstone_keys_unchecked > 0,
         }
         return [name for name, present in found.items() if present]
 
@@ -225,12 +232,14 @@ async def snapshot(
         pipe.get(keys.rate_limit)
         pipe.hvals(keys.forgets)
         pipe.hgetall(keys.stores)
-        pipe.get(keys.late_copies)
+        pipe.zcard(keys.late_repaired)
         pipe.zcard(keys.late)
+        pipe.hgetall(keys.tombstone_keys)
         replies = await pipe.execute()
     per_shard = len(keys.shard_ids) * 4
-    lost_at = [int(at) for found in replies[per_shard:-7] for at in found]
-    paused, paused_ttl, rate, forgets, stores, late_copies, late_watched = replies[-7:]
+    lost_at = [int(at) for found in replies[per_shard:-8] for at in found]
+    paused, paused_ttl, rate, forgets, stores, late_copies, late_watched = replies[-8:-1]
+    tombstone_keys = replies[-1]
     arq_queue = await jobs.zrangebyscore(keys.queue, "-inf", "+inf", withscores=True)
 
     queue = ThreadQueue(redis, settings)
@@ -285,6 +294,7 @@ async def snapshot(
         forgets=_forgets(forgets, now_ms),
         local_stores=len(announced_stores(stores, now=now)),
         redis_shards=settings.redis_shards,
+        tombstone_keys_unchecked=len(unchecked(tombstone_keys)),
         shards=[part for part, _ in shards] if settings.redis_shards else [],
     )
 

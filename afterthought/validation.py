@@ -166,18 +166,32 @@ def _fold(char: str) -> str:
     return "".join(out)
 
 
+#: A run of ASCII: each character reads as itself lower-cased (``_fold`` of a capital is
+#: its lower case), so a run is folded at once, where other characters are folded one by one.
+_ASCII_RUN = re.compile(r"[\x00-\x7f]+")
+_JAMO = re.compile("[\u1100-\u11ff]")
+
+
 def normalise_mapped(text: str) -> tuple[str, list[int]]:
     """The normalised view and, for each of its characters, the index in ``text`` of the
     character it came from (so a finding in the view can be acted on in the original)."""
-    view: list[str] = []
+    parts: list[str] = []
     origin: list[int] = []
-    for index, char in enumerate(text):
-        folded = char if char.isascii() and not char.isupper() else _fold(char)
-        view.extend(folded)
-        origin.extend([index] * len(folded))
-    if any(0x1100 <= ord(c) <= 0x11FF for c in view):
-        view, origin = _compose_hangul(view, origin)
-    return "".join(view), origin
+    done = 0
+    for run in (*_ASCII_RUN.finditer(text), None):
+        start, end = run.span() if run is not None else (len(text), len(text))
+        for index in range(done, start):
+            folded = _fold(text[index])
+            parts.append(folded)
+            origin.extend([index] * len(folded))
+        parts.append(text[start:end].lower())
+        origin.extend(range(start, end))
+        done = end
+    view = "".join(parts)
+    if _JAMO.search(view):
+        chars, origin = _compose_hangul(list(view), origin)
+        view = "".join(chars)
+    return view, origin
 
 
 def normalise(text: str) -> str:

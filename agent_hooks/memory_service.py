@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
+import unicodedata
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -220,15 +222,21 @@ class ZepMemoryService(BaseMemoryService):
         )
 
 
+#: What makes two texts one: their words, whatever the punctuation, case and spacing.
+_WORDS = re.compile(r"\w+")
+
+
 def once(found: Sequence[tuple[SearchHit, str]]) -> list[tuple[SearchHit, str]]:
     """Each text once, where it ranks best: one statement can come back as a fact too (Zep
-    extracts edges that may repeat a sentence as said), or twice (a message Zep stored
-    again after a lost reply)."""
-    seen: set[str] = set()
+    extracts edges that may repeat a sentence as said), twice (a message Zep stored again
+    after a lost reply), or said again in another session with other punctuation, case or
+    spacing: texts of the same words, in order, are one."""
+    seen: set[tuple[str, ...]] = set()
     kept = []
     for hit, kind in found:
-        text = " ".join(hit.text.split()).casefold()
-        if text not in seen:
-            seen.add(text)
+        said = tuple(_WORDS.findall(unicodedata.normalize("NFKC", hit.text).casefold()))
+        said = said or (hit.text,)
+        if said not in seen:
+            seen.add(said)
             kept.append((hit, kind))
     return kept

@@ -240,6 +240,9 @@ def remove_prefix(value: str) -> None:
     keys = list(client.scan_iter(match=f"*{value}*", count=1000))
     if keys:
         client.delete(*keys)
+    # Named by the store, not the prefix: a Zep fake's port is another test's later.
+    for sharers in client.scan_iter(match="afterthought:shared:user-ids:*", count=1000):
+        client.hdel(sharers, value)
     client.close()
 
 

@@ -76,6 +76,39 @@ async def test_preload_memory_and_load_memory_show_each_statement_once_by_its_au
     assert all(e.timestamp and e.timestamp.startswith("2023-11-14") for e in entries), entries
 
 
+async def test_a_statement_said_again_with_other_punctuation_and_case_is_shown_once(
+    any_settings: Settings,
+) -> None:
+    """The user said the same thing in two sessions, a week apart, once with a full stop
+    and once with a dash, an exclamation mark and capitals: ``PreloadMemoryTool`` shows
+    it once, where it ranks best (on Zep, as the fact that repeats it); a statement with
+    other words stays."""
+    service = ZepMemoryService(settings=any_settings)
+    again = "we moved to LISBON last week — the flat is tiny!!"
+    other = "We moved to Lisbon last week. The flat is huge."
+    for sid, said, at in [("first", MOVED, SAID_AT), ("second", again, SAID_AT + 7 * 86400)]:
+        await service.add_session_to_memory(
+            said_session(
+                sid,
+                [said, "Noted.", other, "Nice."] if sid == "second" else [said, "Noted."],
+                user="ada",
+                at=at,
+            )
+        )
+    await drain(any_settings)
+
+    model = StandInLlm(script=["ok"])
+    agent = LlmAgent(name="helper", model=model, tools=[PreloadMemoryTool()])
+    runner = Runner(
+        app_name=APP, agent=agent, session_service=InMemorySessionService(), memory_service=service
+    )
+    await say(runner, "ada", await new_session(runner, "ada"), "How is the flat in Lisbon?")
+    lines = preloaded_lines(model.requests[0])
+    texts = [line.partition(": ")[2] for line in lines if not line.startswith("Time: ")]
+    assert sum(text in (MOVED, again) for text in texts) == 1, lines  # as said, or a fact
+    assert other in texts, lines
+
+
 @pytest.mark.parametrize(
     ("uri", "kwargs"),
     [

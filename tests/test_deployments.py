@@ -31,7 +31,7 @@ from afterthought.forget_marks import person_key
 from afterthought.identity import IdentityRegistry
 from afterthought.keys import Keys, digest
 from afterthought.settings import Settings
-from afterthought.shared_store import store_name
+from afterthought.shared_store import UnsaidSharing, store_name
 from afterthought.status import snapshot
 from afterthought.testing.cli import run_cli_here
 from afterthought.testing.stand_in_model import StandInLlm, memory_lines
@@ -233,22 +233,60 @@ async def test_a_deployment_with_users_from_before_keeps_them_and_a_new_one_shar
     assert await redis.get(Keys.of(old).user_ids) == b"{user_id}"
 
 
+async def test_a_second_deployment_that_would_share_users_by_its_default_is_refused(
+    two_deployments: Callable[..., tuple[Settings, Settings]],
+    redis: aioredis.Redis,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Two deployments from before the default was recorded (each named its users
+    ``{user_id}``: both keep it) on one backend. The first keeps its users; the second's
+    worker is refused at start in one line (the CLI exits 2), and its agent does not read
+    the backend user its default names: its ada never sees the first's ada's secret. Said
+    (an explicit ``{user_id}``), the second shares them."""
+    first, second = two_deployments()
+    for settings in (first, second):
+        await redis.set(Keys.of(settings).user_ids, "{user_id}")
+    await _turn(first, APP, "ada", SECRET)
+
+    with pytest.raises(UnsaidSharing) as refused:
+        await drain(second)
+    reason = (
+        f"deployment {second.key_prefix} names its backend users {{user_id}} by its default (it"
+        f" had users before deployments were told apart), as deployment(s) {first.key_prefix}"
+        " on the same store do: they would share users without saying so; set"
+        " AFTERTHOUGHT_ZEP_USER_ID_TEMPLATE={user_id} to share them, or {deployment}:{user_id}"
+        " to part this one (README, Identity)"
+    )
+    assert str(refused.value) == reason
+    ran = run_cli_here(second, "worker", "--burst")
+    assert ran.returncode == 2 and ran.stderr.strip().splitlines() == [f"afterthought: {reason}"]
+    assert not _told(await _turn(second, APP, "ada", "What is my locker code?", drained=False))
+    assert not _told(await _found(second, APP, "ada", "locker code"))
+    assert [r.getMessage() for r in caplog.records if r.getMessage() == reason] == [reason]
+    assert _told(await _turn(first, APP, "ada", "What is my locker code?"))  # still runs
+
+    said = second.model_copy(update={"zep_user_id_template": "{user_id}"})
+    await drain(said)
+    assert _told(await _turn(said, APP, "ada", "What is my locker code?"))
+
+
 @BOTH_LAYOUTS
 async def test_an_explicit_template_moves_a_deployment_apart_and_says_how_many_moved(
     two_deployments: Callable[..., tuple[Settings, Settings]],
     redis: aioredis.Redis,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    """Two deployments upgraded from before the default, both ``{user_id}`` (sharing users,
-    as they did). The operator parts one with an explicit template: its registry entries
-    named the shared backend users and won over the template, so its ada still read the
-    other deployment's ada's secrets. Now each entry recorded under another backend user id
-    is re-derived at the user's next turn (a new memory), and the first worker says how
-    many users moved, in one line without ids."""
+    """Two deployments upgraded from before the default, both ``{user_id}``, the second
+    saying so to share users as they did (README, Upgrading). The operator parts it with an
+    explicit template: its registry entries named the shared backend users and won over the
+    template, so its ada still read the other deployment's ada's secrets. Now each entry
+    recorded under another backend user id is re-derived at the user's next turn (a new
+    memory), and the first worker says how many users moved, in one line without ids."""
     old, other = two_deployments()
     for settings in (old, other):  # as their first worker of this version recorded it
         await redis.set(Keys.of(settings).user_ids, "{user_id}")
     await _turn(other, APP, "ada", SECRET)
+    old = old.model_copy(update={"zep_user_id_template": "{user_id}"})
     await _turn(old, APP, "ada", "Hello")
     await _turn(old, APP, "bob", "Hello")
     assert _told(await _turn(old, APP, "ada", "What is my locker code?"))  # shared, as before

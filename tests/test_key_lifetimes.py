@@ -35,8 +35,9 @@ WEEK_MS = 7 * 86400 * 1000
 #: What docs/DESIGN.md ("Key lifetimes") names as durable: deployment-wide or per shard
 #: (bounded by the layout, not by users), or per user and removed by their forget.
 DURABLE = {
-    "layout", "marker", "depth", "lost", "late_copies", "forgets", "audit", "quarantine",
+    "layout", "marker", "depth", "lost", "late_repaired", "forgets", "audit", "quarantine",
     "dead", "ready", "backfill", "synth", "tomb", "epoch", "arq", "user-ids", "served-by",
+    "tombstone_keys",
 }  # fmt: skip
 #: Kinds kept per session and per user, and so what must never outlive the idle lifetime.
 PER_SESSION = {"thread", "id:thread", "seen", "pending", "lease", "ctx:thread"}

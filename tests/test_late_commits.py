@@ -365,6 +365,50 @@ async def test_a_copy_that_keeps_failing_is_left_counted_and_repaired_at_the_nex
     assert (await snapshot(redis, settings)).late_copies == 3
 
 
+async def test_two_runs_repairing_one_thread_at_once_count_each_copy_once(
+    make_settings: Callable[..., Settings],
+    fake: ZepFake,
+    clock: Clock,
+    redis: aioredis.Redis,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """One worker's run has read the thread's copies and is paused before it marks them;
+    another worker's run reads, marks and counts them meanwhile; the first then marks them
+    too (a mark is a metadata merge: it succeeds again). Each copy is counted once."""
+    settings = _settings(make_settings, fake, batch_size=3)
+    first, said = await _late_copies(settings, fake, clock, redis, 3)
+    other = _flusher(settings, redis, clock)
+    repair = first._repair_copies
+
+    async def paused_before_marking(*args: Any, **kwargs: Any) -> tuple[int, int]:
+        assert (await other.repair_late(now_ms=_wall_ms(60)))["copies_marked"] == 3
+        return await repair(*args, **kwargs)
+
+    monkeypatch.setattr(first, "_repair_copies", paused_before_marking)
+    assert (await first.repair_late(now_ms=_wall_ms(60)))["copies_marked"] == 3
+    assert _verdict(fake, said) == {"lost": 0, "duplicated": 0, "reordered": 0, "raw": 3}
+    assert (await snapshot(redis, settings)).late_copies == 3
+
+
+async def test_a_copy_marked_by_a_run_whose_replies_were_lost_is_counted_by_the_next(
+    make_settings: Callable[..., Settings], fake: ZepFake, clock: Clock, redis: aioredis.Redis
+) -> None:
+    """Every mark of a run lands and its reply is lost, at each attempt: the run counts
+    the copies left. The next run finds them marked, and counts them repaired, once."""
+    settings = _settings(make_settings, fake, batch_size=3)
+    flusher, said = await _late_copies(settings, fake, clock, redis, 3)
+    mark = REPAIR_CALLS["mark"]
+    fake.inject(Fault(match=mark, drop=True, after_commit=True, times=100))
+    stats = await flusher.repair_late(now_ms=_wall_ms(60))
+    assert stats["copies_left"] == 3 and not stats["copies_marked"], stats
+    fake.faults.clear()
+    assert (await flusher.repair_late(now_ms=_wall_ms(60)))["copies_marked"] == 0
+    assert _verdict(fake, said) == {"lost": 0, "duplicated": 0, "reordered": 0, "raw": 3}
+    assert (await snapshot(redis, settings)).late_copies == 3
+    await flusher.repair_late(now_ms=_wall_ms(60))
+    assert (await snapshot(redis, settings)).late_copies == 3
+
+
 @pytest.mark.parametrize("seed", [1, 2, 3])
 async def test_with_a_tenth_of_the_calls_failing_one_run_repairs_every_copy(
     seed: int,

@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from afterthought.backends.base import MESSAGE_KEY_FIELD, BackendError, OutgoingMessage, UserRef
-from afterthought.backends.local import SCHEMA_VERSION, LocalBackend
+from afterthought.backends.local import ID_GAP, SCHEMA_VERSION, LocalBackend
 from afterthought.backends.retrieval import (
     FACTS_HEADER,
     MAX_TERMS,
@@ -601,6 +601,56 @@ async def test_a_file_of_version_5_keeps_its_messages_and_gets_keys_per_thread(
         " ON t.uuid = m.thread_uuid GROUP BY t.idempotency_key ORDER BY 1"
     ).fetchall()
     assert counts == [("thread:alpha", 1), ("thread:beta:ada", 2)]
+    assert db.execute("PRAGMA foreign_key_check").fetchall() == []
+    db.close()
+
+
+async def test_a_file_of_version_6_keeps_ids_index_and_vectors_and_never_reuses_an_id(
+    tmp_path: Path,
+) -> None:
+    """``fixtures/local_store_v6.sqlite3`` was written by the release before (schema 6,
+    ``probes/make_local_store_v6.py``): alice said "I adopted a puppy" (id 1), "my car is
+    red" (2) and "I keep bees" (3), with vectors, and then forgot the bees, so version 6
+    would give id 3 again: behind a synthesis watermark of 3. Opened now, the ids, the
+    index and the vectors are as they were, and what she says next comes after the
+    watermark (ids go on ``ID_GAP`` past the greatest kept), as does what follows the
+    deletion of the newest row again."""
+    from afterthought.backends.embeddings import Model2VecEmbedder
+
+    path = tmp_path / "v6.sqlite3"
+    shutil.copy(FIXTURES / "local_store_v6.sqlite3", path)
+    with sqlite3.connect(path) as db:
+        vectors = db.execute("SELECT * FROM vectors ORDER BY message_id").fetchall()
+    store = LocalBackend(path, Model2VecEmbedder.from_model(_model(), name="test-words"))
+    alice = await store.find_user(zep_user_id="alice")
+    assert alice is not None
+    dog = SearchRequest(query="dog", scope="episodes", limit=1)  # found by its vector only
+    assert [
+        h.text for h in await store.search(graph_uuid=alice.graph_uuid, request=dog, timeout=10)
+    ] == ["I adopted a puppy"]
+    assert "my car is red" in await _context(store, alice, "car")
+    thread = await store.create_thread(user=alice, idempotency_key="thread:alice")
+    await _say(store, thread, "I own a dog")
+    found, cursor = await store.user_messages(user=alice, after="3", limit=10)
+    assert [m.content for m in found] == ["I own a dog"]
+    (newest,) = await store.search(
+        graph_uuid=alice.graph_uuid,
+        request=SearchRequest(query="own", scope="episodes", limit=1),
+        timeout=10,
+    )
+    assert await store.delete_memory(user=alice, memory_uuid=newest.uuid)
+    await _say(store, thread, "I have a car")
+    found, _ = await store.user_messages(user=alice, after=cursor, limit=10)
+    assert [m.content for m in found] == ["I have a car"]
+    await store.aclose()
+    db = sqlite3.connect(path)
+    assert db.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,)
+    assert db.execute("SELECT id, content FROM messages ORDER BY id").fetchall() == [
+        (1, "I adopted a puppy"),
+        (2, "my car is red"),
+        (2 + ID_GAP + 2, "I have a car"),
+    ]
+    assert db.execute("SELECT * FROM vectors WHERE message_id < 3").fetchall() == vectors
     assert db.execute("PRAGMA foreign_key_check").fetchall() == []
     db.close()
 

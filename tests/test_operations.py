@@ -86,6 +86,7 @@ STATUS_SHAPE = {
     "local_stores": int,
     "redis_shards": int,
     "spooled": int,
+    "tombstone_keys_unchecked": int,
     "shards": list,
     "problems": list,
 }

@@ -457,3 +457,27 @@ def test_a_fact_about_someone_else_is_retired_by_news_of_them() -> None:
     held = [("mum", "mother Hina", "occupation", "translator", "2026-03-01T09:00:00+00:00", ["k"])]
     assert retired(held, _later("Hina quit her job last week")) == {"mum"}
     assert retired(held, _later("I quit my job last week, new job soon")) == set()
+
+
+async def test_a_message_stored_after_the_newest_one_was_forgotten_is_synthesized(
+    local_settings: Settings, redis: aioredis.Redis
+) -> None:
+    """Forgetting the newest message of the file leaves the watermark at its id: the next
+    message is given a new id, after the watermark, so it becomes a fact."""
+    import sqlite3
+
+    await _session(local_settings, "I live in Lisbon.")  # synthesized: the watermark is set
+    user = await IdentityRegistry(redis, local_settings).lookup_user(app=APP, user_id="alice")
+    assert user is not None
+    with sqlite3.connect(local_settings.local_db_path) as db:
+        (newest,) = db.execute("SELECT uuid FROM messages ORDER BY id DESC LIMIT 1").fetchone()
+    backend = open_backend(local_settings)
+    assert await backend.delete_memory(user=user, memory_uuid=newest)
+    await backend.aclose()
+
+    await _session(local_settings, "I'm allergic to kiwi.")
+
+    backend = open_backend(local_settings)
+    facts = {(f.predicate, f.value) for f in await backend.list_facts(user=user)}
+    assert ("allergic_to", "kiwi") in facts
+    await backend.aclose()

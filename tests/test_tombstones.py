@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 import redis.asyncio as aioredis
+from pydantic import SecretStr
 
 from afterthought.backends import open_backend
 from afterthought.backends.base import MemoryBackend
@@ -15,8 +16,9 @@ from afterthought.facts import StoredFact
 from afterthought.identity import IdentityRegistry
 from afterthought.keys import Keys
 from afterthought.settings import Settings
+from afterthought.status import snapshot
 from afterthought.testing import ZepFake
-from afterthought.tombstones import STORE_SECRET, Tombstones, derive
+from afterthought.tombstones import STORE_SECRET, Tombstones, derive, reads_as
 from afterthought.worker.flush import Flusher
 from afterthought.worker.forget import Forgetter
 from afterthought.worker.synthesize import Synthesizer
@@ -62,9 +64,6 @@ async def _current(
 
 async def _peanuts(settings: Settings, redis: aioredis.Redis, backend: MemoryBackend) -> StoredFact:
     await _say(settings, redis, backend, PEANUTS, 1)
-    # Said after it, so the message the forget deletes with the fact is not the store's
-    # last (SQLite would give its id to the next message, behind the synthesis watermark).
-    await _say(settings, redis, backend, "I live in Lisbon.", 2)
     (fact,) = [f for f in await _current(settings, redis, backend) if f.value == "peanuts"]
     return fact
 
@@ -153,3 +152,76 @@ async def test_the_postgres_store_keeps_one_tombstone_key_for_every_process(
     assert await second.kept_secret(STORE_SECRET) == kept
     for opened in (first, second):
         await opened.aclose()
+
+
+async def _rotated(settings: Settings, backend: MemoryBackend, *, keep_previous: bool) -> Settings:
+    """The deployment after its tombstone key changed: on Zep the API key rotated (the
+    tombstone key was derived from it), on the local store a ``tombstone_key`` set where
+    the store's own was used; with the secret used before in ``tombstone_previous_keys``
+    when ``keep_previous``."""
+    if settings.zep_api_key is not None:
+        before = settings.zep_api_key.get_secret_value()
+        update: dict[str, Any] = {"zep_api_key": SecretStr(before + "-rotated")}
+    else:
+        before = await backend.kept_secret(STORE_SECRET) or pytest.fail("no key kept")
+        update = {"tombstone_key": SecretStr("a key of the operator")}
+    if keep_previous:
+        update["tombstone_previous_keys"] = [SecretStr(before)]
+    return settings.model_copy(update=update)
+
+
+async def _forget_peanuts(
+    settings: Settings, redis: aioredis.Redis, backend: MemoryBackend
+) -> StoredFact:
+    fact = await _peanuts(settings, redis, backend)
+    forgetter = Forgetter(settings, redis, backend, poll_seconds=0.02)
+    assert (await forgetter.forget_fact(app=APP, user_id="alice", fact_uuid=fact.uuid)).facts
+    return fact
+
+
+async def test_a_forgotten_fact_stays_forgotten_across_a_rotation_with_the_previous_key(
+    settings: Settings, redis: aioredis.Redis
+) -> None:
+    """The tombstone made under the key before still blocks the fact said again, and is
+    made again under the key in use; ``status`` sees nothing wrong."""
+    backend = open_backend(settings)
+    fact = await _forget_peanuts(settings, redis, backend)
+    rotated = await _rotated(settings, backend, keep_previous=True)
+
+    stats = await _say(rotated, redis, backend, PEANUTS, 2)
+    assert stats["forgotten"] == 1 and stats["written"] == 0
+    assert "peanuts" not in await _facts(rotated, redis, backend)
+    tombstones = Tombstones(rotated, redis, backend)
+    person = tombstones.person(APP, "alice")  # one person in every app
+    assert person is not None
+    mark = await tombstones.mark(app="", user_id=person[1], signature=reads_as(fact))
+    assert await redis.smembers(person[0]) == {mark.encode()}
+    assert "tombstone_key_changed" not in (await snapshot(redis, rotated)).problems
+    await backend.aclose()
+
+
+async def test_a_rotation_without_the_previous_key_is_said_by_the_worker_and_status(
+    settings: Settings, redis: aioredis.Redis, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Without it, the old tombstones keep nothing forgotten: a worker says so in one line
+    (never a key, nor its fingerprint) and ``status`` reports it until the key used before
+    is given."""
+    backend = open_backend(settings)
+    await _forget_peanuts(settings, redis, backend)
+    assert "tombstone_key_changed" not in (await snapshot(redis, settings)).problems
+    rotated = await _rotated(settings, backend, keep_previous=False)
+
+    await Tombstones(rotated, redis, backend).key()
+    await Tombstones(rotated, redis, backend).key()
+    said = [r.getMessage() for r in caplog.records if "tombstone key changed" in r.getMessage()]
+    assert said == [
+        "tombstone key changed: the tombstones of 1 key(s) used before keep nothing forgotten;"
+        " set tombstone_previous_keys to the key(s) used before (README, Forgetting)"
+    ]
+    status = await snapshot(redis, rotated)
+    assert "tombstone_key_changed" in status.problems and status.tombstone_keys_unchecked == 1
+
+    fixed = await _rotated(settings, backend, keep_previous=True)
+    await Tombstones(fixed, redis, backend).key()  # the next worker started with it
+    assert "tombstone_key_changed" not in (await snapshot(redis, fixed)).problems
+    await backend.aclose()

@@ -443,6 +443,7 @@ DURABLE = (
     ":served-by",
     ":user-ids",  # the deployment's default backend user ids
     ":marker",  # named durable state: it tells a Redis that lost its data
+    ":tombstone_keys",  # a fingerprint of each tombstone key used
 )
 
 

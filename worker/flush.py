@@ -875,19 +875,25 @@ class Flusher:
         horizon_ms = int(self.settings.late_commit_seconds * 1000)
         for thread_uuid, entries in watched.items():
             try:
-                found = await self._late_copies(thread_uuid, seq=min(e[1] for e in entries))
+                found, marked = await self._late_copies(thread_uuid, seq=min(e[1] for e in entries))
             except BackendError as exc:
                 if exc.kind != "not_found":  # a thread deleted since has nothing to repair
                     stats["unread"] += 1
                     await self.queue.keep_late(horizon_ms=horizon_ms)
                     log.warning("late copies unread thread_uuid=%s error=%s", thread_uuid, exc)
                     continue
-                found = []
+                found, marked = [], []
             stats["threads"] += 1
+            # A copy found marked was repaired by a run whose last reply was lost, or by
+            # another run: counted here unless that run counted it.
+            for _ in range(await self.queue.count_repaired(marked, now_ms=now_ms)):
+                metrics.LATE_COPIES.labels("marked").inc()
             # What the backend derives from a copy (Zep's graph) comes later than the copy:
             # a thread with a copy not yet repairable is watched on, for one more horizon.
             last_chance = now_ms >= max(e[2] for e in entries) + horizon_ms
-            waiting, left = await self._repair_copies(thread_uuid, found, last_chance, stats)
+            waiting, left = await self._repair_copies(
+                thread_uuid, found, last_chance, stats, now_ms=now_ms
+            )
             if waiting or left:  # watched on: read back again at the next run
                 stats["copies_waiting"] += waiting
                 stats["copies_left"] += left
@@ -898,12 +904,19 @@ class Flusher:
         return stats
 
     async def _repair_copies(
-        self, thread_uuid: str, found: list[LateCopy], last_chance: bool, stats: Counter[str]
+        self,
+        thread_uuid: str,
+        found: list[LateCopy],
+        last_chance: bool,
+        stats: Counter[str],
+        *,
+        now_ms: int,
     ) -> tuple[int, int]:
         """Repair each copy found in a thread, one at a time (each is counted once it is
-        repaired), every call retried in the run; a copy whose repair still fails is left
-        for the next run and the others are repaired all the same. How many copies wait
-        for the backend to process them, and how many were left after failures."""
+        repaired, by its uuid: once, whichever runs repair it), every call retried in the
+        run; a copy whose repair still fails is left for the next run and the others are
+        repaired all the same. How many copies wait for the backend to process them, and
+        how many were left after failures."""
         repaired: list[str] = []
         waiting = left = 0
         for copy in found:
@@ -929,8 +942,8 @@ class Flusher:
             if action is None:
                 waiting += 1
                 continue
-            await self.queue.count_late_copies(1)
-            metrics.LATE_COPIES.labels(action).inc()
+            if await self.queue.count_repaired([copy.uuid], now_ms=now_ms):
+                metrics.LATE_COPIES.labels(action).inc()
             stats[f"copies_{action}"] += 1
             repaired.append(copy.uuid)
         if repaired:
@@ -942,12 +955,13 @@ class Flusher:
             )
         return waiting, left
 
-    async def _late_copies(self, thread_uuid: str, *, seq: int) -> list[LateCopy]:
-        """The late copies in a thread not yet marked, among its messages
-        from ``LATE_MARGIN`` before message ``seq`` on: what a late call can have copied
-        was sent from ``seq`` on, and stored after it. Read page by page, newest first, as
-        deep as that is (a long re-import's first call may be thousands of messages down),
-        keeping only each message's key, checksum and uuid (and a copy's text)."""
+    async def _late_copies(self, thread_uuid: str, *, seq: int) -> tuple[list[LateCopy], list[str]]:
+        """The late copies in a thread not yet marked, and the uuids of those marked, among
+        its messages from ``LATE_MARGIN`` before message ``seq`` on: what a late call can
+        have copied was sent from ``seq`` on, and stored after it. Read page by page,
+        newest first, as deep as that is (a long re-import's first call may be thousands
+        of messages down), keeping only each message's key, checksum and uuid (and a
+        copy's text)."""
         read: list[tuple[tuple[str, str] | None, StoredMessage, int]] = []  # newest first
         cursor: str | None = None
         while True:
@@ -975,7 +989,7 @@ class Flusher:
             first = kept.setdefault(said, m.uuid)
             if first != m.uuid:
                 copies.append(LateCopy(m.uuid, first, said[0], m.content, m.processed))
-        return copies
+        return copies, [m.uuid for _, m, _ in read if m.is_copy]
 
     async def _stored_after_all(self, lease: _Lease, head: QueuedMessage) -> bool:
         """Whether a message whose last attempt had an unknown outcome is stored: read

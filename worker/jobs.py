@@ -31,9 +31,10 @@ from afterthought.keys import Keys, digest
 from afterthought.layout import check_layout
 from afterthought.queue import ThreadQueue
 from afterthought.settings import Settings
-from afterthought.shared_store import announce, announce_forever, withdraw
+from afterthought.shared_store import announce, announce_forever, check_sharing, withdraw
 from afterthought.spool import Spool, replay_into
 from afterthought.status import HEALTH_INTERVAL_SECONDS, RedisStatus, redis_status
+from afterthought.tombstones import Tombstones
 from afterthought.worker import metrics
 from afterthought.worker.extract import synthesizes
 from afterthought.worker.flush import Flusher
@@ -460,6 +461,7 @@ def worker_settings(
         # worker provisions anyone: users named for the deployment, or as before.
         default = await default_template(redis, s)
         user_ids = s.zep_user_id_template or default
+        await check_sharing(redis, s)  # no user shared by accident with another deployment
         moved = await settle_template(redis, s)
         if moved:
             log.warning(
@@ -478,6 +480,7 @@ def worker_settings(
         await announce(redis, s, opened, worker=worker_id)
         if not burst:
             tasks.append(asyncio.create_task(announce_forever(redis, s, opened, worker=worker_id)))
+        await Tombstones(s, redis, opened).key()  # a key changed without the one before: said now
         backend = metrics.metered_backend(opened)
         ctx["backend"] = backend
         ctx["pruner"] = Pruner(s, redis, backend)

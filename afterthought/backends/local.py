@@ -15,7 +15,7 @@ import threading
 import unicodedata
 import uuid
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
@@ -62,9 +62,11 @@ log = logging.getLogger("afterthought.local")
 
 #: A message's key is unique in its thread, not in the file: two deployments (two backend
 #: users) that import one ADK session store it each in their own thread (the keys are made
-#: from ADK's ids alone, ``contract.message_key``).
+#: from ADK's ids alone, ``contract.message_key``). An id is never given twice, even once
+#: the newest row is deleted (a forgotten memory): synthesis reads a user's messages after
+#: a watermark of ids, which a reused id would be behind.
 MESSAGES_COLUMNS = """
-  id INTEGER PRIMARY KEY, uuid TEXT UNIQUE NOT NULL,
+  id INTEGER PRIMARY KEY AUTOINCREMENT, uuid TEXT UNIQUE NOT NULL,
   thread_uuid TEXT NOT NULL REFERENCES threads(uuid) ON DELETE CASCADE,
   message_key TEXT, role TEXT NOT NULL, name TEXT, content TEXT NOT NULL,
   metadata TEXT NOT NULL, reference_time TEXT, ingested INTEGER NOT NULL,
@@ -114,9 +116,13 @@ CREATE TABLE IF NOT EXISTS templates (
 #: before it are at 0; version 1 indexed no ``replied`` column; version 2 indexed words
 #: unscoped; version 3 indexed an owner column too; version 4 left case and what a letter
 #: is to the SQLite build; version 5 kept message keys and call keys unique in the whole
-#: file. An older file's messages gain the columns (before 2), its keys their thread
-#: (before 6), and are indexed afresh, once.
-SCHEMA_VERSION = 6
+#: file; version 6 gave the id of a deleted newest message again. An older file's messages
+#: gain the columns (before 2), its keys their thread (before 6), ids never reused (before
+#: 7), and are indexed afresh, once.
+SCHEMA_VERSION = 7
+#: How far past its greatest id a file of version 6 or before goes on giving ids: more
+#: than the rows it can have given and deleted since (SQLite's ids go to 2**63).
+ID_GAP = 2**32
 #: Columns added to ``messages`` by the retrieval schema: ``user_uuid`` (the owner, so
 #: retrieval never joins threads), ``clean`` (``validation.detect`` found nothing,
 #: decided at write time), ``eligible`` (a clean, ingested user turn: the only rows
@@ -932,7 +938,7 @@ class LocalBackend(MemoryBackend):
         (with an embedder, when positive). BM25 weighs a word by how rare it is in the
         store, so scores compare within one search, not across stores."""
         terms = query_terms(query)
-        ranked = _lexical(db, user_uuid, terms)
+        ranked = _lexical(db, user_uuid, terms, {})
         vector = None
         if self._embedder is not None and self._dense is not None and query.strip():
             from afterthought.backends.embeddings import unit_rows
@@ -1029,12 +1035,14 @@ class _Source:
     user_uuid: str
     embedder: Embedder | None
     index: DenseIndex | None
+    frequency: dict[str, int] = field(default_factory=dict)
+    """Terms counted in this read: each hop asks again for words the last counted."""
 
     async def lexical(self, terms: Sequence[str]) -> list[int]:
-        return _lexical(self.db, self.user_uuid, terms)
+        return _lexical(self.db, self.user_uuid, terms, self.frequency)
 
     async def counts(self, terms: Sequence[str]) -> dict[str, int]:
-        return _counts(self.db, self.user_uuid, terms)
+        return _counts(self.db, self.user_uuid, terms, self.frequency)
 
     async def contents(self, ids: Sequence[int]) -> dict[int, str]:
         marks = ",".join("?" * len(ids))
@@ -1193,27 +1201,32 @@ def _reason(exc: OSError) -> str:
     return (exc.strerror or type(exc).__name__).lower()
 
 
-def _counts(db: sqlite3.Connection, user_uuid: str, terms: Sequence[str]) -> dict[str, int]:
-    """The user's statements holding each term. Counted in the user's own rows (another
-    user's many "Leeds" must not make the word common for this one), and only as far as
-    decides ``split_by_frequency``: the count stops there."""
+def _counts(
+    db: sqlite3.Connection, user_uuid: str, terms: Sequence[str], known: dict[str, int]
+) -> dict[str, int]:
+    """The user's statements holding each term (those not in ``known``, counted in this
+    read, are counted and added to it). Counted in the user's own rows (another user's
+    many "Leeds" must not make the word common for this one), and only as far as decides
+    ``split_by_frequency``: the count stops there."""
     enough = 10 * RANKED_ROWS + 1
-    return {
-        term: db.execute(
-            "SELECT count(*) FROM (SELECT rowid FROM statements_fts WHERE statements_fts"
-            " MATCH ? LIMIT ?)",
-            (match_expression(user_uuid, [term]), enough),
-        ).fetchone()[0]
-        for term in terms
-    }
+    for term in terms:
+        if term not in known:
+            known[term] = db.execute(
+                "SELECT count(*) FROM (SELECT rowid FROM statements_fts WHERE statements_fts"
+                " MATCH ? LIMIT ?)",
+                (match_expression(user_uuid, [term]), enough),
+            ).fetchone()[0]
+    return {term: known[term] for term in terms}
 
 
-def _lexical(db: sqlite3.Connection, user_uuid: str, terms: Sequence[str]) -> list[int]:
+def _lexical(
+    db: sqlite3.Connection, user_uuid: str, terms: Sequence[str], known: dict[str, int]
+) -> list[int]:
     """The user's statements ranked by BM25 for the terms, best first. Ranking is bounded
     to about ``RANKED_ROWS`` rows whatever the history's length: the rarest terms (in the
     user's own statements) select the rows, the common ones only weigh in
     (``split_by_frequency``). When every term is common, the newest matches are ranked."""
-    frequency = _counts(db, user_uuid, terms)
+    frequency = _counts(db, user_uuid, terms, known)
     selective, boosts = split_by_frequency(terms, frequency, RANKED_ROWS)
     if selective:
         rows = db.execute(
@@ -1426,7 +1439,7 @@ def _migrate(db: sqlite3.Connection, *, upgrade: bool) -> None:
             db.execute("SELECT id, role, content, ingested FROM messages") if version < 2 else ()
         )
     }
-    # Off while the messages table is rebuilt (version 6): dropping it would otherwise
+    # Off while the messages table is rebuilt (version 7): dropping it would otherwise
     # delete its vectors (it can be changed only outside a transaction).
     db.execute("PRAGMA foreign_keys=OFF")
     db.execute("BEGIN IMMEDIATE")
@@ -1434,6 +1447,7 @@ def _migrate(db: sqlite3.Connection, *, upgrade: bool) -> None:
         if db.execute("PRAGMA user_version").fetchone()[0] < SCHEMA_VERSION:
             if version < 2:
                 _add_columns(db, verdicts)
+            _rebuild_messages(db)
             if version < 6:
                 _keys_per_thread(db)
             for statement in RETRIEVAL_SCHEMA:
@@ -1452,27 +1466,38 @@ def _migrate(db: sqlite3.Connection, *, upgrade: bool) -> None:
         db.execute("PRAGMA foreign_keys=ON")
 
 
-def _keys_per_thread(db: sqlite3.Connection) -> None:
-    """Version 6: a message key unique in its thread and a call's key kept per thread,
-    where they were unique in the file (another deployment's import of the same session
-    was taken for a replay and stored nothing). The messages keep their ids (the index's
-    and the vectors' rowids). The file-wide call keys go: which thread each was for is not
-    recorded, and a call sent again is stored once all the same, by its messages' keys,
-    which every writer's messages carry."""
-    keyed = [
-        row[1]
-        for row in db.execute("PRAGMA index_list(messages)").fetchall()
-        if row[3] == "u"
-        and [c[2] for c in db.execute(f"PRAGMA index_info('{row[1]}')")] == ["message_key"]
-    ]
-    if keyed:  # the key is unique in the file: the table is made again without that
+def _rebuild_messages(db: sqlite3.Connection) -> None:
+    """Version 7 (and, with it, 6): the messages table made again with ids that are never
+    reused, and a key unique in its thread where it was unique in the file (another
+    deployment's import of the same session was taken for a replay and stored nothing).
+    The messages keep their ids (the index's and the vectors' rowids). The ids go on far
+    past the greatest kept (``ID_GAP``): the file does not say which ids were given to rows
+    deleted since, and a synthesis watermark may be one of them. A table that already has
+    both is left."""
+    (made,) = db.execute(
+        "SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'messages'"
+    ).fetchone()
+    if "AUTOINCREMENT" not in made.upper():
         columns = ", ".join(r[1] for r in db.execute("PRAGMA table_info(messages)"))
-        db.execute(f"CREATE TABLE messages_per_thread ({MESSAGES_COLUMNS})")
-        db.execute(f"INSERT INTO messages_per_thread ({columns}) SELECT {columns} FROM messages")
+        db.execute(f"CREATE TABLE messages_rebuilt ({MESSAGES_COLUMNS})")
+        db.execute(f"INSERT INTO messages_rebuilt ({columns}) SELECT {columns} FROM messages")
         db.execute("DROP TABLE messages")
-        db.execute("ALTER TABLE messages_per_thread RENAME TO messages")
+        db.execute("ALTER TABLE messages_rebuilt RENAME TO messages")
+        db.execute("DELETE FROM sqlite_sequence WHERE name = 'messages'")
+        db.execute(
+            "INSERT INTO sqlite_sequence (name, seq)"
+            " SELECT 'messages', coalesce(max(id), 0) + ? FROM messages",
+            (ID_GAP,),
+        )
     for index in MESSAGES_INDEXES:
         db.execute(index)
+
+
+def _keys_per_thread(db: sqlite3.Connection) -> None:
+    """Version 6: a call's key kept per thread, where it was unique in the file. The
+    file-wide call keys go: which thread each was for is not recorded, and a call sent
+    again is stored once all the same, by its messages' keys, which every writer's
+    messages carry."""
     if "thread_uuid" not in {r[1] for r in db.execute("PRAGMA table_info(idempotency)")}:
         db.execute("DROP TABLE idempotency")
         db.execute(f"CREATE TABLE idempotency ({IDEMPOTENCY_COLUMNS})")

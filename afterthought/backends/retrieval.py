@@ -441,10 +441,10 @@ def shorten(text: str, limit: int) -> str:
 #: What could end a statement's quotes or pose as the block's structure from inside one:
 #: quotes, a backslash (it would escape the escape), headers, code fences, tags and role
 #: markers ("<|im_start|>", "[INST]"), the brackets of an entry's date.
-_FENCE_CHARS = frozenset('"\\#`<>[]')
+_FENCE_CHARS = re.compile(r'["\\#`<>\[\]]')
 #: Double quotes the normalised view keeps as they are, though a reader takes them for one.
-_QUOTE_LIKE = frozenset(
-    "\u201c\u201d\u201e\u201f\u2033\u2036\u02ba\u02dd\u05f4\u3003\u301d\u301e\u301f\u275d\u275e"
+_QUOTE_LIKE = re.compile(
+    "[\u201c\u201d\u201e\u201f\u2033\u2036\u02ba\u02dd\u05f4\u3003\u301d\u301e\u301f\u275d\u275e]"
 )
 
 
@@ -458,10 +458,14 @@ def as_quoted_data(text: str, limit: int) -> str:
     and a zero-width character between them hides nothing."""
     line = shorten(text, limit)
     view, origin = normalise_mapped(line)
-    read_as = {origin[i]: char for i, char in enumerate(view) if char in _FENCE_CHARS}
-    read_as |= {i: '"' for i, char in enumerate(line) if char in _QUOTE_LIKE}
-    inner = "".join("\\" + read_as[i] if i in read_as else char for i, char in enumerate(line))
-    return f'"{inner}"'
+    read_as = {origin[found.start()]: found.group() for found in _FENCE_CHARS.finditer(view)}
+    read_as |= {found.start(): '"' for found in _QUOTE_LIKE.finditer(line)}
+    parts, done = ['"'], 0
+    for at in sorted(read_as):
+        parts += (line[done:at], "\\", read_as[at])
+        done = at + 1
+    parts += (line[done:], '"')
+    return "".join(parts)
 
 
 @dataclass(frozen=True, slots=True)
