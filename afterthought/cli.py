@@ -206,6 +206,7 @@ def _status(args: argparse.Namespace) -> int:
 
 def _reshard(args: argparse.Namespace) -> int:
     from afterthought.keys import Keys
+    from afterthought.layout import carry
     from afterthought.status import snapshot
 
     async def work(settings: Settings, client: aioredis.Redis) -> int:
@@ -241,7 +242,11 @@ def _reshard(args: argparse.Namespace) -> int:
             await client.set(keys.layout, settings.redis_shards)
             print(f"afterthought: {why}", file=sys.stderr)
             return ATTENTION
-        print(f"the queue is laid out in {args.to} shards: start every process with it")
+        moved = await carry(client, keys, Keys(settings.key_prefix, args.to))
+        print(
+            f"the queue is laid out in {args.to} shards ({moved} keys of users carried): "
+            "start every process with it"
+        )
         return OK
 
     return _with_redis(args, work)

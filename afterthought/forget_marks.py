@@ -80,16 +80,26 @@ async def reopen(redis: aioredis.Redis, settings: Settings, *, app: str, user_id
     log.warning("forget reopened user=%s: a write raced it", digest(app, user_id))
 
 
-def person_key(settings: Settings, *, app: str, user_id: str) -> str | None:
-    """Where a forget of the user's person is timed: with a ``zep_user_id_template``
-    without ``{app}`` one user id is one person in every app, and forgetting them in one
-    forgets them in all; None when the template keeps apps apart. With one without
-    ``{deployment}`` the backend user is every sharing deployment's, and so is the time
-    (``Keys.forgot_shared``, by the store and the backend user id)."""
+def person_of(settings: Settings, *, app: str, user_id: str) -> tuple[str | None, str] | None:
+    """Whom a user id names beyond its app: with a ``zep_user_id_template`` without
+    ``{deployment}``, a backend user of every deployment that shares users on the store
+    (the store's name, the backend user id); without ``{app}``, one person in every app of
+    the deployment (None, the user id); None when the template keeps apps apart."""
     if settings.users_shared:
         assert settings.zep_user_id_template is not None  # no default shares users
         named = settings.zep_user_id(
             app=app, user_id=user_id, template=settings.zep_user_id_template
         )
-        return Keys.forgot_shared(store_name(settings), named)
-    return None if settings.apps_apart else Keys.of(settings).forgot_person(user_id)
+        return store_name(settings), named
+    return None if settings.apps_apart else (None, user_id)
+
+
+def person_key(settings: Settings, *, app: str, user_id: str) -> str | None:
+    """Where a forget of the user's person (:func:`person_of`) is timed: forgetting them
+    in one app forgets them in all, and with users shared, in every sharing deployment
+    (``Keys.forgot_shared``, by the store and the backend user id)."""
+    person = person_of(settings, app=app, user_id=user_id)
+    if person is None:
+        return None
+    store, who = person
+    return Keys.of(settings).forgot_person(who) if store is None else Keys.forgot_shared(store, who)

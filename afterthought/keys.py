@@ -1,5 +1,6 @@
 """Every Redis key name, in one place. All carry the deployment prefix but one family
-(``forgot_shared``: what deployments that share users share is named by their store).
+(``forgot_shared``, ``tombstones_shared``: what deployments that share users share is named
+by their store).
 
 Two layouts. With ``redis_shards = 0`` (the default, one Redis or a Sentinel set) names
 are ``prefix:kind:id``, as they always were. With ``redis_shards = N`` (required on Redis
@@ -21,6 +22,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import re
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -42,6 +44,12 @@ def digest(*ids: str, size: int = 32) -> str:
     return hashlib.sha256(json.dumps(ids, ensure_ascii=True).encode()).hexdigest()[:size]
 
 
+#: Per-user keys a reshard carries to the new layout: what keeps a forget final (``tomb``,
+#: ``epoch``, ``forgot``) and synthesis' place in the user's history (``synth``). The rest
+#: is the empty queue's, expires, or is rebuilt on demand (registry entries, caches).
+RESHARDED = ("synth", "epoch", "forgot", "tomb")
+#: The last part of a per-user key's name: the digest of (app, user id).
+_USER = re.compile(r"[0-9a-f]{32}")
 #: The per-user marks of a forget or a synthesis at work (``forgetting``, ``synthesizing``).
 _MARKS = ("forgetting", "synthesizing")
 #: The most virtual shards a deployment may have (each is polled by every dispatcher).
@@ -92,9 +100,11 @@ class Keys:
 
     def shard_of(self, app: str, user_id: str) -> int | None:
         """The user's shard (None in the flat layout)."""
-        if not self.shards:
-            return None
-        return int(digest(app, user_id, size=8), 16) % self.shards
+        return self._shard_of_user(digest(app, user_id))
+
+    def _shard_of_user(self, user: str) -> int | None:
+        """The shard of the user of digest ``user`` (its first 8 digits decide)."""
+        return int(user[:8], 16) % self.shards if self.shards else None
 
     def thread_ref(self, app: str, user_id: str, session_id: str) -> str:
         """How every key, set and message names the session's thread."""
@@ -382,8 +392,8 @@ class Keys:
         (a ``zep_user_id_template`` without ``{deployment}``) last began, in any of them:
         each drops what the person said before it, and takes a registry entry of theirs
         that names the deleted user for stale. Named by the store and the backend user id,
-        not by a deployment (the one family of keys so named: what is shared is the
-        store's); untagged, read on its own; expires as ``forgot`` does."""
+        not by a deployment (as ``tombstones_shared``: what is shared is the store's);
+        untagged, read on its own; expires as ``forgot`` does."""
         return f"afterthought:shared:forgot:{digest(store, backend_user_id)}"
 
     @staticmethod
@@ -431,6 +441,19 @@ class Keys:
         """SET of forgotten fact signatures: synthesis never writes them again."""
         return f"{self._user_base(app, user_id)}:tomb:{digest(app, user_id)}"
 
+    def tombstones_person(self, user_id: str) -> str:
+        """SET of forgotten facts' marks of the person a user id names in every app (a
+        ``zep_user_id_template`` without ``{app}``): synthesis in none of their apps writes
+        them again. Untagged (a person's apps are in different shards), so only read on its
+        own; durable as ``tombstones``, removed by the person's forget."""
+        return f"{self.prefix}:tomb:person:{digest(user_id)}"
+
+    @staticmethod
+    def tombstones_shared(store: str, backend_user_id: str) -> str:
+        """``tombstones_person`` of a backend user that deployments share (a
+        ``zep_user_id_template`` without ``{deployment}``), named as ``forgot_shared``."""
+        return f"afterthought:shared:tomb:{digest(store, backend_user_id)}"
+
     @property
     def tombstone_keys(self) -> str:
         """HASH fingerprint of a tombstone key (an HMAC of a fixed label under it, never the
@@ -463,6 +486,22 @@ class Keys:
 
     def lock(self, name: str) -> str:
         return f"{self.prefix}:lock:{name}"
+
+    # --- a reshard (``afterthought.layout.carry``) ---------------------------------------
+    def resharded(self) -> list[str]:
+        """Match patterns of the per-user keys a reshard carries to the new layout
+        (:data:`RESHARDED`), each shard's."""
+        return [f"{self._in(s)}:{kind}:*" for s in self.shard_ids for kind in RESHARDED]
+
+    def in_layout(self, name: str, other: Keys) -> str | None:
+        """The name in ``other``'s layout of this layout's per-user key ``name`` of a kind
+        in :data:`RESHARDED`; None for any other key (``forgot:ctx:…``, ``tomb:person:…``)."""
+        for shard in self.shard_ids:
+            for kind in RESHARDED:
+                user = name.removeprefix(f"{self._in(shard)}:{kind}:")
+                if _USER.fullmatch(user) and self._shard_of_user(user) == shard:
+                    return f"{other._in(other._shard_of_user(user))}:{kind}:{user}"
+        return None
 
     # --- lifetimes of keys written before them (``afterthought.lifetimes``) ----------------
     def lifetime_of(self, name: str) -> tuple[str, tuple[str, ...]] | None:

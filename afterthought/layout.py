@@ -65,3 +65,24 @@ async def _no_flat_queue(redis: aioredis.Redis, settings: Settings) -> None:
             "=0): stop the agents, let workers with 0 drain it, then run `afterthought reshard "
             "--to N` with 0 and start every process with N"
         )
+
+
+async def carry(redis: aioredis.Redis, old: Keys, new: Keys) -> int:
+    """Move the per-user keys a reshard keeps (``keys.RESHARDED``) from ``old``'s layout to
+    ``new``'s, each with its lifetime; how many. One key at a time: on a cluster the two
+    names are in two slots (the processes are stopped, so none writes meanwhile)."""
+    moved = 0
+    for pattern in old.resharded():
+        async for raw in redis.scan_iter(match=pattern, count=1000):
+            name = raw.decode()
+            target = old.in_layout(name, new)
+            # Two layouts may name a shard by the same tag: such a key stays where it is.
+            if target is None or target == name:
+                continue
+            dumped, ttl = await redis.dump(name), await redis.pttl(name)
+            if dumped is None or ttl == -2:  # expired meanwhile
+                continue
+            await redis.restore(target, max(ttl, 0), dumped, replace=True)
+            await redis.delete(name)
+            moved += 1
+    return moved

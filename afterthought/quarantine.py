@@ -17,13 +17,14 @@ import hashlib
 import json
 import secrets
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import redis.asyncio as aioredis
 
 from afterthought.contract import MEMORY_SESSION, QueuedMessage
+from afterthought.facts import fact_signature
 from afterthought.fence import GUARD, Fence
 from afterthought.keys import Keys, digest
 from afterthought.queue import ThreadQueue
@@ -200,6 +201,27 @@ class Quarantine:
         """Delete every entry of one user (forgetting a user calls this), and with
         ``every_app`` every entry of their user id in any app (their person: a template
         without ``{app}``), whichever shard it is in; how many."""
+        return await self._drop(app, user_id, every_app, lambda found: True)
+
+    async def drop_fact(
+        self, *, app: str, user_id: str, signature: str, every_app: bool = False
+    ) -> int:
+        """Delete the user's entries (with ``every_app``, their person's) that propose the
+        fact of ``signature`` (forgetting that fact calls this); how many."""
+
+        def proposes(found: dict[str, Any]) -> bool:
+            fact = found.get("fact")
+            return isinstance(fact, dict) and signature == fact_signature(
+                str(fact.get("subject", "")),
+                str(fact.get("predicate", "")),
+                str(fact.get("value", "")),
+            )
+
+        return await self._drop(app, user_id, every_app, proposes)
+
+    async def _drop(
+        self, app: str, user_id: str, every_app: bool, chosen: Callable[[dict[str, Any]], bool]
+    ) -> int:
         who = digest(app, user_id)
         shards = self._keys.shard_ids if every_app else [self._keys.shard_of(app, user_id)]
         dropped = 0
@@ -212,6 +234,7 @@ class Quarantine:
                 if not isinstance(found, dict):
                     continue
                 # ``user``: entries of every version carry it; ``user_id`` this one's.
-                if found.get("user") == who or (every_app and found.get("user_id") == user_id):
+                theirs = found.get("user") == who or (every_app and found.get("user_id") == user_id)
+                if theirs and chosen(found):
                     dropped += await self._redis.lrem(key, 1, raw)
         return dropped

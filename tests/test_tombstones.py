@@ -18,7 +18,7 @@ from afterthought.keys import Keys
 from afterthought.settings import Settings
 from afterthought.status import snapshot
 from afterthought.testing import ZepFake
-from afterthought.tombstones import STORE_SECRET, Tombstones, derive
+from afterthought.tombstones import STORE_SECRET, Tombstones, derive, reads_as
 from afterthought.worker.flush import Flusher
 from afterthought.worker.forget import Forgetter
 from afterthought.worker.synthesize import Synthesizer
@@ -78,7 +78,8 @@ async def test_a_forgotten_fact_leaves_nothing_in_redis_that_confirms_a_guess_of
     fact = await _peanuts(settings, redis, backend)
     forgetter = Forgetter(settings, redis, backend, poll_seconds=0.02)
     assert (await forgetter.forget_fact(app=APP, user_id="alice", fact_uuid=fact.uuid)).facts
-    assert await redis.scard(Keys.of(settings).tombstones(APP, "alice")) == 1
+    person = forgetter.tombstones.person(APP, "alice")  # one person in every app
+    assert person is not None and await redis.scard(person[0]) == 1
     secret = (await forgetter.tombstones.key()).hex()
     assert await redis_hits(redis, settings.key_prefix, [fact.signature, secret]) == {}
 
@@ -190,10 +191,11 @@ async def test_a_forgotten_fact_stays_forgotten_across_a_rotation_with_the_previ
     stats = await _say(rotated, redis, backend, PEANUTS, 2)
     assert stats["forgotten"] == 1 and stats["written"] == 0
     assert "peanuts" not in await _facts(rotated, redis, backend)
-    mark = await Tombstones(rotated, redis, backend).mark(
-        app=APP, user_id="alice", signature=fact.signature
-    )
-    assert await redis.smembers(Keys.of(settings).tombstones(APP, "alice")) == {mark.encode()}
+    tombstones = Tombstones(rotated, redis, backend)
+    person = tombstones.person(APP, "alice")  # one person in every app
+    assert person is not None
+    mark = await tombstones.mark(app="", user_id=person[1], signature=reads_as(fact))
+    assert await redis.smembers(person[0]) == {mark.encode()}
     assert "tombstone_key_changed" not in (await snapshot(redis, rotated)).problems
     await backend.aclose()
 

@@ -388,6 +388,7 @@ class Forgetter:
         await self.redis.delete(*stale)
         # Untagged: on its own. Again, as a worker may have provisioned them meanwhile.
         await self.redis.delete(self.keys.person(user_id))
+        await self.tombstones.drop_person(app=app, user_id=user_id)
         await self.redis.set(self.keys.forgetting(app, user_id), COOLING, px=COOL_DOWN_MS)
         await self.cache.forgot(self.redis, app=app, user_id=user_id)
         await self._done(keys=[self.keys.forgets], args=[who, began or b""])
@@ -451,6 +452,7 @@ class Forgetter:
         await self.redis.delete(
             self.keys.synthesized(app, user_id), self.keys.tombstones(app, user_id)
         )
+        await self.tombstones.drop_person(app=app, user_id=user_id)
         await Quarantine(self.redis, self.settings).drop_user(app=app, user_id=user_id)
         dead = await self._drop_dead(app, user_id, threads, said_before=forgot)
         who = digest(app, user_id)
@@ -466,12 +468,9 @@ class Forgetter:
         its blocks cached of their graphs go whether or not its registry still lists them
         (an entry idles out after ``idle_ttl_seconds``, a block lives
         ``context_ttl_seconds``): by the graph's index, which lives as long as they do."""
-        if not self.settings.users_shared or not users:
+        if not users:
             return
-        for prefix in await sharing_prefixes(self.redis, self.settings):
-            other = Forgetter(
-                self.settings.model_copy(update={"key_prefix": prefix}), self.redis, self.backend
-            )
+        for other in await self._sharing():
             theirs = [r async for r in other.registry.users() if r.user in users]
             for found in theirs:
                 await other.deleted_elsewhere(
@@ -479,6 +478,35 @@ class Forgetter:
                 )
             for user in users:
                 await other.cache.invalidate_graph(self.redis, graph_uuid=user.graph_uuid)
+
+    async def _sharing(self) -> list[Forgetter]:
+        """A forgetter of each other deployment that shares users on this store
+        (``shared_store.sharing_prefixes``); none unless users are shared."""
+        if not self.settings.users_shared:
+            return []
+        return [
+            Forgetter(self.settings.model_copy(update={"key_prefix": p}), self.redis, self.backend)
+            for p in await sharing_prefixes(self.redis, self.settings)
+        ]
+
+    async def _fact_gone_elsewhere(
+        self, user: UserRef, *, app: str, user_id: str, signature: str
+    ) -> None:
+        """What each deployment that shares the user holds of their forgotten fact: its
+        blocks cached of their graph (and, as here, none read before now is cached after)
+        and the fact's proposals in its quarantine. Its synthesis reads the shared
+        tombstone (``Tombstones.person``)."""
+        for other in await self._sharing():
+            async for found in other.registry.users():
+                if found.user == user:
+                    await other.cache.forgot(self.redis, app=found.app, user_id=found.user_id)
+            await other.cache.invalidate_graph(self.redis, graph_uuid=user.graph_uuid)
+            await Quarantine(self.redis, other.settings).drop_fact(
+                app=app,
+                user_id=user_id,
+                signature=signature,
+                every_app=not other.settings.apps_apart,
+            )
 
     async def _gone(self, marks: list[str]) -> bool:
         """Wait until no worker holds one of the user's threads or synthesizes them (False
@@ -513,8 +541,14 @@ class Forgetter:
                 statements=_said(await self._restatements(user, found)),
             )
         if fact_uuid in known:  # a tombstone, so synthesis never writes it back
-            await self.tombstones.add(
-                app=app, user_id=user_id, signature=known[fact_uuid].signature
+            signature = known[fact_uuid].signature
+            await self.tombstones.add(app=app, user_id=user_id, fact=known[fact_uuid])
+            # Its refused proposals hold its words, and a release would write it back.
+            await Quarantine(self.redis, self.settings).drop_fact(
+                app=app,
+                user_id=user_id,
+                signature=signature,
+                every_app=not self.settings.apps_apart,
             )
         # Blocks read before the deletion must not be cached after the invalidation below:
         # the cool-down mark refuses cache writes (a forget of the user keeps its own mark).
@@ -528,11 +562,17 @@ class Forgetter:
         if deleted:
             for message in restated:
                 await self.backend.delete_memory(user=user, memory_uuid=message.key)
-        # A block read before the deletion ended may hold the fact, however late it comes.
-        await self.cache.forgot(self.redis, app=app, user_id=user_id)
+        # A block read before the deletion ended may hold the fact, however late it comes:
+        # in any app of the person (each reads their one backend user).
+        for a, u in (await self.aliases(app, user_id))[0]:
+            await self.cache.forgot(self.redis, app=a, user_id=u)
         await self.cache.invalidate(
             self.redis, app=app, user_id=user_id, graph_uuid=user.graph_uuid
         )
+        if fact_uuid in known:
+            await self._fact_gone_elsewhere(
+                user, app=app, user_id=user_id, signature=known[fact_uuid].signature
+            )
         if not deleted:  # not the user's, or not there: nothing was forgotten
             return Forgotten()
         await self.audit.record(

@@ -492,8 +492,13 @@ class Synthesizer:
         # (so not added again) or already tombstoned (a forget writes the tombstone first).
         current = await self.backend.list_facts(user=user)
         tombstones = await self.forgetter.tombstones.forgotten(
-            app=app, user_id=user_id, signatures=[f.signature for f in accepted], fence=fence
+            app=app,
+            user_id=user_id,
+            facts=[*accepted, *(f for f, _ in quarantined)],
+            fence=fence,
         )
+        # A forgotten fact is not kept for review either: a release would write it back.
+        quarantined = [(f, reason) for f, reason in quarantined if f.signature not in tombstones]
         withheld = [f for f, reason in quarantined if _supersedes_unwritten(f, reason, sources)]
         add, invalidate, outcome = consolidate(accepted, current, tombstones, withheld)
         held = [f for f in current if f.invalid_at is None and f.uuid not in invalidate]
@@ -559,6 +564,18 @@ class Synthesizer:
         )
         if quarantined:
             await self._quarantine(app, user_id, quarantined, fence)
+            # A fact forget since the read above wrote its tombstone before it dropped the
+            # fact's entries: those it found are gone, and those it came too early for are
+            # dropped here.
+            for signature in await self.forgetter.tombstones.forgotten(
+                app=app, user_id=user_id, facts=[f for f, _ in quarantined]
+            ):
+                await self.quarantine.drop_fact(
+                    app=app,
+                    user_id=user_id,
+                    signature=signature,
+                    every_app=not self.settings.apps_apart,
+                )
         outcome["messages"] = len(messages)
         outcome["quarantined"] = len(quarantined)
         return outcome
