@@ -1113,8 +1113,8 @@ class PostgresBackend(MemoryBackend):
         """After a deletion: VACUUM the tables a user's memory is in, so the deleted rows'
         tuples, their TOAST chunks and their index entries (B-tree and GIN, the GIN
         pending list included) are removed now, not at autovacuum's next pass. What no
-        application can scrub (WAL not yet recycled, backups, replicas) is said in the
-        README's "choose a store"."""
+        application can scrub (WAL not yet recycled, backups, replicas) is said in
+        docs/STORES.md."""
         async with self._connection() as db:
             await db.execute(f"VACUUM (INDEX_CLEANUP ON) {', '.join(TABLES)}")
 
