@@ -21,8 +21,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from afterthought.backends.base import BackendError
 from afterthought.backends.local import LocalBackend
-from afterthought.backends.postgres import PostgresBackend, _id, _terms
+from afterthought.backends.postgres import (
+    PostgresBackend,
+    _auth_failure,
+    _id,
+    _reason,
+    _terms,
+)
 
 if TYPE_CHECKING:
     from afterthought.backends.postgres import Db
@@ -276,7 +283,14 @@ async def _schema_exists(target: PostgresBackend) -> bool:
     """Whether the PostgreSQL store was ever created (a dry run creates nothing)."""
     import asyncpg
 
-    db = await asyncpg.connect(target._url)
+    try:
+        db = await asyncpg.connect(target._url)
+    except Exception as exc:  # refused, unknown host, bad password: as the store says it
+        raise BackendError(
+            "unauthorized" if _auth_failure(exc) else "unavailable",
+            code=type(exc).__name__,
+            detail=f"cannot connect to {target.where}: {_reason(exc)}",
+        ) from None
     try:
         return bool(
             await db.fetchval(
