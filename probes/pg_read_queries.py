@@ -9,10 +9,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import asyncpg  # noqa: E402
+import asyncpg
 
-from afterthought.backends.postgres import PostgresBackend  # noqa: E402
-from tests.test_postgres import FIXTURE, fill  # noqa: E402
+from afterthought.backends.postgres import PostgresBackend
+from tests.test_postgres import FIXTURE, fill
 
 URL = "postgresql://postgres@127.0.0.1:5432/test"
 
@@ -33,8 +33,13 @@ async def main() -> None:
         started = time.perf_counter()
         await store.get_context(user=users[name], query=query, max_chars=4000, timeout=30)
         total = time.perf_counter() - started
-        print({"statements": len(seen), "server_ms": round(sum(seen) * 1000, 1),
-               "total_ms": round(total * 1000, 1)})
+        print(
+            {
+                "statements": len(seen),
+                "server_ms": round(sum(seen) * 1000, 1),
+                "total_ms": round(total * 1000, 1),
+            }
+        )
     finally:
         await store.aclose()
         db = await asyncpg.connect(URL)
