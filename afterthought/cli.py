@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     import redis.asyncio as aioredis
 
     from afterthought.agent_hooks.identity import IdentityResolver
+    from afterthought.migrate import Report
     from afterthought.settings import Settings
     from afterthought.status import Status
     from afterthought.worker.forget import Forgotten
@@ -602,6 +603,46 @@ def _show(done: Forgotten, show: bool) -> None:
         print(f"statement: {text}", file=sys.stderr)
 
 
+def _migrate(args: argparse.Namespace) -> int:
+    """A local store copied into the PostgreSQL store: counts (JSON); a dry run without
+    ``--yes``."""
+    from afterthought.backends.postgres import PostgresBackend
+    from afterthought.migrate import to_postgres
+
+    settings = _settings(args)
+    if settings.database_url is None:
+        raise ValueError("migrate --to postgres needs database_url (AFTERTHOUGHT_DATABASE_URL)")
+    target = PostgresBackend(
+        settings.database_url.get_secret_value(),
+        schema=settings.database_schema,
+        upgrade=bool(args.yes),
+    )
+
+    async def run() -> int:
+        try:
+            report = await to_postgres(settings.local_db_path, target, apply=args.yes)
+            return _migrated(report)
+        finally:
+            await target.aclose()
+
+    return asyncio.run(run())
+
+
+def _migrated(report: Report) -> int:
+    print(json.dumps(report.as_json(), indent=2))
+    if report.differing_secrets:
+        print(
+            "afterthought: the PostgreSQL store keeps another "
+            f"{', '.join(report.differing_secrets)} than the local store (a worker opened it "
+            "first): the tombstones in Redis were made with the local one; to keep them, set "
+            "tombstone_key to the local store's (its meta table, key 'secret:tombstone_key')",
+            file=sys.stderr,
+        )
+    if report.dry_run:
+        return USAGE
+    return OK if report.complete else ATTENTION
+
+
 def _resolver(spec: str) -> IdentityResolver:
     """``module:name``: the application's identity resolver, imported as its agent does."""
     import importlib
@@ -984,6 +1025,21 @@ def _parser() -> argparse.ArgumentParser:
     sweep.add_argument("--cursor", help="resume where a run stopped (it printed this)")
     sweep.add_argument("--pages", type=_count, default=1000, help="pages of 1000 keys a run")
     sweep.set_defaults(run=_sweep, usage=sweep)
+
+    migrate = commands.add_parser(
+        "migrate",
+        parents=shared,
+        help="copy the local store into the PostgreSQL store (a dry run unless --yes)",
+        description="Copy local_db_path's users, threads, messages, facts, templates and "
+        "kept secrets into database_url's store (database_schema), indexed as that store "
+        "indexes them. Rows keep their ids: a second run copies nothing twice, and a run "
+        "interrupted is finished by the next. Prints counts (JSON), never content; without "
+        "--yes, what it would copy, and exits 2. Stop the workers first: what they write to "
+        "the local store meanwhile may be left behind.",
+    )
+    migrate.add_argument("--to", choices=["postgres"], required=True, help="the store to fill")
+    migrate.add_argument("--yes", action="store_true", help="copy (else count, and exit 2)")
+    migrate.set_defaults(run=_migrate, usage=migrate)
 
     backfill = commands.add_parser(
         "backfill",

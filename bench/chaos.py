@@ -6,6 +6,13 @@ the user's lines and the model's replies, must be in the fake exactly once, in o
 
     python bench/chaos.py --messages 10000 --sessions 30 --workers 4 --kills 20 --fault-rate 0.2
 
+With ``--backend postgres`` the workers persist to the PostgreSQL store instead, in a
+PostgreSQL server the run starts for itself (never a shared one); ``--pg-restarts N``
+crash-restarts it N times as the turns pass evenly spaced points (workers' transactions
+cut mid-way), and the check reads the store's tables:
+
+    python bench/chaos.py --backend postgres --pg-restarts 1 --workers 4 --kills 20
+
 With ``--pin-identity`` every session's state pins its Zep user and thread
 (``zep_user_uuid``, ``zep_thread_uuid``, untrusted: ``trust_state_identity`` off), as an
 application that provisions its own users does: the turn path has a registry check of
@@ -69,6 +76,7 @@ from afterthought.keys import Keys  # noqa: E402
 from afterthought.loops import PerLoop  # noqa: E402
 from afterthought.queue import ThreadQueue  # noqa: E402
 from afterthought.settings import Settings  # noqa: E402
+from afterthought.testing.postgres_server import PostgresServer  # noqa: E402
 from afterthought.testing.processes import cleanup, spawn_worker, wait_settled  # noqa: E402
 from afterthought.testing.redis_server import free_port, listening  # noqa: E402
 from afterthought.worker.flush import Flusher  # noqa: E402
@@ -198,7 +206,7 @@ class FakeProcess:
         command += [] if honor_idempotency else ["--ignore-idempotency"]
         self._process = subprocess.Popen(command, stdout=subprocess.DEVNULL)
         self._root = f"http://127.0.0.1:{port}"
-        self.base_url = f"{self._root}/api/v4"
+        self.settings: JSON = {"zep_api_key": "chaos", "zep_base_url": f"{self._root}/api/v4"}
         self._state: JSON | None = None
         self._late = {"late_commit_rate": late_rate, "late_commit_max_seconds": late_max}
 
@@ -255,6 +263,85 @@ class FakeProcess:
             if e.get("thread_uuid")
         )
         return sum(n - 1 for n in made.values())
+
+
+class PostgresStore:
+    """The PostgreSQL store in a server of the run's own (it is restarted): the fake's
+    reading side, for the check. Nothing is injected but what the run does to the server
+    and the workers."""
+
+    SCHEMA = "chaos"
+
+    def __init__(self) -> None:
+        self.server = PostgresServer(fsync=False)
+        self.settings: JSON = {}
+        self._state: dict[str, list[JSON]] | None = None
+
+    def __enter__(self) -> PostgresStore:
+        self.server.start()
+        self.settings = {
+            "backend": "postgres",
+            "database_url": self.server.url,
+            "database_schema": self.SCHEMA,
+        }
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.stop()
+
+    def restart(self) -> int:
+        self.server.restart()
+        return self.server.restarts
+
+    def configure(self, config: JSON) -> None:
+        """Nothing to configure: no faults but the run's own."""
+
+    def heal(self) -> None:
+        """Nothing to heal."""
+
+    def outcomes(self) -> JSON:
+        return {"ambiguous": {}, "held": 0, "injected": {"restarts": self.server.restarts}}
+
+    def messages(self, thread_uuid: str | None = None) -> list[JSON]:
+        """Stored messages in the order stored, read once when first asked."""
+        if self._state is None:
+            self._state = _in_thread(self._read)
+        if thread_uuid is not None:
+            return self._state.get(thread_uuid, [])
+        return [m for msgs in self._state.values() for m in msgs]
+
+    async def _read(self) -> dict[str, list[JSON]]:
+        import asyncpg
+
+        db = await asyncpg.connect(self.server.url)
+        try:
+            rows = await db.fetch(
+                f"SELECT thread_uuid, role, content, metadata FROM {self.SCHEMA}.messages"
+                " ORDER BY id"
+            )
+        finally:
+            await db.close()
+        stored: dict[str, list[JSON]] = {}
+        for r in rows:
+            stored.setdefault(r["thread_uuid"], []).append(
+                {"role": r["role"], "content": r["content"], "metadata": json.loads(r["metadata"])}
+            )
+        return stored
+
+    def graph_copies(self) -> int:
+        return 0  # no graph: the statements are the messages' rows
+
+
+def _in_thread(work: Callable[[], Any]) -> Any:
+    """``asyncio.run(work())`` from a thread of its own: the caller may be inside a loop."""
+    out: list[Any] = []
+    thread = threading.Thread(target=lambda: out.append(asyncio.run(work())))
+    thread.start()
+    thread.join()
+    return out[0]
+
+
+Store = FakeProcess | PostgresStore
 
 
 class ObservedEnqueuer(Enqueuer):
@@ -561,7 +648,7 @@ def _key_of(payload: bytes) -> str:
 
 
 async def _verify(
-    settings: Settings, fake: FakeProcess, chats: list[Conversation], observed: ObservedEnqueuer
+    settings: Settings, fake: Store, chats: list[Conversation], observed: ObservedEnqueuer
 ) -> Findings:
     client = connect(settings.redis_url)
     registry = IdentityRegistry(client, settings)
@@ -616,7 +703,7 @@ def _check(chat: Conversation, stored: list[JSON], where: _Whereabouts, found: F
             found.out_of_order_how[how] += 1
 
 
-def _committed_anyway(fake: FakeProcess, observed: ObservedEnqueuer) -> int:
+def _committed_anyway(fake: Store, observed: ObservedEnqueuer) -> int:
     """Messages whose attempt to queue failed, yet which that attempt queued: stored
     with a sequence number handed out before the failure came back. At least this many (a
     message lost downstream is not seen)."""
@@ -630,7 +717,7 @@ def _committed_anyway(fake: FakeProcess, observed: ObservedEnqueuer) -> int:
 
 async def _pinned(
     settings: Settings,
-    fake: FakeProcess,
+    fake: Store,
     slots: list[list[Conversation]],
     faults: JSON,
 ) -> list[list[Conversation]]:
@@ -657,12 +744,11 @@ async def _pinned(
         fake.configure(faults)
 
 
-def _settings(redis_url: str | None, fake: FakeProcess, **overrides: Any) -> Settings:
+def _settings(redis_url: str | None, fake: Store, **overrides: Any) -> Settings:
     values: dict[str, Any] = {
         "redis_url": redis_url or os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0"),
         "key_prefix": f"chaos-{uuid.uuid4().hex[:8]}",
-        "zep_api_key": "chaos",
-        "zep_base_url": fake.base_url,
+        **fake.settings,
         **WORKER_SETTINGS,
         "backend_settle_seconds": SETTLE_SECONDS,
         **overrides,
@@ -690,6 +776,8 @@ def run(
     pin_identity: bool = False,
     late_rate: float = 0.0,
     late_max: float = 0.0,
+    backend: str = "zep",
+    pg_restarts: int = 0,
     **overrides: Any,
 ) -> JSON:
     """One run; ``timeout`` bounds the wait for the deployment to settle. ``think``: the
@@ -701,7 +789,10 @@ def run(
     the workers. ``late_rate``: the share of writes the fake serves late, up to
     ``late_max`` seconds after their client gave up (once the turns are done and the queue
     has settled, the fake is healed, the run waits for every one to land, and runs the
-    late-copy repair as its cron would).
+    late-copy repair as its cron would). ``backend``: ``zep`` (the fake) or ``postgres``
+    (a server of the run's own, crash-restarted ``pg_restarts`` times as the turns pass
+    evenly spaced points, as ``failover`` is called; the fault and late options then do
+    nothing).
 
     Reports ``lost``, ``duplicated`` (extra copies), ``out_of_order`` (messages stored
     before one said earlier), ``stray`` (stored where no session's messages belong),
@@ -718,15 +809,21 @@ def run(
     turns = sum(chat.turns for slot in slots for chat in slot)
     progress = Progress()
     with contextlib.ExitStack() as stack:  # undone in reverse: workers, keys, logging, fake
-        fake = stack.enter_context(
-            FakeProcess(
-                fault_rate=fault_rate,
-                honor_idempotency=honor_idempotency,
-                seed=seed,
-                late_rate=late_rate,
-                late_max=late_max,
+        fake: Store
+        if backend == "postgres":
+            fake = store = stack.enter_context(PostgresStore())
+            if pg_restarts:
+                failover, failovers = store.restart, pg_restarts
+        else:
+            fake = stack.enter_context(
+                FakeProcess(
+                    fault_rate=fault_rate,
+                    honor_idempotency=honor_idempotency,
+                    seed=seed,
+                    late_rate=late_rate,
+                    late_max=late_max,
+                )
             )
-        )
         settings = _settings(redis_url, fake, **overrides)
         stack.callback(lambda: asyncio.run(cleanup(settings)))
         if pin_identity:
@@ -797,6 +894,7 @@ def run(
 
         at_end, found = asyncio.run(agent_server())
     return {
+        "backend": backend,
         "messages": 2 * turns,
         "sessions": len(chats),
         "concurrent_sessions": len(slots),
@@ -867,6 +965,10 @@ def main() -> None:
     parser.add_argument(
         "--pin-identity", action="store_true", help="sessions pin user and thread in state"
     )
+    parser.add_argument("--backend", choices=["zep", "postgres"], default="zep")
+    parser.add_argument(
+        "--pg-restarts", type=int, default=0, help="postgres: crash-restart the server N times"
+    )
     args = parser.parse_args()
     print(
         json.dumps(
@@ -885,6 +987,8 @@ def main() -> None:
                 pin_identity=args.pin_identity,
                 late_rate=args.late_rate,
                 late_max=args.late_max,
+                backend=args.backend,
+                pg_restarts=args.pg_restarts,
             )
         )
     )

@@ -1,7 +1,8 @@
-"""Speed of the local backend's retrieval: ``get_context`` latency (p50/p99, ms) for one
-user with 10k and 100k stored messages (other users in the same file) and for one of those
-other users (1k older messages) beside it; BM25 alone and hybrid (BM25 + dense, when the
-``embeddings`` extra is installed); and write throughput through ``add_messages``.
+"""Speed of the local (or PostgreSQL) store's retrieval: ``get_context`` latency
+(p50/p99, ms) for one user with 10k and 100k stored messages (other users in the same
+store) and for one of those other users (1k older messages) beside it; BM25 alone and
+hybrid (BM25 + dense, when the ``embeddings`` extra is installed); and write throughput
+through ``add_messages``.
 
 Messages are synthetic — varied sentences from word lists, half user turns, half
 assistant turns, in threads of 40 — and queries are one-sentence questions from the same
@@ -14,7 +15,11 @@ its transaction, in batches of 1,000 (validation verdicts computed in a process 
 first, as ``add_messages`` computes them before its transaction): the same rows, indexes
 and vectors, without a transaction per ten messages.
 
-    python bench/retrieval.py [--queries 300] [--big 100000]
+    python bench/retrieval.py [--queries 300] [--big 100000] [--backend postgres]
+
+With ``--backend postgres`` the same is measured on the PostgreSQL store, in a server the
+bench starts for itself (fsync on), the big history written with ``PostgresBackend._insert``
+a transaction per 1,000 messages; there is no hybrid figure (no dense recall there).
 
 Latency is each query's median of three runs (``p50_ms``, ``p99_ms``), with the p99 of
 the single runs beside it (``p99_single_ms``). This machine is a shared VM whose speed
@@ -46,6 +51,8 @@ sys.path.insert(0, str(ROOT))
 
 from afterthought.backends.base import OutgoingMessage, UserRef  # noqa: E402
 from afterthought.backends.local import LocalBackend, _verdict  # noqa: E402
+from afterthought.backends.postgres import PostgresBackend  # noqa: E402
+from afterthought.testing.postgres_server import PostgresServer  # noqa: E402
 
 #: Timed runs of each query; its latency is their median.
 ROUNDS = 3
@@ -211,9 +218,104 @@ def percentile(ordered: Sequence[float], fraction: float) -> float:
     return ordered[min(len(ordered) - 1, int(len(ordered) * fraction))]
 
 
-async def write_throughput(path: Path, model: Any, count: int) -> float:
+async def bulk_insert_postgres(
+    backend: PostgresBackend,
+    user: UserRef,
+    messages: list[OutgoingMessage],
+    pool: ProcessPoolExecutor,
+) -> None:
+    """As :func:`bulk_insert`, with ``PostgresBackend._insert`` (a transaction a chunk)."""
+    chunks = [messages[i : i + 1000] for i in range(0, len(messages), 1000)]
+    for chunk, judged in zip(chunks, pool.map(verdicts, chunks), strict=True):
+
+        async def work(db: Any, chunk: list[OutgoingMessage] = chunk, judged: Any = judged) -> None:
+            key = await db.fetchval("SELECT term_key FROM users WHERE uuid = $1", user.user_uuid)
+            for start in range(0, len(chunk), 40):
+                thread = f"{user.user_uuid}:{random.random()}"
+                await db.execute(
+                    "INSERT INTO threads VALUES ($1, $2, $1, '2025-01-01')", thread, user.user_uuid
+                )
+                await backend._insert(
+                    db, thread, user, key, chunk[start : start + 40], judged[start : start + 40], ()
+                )
+
+        await backend._run(work)
+
+
+class Local:
+    """The local store under test: a file in ``tmp``."""
+
+    name = "local"
+
+    def __init__(self, tmp: Path) -> None:
+        self.tmp = tmp
+        self.path = tmp / "bench.sqlite3"
+        self.db: sqlite3.Connection | None = None
+
+    def __enter__(self) -> Local:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        pass
+
+    def open(self, model: Any = None, where: str = "bench") -> Any:
+        return LocalBackend(self.tmp / f"{where}.sqlite3", model)
+
+    async def bulk(
+        self, writer: Any, user: UserRef, messages: list[OutgoingMessage], pool: Any
+    ) -> None:
+        if self.db is None:
+            self.db = writer._connect()
+        bulk_insert(writer, self.db, user, messages, pool)
+
+    async def size_mb(self) -> float:
+        return round(self.path.stat().st_size / 2**20, 1)
+
+
+class Postgres:
+    """The PostgreSQL store under test, in a server of the bench's own (durable: fsync on,
+    as a deployment's), a schema per store."""
+
+    name = "postgres"
+
+    def __init__(self, tmp: Path) -> None:
+        self.server = PostgresServer()
+
+    def __enter__(self) -> Postgres:
+        self.server.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.stop()
+
+    def open(self, model: Any = None, where: str = "bench") -> Any:
+        if model is not None:
+            raise ValueError("the PostgreSQL store has no dense recall")
+        return PostgresBackend(self.server.url, schema=where)
+
+    async def bulk(
+        self, writer: Any, user: UserRef, messages: list[OutgoingMessage], pool: Any
+    ) -> None:
+        await bulk_insert_postgres(writer, user, messages, pool)
+
+    async def size_mb(self) -> float:
+        import asyncpg
+
+        db = await asyncpg.connect(self.server.url)
+        try:
+            size = await db.fetchval(
+                "SELECT sum(pg_total_relation_size(c.oid)) FROM pg_class c"
+                " JOIN pg_namespace n ON n.oid = c.relnamespace"
+                " WHERE n.nspname = 'bench' AND c.relkind = 'r'"
+            )
+        finally:
+            await db.close()
+        return round(int(size) / 2**20, 1)
+
+
+async def write_throughput(store: Any, where: str, model: Any, count: int) -> float:
     """Messages per second through ``add_messages``, batches of 10 (a worker's flush)."""
-    backend = LocalBackend(path, model)
+    backend = store.open(model, where)
     user, _ = await backend.ensure_user(zep_user_id="writer")
     thread = await backend.create_thread(user=user, idempotency_key="writer")
     messages = conversation(random.Random(7), count)
@@ -227,46 +329,47 @@ async def write_throughput(path: Path, model: Any, count: int) -> float:
     return round(count / elapsed, 1)
 
 
-async def main(queries_count: int, big: int, others: int, writes: int) -> dict[str, Any]:
+async def main(
+    queries_count: int, big: int, others: int, writes: int, backend: str = "local"
+) -> dict[str, Any]:
     rng = random.Random(1)
     queries = [fill(rng, rng.choice(QUERIES)) for _ in range(queries_count)]
-    model = embedder()
-    result: dict[str, Any] = {"queries": queries_count, "hybrid_model": "none"}
-    with tempfile.TemporaryDirectory() as tmp, ProcessPoolExecutor() as pool:
-        path = Path(tmp) / "bench.sqlite3"
-        writer = LocalBackend(path, model)
-        db = writer._connect()
+    model = embedder() if backend == "local" else None  # dense recall: the local store's only
+    result: dict[str, Any] = {"backend": backend, "queries": queries_count, "hybrid_model": "none"}
+    kind = Postgres if backend == "postgres" else Local
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        kind(Path(tmp)) as store,
+        ProcessPoolExecutor() as pool,
+    ):
+        writer = store.open(model)
         neighbours = []
         for n in range(others):  # other users first: their rows share the index
             other, _ = await writer.ensure_user(zep_user_id=f"other{n}")
-            bulk_insert(writer, db, other, conversation(random.Random(n), 1000), pool)
+            await store.bulk(writer, other, conversation(random.Random(n), 1000), pool)
             neighbours.append(other)
         user, _ = await writer.ensure_user(zep_user_id="subject")
         everything = conversation(random.Random(99), big)
         stored = 0
         for size in (10_000, big):
-            bulk_insert(writer, db, user, everything[stored:size], pool)
+            await store.bulk(writer, user, everything[stored:size], pool)
             stored = size
             label = f"{size // 1000}k"
-            plain = LocalBackend(path)
+            plain = store.open()
             result[f"bm25_{label}"] = await latencies(plain, user, queries)
             if neighbours:  # a small, older history beside the big one
                 result[f"bm25_1k_beside_{label}"] = await latencies(plain, neighbours[0], queries)
             await plain.aclose()
             if model is not None:
-                hybrid = LocalBackend(path, model)
+                hybrid = store.open(model)
                 result[f"hybrid_{label}"] = await latencies(hybrid, user, queries)
                 await hybrid.aclose()
         await writer.aclose()
-        result["file_mb"] = round(path.stat().st_size / 2**20, 1)
-        result["write_msgs_per_s_bm25"] = await write_throughput(
-            Path(tmp) / "w1.sqlite3", None, writes
-        )
+        result["file_mb"] = await store.size_mb()
+        result["write_msgs_per_s_bm25"] = await write_throughput(store, "w1", None, writes)
         if model is not None:
             result["hybrid_model"] = model.name
-            result["write_msgs_per_s_hybrid"] = await write_throughput(
-                Path(tmp) / "w2.sqlite3", model, writes
-            )
+            result["write_msgs_per_s_hybrid"] = await write_throughput(store, "w2", model, writes)
     result["other_users_messages"] = others * 1000
     return result
 
@@ -277,5 +380,12 @@ if __name__ == "__main__":
     parser.add_argument("--big", type=int, default=100_000)
     parser.add_argument("--others", type=int, default=10, help="other users, 1,000 messages each")
     parser.add_argument("--writes", type=int, default=2000)
+    parser.add_argument(
+        "--backend",
+        choices=["local", "postgres"],
+        default="local",
+        help="postgres: in a PostgreSQL server the bench starts for itself",
+    )
     args = parser.parse_args()
-    print(json.dumps(asyncio.run(main(args.queries, args.big, args.others, args.writes))))
+    figures = main(args.queries, args.big, args.others, args.writes, args.backend)
+    print(json.dumps(asyncio.run(figures)))

@@ -64,3 +64,33 @@ def test_sessions_pinning_identity_in_state_on_a_stalling_loop_lose_nothing() ->
     found = (result["lost"], result["duplicated"], result["out_of_order"], result["stray"])
     assert found == (0, 0, 0, 0), report
     assert result["hooks"]["dropped"] == 0, report
+
+
+@pytest.mark.timeout(300)
+def test_workers_killed_and_the_database_crash_restarted_lose_nothing_on_postgres() -> None:
+    """The PostgreSQL store, in a server of the run's own: workers SIGKILLed mid-transaction
+    and the server stopped as a crash stops it (every connection cut) and started again."""
+    try:
+        from afterthought.testing.postgres_server import _binaries
+
+        _binaries()
+    except RuntimeError as exc:
+        pytest.skip(str(exc))
+    result = chaos.run(
+        messages=200,
+        sessions=10,
+        turns_per_session=10,
+        workers=2,
+        kills=2,
+        stall=True,
+        think=0.1,
+        seed=7,
+        redis_url=REDIS_URL,
+        timeout=120,
+        backend="postgres",
+        pg_restarts=1,
+    )
+    report = json.dumps(result)
+    assert result["failovers"] == 1 and result["kills"] == 2, report
+    found = (result["lost"], result["duplicated"], result["out_of_order"], result["stray"])
+    assert found == (0, 0, 0, 0), report

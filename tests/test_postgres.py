@@ -487,3 +487,28 @@ async def test_the_store_is_reached_through_a_host_list_and_through_its_unix_soc
             assert len(await backend.store_id()) == 32
         finally:
             await backend.aclose()
+
+
+async def test_without_pgvector_the_store_says_once_that_it_recalls_by_full_text_only(
+    postgres_schema: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    db = await asyncpg.connect(DATABASE_URL)
+    try:
+        if await db.fetchval("SELECT 1 FROM pg_available_extensions WHERE name = 'vector'"):
+            pytest.skip("pgvector is installed on this PostgreSQL: the absent path cannot be had")
+    finally:
+        await db.close()
+    backend = PostgresBackend(
+        DATABASE_URL, schema=postgres_schema, embedding_model="minishlab/potion-base-8M"
+    )
+    try:
+        with caplog.at_level("INFO", logger="afterthought.postgres"):
+            await backend.prepare()
+            await backend.prepare()  # the worker's start and its arq startup both prepare
+    finally:
+        await backend.aclose()
+    said = [r.getMessage() for r in caplog.records if "full-text" in r.getMessage()]
+    assert said == [
+        f"postgres store {backend.where}: full-text only (pgvector is not installed;"
+        " embedding_model is not used)"
+    ]

@@ -29,6 +29,7 @@ def open_backend(settings: Settings, *, upgrade: bool = False) -> MemoryBackend:
             schema=settings.database_schema,
             max_chars=settings.context_max_chars,
             upgrade=upgrade,
+            embedding_model=settings.embedding_model,
         )
     from afterthought.backends.local import LocalBackend
 

@@ -394,11 +394,13 @@ class PostgresBackend(MemoryBackend):
         max_chars: int = 4000,
         upgrade: bool = True,
         pool_size: int = 10,
+        embedding_model: str | None = None,
     ) -> None:
         """``url``: ``postgresql://…`` (never logged: it may hold a password). ``schema``:
         where the tables are (created on first use). ``max_chars``, ``upgrade``: as for
         :class:`~afterthought.backends.local.LocalBackend`. ``pool_size``: connections
-        per event loop at most."""
+        per event loop at most. ``embedding_model``: the one configured, which this store
+        does not use (said at start)."""
         if not re.fullmatch(r"[a-z_][a-z0-9_]{0,62}", schema):
             raise ValueError("schema must be a lower-case SQL identifier")
         self._url = url
@@ -406,6 +408,7 @@ class PostgresBackend(MemoryBackend):
         self.max_chars = max_chars
         self.upgrade = upgrade
         self.pool_size = pool_size
+        self.embedding_model = embedding_model
         self._pools: PerLoop[_LoopPool] = PerLoop(_LoopPool)
         self._said_retrieval = False
 
@@ -1110,8 +1113,8 @@ class PostgresBackend(MemoryBackend):
         """After a deletion: VACUUM the tables a user's memory is in, so the deleted rows'
         tuples, their TOAST chunks and their index entries (B-tree and GIN, the GIN
         pending list included) are removed now, not at autovacuum's next pass. What no
-        application can scrub (WAL not yet recycled, backups, replicas) is said in the
-        README's "choose a store"."""
+        application can scrub (WAL not yet recycled, backups, replicas) is said in
+        docs/STORES.md."""
         async with self._connection() as db:
             await db.execute(f"VACUUM (INDEX_CLEANUP ON) {', '.join(TABLES)}")
 
@@ -1151,13 +1154,14 @@ class PostgresBackend(MemoryBackend):
         vector = await self._run(work)
         if not self._said_retrieval:
             self._said_retrieval = True
-            log.info(
-                "postgres store %s: full-text recall (%s)",
-                self.where,
-                "pgvector is available, but dense recall is not used on this store yet"
+            why = (
+                "pgvector is available, but this store has no dense recall yet"
                 if vector
-                else "pgvector is not installed",
+                else "pgvector is not installed"
             )
+            if self.embedding_model is not None:  # a setting that would otherwise do nothing
+                why += "; embedding_model is not used"
+            log.info("postgres store %s: full-text only (%s)", self.where, why)
 
     async def aclose(self) -> None:
         held = self._pools.pop_current()
