@@ -23,8 +23,8 @@ sys.path.insert(0, str(ROOT))
 import redis.asyncio as aioredis  # noqa: E402
 
 from afterthought.agent_hooks.backfill import Backfill  # noqa: E402
-from afterthought.backends.local import LocalBackend  # noqa: E402
 from afterthought.backends.base import UserRef  # noqa: E402
+from afterthought.backends.local import LocalBackend  # noqa: E402
 from afterthought.settings import Settings  # noqa: E402
 from afterthought.testing.processes import cleanup  # noqa: E402
 from bench import memory_quality as mq  # noqa: E402
@@ -98,14 +98,14 @@ def evaluate(split: str, chars: int, show: str | None, limit: int | None, dump: 
     if show:
         for user in users:
             turns = {t["id"]: t["text"] for s in user["sessions"] for t in s["turns"]}
-            for q, block in zip(user["questions"], blocks[user["user"]]):
+            for q, block in zip(user["questions"], blocks[user["user"]], strict=False):
                 if show != "all" and q["kind"] != show:
                     continue
                 shown = [mq._evidence_shown(block, turns[e]) for e in q["evidence"]]
                 if all(shown):
                     continue
                 print(f"\n== {user['user']} [{q['kind']}] {q['text']}  answers={q['answers']}")
-                for e, ok in zip(q["evidence"], shown):
+                for e, ok in zip(q["evidence"], shown, strict=False):
                     print(f"   {'OK ' if ok else 'MISS'} {turns[e][:200]}")
                 if dump:
                     print(block)
