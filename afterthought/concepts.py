@@ -12,22 +12,30 @@ them (stemmed, case and accents folded), a phrase as a phrase."""
 
 from __future__ import annotations
 
+#: Where the user lives.
+HOME = (
+    "live living home city town based address neighbourhood neighborhood relocate"
+    " relocated move moved packed country",
+    "live lived living moved move relocation relocated settled flat apartment house"
+    " rent unpacking here",
+)
+#: Work.
+WORK = (
+    "work working job employer company career office employed hired profession"
+    " living colleague salary firm pays",
+    "work job start started offer onboarding hired company office role position"
+    " promoted colleagues boss shift",
+)
+#: Cars and driving.
+CARS = (
+    "car cars drive driving driver vehicle licence license insurance parking",
+    "car drive driving sold bought traded wheels secondhand test",
+)
+
 #: (asking words, saying words) per concept.
 CONCEPTS: tuple[tuple[str, str], ...] = (
-    # Where the user lives.
-    (
-        "live living home city town based address neighbourhood neighborhood relocate"
-        " relocated move moved packed country",
-        "live lived living moved move relocation relocated settled flat apartment house"
-        " rent unpacking here",
-    ),
-    # Work.
-    (
-        "work working job employer company career office employed hired profession"
-        " living colleague salary firm pays",
-        "work job start started offer onboarding hired company office role position"
-        " promoted colleagues boss shift",
-    ),
+    HOME,
+    WORK,
     # Pets.
     (
         "pet pets pup puppy dog doggy cat kitty kitten moggy rodent bird animal vet"
@@ -122,11 +130,7 @@ CONCEPTS: tuple[tuple[str, str], ...] = (
         "raised grow grew childhood born hometown upbringing",
         "grew up born childhood raised",
     ),
-    # Cars and driving.
-    (
-        "car cars drive driving driver vehicle licence license insurance parking",
-        "car drive driving sold bought traded wheels secondhand test",
-    ),
+    CARS,
     # Coffee, tea and other daily habits.
     ("caffeine coffee tea drinks cups", "coffee coffees espresso tea cups caffeine"),
     # Hobbies.
@@ -139,4 +143,16 @@ CONCEPTS: tuple[tuple[str, str], ...] = (
         "mileage running run distance pool swim swimming gym weekly routine workout",
         "km miles lengths laps running swimming gym week",
     ),
+)
+
+#: The user's facts that change, each with the concept that asks about it: a question
+#: about how things were before a change ("which city did I live in before the move?")
+#: is shown the statements its topic's changed facts were read from, the old value's and
+#: the new one's, whatever words they were said in ("we rent a place in Porto, ten minutes
+#: from the river" shares none with the question).
+CHANGING: tuple[tuple[str, tuple[str, str]], ...] = (
+    ("lives_in", HOME),
+    ("works_at", WORK),
+    ("occupation", WORK),
+    ("car", CARS),
 )

@@ -1138,15 +1138,36 @@ def units(view: str, *, whole: bool = False) -> list[tuple[str, set[str]]]:
     return result
 
 
+#: A question for the assistant's own view or choice: a wh-question put with "would you"
+#: ("which one would you pick", "what would you serve on the side", "any book you'd
+#: recommend"). It asks, and orders nothing: its answer ends with the turn.
+_ASKS_A_VIEW = Pattern(
+    r"(?:^|[\s,:])(?:what|which|how|any)\b(?:\s+[\w'-]+){0,4}?\s+(?:would\s+you|you'?d)\s+[a-z]"
+)
+#: What a clause may hold beside such a question and still only ask: the assistant
+#: addressed, the user, a mention, a group. Any other cue (a standing request, rules, an
+#: order verb, "never", others, an address...) leaves it to the classifier.
+_ONLY_ASKING = frozenset({"c:you", "c:self", "c:mention", "c:group"})
+
+
+def _asks_a_view(clause: str, extra: set[str]) -> bool:
+    """Whether ``clause`` only asks the assistant's view (``_ASKS_A_VIEW``), with no cue
+    of an order of its own (``_ONLY_ASKING``)."""
+    cues = {t for t in extra if t.startswith("c:") and "+" not in t}
+    return cues <= _ONLY_ASKING and _ASKS_A_VIEW.search(clause) is not None
+
+
 def ordered(view: str) -> bool:
     """Whether the classifier reads any clause of the view (or of the view with leetspeak
-    undone: "4lw4y5 1nclud3") as an order to the assistant, in whatever language."""
+    undone: "4lw4y5 1nclud3") as an order to the assistant, in whatever language; a
+    clause that only asks the assistant's view (``_asks_a_view``) is none."""
     threshold = classifier.threshold()
     plain = _unleet(_joined(view))
     return any(
         classifier.score(clause, extra) >= threshold
         for reading in dict.fromkeys((view, plain))
         for clause, extra in units(reading)
+        if not _asks_a_view(clause, extra)
     )
 
 

@@ -703,3 +703,41 @@ async def test_a_later_amount_or_employer_supersedes_however_it_is_said() -> Non
     ):
         said = [("I work at Bosch, in the payroll team", first), (change, later)]
         assert await _current_after(said) == {("works_at", "Philips")}, change
+
+
+#: A home said by how long the user has had it, what they rent, or their commute, and a
+#: statement run on after a request with nothing between but a capital (issue 23).
+HOME_SIDEWAYS: list[tuple[str, set[Triple]]] = [
+    ("I've lived in Busan for two years and I still get lost", {U("lives_in", "Busan")}),
+    ("we have lived in New York since 2019", {U("lives_in", "New York")}),
+    ("We rent a place in Hanoi, ten minutes from the river.", {U("lives_in", "Hanoi")}),
+    ("I'm renting a room in Leeds for now", {U("lives_in", "Leeds")}),
+    (
+        "My commute across Lahore takes forever since they shut the bridge",
+        {U("lives_in", "Lahore")},
+    ),
+    (
+        "how often should I water then Still unpacking after the move to Cluj",
+        {U("lives_in", "Cluj")},
+    ),
+    (
+        "what if I don't have a food processor The relocation to Gdansk is done",
+        {U("lives_in", "Gdansk")},
+    ),
+    ("we moved to The Hague last year", {U("lives_in", "The Hague")}),
+]
+#: Places lived in one after another, a holiday rental, another's home, a wish.
+NOT_HOME = [
+    "I've lived in Rome, Oslo and Lima",
+    "we rent a flat in Nice every August",
+    "My sister has lived in Oslo for years",
+    "if we rent a place in Porto for a while it'd be cheaper",
+]
+
+
+async def test_a_home_said_sideways_is_where_the_user_lives() -> None:
+    for text, expected in HOME_SIDEWAYS:
+        found = await _found(text)
+        assert expected <= found, (text, found)
+    for text in NOT_HOME:
+        assert not {f for f in await _found(text) if f[:2] == ("user", "lives_in")}, text

@@ -1206,6 +1206,51 @@ async def test_the_statements_of_a_changed_fact_come_with_every_block(
     ]
 
 
+async def test_a_question_about_before_a_change_is_shown_its_topics_change_in_any_words(
+    backend: LocalBackend,
+) -> None:
+    """The home's change is older than five others (a car, a job...) and its statements
+    share no word with the question, while ten newer ones on the topic do: the question
+    about before the move is still shown what was said of the old home and the new."""
+    alice, thread = await _user(backend, "alice")
+    said = [
+        ("old", "Everything in Kochi shuts at eight, drives me mad", "2025-01-05T09:00:00+00:00"),
+        ("new", "Got the keys, Da Nang is home now", "2025-06-05T09:00:00+00:00"),
+        *((f"c{i}", f"Got car number {i} today", "2025-07-05T09:00:00+00:00") for i in range(7)),
+    ]
+    for key, text, at in said:
+        await backend.add_messages(
+            thread_uuid=thread,
+            messages=[
+                OutgoingMessage(
+                    role="user", content=text, reference_time=at, metadata={MESSAGE_KEY_FIELD: key}
+                )
+            ],
+            idempotency_key=f"batch:{next(_BATCHES)}",
+        )
+    await _say(
+        backend,
+        thread,
+        *(f"My friend {n} is living in a flat she rents in the city" for n in "ABCDEFGHIJ"),
+        *(f"I baked bread number {i}" for i in range(80)),
+        at="2025-08-05T09:00:00+00:00",
+    )
+    changes = [("lives_in", "Kochi", "old", "Da Nang", "new", "2025-06-05")]
+    changes += [
+        ("car", f"car {i}", f"c{i}", f"car {i + 1}", f"c{i + 1}", "2025-07-05") for i in range(6)
+    ]
+    for predicate, value, key, then, later, at in changes:
+        if not any(f.value == value for f in await backend.list_facts(user=alice)):
+            first = Fact(subject="user", predicate=predicate, value=value, source_keys=[key])
+            await backend.write_facts(user=alice, add=[first], invalidate=[], at=at)
+        held = {f.value: f.uuid for f in await backend.list_facts(user=alice)}
+        replacement = Fact(subject="user", predicate=predicate, value=then, source_keys=[later])
+        await backend.write_facts(user=alice, add=[replacement], invalidate=[held[value]], at=at)
+
+    block = await _context(backend, alice, "Which city was I living in before I relocated?", 1200)
+    assert "Kochi shuts" in block and "Da Nang is home" in block
+
+
 # --- questions asked in other words than the answer was said in -------------------------------
 
 

@@ -57,14 +57,14 @@ async def test_a_changed_fact_replaces_the_old_one_in_later_sessions(
 async def test_a_newer_value_in_a_message_only_the_classifier_doubts_ends_the_older(
     local_settings: Settings, redis: aioredis.Redis
 ) -> None:
-    """A side question the classifier reads as an order ("what would you put on top?")
+    """A side question the classifier reads as an order ("and you put what on top?")
     keeps the new value out of memory, but not the old one in it as current."""
     await _session(local_settings, "I drink 5 cups of tea a day.", "I work at Bosch.")
     await _session(
         local_settings,
-        "cool, and what would you put on top? Now I am down to 2 cups of tea a day.",
-        "and what would you cook for six people (side note, I switched jobs, I started at "
-        "Philips.)",
+        "cool, and you put what on top? Now I am down to 2 cups of tea a day.",
+        "unrelated: can you give me an example sentence (side note, I switched jobs, I started"
+        " at Philips.)",
     )
     block = "\n".join(await _session(local_settings, "What do you know about me?"))
     facts = block.split("# What the user said before", 1)[0]

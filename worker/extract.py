@@ -747,6 +747,17 @@ _LIVE = r"(?:\s+live|\s+am\s+living|'m\s+living|m\s+living|'m\s+based|\s+am\s+ba
     r"|\b(?:after|since)\s+(?:the|my|our)\s+(?:move|relocation)\s+to\s+"
     r"|\b(?:the|my|our)\s+(?:move|relocation)\s+to\s+"
     r"(?=\S+(?:\s+\S+){0,3}\s+(?:is|was)\s+(?:done|finished|complete)\b)"
+    # Still true, by its duration: "I've lived in Busan for two years" (not "I've lived in
+    # Rome, Oslo and Lima": places gone through).
+    r"|\b(?:i|we)(?:'ve|\s+have)\s+(?:now\s+)?(?:lived|been\s+living)\s+in\s+"
+    r"(?=\S+(?:\s+\S+){0,2}?\s+(?:for|since)\b)"
+    # The home rented: "we rent a place in Hanoi", not one rented for a holiday ("we rent
+    # a flat in Nice every August").
+    r"|\b(?:i|we)(?:'re|\s+are|'m|\s+am)?\s+(?:rent|renting)\s+(?:a|an|our|my)\s+"
+    r"(?:(?:little|small|tiny|new|nice)\s+)?(?:place|flat|apartment|house|room|studio)\s+in\s+"
+    r"(?!\S+(?:\s+\S+){0,2}?\s+(?:every|each|for\s+the|over\s+the|this\s+(?:summer|winter))\b)"
+    # Where the user travels daily: "my commute across Lahore" ("the commute from" above).
+    r"|\b(?:my|our)\s+(?:daily\s+)?commute\s+(?:across|through|around|in)\s+"
 )
 def _lives_in(m: re.Match[str], t: _Text) -> Iterator[_Said]:
     value = _proper(_rest(m, t), t)
@@ -1597,11 +1608,14 @@ def _statement(sentence: str) -> str:
 
 
 #: Where a new sentence starts unpunctuated, as chat runs them together ("what about a day
-#: trip from there I accepted the offer from Bosch"): a capitalised speaker after a word
-#: that does not take a clause (after "if", "said" or "think" it is part of the sentence).
+#: trip from there I accepted the offer from Bosch", "how often should I water then Still
+#: unpacking after the move to Cluj"): a capitalised speaker, or a word only a sentence's
+#: start capitalises, after a word that does not take a clause (after "if", "said" or
+#: "think" it is part of the sentence; after "to" or "in", "The" starts a name: "The Hague").
 _RESTART = re.compile(
     r"(?<=[a-z,])\s+(?=(?P<i>I|I'm|I've)\b|(?:We|We're|We've|My|Our)\b"
-    r"|(?:Oh|Also|Anyway|Btw|btw|BTW|PS|Plus|Actually|Honestly)\b)"
+    r"|(?:Oh|Also|Anyway|Btw|btw|BTW|PS|Plus|Actually|Honestly)\b"
+    r"|(?:The|It's|There's|Still|Just|Finally)\s+[a-z])"
 )
 #: Words that join two clauses without making the second part of the first: a capitalised
 #: "My" or "Oh" after them still starts a sentence (an "I" after them need not).

@@ -1059,6 +1059,9 @@ class _Source:
     async def constraints(self) -> list[int]:
         return _constraints(self.db, self.user_uuid)
 
+    async def changes(self, predicates: Sequence[str]) -> list[int]:
+        return list(_replaced(self.db, self.user_uuid, predicates))
+
 
 class Row(Protocol):
     """A selected row, by position: SQLite's tuple, asyncpg's ``Record``."""
@@ -1249,18 +1252,25 @@ def _lexical(
     return [int(r[0]) for r in rows]
 
 
-def _replaced(db: sqlite3.Connection, user_uuid: str) -> dict[int, str | None]:
-    """The history of the user's facts that changed, as statements: those a replaced fact
-    was read from (-> when it was replaced), then those its replacement was (-> None), the
-    newest change first. "Which city did I live in before the move?" needs both, and
-    neither says "before"."""
+def _replaced(
+    db: sqlite3.Connection, user_uuid: str, predicates: Sequence[str] = ()
+) -> dict[int, str | None]:
+    """The history of the user's facts that changed (of ``predicates`` only, the user's
+    own, when given), as statements: those a replaced fact was read from (-> when it was
+    replaced), then those its replacement was (-> None), the newest change first. "Which
+    city did I live in before the move?" needs both, and neither says "before"."""
+    topic = (
+        f" AND old.subject = 'user' AND old.predicate IN ({','.join('?' * len(predicates))})"
+        if predicates
+        else ""
+    )
     changed = db.execute(
         "SELECT old.source_keys, old.invalid_at, new.source_keys FROM facts old JOIN facts new"
         " ON new.user_uuid = old.user_uuid AND new.subject = old.subject"
         " AND new.predicate = old.predicate AND new.invalid_at IS NULL"
-        " WHERE old.user_uuid = ? AND old.invalid_at IS NOT NULL"
+        f" WHERE old.user_uuid = ? AND old.invalid_at IS NOT NULL{topic}"
         " ORDER BY old.invalid_at DESC LIMIT ?",
-        (user_uuid, CHANGED_FACTS),
+        (user_uuid, *predicates, CHANGED_FACTS),
     ).fetchall()
     keys = changed_keys(changed)
     if not keys:

@@ -375,6 +375,9 @@ class _Ranker:
         by_key = {r["message_key"]: r["id"] for r in rows}
         return [by_key[key] for key in keys if key in by_key]
 
+    async def changes(self, predicates: Sequence[str]) -> list[int]:
+        return list(await _replaced(self.db, self.user_uuid, predicates))
+
 
 class PostgresBackend(MemoryBackend):
     name = "postgres"
@@ -1175,16 +1178,21 @@ class _LoopPool:
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
 
-async def _replaced(db: Db, user_uuid: str) -> dict[int, str | None]:
+async def _replaced(
+    db: Db, user_uuid: str, predicates: Sequence[str] = ()
+) -> dict[int, str | None]:
     """``local._replaced``."""
     changed = await db.fetch(
         "SELECT old.source_keys, old.invalid_at, new.source_keys FROM facts old JOIN facts new"
         " ON new.user_uuid = old.user_uuid AND new.subject = old.subject"
         " AND new.predicate = old.predicate AND new.invalid_at IS NULL"
         " WHERE old.user_uuid = $1 AND old.invalid_at IS NOT NULL"
+        " AND (cardinality($3::text[]) = 0"
+        " OR (old.subject = 'user' AND old.predicate = ANY($3::text[])))"
         " ORDER BY old.invalid_at DESC LIMIT $2",
         user_uuid,
         CHANGED_FACTS,
+        list(predicates),
     )
     keys = changed_keys([(r[0], r[1], r[2]) for r in changed])
     if not keys:

@@ -14,6 +14,7 @@ from afterthought.backends.retrieval import (
     asks_advice,
     asks_before,
     asks_now,
+    changed_topics,
     expansion_terms,
     fuse,
     hop_terms,
@@ -30,6 +31,9 @@ RELEVANT_HOPS = 2
 OLDEST = 3
 #: A word in at most this many of the user's statements links them (``rare_hop``).
 RARE = 3
+#: Statements of changed facts a question about before a change is offered at most: the
+#: old and the new value of its topic's latest two changes.
+CHANGE_STATEMENTS = 4
 
 
 class StatementSource(Protocol):
@@ -58,6 +62,12 @@ class StatementSource(Protocol):
         were read from, the most important fact's first (``local._constraints``)."""
         ...
 
+    async def changes(self, predicates: Sequence[str]) -> list[int]:
+        """The statements the user's own replaced facts of ``predicates`` were read from,
+        each followed by those of what replaced it, the newest change first
+        (``local._replaced``)."""
+        ...
+
 
 def run_now(ranking: Coroutine[Any, Any, T]) -> T:
     """``ranking`` run to its end at once: on a source whose answers never wait (the local
@@ -78,9 +88,11 @@ async def relevant(source: StatementSource, query: str) -> list[int]:
     The question's own names anchor hops too: the best statements naming them ("the
     restaurant Mbali recommended": "Mbali swears by Dosa Palace") start a hop of their own,
     however common the question's other words make them rank, and a hop by their rare
-    words as well (``rare_hop``). For a question about before a change, the oldest
-    statements on its topic come right after the best: the newer ones, and the hops from
-    them, crowd out what was said before the thing changed."""
+    words as well (``rare_hop``). For a question about before a change, the statements its
+    topic's facts changed by come right after the best (``changes``: "the weather here in
+    Accra…", then "we've settled into Kraków", though neither shares a word with "where
+    did I live before the move?"), then the oldest statements on its topic: the newer
+    ones, and the hops from them, crowd out what was said before the thing changed."""
     first, earliest = await ranked(source, query)
     best = first[:HOP_FROM]
     if not best:
@@ -96,7 +108,22 @@ async def relevant(source: StatementSource, query: str) -> list[int]:
     # Advice must respect what limits the user ("what should I pack for a winter hike?":
     # "the Raynaud's is bad this week"), though the question names none of it.
     limits = await source.constraints() if asks_advice(query) else []
-    return list(dict.fromkeys([*best, *limits, *earliest, *anchors[:HOP_FROM], *second, *first]))
+    changed = await changes(source, query)
+    return list(
+        dict.fromkeys([*best, *changed, *limits, *earliest, *anchors[:HOP_FROM], *second, *first])
+    )
+
+
+async def changes(source: StatementSource, query: str) -> list[int]:
+    """For a question about before a change, the statements its topic's facts changed by
+    (``changed_topics``), the topic it asks most about first: at most
+    ``CHANGE_STATEMENTS``."""
+    out: list[int] = []
+    for predicate in changed_topics(query):
+        out = list(dict.fromkeys([*out, *await source.changes([predicate])]))
+        if len(out) >= CHANGE_STATEMENTS:
+            break
+    return out[:CHANGE_STATEMENTS]
 
 
 async def rare_hop(source: StatementSource, text: str, query: str) -> list[int]:

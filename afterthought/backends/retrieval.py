@@ -311,6 +311,28 @@ def asks_before(query: str) -> bool:
     return _BEFORE.search(query) is not None
 
 
+@functools.lru_cache(maxsize=1)
+def _changing() -> tuple[tuple[frozenset[str], str], ...]:
+    from afterthought.concepts import CHANGING
+
+    return tuple(
+        (frozenset(stem(w) for w in words(concept[0])), predicate)
+        for predicate, concept in CHANGING
+    )
+
+
+def changed_topics(query: str) -> list[str]:
+    """The predicates of the user's facts whose change ``query`` asks about: none unless
+    it asks about before a change (``asks_before``); else those of the concepts it asks
+    in (``concepts.CHANGING``), the one it holds most asking words of first ("which city
+    was I living in before I relocated?" asks of home more than of work)."""
+    if not asks_before(query):
+        return []
+    asked = query_stems(query)
+    hits = [(len(asked & asking), predicate) for asking, predicate in _changing()]
+    return [predicate for count, predicate in sorted(hits, key=lambda h: -h[0]) if count]
+
+
 #: A request for advice, a plan or a choice ("what should I pack…", "suggest a dessert…",
 #: "when would be best…"): its answer must respect what limits the user (``CONSTRAINTS``),
 #: which the question never names.
