@@ -349,6 +349,7 @@ def _dlq(args: argparse.Namespace) -> int:
                     "reason": d.reason,
                     "attempts": d.attempts,
                     "bytes": len(d.item),
+                    "id": d.id,
                 }
                 for i, d in await letters.listing(count=args.limit)
             ]
@@ -358,11 +359,12 @@ def _dlq(args: argparse.Namespace) -> int:
                 print("no dead letters")
             for row in [] if args.json else rows:
                 print(
-                    "{index:>5}  {at}  thread={thread}  attempts={attempts}  "
+                    "{index:>5}  {id}  {at}  thread={thread}  attempts={attempts}  "
                     "bytes={bytes}  {reason}".format(**row)
                 )
             return OK
         indexes = None if args.all else args.index
+        ids = None if args.all else args.id
         total = await letters.count()
         unknown = sorted({i for i in args.index if not 0 <= i < total})
         if unknown and not args.all:
@@ -372,8 +374,17 @@ def _dlq(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
             return ATTENTION
+        if ids:
+            held = {d.id for _, d in await letters.listing(count=total)}
+            if missing := sorted(set(ids) - held):
+                print(
+                    f"afterthought: no dead letter with id {', '.join(missing)} (replayed "
+                    "or purged since, or never one; see `afterthought dlq list`)",
+                    file=sys.stderr,
+                )
+                return ATTENTION
         if args.action == "replay":
-            done = await letters.replay(indexes)
+            done = await letters.replay(indexes, ids=ids)
             print(
                 f"replayed={done.replayed} malformed={done.malformed} refused={done.refused}"
                 f" forgotten={done.forgotten} unconfirmed={done.unconfirmed}"
@@ -392,7 +403,7 @@ def _dlq(args: argparse.Namespace) -> int:
         if not args.yes:
             print("afterthought: purging deletes messages for good; add --yes", file=sys.stderr)
             return USAGE
-        print(f"purged={await letters.purge(indexes)}")
+        print(f"purged={await letters.purge(indexes, ids=ids)}")
         return OK
 
     return _with_redis(args, work)
@@ -949,6 +960,12 @@ def _parser() -> argparse.ArgumentParser:
     # A default: argparse counts a "*" positional without one as required, and names it
     # with the action when the action is missing.
     dlq.add_argument("index", nargs="*", type=_index, default=[], help="letters to replay or purge")
+    dlq.add_argument(
+        "--id",
+        action="append",
+        default=[],
+        help="a letter by the id `dlq list` shows (an index moves as letters come and go)",
+    )
     dlq.add_argument("--all", action="store_true", help="every letter")
     dlq.add_argument("--limit", type=_count, default=100, help="letters to list")
     dlq.add_argument("--json", action="store_true", help="list as JSON")
@@ -1175,12 +1192,12 @@ def _run(argv: list[str] | None) -> int:
         parser.error("name a COMMAND (worker, status, dlq, quarantine, prune, forget, ...)")
     if args.command == "backfill" and args.db_url and not args.app:
         usage.error("--db-url needs --app")
-    if args.command == "dlq" and args.action == "list" and args.index:
-        usage.error("list takes no index (use --limit)")
-    if args.command == "dlq" and args.all and args.index:
-        usage.error("name indexes or --all, not both")
-    if args.command == "dlq" and args.action != "list" and not (args.all or args.index):
-        usage.error(f"{args.action}: name letters by index (see `dlq list`), or pass --all")
+    if args.command == "dlq" and args.action == "list" and (args.index or args.id):
+        usage.error("list takes no index or id (use --limit)")
+    if args.command == "dlq" and args.all and (args.index or args.id):
+        usage.error("name letters or pass --all, not both")
+    if args.command == "dlq" and args.action != "list" and not (args.all or args.index or args.id):
+        usage.error(f"{args.action}: name letters by index or --id (see `dlq list`), or pass --all")
     if args.command == "quarantine" and args.action != "list" and not args.id:
         usage.error(f"{args.action}: name the entry (its id, from `quarantine list`)")
     if args.command == "quarantine" and args.user is not None and "/" not in args.user:

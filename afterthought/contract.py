@@ -342,6 +342,9 @@ class DeadLetter(BaseModel):
     """When, in ms since the epoch."""
     item: bytes
     """The queued payload, byte for byte."""
+    id: str = ""
+    """A digest of the letter's bytes: names it whatever its place among the letters (a
+    letter dead-lettered or replayed meanwhile moves the others' indexes)."""
 
     @classmethod
     def parse(cls, raw: bytes) -> DeadLetter:
@@ -350,7 +353,13 @@ class DeadLetter(BaseModel):
         so one bad letter cannot stop a listing, a replay or a forget's sweep (the item
         says whose message it is, when it can be read)."""
         header, _, item = raw.partition(b"\n")
+        named = letter_id(raw)
         try:
-            return cls.model_validate({**json.loads(header), "item": item})
+            return cls.model_validate({**json.loads(header), "item": item, "id": named})
         except (ValueError, TypeError):  # JSON, UTF-8 and validation errors alike
-            return cls(thread="", reason=UNREADABLE_LETTER, attempts=0, at=0, item=item)
+            return cls(thread="", reason=UNREADABLE_LETTER, attempts=0, at=0, item=item, id=named)
+
+
+def letter_id(raw: bytes) -> str:
+    """:attr:`DeadLetter.id` of a letter's bytes."""
+    return hashlib.sha256(raw).hexdigest()[:16]

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import redis.asyncio as aioredis
 
-from afterthought.contract import DeadLetter, MalformedPayload, QueuedMessage
+from afterthought.contract import DeadLetter, MalformedPayload, QueuedMessage, letter_id
 from afterthought.forget_marks import person_key
 from afterthought.keys import Keys
 from afterthought.queue import FORGOTTEN, GONE, REFUSED, NotReplicated, ThreadQueue
@@ -71,10 +71,13 @@ class DeadLetters:
     async def count(self) -> int:
         return sum(await self._counts())
 
-    async def replay(self, indexes: list[int] | None = None) -> Replayed:
-        """Re-queue the letters at ``indexes`` (all when None), each at its thread's end."""
+    async def replay(
+        self, indexes: list[int] | None = None, *, ids: list[str] | None = None
+    ) -> Replayed:
+        """Re-queue the letters at ``indexes`` and those of ``ids`` (:attr:`DeadLetter.id`;
+        all when both are None), each at its thread's end."""
         replayed = malformed = refused = forgotten = unconfirmed = 0
-        for _, raw in await self._select(indexes):
+        for _, raw in await self._select(indexes, ids):
             letter = DeadLetter.parse(raw)
             try:
                 message = QueuedMessage.decode(letter.item)
@@ -109,22 +112,31 @@ class DeadLetters:
             unconfirmed=unconfirmed,
         )
 
-    async def purge(self, indexes: list[int] | None = None) -> int:
-        """Delete the letters at ``indexes`` (all when None); returns how many went."""
-        if indexes is None:
+    async def purge(self, indexes: list[int] | None = None, *, ids: list[str] | None = None) -> int:
+        """Delete the letters at ``indexes`` and those of ``ids`` (all when both are None);
+        returns how many went."""
+        if indexes is None and ids is None:
             purged = [self._queue.drop_dead(shard=shard) for shard in self._keys.shard_ids]
             return sum(await asyncio.gather(*purged))
         removed = 0
-        for shard, raw in await self._select(indexes):
+        for shard, raw in await self._select(indexes, ids):
             removed += int(await self._redis.lrem(self._keys.dead(shard), 1, raw))
         return removed
 
-    async def _select(self, indexes: list[int] | None) -> list[tuple[int | None, bytes]]:
-        """The letters at ``indexes`` (all when None), each with its shard."""
+    async def _select(
+        self, indexes: list[int] | None, ids: list[str] | None = None
+    ) -> list[tuple[int | None, bytes]]:
+        """The letters at ``indexes`` and of ``ids`` (all when both are None), each with its
+        shard, in the order of the list."""
         everything: list[tuple[int | None, bytes]] = []
         for shard in self._keys.shard_ids:
             raw: list[bytes] = await self._redis.lrange(self._keys.dead(shard), 0, -1)
             everything += [(shard, r) for r in raw]
-        if indexes is None:
+        if indexes is None and ids is None:
             return everything
-        return [everything[i] for i in sorted(set(indexes)) if 0 <= i < len(everything)]
+        at, named = set(indexes or ()), set(ids or ())
+        return [
+            letter
+            for i, letter in enumerate(everything)
+            if i in at or (named and letter_id(letter[1]) in named)
+        ]

@@ -212,6 +212,32 @@ def test_dlq_command_lists_without_content_and_replays(
 
 
 @BOTH_LAYOUTS
+def test_a_purge_by_id_deletes_that_letter_though_another_took_its_index(
+    zep_settings: Settings, zep_fake: ZepFake
+) -> None:
+    """An operator lists the dead letters and purges the second by its id; meanwhile a
+    replay took the first away, so the second is now at index 0 and index 1 is gone (or
+    another letter's): the purge by id deletes exactly the letter listed, the other stays."""
+    zep_fake.inject(Fault(match=ADDS, status=400, times=3))
+    for n, session in enumerate(["s1", "s2", "s3"], 1):
+        asyncio.run(enqueue(zep_settings, queued(f"said in {session}", n, session=session)))
+        asyncio.run(drain(zep_settings))
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return run_cli_here(zep_settings, "dlq", *args)
+
+    first, second, third = json.loads(cli("list", "--json").stdout)
+    assert cli("replay", "--id", first["id"]).returncode == 0  # the others move up
+    purged = cli("purge", "--id", second["id"], "--yes")
+    assert purged.returncode == 0 and "purged=1" in purged.stdout, purged.stderr
+    assert [row["id"] for row in json.loads(cli("list", "--json").stdout)] == [third["id"]]
+    again = cli("purge", "--id", second["id"], "--yes")
+    assert again.returncode == 1 and "no dead letter with id" in again.stderr
+    asyncio.run(drain(zep_settings))
+    assert [m["content"] for m in zep_fake.messages()] == ["said in s1"]
+
+
+@BOTH_LAYOUTS
 async def test_a_dead_workers_threads_are_recovered(
     make_settings: Callable[..., Settings], zep_fake: ZepFake, redis: aioredis.Redis
 ) -> None:
