@@ -14,11 +14,21 @@
 Building a client connects nothing, so it cannot fail a turn; every error it may raise
 later is one of :data:`FAILURES`. A cluster client is returned as the ``Redis`` type the
 rest of the code is written against: it answers the same single-slot commands, and the
-few places that must act otherwise ask :func:`is_cluster`."""
+few places that must act otherwise ask :func:`is_cluster`.
+
+Every asyncio client looks host names up itself (:class:`_Resolved`), in a daemon thread,
+within the connect timeout: asyncio's own lookup runs in the event loop's default executor,
+which ``asyncio.run`` joins at exit, so a name server that does not answer (10-15 s a
+lookup, then a failure) held the agent's exit past ``exit_flush_seconds``."""
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import ipaddress
+import socket
+import threading
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, cast
 from urllib.parse import SplitResult, parse_qs, unquote, urlsplit
@@ -31,6 +41,7 @@ from redis.asyncio.cluster import ClusterPipeline
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.asyncio.sentinel import Sentinel as AsyncSentinel
 from redis.asyncio.sentinel import SentinelConnectionPool as AsyncSentinelPool
+from redis.asyncio.sentinel import SentinelManagedConnection as AsyncSentinelConnection
 from redis.asyncio.sentinel import SentinelManagedSSLConnection as AsyncSentinelSSLConnection
 from redis.commands.core import AsyncScript
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -289,6 +300,121 @@ def _address(entry: dict[str, Any]) -> tuple[str, int]:
     return str(entry["ip"]), int(entry["port"])
 
 
+_LookUp = concurrent.futures.Future[list[tuple[Any, ...]]]
+_LOOKUPS: dict[tuple[str, int], _LookUp] = {}
+"""The lookups under way, by name and port: connections retried while a name server is
+silent share one thread, not one each."""
+_LOOKUPS_LOCK = threading.Lock()
+
+
+def _look_up(host: str, port: int) -> _LookUp:
+    with _LOOKUPS_LOCK:
+        pending = _LOOKUPS.get((host, port))
+        if pending is None:
+            pending = _LOOKUPS[host, port] = concurrent.futures.Future()
+            pending.set_running_or_notify_cancel()  # a caller giving up cancels nothing
+            # A daemon: the process exits without waiting for a lookup nobody needs now.
+            threading.Thread(
+                target=_resolve, args=(host, port, pending), name="redis-lookup", daemon=True
+            ).start()
+    return pending
+
+
+def _resolve(host: str, port: int, pending: _LookUp) -> None:
+    try:
+        found = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except OSError as exc:
+        outcome: list[tuple[Any, ...]] | OSError = exc
+    else:
+        outcome = list(found)
+    with _LOOKUPS_LOCK:
+        del _LOOKUPS[host, port]
+    if isinstance(outcome, OSError):
+        pending.set_exception(outcome)
+    else:
+        pending.set_result(outcome)
+
+
+def _numeric(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
+
+
+class _Resolved(aioredis.Connection):  # type: ignore[misc]
+    """A TCP connection (TLS too, through the subclasses below) that looks its host name
+    up itself (:func:`_look_up`) and connects to each address found in turn, as asyncio
+    would, all within the connect timeout. TLS still names the host: its SNI and the
+    certificate check are the name's, not the address's."""
+
+    _address: str | None = None
+
+    async def _connect(self) -> None:
+        if _numeric(self.host):
+            return await super()._connect()  # type: ignore[no-any-return]
+        async with asyncio.timeout(self.socket_connect_timeout):
+            found = await asyncio.wrap_future(_look_up(self.host, self.port))
+            failure = OSError(f"no address found for {self.host}")
+            for address in dict.fromkeys(str(entry[4][0]) for entry in found):
+                self._address = address
+                try:
+                    return await super()._connect()  # type: ignore[no-any-return]
+                except OSError as exc:
+                    failure = exc
+                finally:
+                    self._address = None
+            raise failure
+
+    def _connection_arguments(self) -> Mapping[str, Any]:
+        arguments = dict(super()._connection_arguments())
+        if self._address is not None:
+            if "ssl" in arguments:
+                arguments["server_hostname"] = self.host
+            arguments["host"] = self._address
+        return arguments
+
+
+class _ResolvedSSL(_Resolved, aioredis.SSLConnection):  # type: ignore[misc]
+    pass
+
+
+class _ResolvedSentinelManaged(_Resolved, AsyncSentinelConnection):  # type: ignore[misc]
+    pass
+
+
+class _ResolvedSentinelSSL(_Resolved, AsyncSentinelSSLConnection):  # type: ignore[misc]
+    pass
+
+
+#: redis-py's connection classes, by the one of ours that replaces each.
+_RESOLVED: dict[type, type] = {
+    aioredis.Connection: _Resolved,
+    aioredis.SSLConnection: _ResolvedSSL,
+    AsyncSentinelConnection: _ResolvedSentinelManaged,
+    AsyncSentinelSSLConnection: _ResolvedSentinelSSL,
+}
+
+
+def _resolving(client: aioredis.Redis) -> aioredis.Redis:
+    """``client``, its connections (and a Sentinel client's sentinels', a cluster's
+    nodes') of :class:`_Resolved`. redis-py builds them of a class it picks from the URL
+    or from ``ssl``, and reads it from the pool (node) at each new connection."""
+    if isinstance(client, AsyncRedisCluster):
+        kwargs = client.connection_kwargs  # the nodes it finds are made with these
+        kwargs["connection_class"] = _RESOLVED[kwargs["connection_class"]]
+        for node in client.nodes_manager.startup_nodes.values():
+            node.connection_class = _RESOLVED[node.connection_class]
+        return client
+    pool = client.connection_pool
+    pool.connection_class = _RESOLVED.get(pool.connection_class, pool.connection_class)
+    if isinstance(pool, AsyncSentinelPool):
+        for sentinel in pool.sentinel_manager.sentinels:
+            _resolving(sentinel)
+    return client
+
+
 def _timeouts(timeout: float) -> dict[str, Any]:
     # No retry after a timeout: the command may have run (the caller decides what to redo).
     return {"socket_timeout": timeout, "socket_connect_timeout": timeout, "retry_on_timeout": False}
@@ -426,7 +552,7 @@ def connect(
     attempt gives up."""
     target = parse(url)
     if target.topology == "standalone":
-        return client_class.from_url(url, **_timeouts(timeout))
+        return _resolving(client_class.from_url(url, **_timeouts(timeout)))
     if target.topology == "cluster":
         if client_class is not aioredis.Redis:  # arq's: settings keep a cluster from it
             raise ValueError("arq cannot use a Redis Cluster (ARQ_REDIS_URL)")
@@ -435,13 +561,15 @@ def connect(
             connection_error_retry_attempts=0,
             **_cluster_kwargs(target, timeout),
         )
-        return cast(aioredis.Redis, cluster)
+        return _resolving(cast(aioredis.Redis, cluster))
     sentinel = AsyncSentinel(list(target.nodes), sentinel_kwargs=_sentinel_kwargs(target, timeout))
     assert target.service is not None
-    return sentinel.master_for(
-        target.service,
-        redis_class=client_class,
-        **_master_kwargs(target, timeout, AsyncSentinelSSLConnection),
+    return _resolving(
+        sentinel.master_for(
+            target.service,
+            redis_class=client_class,
+            **_master_kwargs(target, timeout, AsyncSentinelSSLConnection),
+        )
     )
 
 

@@ -104,17 +104,13 @@ asyncio.run(main())
 """
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a blocked getaddrinfo in asyncio's executors is joined at exit (found, not fixed)",
-)
 def test_one_shot_agent_exits_in_its_bound_when_redis_name_does_not_resolve(
     tmp_path: Path,
 ) -> None:
     """Redis' host name unresolvable, the name server silent (each lookup 10 s, then a
     failure): the turn is spooled, and the process exits within ``exit_flush_seconds``
     (1 s, plus the interpreter's own exit). It took 20-26 s: asyncio.run's default
-    executor, and the drain thread's loop's, wait for the lookups still blocked."""
+    executor, and the drain thread's loop's, waited for the lookups still blocked."""
     script = tmp_path / "one_shot.py"
     script.write_text(ONE_SHOT_WITH_SLOW_DNS)
     env = {

@@ -3,6 +3,13 @@ turn that a client which cannot be built (or a cluster's error) never breaks."""
 
 from __future__ import annotations
 
+import asyncio
+import socket
+import ssl
+import subprocess
+import threading
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,7 +23,7 @@ from redis.exceptions import (
 )
 
 from afterthought.agent_hooks import create_callbacks
-from afterthought.connections import connect, describe, parse
+from afterthought.connections import FAILURES, connect, describe, parse
 from afterthought.enqueue import Enqueuer
 from afterthought.settings import Settings, SettingsError
 from tests.conftest import queued
@@ -250,3 +257,94 @@ def test_a_url_that_cannot_be_split_is_one_line_naming_the_setting_never_the_val
     out = capsys.readouterr()
     assert CANARY not in out.out + out.err
     assert out.err.count("\n") == 1 and "bad setting" in out.err
+
+
+SILENT_NAME = "redis.example.internal"
+#: One URL of each kind whose connections look a host name up.
+NAMED_URLS = [
+    f"redis://{SILENT_NAME}:6379/0",
+    f"rediss://{SILENT_NAME}:6379/0",
+    f"redis+sentinel://{SILENT_NAME}:26379/mymaster",
+    f"rediss+sentinel://{SILENT_NAME}:26379/mymaster",
+    f"redis+cluster://{SILENT_NAME}:7000",
+    f"rediss+cluster://{SILENT_NAME}:7000",
+]
+
+
+@pytest.fixture
+def name_server(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Any]]:
+    """``SILENT_NAME`` looked up: unanswered until the test ends (a silent name server),
+    or, once ``answer`` is set, 127.0.0.1. ``threads`` records who looked it up."""
+    real = socket.getaddrinfo
+    released = threading.Event()
+    seen: dict[str, Any] = {"threads": [], "answer": False}
+
+    def getaddrinfo(host: Any, port: Any, *args: Any, **kwargs: Any) -> Any:
+        if host != SILENT_NAME:
+            return real(host, port, *args, **kwargs)
+        seen["threads"].append(threading.current_thread())
+        if seen["answer"]:
+            return real("127.0.0.1", port, *args, **kwargs)
+        released.wait()
+        raise socket.gaierror(socket.EAI_AGAIN, "Temporary failure in name resolution")
+
+    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
+    yield seen
+    released.set()
+
+
+@pytest.mark.parametrize("url", NAMED_URLS, ids=lambda url: url.partition(":")[0])
+def test_a_name_server_that_does_not_answer_holds_no_client_past_its_connect_timeout(
+    url: str, name_server: dict[str, Any]
+) -> None:
+    """The command fails within its connect timeout, and the event loop it ran on (as
+    ``asyncio.run``, the agent's) ends while the lookup is still unanswered: asyncio's own
+    lookup ran in the loop's default executor, which ``asyncio.run`` waits for at exit."""
+    failed: list[BaseException] = []
+
+    async def command() -> None:
+        client = connect(url, timeout=0.1)
+        try:
+            await client.ping()
+        except FAILURES as exc:
+            failed.append(exc)
+        finally:
+            await client.aclose()
+
+    loop_thread = threading.Thread(target=asyncio.run, args=(command(),), daemon=True)
+    loop_thread.start()
+    loop_thread.join(timeout=5)  # only ever reached when the lookup holds the loop
+    assert not loop_thread.is_alive() and failed
+    assert name_server["threads"] and all(thread.daemon for thread in name_server["threads"])
+
+
+async def test_a_tls_connection_to_a_name_looked_up_by_us_still_names_the_host(
+    name_server: dict[str, Any], tmp_path: Path
+) -> None:
+    """The connection goes to the address found, and its TLS handshake says the name
+    (SNI; a certificate is checked against it), not the address."""
+    key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
+    subject = ["-subj", f"/CN={SILENT_NAME}", "-keyout", str(key), "-out", str(cert)]
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", *subject],
+        check=True,
+        capture_output=True,
+    )
+    said: list[str | None] = []
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(cert, key)
+    context.sni_callback = lambda _socket, name, _context: said.append(name)
+
+    async def hang_up(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.close()
+
+    server = await asyncio.start_server(hang_up, "127.0.0.1", 0, ssl=context)
+    port = server.sockets[0].getsockname()[1]
+    name_server["answer"] = True
+    client = connect(f"rediss://{SILENT_NAME}:{port}/0?ssl_cert_reqs=none", timeout=5)
+    with pytest.raises(FAILURES):  # the server hangs up: it speaks no Redis
+        await client.ping()
+    await client.aclose()
+    server.close()
+    assert said == [SILENT_NAME]
+    assert name_server["threads"] and all(thread.daemon for thread in name_server["threads"])
