@@ -21,14 +21,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from afterthought.backends.base import BackendError
 from afterthought.backends.local import LocalBackend
 from afterthought.backends.postgres import (
     PostgresBackend,
-    _auth_failure,
     _id,
-    _reason,
     _terms,
+    connect_failure,
 )
 
 if TYPE_CHECKING:
@@ -286,11 +284,7 @@ async def _schema_exists(target: PostgresBackend) -> bool:
     try:
         db = await asyncpg.connect(target._url)
     except Exception as exc:  # refused, unknown host, bad password: as the store says it
-        raise BackendError(
-            "unauthorized" if _auth_failure(exc) else "unavailable",
-            code=type(exc).__name__,
-            detail=f"cannot connect to {target.where}: {_reason(exc)}",
-        ) from None
+        raise connect_failure(exc, target.where) from None
     try:
         return bool(
             await db.fetchval(

@@ -448,11 +448,7 @@ class PostgresBackend(MemoryBackend):
                 server_settings={"search_path": self.schema, "application_name": "afterthought"},
             )
         except Exception as exc:  # refused, unknown host, bad password, no such database
-            raise BackendError(
-                "unauthorized" if _auth_failure(exc) else "unavailable",
-                code=type(exc).__name__,
-                detail=f"cannot connect to {self.where}: {_reason(exc)}",
-            ) from None
+            raise connect_failure(exc, self.where) from None
         try:
             async with pool.acquire() as db:
                 await self._migrate(db)
@@ -1251,8 +1247,14 @@ def _count(status: str) -> int:
     return int(status.rsplit(" ", 1)[-1])
 
 
-def _auth_failure(exc: BaseException) -> bool:
-    return getattr(exc, "sqlstate", "") in ("28P01", "28000")
+def connect_failure(exc: BaseException, where: str) -> BackendError:
+    """A failed connection (refused, unknown host, bad password, no such database) as the
+    store says it: in one line naming the server, never the password."""
+    return BackendError(
+        "unauthorized" if getattr(exc, "sqlstate", "") in ("28P01", "28000") else "unavailable",
+        code=type(exc).__name__,
+        detail=f"cannot connect to {where}: {_reason(exc)}",
+    )
 
 
 def _reason(exc: BaseException) -> str:
