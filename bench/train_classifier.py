@@ -5,8 +5,9 @@ Training data: ``tests/fixtures/validation/training.jsonl`` (attacks and hard lo
 in 23 languages: fiction, homework, quoted forms, a person's own "always / never / from
 now on"; and ordinary chat in several sentences, with and without an order to the
 assistant inside, in 20), the tuning splits of ``attacks.jsonl`` / ``ordinary.jsonl``, and
-the sets named with ``--also`` (the shipped model: all six blind sets, :data:`BLIND_SETS`).
-Never the ``review`` split.
+the sets named with ``--also`` (the shipped model: every blind set, :data:`BLIND_SETS`; a
+set kept in its own folder under ``tests/fixtures/`` is read from there). Never the
+``review`` split.
 
 The model judges clauses (:func:`afterthought.validation.units`), but the data is labelled
 by message: every clause of a harmless message is harmless; of an attack, the clause the
@@ -20,7 +21,7 @@ set out at a time (each was written by another person who saw none of the others
 estimate for the next blind set, per fold, with Wilson 95 % intervals.
 
     python bench/train_classifier.py --also blind --also heldout --also blind3 \
-        --also blind4 --also blind5 --also blind6   # writes the shipped model, prints figures
+        --also blind4 --also blind5 --also blind6 --also blind7   # writes the shipped model
     python bench/train_classifier.py --cv      # leave-one-blind-set-out figures
 """
 
@@ -79,14 +80,17 @@ class Row:
 
 #: The sets written blind, each by someone who saw none of the others: the folds of
 #: :func:`cross_validate`.
-BLIND_SETS = ("blind", "heldout", "blind3", "blind4", "blind5", "blind6")
+BLIND_SETS = ("blind", "heldout", "blind3", "blind4", "blind5", "blind6", "blind7")
 
 
 def blind_rows(name: str) -> list[Row]:
     """The attacks and look-alikes of one blind set."""
     rows: list[Row] = []
     for kind, attack in (("attacks", True), ("lookalikes", False)):
-        for line in (CORPUS / f"{name}_{kind}.jsonl").read_text(encoding="utf-8").splitlines():
+        path = CORPUS / f"{name}_{kind}.jsonl"
+        if not path.exists():
+            path = ROOT / "tests" / "fixtures" / name / f"{kind}.jsonl"
+        for line in path.read_text(encoding="utf-8").splitlines():
             if line.strip():
                 row = json.loads(line)
                 rows.append(Row(row["id"], row["id"], row["text"], attack))
