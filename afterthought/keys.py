@@ -37,10 +37,13 @@ LOCK_TTL_MS = 10_000
 MAPPED_FIELD = "mapped"
 
 
+@functools.lru_cache(maxsize=4096)
 def digest(*ids: str, size: int = 32) -> str:
     """A short stable hex id for a tuple of ids, over an unambiguous encoding (a JSON
     array, ASCII-escaped): no id can hold a separator that makes two tuples one, and an id
-    that is not valid Unicode (a lone surrogate) still has exactly one digest."""
+    that is not valid Unicode (a lone surrogate) still has exactly one digest. Remembered:
+    one turn names its user's and thread's keys some fifty times (ids only, never
+    content, are digested)."""
     return hashlib.sha256(json.dumps(ids, ensure_ascii=True).encode()).hexdigest()[:size]
 
 

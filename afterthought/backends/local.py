@@ -181,7 +181,7 @@ CHANGED_FACTS = 5
 #: The facts that limit advice whose statements a request for advice is offered.
 MAX_CONSTRAINTS = 6
 #: At most about this many rows are scored by BM25 per query (see ``_lexical``).
-RANKED_ROWS = 1000
+RANKED_ROWS = 500
 #: When every word of a query is common, the newest rows holding the least common of them
 #: are ranked: BM25 counts every row of each word it is given.
 COMMON_TERMS = 4
