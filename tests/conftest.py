@@ -112,6 +112,7 @@ SLOW_MODULES = {
     "test_handover_reads",
     "test_inspector_browser",
     "test_adk_api_server",
+    "test_adk_web_browser",
     "test_live",
     "test_memory3_fixture",
     "test_memory_quality",

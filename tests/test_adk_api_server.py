@@ -36,14 +36,17 @@ def _free_port() -> int:
 
 
 @contextmanager
-def api_server(agents: Path, uri: str, env: dict[str, str], log: Path) -> Iterator[httpx.Client]:
-    """``adk api_server`` on a free port, as a user starts it; a client once it answers."""
+def adk_server(
+    command: str, agents: Path, uri: str, env: dict[str, str], log: Path
+) -> Iterator[httpx.Client]:
+    """``adk api_server`` (or ``adk web``: ``command``) on a free port, as a user starts it;
+    a client once it answers."""
     port = _free_port()
     adk = Path(sys.executable).with_name("adk")
-    command = [str(adk), "api_server", "--no-reload", "--port", str(port)]
+    argv = [str(adk), command, "--no-reload", "--port", str(port)]
     with log.open("wb") as out:
         server = subprocess.Popen(
-            [*command, "--memory_service_uri", uri, str(agents)],
+            [*argv, "--memory_service_uri", uri, str(agents)],
             env=env,
             cwd=agents.parent,
             stdout=out,
@@ -111,7 +114,7 @@ def test_adk_api_server_serves_two_users_memory_through_adks_own_memory_tools(
     uri = f"afterthought://?key_prefix={settings.key_prefix}&limit=5"
     worker = spawn_worker(settings)
     try:
-        with api_server(agents, uri, env, tmp_path / "adk.log") as client:
+        with adk_server("api_server", agents, uri, env, tmp_path / "adk.log") as client:
             assert APP in client.get("/list-apps").json()
             ada, bob = _session(client, "ada"), _session(client, "bob")
             first = _turn(client, "ada", ada, "We moved to Lisbon last week.")

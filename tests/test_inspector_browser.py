@@ -5,8 +5,6 @@ forget's dry run and then the forget, and a browser without the token shown noth
 from __future__ import annotations
 
 import asyncio
-import os
-import shutil
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -17,14 +15,10 @@ from afterthought.backends.base import UserRef
 from afterthought.facts import StoredFact
 from afterthought.settings import Settings
 from tests.adk_support import APP
+from tests.browser_support import launch, needs_chromium, playwright_api
 from tests.test_inspector import remember, served, stored
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-playwright_api = pytest.importorskip("playwright.sync_api")
-# CI installs it (.ci/run): there a missing browser fails the test rather than skips it.
-pytestmark = pytest.mark.skipif(
-    CHROMIUM is None and not os.environ.get("CI"), reason="no chromium (apt-get install chromium)"
-)
+pytestmark = needs_chromium
 
 
 def _stored(settings: Settings, user_id: str) -> tuple[list[UserRef], list[StoredFact]]:
@@ -47,7 +41,7 @@ def test_a_browser_logs_in_sees_the_facts_and_forgets_what_the_dry_run_showed(
     _, facts = _stored(local_settings, "alice")
     url, token = server
     with playwright_api.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        browser = launch(p)
         try:
             stranger = browser.new_page()
             answer = stranger.goto(f"{url}/user?app={APP}&user=alice")
