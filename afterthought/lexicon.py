@@ -1413,6 +1413,41 @@ json
 yaml
 css
 markup
+browser
+website
+web site
+webpage
+web page
+my site
+our site
+newsletter
+wordpress
+github
+workflow
+plugin
+sitio web
+mi sitio
+página web
+site web
+mon site
+webseite
+homepage
+sito web
+il mio sito
+meu site
+сайт
+网站
+ウェブサイト
+サイト
+웹사이트
+홈페이지
+موقع
+वेबसाइट
+אתר
+web sitesi
+situs
+trang web
+strona internetowa
 element
 tag
 attribute
