@@ -153,6 +153,10 @@ sonraki sohbet
 """
 
 MENTION_CUES = """
+titled
+entitled
+subject line
+with the subject
 polish
 proofread
 rephrase
