@@ -225,11 +225,21 @@ def held(text: str) -> Held:
 
 class Pattern:
     """A regex compiled when first used, run only where :func:`requirements` are held.
-    ``source`` may be a function giving it, when building it costs time too."""
+    ``source`` may be a function giving it, when building it costs time too. With
+    ``starts`` (a function giving, in order, every place in a text where a match can
+    begin, such as :meth:`afterthought.phrases.Index.starts_of`), the regex is tried only
+    at those places; it must match no empty string."""
 
-    def __init__(self, source: str | Callable[[], str], flags: int = 0) -> None:
+    def __init__(
+        self,
+        source: str | Callable[[], str],
+        flags: int = 0,
+        *,
+        starts: Callable[[str], list[int]] | None = None,
+    ) -> None:
         self._source = source
         self._flags = flags
+        self._starts = starts
 
     @cached_property
     def pattern(self) -> str:
@@ -245,16 +255,32 @@ class Pattern:
 
     def possible(self, text: str) -> bool:
         """Whether ``text`` holds what every match holds (False: it cannot match)."""
+        if self._starts is not None:
+            return bool(self._starts(text))
         if not self._requirements:
             return True
         seen = held(text)
         return all(choice.held(seen) for choice in self._requirements)
 
     def search(self, text: str, pos: int = 0, endpos: int | None = None) -> re.Match[str] | None:
+        if self._starts is not None:
+            return next(self._anchored(text, pos, endpos), None)
         # Read only up to endpos: there the text ends for the regex, words included.
         if not self.possible(text if endpos is None else text[:endpos]):
             return None
         return self.compiled.search(text, pos, len(text) if endpos is None else endpos)
+
+    def _anchored(self, text: str, pos: int = 0, endpos: int | None = None) -> Iterator[re.Match[str]]:
+        """The matches :meth:`finditer` finds from ``pos``, each tried only where
+        ``starts`` says one can begin: from each place the search would reach next."""
+        assert self._starts is not None
+        end = len(text) if endpos is None else endpos
+        match = self.compiled.match
+        after = pos
+        for at in self._starts(text if endpos is None else text[:endpos]):
+            if at >= after and (found := match(text, at, end)) is not None:
+                yield found
+                after = found.end()
 
     def match(self, text: str) -> re.Match[str] | None:
         return self.compiled.match(text) if self.possible(text) else None
@@ -263,6 +289,8 @@ class Pattern:
         return self.compiled.fullmatch(text) if self.possible(text) else None
 
     def finditer(self, text: str) -> Iterator[re.Match[str]]:
+        if self._starts is not None:
+            return self._anchored(text)
         return self.compiled.finditer(text) if self.possible(text) else iter(())
 
     def findall(self, text: str) -> list[Any]:
