@@ -77,8 +77,9 @@ def _alternation(trie: _Trie) -> str:
 
 
 #: A node of :class:`Index`'s tries: a character to the next node; :data:`_END` to the
-#: concepts a phrase ends here for, each with how it must end; :data:`_LOOP` marks where a
-#: space in a phrase was (any spacing matches it, none included).
+#: concepts a phrase ends here for (those it may end anywhere for, and those it ends only
+#: at a word's end for); :data:`_LOOP` marks where a space in a phrase was (any spacing
+#: matches it, none included).
 _Node = dict[str, Any]
 
 
@@ -118,9 +119,18 @@ class Index:
                 node = tries.setdefault(start, {})
                 for char in phrase:
                     node = node.setdefault(char, {_LOOP: True} if char == " " else {})
-                ends = node.setdefault(_END, {})
-                # A phrase that may end anywhere makes its word-end twin moot.
-                ends[name] = "" if "" in (end, ends.get(name, end)) else end
+                node.setdefault(_END, {}).setdefault(name, set()).add(end)
+        # A phrase that may end anywhere makes its word-end twin moot: each end is the
+        # concepts ended anywhere, and those ended only at a word's end.
+        stack = list(tries.values())
+        while stack:
+            node = stack.pop()
+            if (ends := node.get(_END)) is not None:
+                node[_END] = (
+                    frozenset(n for n, how in ends.items() if "" in how),
+                    frozenset(n for n, how in ends.items() if "" not in how),
+                )
+            stack.extend(child for char, child in node.items() if char not in (_END, _LOOP))
         return tries
 
     @cached_property
@@ -142,6 +152,10 @@ class Index:
             openings.append((re.compile(f"{start}(?=(?:{'|'.join(parts)}))"), self.tries[start]))
         return openings
 
+    def prepare(self) -> None:
+        """Build the tries and the opening scans now rather than on first use."""
+        _ = self.tries, self.openings
+
     def starts(self, text: str) -> dict[str, list[int]]:
         """For each concept with a phrase in ``text``, the places (in order) where its
         regex matches when tried there."""
@@ -162,9 +176,9 @@ def _walk(trie: _Node, text: str, at: int) -> set[str]:
         following = text[i] if i < end else ""
         for node in states:
             if (ends := node.get(_END)) is not None:
-                matched.update(
-                    name for name, how in ends.items() if not how or following not in _LATIN_WORD
-                )
+                matched |= ends[0]
+                if following not in _LATIN_WORD:
+                    matched |= ends[1]
         if not following:
             break
         space = following.isspace()

@@ -41,7 +41,7 @@ from confusable_homoglyphs.confusables import (  # type: ignore[import-untyped] 
 
 from afterthought import classifier, lexicon, phrases
 from afterthought.backends.base import HistoryMessage
-from afterthought.prefilter import Pattern
+from afterthought.prefilter import Pattern, PatternSet, alternatives
 
 #: The trust of a fact an operator released from quarantine: stored without validation,
 #: because a person read it and decided (``afterthought quarantine release``).
@@ -209,8 +209,10 @@ _SPACED = Pattern(
 _LEET = str.maketrans(
     {"0": "o", "1": "i", "3": "e", "4": "a", "5": "s", "7": "t", "@": "a", "$": "s"}
 )
-_LEET_TOKEN = re.compile(r"[a-z0-9@$]*[a-z][a-z0-9@$]*")
-_LEET_MARK = re.compile(r"[0-9@$]")
+#: A token (a run of letters, digits, "@" and "$") that holds a digit or symbol: only
+#: these can change, so only these are handed to Python.
+_LEET_TOKEN = re.compile(r"[a-z0-9@$]*[0-9@$][a-z0-9@$]*")
+_LETTER = re.compile(r"[a-z]")
 
 
 def _joined(view: str) -> str:
@@ -221,7 +223,7 @@ def _unleet(view: str) -> str:
     """Digits and symbols standing for letters inside words ("pr3v10u5"); a token of
     digits alone ("34", "2026") is a number and stays one."""
     return _LEET_TOKEN.sub(
-        lambda m: m.group(0).translate(_LEET) if _LEET_MARK.search(m.group(0)) else m.group(0),
+        lambda m: m.group(0).translate(_LEET) if _LETTER.search(m.group(0)) else m.group(0),
         view,
     )
 
@@ -637,9 +639,12 @@ _INSTRUCTION_PATTERNS = [
     r"\]\(\S+\s+[\"'][^\"')]{8,}[\"']\s*\)|"
     r"#{2,}\s*(?:instruction|system|response|prompt)",
 ]
-#: Each searched on its own: it runs only on text holding what its matches hold, and the
-#: verdict is whether any matches, as one alternation of them all would say.
-_INSTRUCTIONS = [Pattern(p, re.MULTILINE) for p in _INSTRUCTION_PATTERNS]
+#: Each searched on its own (and each branch of one, :func:`alternatives`): it runs only on
+#: text holding what its matches hold, and the verdict is whether any matches, as one
+#: alternation of them all would say.
+_INSTRUCTIONS = PatternSet(
+    [Pattern(a, re.MULTILINE) for p in _INSTRUCTION_PATTERNS for a in alternatives(p)]
+)
 #: "enter developer mode" is an order only where the text is about the assistant or its
 #: rules ("you", "filters") on that line or before it. Checked apart from the patterns: as
 #: a look-ahead from every position it cost time quadratic in the line's length.
@@ -693,7 +698,7 @@ def _code_talk(seen: str) -> bool:
 
 def _instructs(seen: str) -> bool:
     """Whether a reading of the view matches an instruction pattern."""
-    if any(pattern.search(seen) for pattern in _INSTRUCTIONS):
+    if _INSTRUCTIONS.search(seen):
         return True
     if _poses_as_structure(seen) and not _code_talk(seen):
         return True
@@ -879,8 +884,9 @@ _ONE_AS_L = str.maketrans({"1": "l"})
 def _views(view: str) -> list[str]:
     joined = _joined(view)
     readings = (view, joined, _unleet(joined), _unleet(joined.translate(_ONE_AS_L)))
-    # Most text reads the same in every reading: each distinct one is checked once.
-    return [w for v in dict.fromkeys(readings) for w in _windows(v)]
+    # Most text reads the same in every reading, and a reading differs from the view only
+    # in a few windows: each distinct window is checked once.
+    return list(dict.fromkeys(w for v in readings for w in _windows(v)))
 
 
 #: A standing order to recommend something by name: "from now on always recommend ...".
@@ -1020,13 +1026,13 @@ _FILLER = Pattern(
 )
 #: Every place a standing phrase begins (a look-ahead: one may begin inside another).
 _STANDING_AT = Pattern(rf"(?=(?:{_STANDING_START}|{_STANDING_ABROAD}))")
-_STANDING = Pattern(rf"{_STANDING_START}|{_STANDING_ABROAD}")
+_STANDING_PHRASE = Pattern(rf"{_STANDING_START}|{_STANDING_ABROAD}")
 
 
 def _future_starts(view: str) -> list[int]:
     """Where the ``future`` cue can match: a phrase of the lexicon's or a standing one."""
     found = _INDEX.starts(view).get("future", [])
-    if not _STANDING.possible(view):
+    if not _STANDING_PHRASE.possible(view):
         return found
     return sorted({*found, *(m.start() for m in _STANDING_AT.compiled.finditer(view))})
 
@@ -1217,6 +1223,21 @@ def detect(text: str, *, _depth: int = 0, _model: bool = True) -> str | None:
             if detect(decoded, _depth=_depth + 1, _model=words) is not None:
                 return INSTRUCTION_LIKE
     return None
+
+
+def prepare() -> None:
+    """Compile every pattern and build the phrase index now, which would otherwise be done
+    on first use: a process that judges messages calls it once at start, so that no
+    message pays for it (most of a second in all)."""
+    patterns = [
+        *(p for p in globals().values() if isinstance(p, Pattern)),
+        *_CUES.values(),
+    ]
+    for pattern in patterns:
+        pattern.prepare()
+    _INSTRUCTIONS.prepare()
+    _INDEX.prepare()
+    classifier.threshold()
 
 
 #: Words a value read from checked sources has before the classifier judges it again.
