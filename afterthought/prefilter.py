@@ -15,6 +15,7 @@ from __future__ import annotations
 import itertools
 import re
 import warnings
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
@@ -356,17 +357,22 @@ class PatternSet:
         return iter(self.patterns)
 
     @cached_property
-    def _index(self) -> tuple[dict[str, list[int]], list[int]]:
-        by_word: dict[str, list[int]] = {}
+    def _index(self) -> tuple[dict[str, list[tuple[int, int]]], list[int], list[int]]:
+        """A word to the requirements (pattern, its number among those indexed) it meets;
+        each pattern's count of requirements indexed (those of whole words alone); the
+        patterns with none, always tried."""
+        by_word: dict[str, list[tuple[int, int]]] = {}
+        gates: list[int] = []
         always: list[int] = []
         for number, pattern in enumerate(self.patterns):
-            gates = [c for c in pattern.requirements if not c.pieces]
-            if not gates:
+            words = [c.words for c in pattern.requirements if not c.pieces]
+            gates.append(len(words))
+            if not words:
                 always.append(number)
-                continue
-            for word in min(gates, key=lambda c: len(c.words)).words:
-                by_word.setdefault(word, []).append(number)
-        return by_word, always
+            for gate, choice in enumerate(words):
+                for word in choice:
+                    by_word.setdefault(word, []).append((number, gate))
+        return by_word, gates, always
 
     def prepare(self) -> None:
         """Prepare every pattern and the index now rather than on first use."""
@@ -376,7 +382,8 @@ class PatternSet:
 
     def search(self, text: str) -> bool:
         """Whether any of the patterns matches in ``text``."""
-        by_word, always = self._index
-        words = held(text).words
-        candidates = set(always).union(*(by_word[w] for w in words & by_word.keys()))
+        by_word, gates, always = self._index
+        met = set().union(*(by_word[w] for w in held(text).words & by_word.keys()))
+        counts = Counter(number for number, _ in met)
+        candidates = [n for n, count in counts.items() if count == gates[n]] + always
         return any(self.patterns[number].search(text) for number in sorted(candidates))
