@@ -15,6 +15,7 @@ from __future__ import annotations
 import itertools
 import re
 import warnings
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
@@ -169,6 +170,12 @@ class _Choice:
     by_word: dict[str, tuple[_Check, ...]]
     pieces: tuple[_Check, ...]
 
+    @cached_property
+    def words(self) -> frozenset[str]:
+        """The words that index the checks (a set: intersected with a text's words, the
+        smaller of the two is walked)."""
+        return frozenset(self.by_word)
+
     @classmethod
     def of(cls, strings: frozenset[str]) -> _Choice | None:
         checks = {_Check.of(s) for s in strings}
@@ -185,9 +192,8 @@ class _Choice:
         return min(c.strength for cs in (*self.by_word.values(), self.pieces) for c in cs)
 
     def held(self, text: Held) -> bool:
-        return any(
-            c.held(text) for w in self.by_word.keys() & text.words for c in self.by_word[w]
-        ) or any(c.held(text) for c in self.pieces)
+        indexed = (c for w in self.words & text.words for c in self.by_word[w])
+        return any(c.held(text) for c in indexed) or any(c.held(text) for c in self.pieces)
 
 
 def requirements(source: str, flags: int = 0) -> tuple[_Choice, ...]:
@@ -225,11 +231,21 @@ def held(text: str) -> Held:
 
 class Pattern:
     """A regex compiled when first used, run only where :func:`requirements` are held.
-    ``source`` may be a function giving it, when building it costs time too."""
+    ``source`` may be a function giving it, when building it costs time too. With
+    ``starts`` (a function giving, in order, every place in a text where a match can
+    begin, such as :meth:`afterthought.phrases.Index.starts_of`), the regex is tried only
+    at those places; it must match no empty string."""
 
-    def __init__(self, source: str | Callable[[], str], flags: int = 0) -> None:
+    def __init__(
+        self,
+        source: str | Callable[[], str],
+        flags: int = 0,
+        *,
+        starts: Callable[[str], list[int]] | None = None,
+    ) -> None:
         self._source = source
         self._flags = flags
+        self._starts = starts
 
     @cached_property
     def pattern(self) -> str:
@@ -240,21 +256,44 @@ class Pattern:
         return re.compile(self.pattern, self._flags)
 
     @cached_property
-    def _requirements(self) -> tuple[_Choice, ...]:
+    def requirements(self) -> tuple[_Choice, ...]:
+        """What every match holds (:func:`requirements`)."""
         return requirements(self.pattern, self._flags)
+
+    def prepare(self) -> None:
+        """Compile the regex and read its requirements now rather than on first use."""
+        _ = self.compiled, self.requirements
 
     def possible(self, text: str) -> bool:
         """Whether ``text`` holds what every match holds (False: it cannot match)."""
-        if not self._requirements:
+        if self._starts is not None:
+            return bool(self._starts(text))
+        if not self.requirements:
             return True
         seen = held(text)
-        return all(choice.held(seen) for choice in self._requirements)
+        return all(choice.held(seen) for choice in self.requirements)
 
     def search(self, text: str, pos: int = 0, endpos: int | None = None) -> re.Match[str] | None:
+        if self._starts is not None:
+            return next(self._anchored(text, pos, endpos), None)
         # Read only up to endpos: there the text ends for the regex, words included.
         if not self.possible(text if endpos is None else text[:endpos]):
             return None
         return self.compiled.search(text, pos, len(text) if endpos is None else endpos)
+
+    def _anchored(
+        self, text: str, pos: int = 0, endpos: int | None = None
+    ) -> Iterator[re.Match[str]]:
+        """The matches :meth:`finditer` finds from ``pos``, each tried only where
+        ``starts`` says one can begin: from each place the search would reach next."""
+        assert self._starts is not None
+        end = len(text) if endpos is None else endpos
+        match = self.compiled.match
+        after = pos
+        for at in self._starts(text if endpos is None else text[:endpos]):
+            if at >= after and (found := match(text, at, end)) is not None:
+                yield found
+                after = found.end()
 
     def match(self, text: str) -> re.Match[str] | None:
         return self.compiled.match(text) if self.possible(text) else None
@@ -263,6 +302,8 @@ class Pattern:
         return self.compiled.fullmatch(text) if self.possible(text) else None
 
     def finditer(self, text: str) -> Iterator[re.Match[str]]:
+        if self._starts is not None:
+            return self._anchored(text)
         return self.compiled.finditer(text) if self.possible(text) else iter(())
 
     def findall(self, text: str) -> list[Any]:
@@ -270,3 +311,79 @@ class Pattern:
 
     def sub(self, repl: str | Callable[[re.Match[str]], str], text: str) -> str:
         return self.compiled.sub(repl, text) if self.possible(text) else text
+
+
+def alternatives(source: str) -> list[str]:
+    """The branches of a regex that is an alternation at its top level (``a|b`` gives
+    ``a`` and ``b``), else the regex itself. Some branch matches a text exactly where the
+    whole does, and each branch has requirements of its own, stronger than theirs in
+    common."""
+    parts: list[str] = []
+    depth, begin, i, in_class = 0, 0, 0, False
+    while i < len(source):
+        char = source[i]
+        if char == "\\":
+            i += 2
+            continue
+        if in_class:
+            in_class = char != "]"
+        elif char == "[":
+            in_class = True
+            i += 2 if source[i + 1 : i + 2] == "^" else 1
+            if source[i : i + 1] == "]":  # first in a class, "]" is one of its characters
+                i += 1
+            continue
+        elif char == "(":
+            depth += 1
+        elif char == ")":
+            depth -= 1
+        elif char == "|" and depth == 0:
+            parts.append(source[begin:i])
+            begin = i + 1
+        i += 1
+    parts.append(source[begin:])
+    return parts
+
+
+class PatternSet:
+    """Patterns asked together whether any of them matches a text: a text's words name
+    the few that can (an index from a word every match of a pattern holds to the
+    pattern), and only those are tried."""
+
+    def __init__(self, patterns: list[Pattern]) -> None:
+        self.patterns = patterns
+
+    def __iter__(self) -> Iterator[Pattern]:
+        return iter(self.patterns)
+
+    @cached_property
+    def _index(self) -> tuple[dict[str, list[tuple[int, int]]], list[int], list[int]]:
+        """A word to the requirements (pattern, its number among those indexed) it meets;
+        each pattern's count of requirements indexed (those of whole words alone); the
+        patterns with none, always tried."""
+        by_word: dict[str, list[tuple[int, int]]] = {}
+        gates: list[int] = []
+        always: list[int] = []
+        for number, pattern in enumerate(self.patterns):
+            words = [c.words for c in pattern.requirements if not c.pieces]
+            gates.append(len(words))
+            if not words:
+                always.append(number)
+            for gate, choice in enumerate(words):
+                for word in choice:
+                    by_word.setdefault(word, []).append((number, gate))
+        return by_word, gates, always
+
+    def prepare(self) -> None:
+        """Prepare every pattern and the index now rather than on first use."""
+        for pattern in self.patterns:
+            pattern.prepare()
+        _ = self._index
+
+    def search(self, text: str) -> bool:
+        """Whether any of the patterns matches in ``text``."""
+        by_word, gates, always = self._index
+        met = set().union(*(by_word[w] for w in held(text).words & by_word.keys()))
+        counts = Counter(number for number, _ in met)
+        candidates = [n for n, count in counts.items() if count == gates[n]] + always
+        return any(self.patterns[number].search(text) for number in sorted(candidates))

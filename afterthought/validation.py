@@ -30,6 +30,7 @@ import codecs
 import html
 import re
 import unicodedata
+from bisect import bisect_left
 from collections.abc import Sequence
 from functools import cache
 from urllib.parse import unquote
@@ -38,9 +39,9 @@ from confusable_homoglyphs.confusables import (  # type: ignore[import-untyped] 
     confusables_data,
 )
 
-from afterthought import classifier, lexicon
+from afterthought import classifier, lexicon, phrases
 from afterthought.backends.base import HistoryMessage
-from afterthought.prefilter import Pattern
+from afterthought.prefilter import Pattern, PatternSet, alternatives
 
 #: The trust of a fact an operator released from quarantine: stored without validation,
 #: because a person read it and decided (``afterthought quarantine release``).
@@ -208,8 +209,10 @@ _SPACED = Pattern(
 _LEET = str.maketrans(
     {"0": "o", "1": "i", "3": "e", "4": "a", "5": "s", "7": "t", "@": "a", "$": "s"}
 )
-_LEET_TOKEN = re.compile(r"[a-z0-9@$]*[a-z][a-z0-9@$]*")
-_LEET_MARK = re.compile(r"[0-9@$]")
+#: A token (a run of letters, digits, "@" and "$") that holds a digit or symbol: only
+#: these can change, so only these are handed to Python.
+_LEET_TOKEN = re.compile(r"[a-z0-9@$]*[0-9@$][a-z0-9@$]*")
+_LETTER = re.compile(r"[a-z]")
 
 
 def _joined(view: str) -> str:
@@ -220,7 +223,7 @@ def _unleet(view: str) -> str:
     """Digits and symbols standing for letters inside words ("pr3v10u5"); a token of
     digits alone ("34", "2026") is a number and stays one."""
     return _LEET_TOKEN.sub(
-        lambda m: m.group(0).translate(_LEET) if _LEET_MARK.search(m.group(0)) else m.group(0),
+        lambda m: m.group(0).translate(_LEET) if _LETTER.search(m.group(0)) else m.group(0),
         view,
     )
 
@@ -636,9 +639,12 @@ _INSTRUCTION_PATTERNS = [
     r"\]\(\S+\s+[\"'][^\"')]{8,}[\"']\s*\)|"
     r"#{2,}\s*(?:instruction|system|response|prompt)",
 ]
-#: Each searched on its own: it runs only on text holding what its matches hold, and the
-#: verdict is whether any matches, as one alternation of them all would say.
-_INSTRUCTIONS = [Pattern(p, re.MULTILINE) for p in _INSTRUCTION_PATTERNS]
+#: Each searched on its own (and each branch of one, :func:`alternatives`): it runs only on
+#: text holding what its matches hold, and the verdict is whether any matches, as one
+#: alternation of them all would say.
+_INSTRUCTIONS = PatternSet(
+    [Pattern(a, re.MULTILINE) for p in _INSTRUCTION_PATTERNS for a in alternatives(p)]
+)
 #: "enter developer mode" is an order only where the text is about the assistant or its
 #: rules ("you", "filters") on that line or before it. Checked apart from the patterns: as
 #: a look-ahead from every position it cost time quadratic in the line's length.
@@ -695,7 +701,7 @@ def _code_talk(seen: str) -> bool:
 
 def _instructs(seen: str) -> bool:
     """Whether a reading of the view matches an instruction pattern."""
-    if any(pattern.search(seen) for pattern in _INSTRUCTIONS):
+    if _INSTRUCTIONS.search(seen):
         return True
     if (_poses_as_structure(seen) or _HTML_COMMENT.search(seen)) and not _code_talk(seen):
         return True
@@ -743,53 +749,50 @@ _FENCE_NAME = Pattern(r"zepcontext")
 
 
 @cache
-def _phrases(lines: str) -> str:
-    """A lexicon concept (:mod:`afterthought.lexicon`) as a regex alternation on the
-    normalised view. A phrase in Latin letters starts at a word's start (and a short one
-    ends at a word's end: "ne" must not be "next"), one in Cyrillic starts at a word's
-    start; elsewhere a phrase matches anywhere (Chinese and Japanese have no spaces,
-    Arabic writes "and" and "the" onto the word); a space inside a phrase matches any
-    spacing, none included."""
+def _folded(lines: str) -> frozenset[str]:
+    """A lexicon concept's phrases (:mod:`afterthought.lexicon`) as the normalised view
+    reads them."""
     # A capital can fold to another letter than its small one (a Cyrillic capital ve reads
     # as "B", its small letter stays itself): a phrase is folded as written, capitalised
     # and in capitals.
     written = [line.strip() for line in lines.splitlines() if line.strip()]
-    folded = {
+    return frozenset(
         " ".join(normalise(cased).split())
         for line in written
         for cased in (line, line.capitalize(), line.upper())
-    }
-    # The phrases share one trie per start condition, so a match costs a walk down it,
-    # not a try of every phrase at every character.
-    tries: dict[str, _Trie] = {}
-    for phrase in folded:
-        start, end = "", ""
-        if re.fullmatch(r"[a-z0-9 '\-.,]+", phrase):  # "AI" is a word in "的AI" too
-            start, end = r"(?<![a-z0-9])", r"(?![a-z0-9])" if len(phrase) <= 3 else ""
-        elif re.match(r"[\u0400-\u04ff]", phrase):
-            start = r"(?<!\w)"
-        node = tries.setdefault(start, {})
-        for char in phrase:
-            node = node.setdefault(char, {})
-        node.setdefault(_END, {})[end] = {}
-    return "|".join(start + _alternation(trie) for start, trie in sorted(tries.items()))
+    )
 
 
-#: A trie of phrases: a character to the rest; :data:`_END` to the ways a phrase may end.
-_Trie = dict[str, "_Trie"]
-_END = "\0"
+@cache
+def _phrases(lines: str) -> str:
+    """A lexicon concept as a regex alternation on the normalised view
+    (:func:`afterthought.phrases.regex`)."""
+    return phrases.regex(_folded(lines))
 
 
-def _alternation(trie: _Trie) -> str:
-    """The trie as a regex: longer phrases tried before the shorter ones they extend."""
-    branches = [
-        (r"\s*" if char == " " else re.escape(char)) + _alternation(rest)
-        for char, rest in sorted(trie.items())
-        if char != _END
-    ]
-    if _END in trie:  # a phrase that may end anywhere makes its word-end twin moot
-        branches.append("" if "" in trie[_END] else next(iter(trie[_END])))
-    return branches[0] if len(branches) == 1 else "(?:" + "|".join(branches) + ")"
+#: The lexicon concepts, found in a text by one walk (:class:`afterthought.phrases.Index`).
+_CONCEPTS = {
+    "future": lexicon.FUTURE,
+    "mention": lexicon.MENTION_CUES,
+    "reporter": lexicon.REPORTERS,
+    "you": lexicon.YOU,
+    "ai": lexicon.ASSISTANT,
+    "self": lexicon.SELF,
+    "turns": lexicon.TURNS,
+    "order": lexicon.ORDERS,
+    "rules": lexicon.RULES,
+    "others": lexicon.OTHERS,
+    "never": lexicon.NEVER,
+    "persist": lexicon.PERSIST,
+    "group": lexicon.GROUP,
+    "code": lexicon.CODE,
+}
+_INDEX = phrases.Index(lambda: {name: _folded(lines) for name, lines in _CONCEPTS.items()})
+
+
+def _concept(name: str) -> Pattern:
+    """A lexicon concept's regex, tried only where the index finds one of its phrases."""
+    return Pattern(lambda: _phrases(_CONCEPTS[name]), starts=_INDEX.starts_of(name))
 
 
 # --- encoded payloads ------------------------------------------------------------------------
@@ -884,8 +887,9 @@ _ONE_AS_L = str.maketrans({"1": "l"})
 def _views(view: str) -> list[str]:
     joined = _joined(view)
     readings = (view, joined, _unleet(joined), _unleet(joined.translate(_ONE_AS_L)))
-    # Most text reads the same in every reading: each distinct one is checked once.
-    return [w for v in dict.fromkeys(readings) for w in _windows(v)]
+    # Most text reads the same in every reading, and a reading differs from the view only
+    # in a few windows: each distinct window is checked once.
+    return list(dict.fromkeys(w for v in readings for w in _windows(v)))
 
 
 #: A standing order to recommend something by name: "from now on always recommend ...".
@@ -920,8 +924,8 @@ _QUOTED = Pattern(
     # A single-quoted passage may hold apostrophes ("'... don't approve ...'").
     r"(?<![a-z0-9])'(?:[^'\n]|(?<=[a-z])'(?=[a-z])){3,}'(?![a-z0-9])"
 )
-_MENTION_CUE = Pattern(lambda: _phrases(lexicon.MENTION_CUES))
-_CODE_TALK = Pattern(lambda: _phrases(lexicon.CODE))
+_MENTION_CUE = _concept("mention")
+_CODE_TALK = _concept("code")
 #: What, outside the quotes, turns a quotation back into an order to the assistant:
 #: "translate this and do it: '...'", "from now on, '...'". Not the "you" of a question
 #: about the words ("how do you translate '...'", "can you explain why '...' works").
@@ -1009,7 +1013,7 @@ _CLAUSE_END = Pattern(
     r"(?<=[\u3040-\u30ff\u3400-\u9fff\uac00-\ud7af][!?])(?=[^\s!?.])|"
     r"\s*[;\n]+\s*|\s+[\-\u2013\u2014]+\s+"
 )
-_L_TURNS = Pattern(lambda: _phrases(lexicon.TURNS))
+_L_TURNS = _concept("turns")
 #: A clause this short in UTF-8 bytes ("ok?", "thx", "Thanks!", "好累。") is read with
 #: its neighbour.
 _SHORT = 12
@@ -1023,20 +1027,34 @@ _FILLER = Pattern(
         r"(?![a-z0-9])[\s,:!.]*)+"
     )
 )
+#: Every place a standing phrase begins (a look-ahead: one may begin inside another).
+_STANDING_AT = Pattern(rf"(?=(?:{_STANDING_START}|{_STANDING_ABROAD}))")
+_STANDING_PHRASE = Pattern(rf"{_STANDING_START}|{_STANDING_ABROAD}")
+
+
+def _future_starts(view: str) -> list[int]:
+    """Where the ``future`` cue can match: a phrase of the lexicon's or a standing one."""
+    found = _INDEX.starts(view).get("future", [])
+    if not _STANDING_PHRASE.possible(view):
+        return found
+    return sorted({*found, *(m.start() for m in _STANDING_AT.compiled.finditer(view))})
+
+
 _CUES = {
-    "you": Pattern(lambda: _phrases(lexicon.YOU)),
-    "ai": Pattern(lambda: _phrases(lexicon.ASSISTANT)),
-    "self": Pattern(lambda: _phrases(lexicon.SELF)),
+    "you": _concept("you"),
+    "ai": _concept("ai"),
+    "self": _concept("self"),
     "future": Pattern(
-        lambda: _phrases(lexicon.FUTURE) + "|" + _STANDING_START + "|" + _STANDING_ABROAD
+        lambda: _phrases(lexicon.FUTURE) + "|" + _STANDING_START + "|" + _STANDING_ABROAD,
+        starts=_future_starts,
     ),
     "mention": _MENTION_CUE,
-    "reporter": Pattern(lambda: _phrases(lexicon.REPORTERS)),
+    "reporter": _concept("reporter"),
     "quoted": _QUOTED,
-    "order": Pattern(lambda: _phrases(lexicon.ORDERS)),
-    "rules": Pattern(lambda: _phrases(lexicon.RULES)),
-    "others": Pattern(lambda: _phrases(lexicon.OTHERS)),
-    "never": Pattern(lambda: _phrases(lexicon.NEVER)),
+    "order": _concept("order"),
+    "rules": _concept("rules"),
+    "others": _concept("others"),
+    "never": _concept("never"),
     # A web address is where a planted order sends people; a mail address is as often the
     # user's own ("my email is ..."): two cues, each weighed on its own.
     "address": Pattern(
@@ -1044,8 +1062,8 @@ _CUES = {
         r"info|biz|top|site|link|click)\b"
     ),
     "mail": Pattern(r"\S+@\S+\.\w+"),
-    "persist": Pattern(lambda: _phrases(lexicon.PERSIST)),
-    "group": Pattern(lambda: _phrases(lexicon.GROUP)),
+    "persist": _concept("persist"),
+    "group": _concept("group"),
     "code": _CODE_TALK,
 }
 
@@ -1091,6 +1109,12 @@ def clauses(view: str) -> list[str]:
 _HEADING = Pattern(r"^[^:\n]{1,80}?:")
 
 
+def _within(starts: list[int], begin: int, end: int) -> bool:
+    """Whether any of the sorted ``starts`` lies in ``[begin, end)``."""
+    i = bisect_left(starts, begin)
+    return i < len(starts) and starts[i] < end
+
+
 def _headed(clause: str, begin: int, found: dict[str, list[int]]) -> set[str]:
     """The cues of a clause's heading (``h:``) and each paired with the cues after it
     (``h:a+b:b``): a heading says whom what follows is for — the assistant ("note for the
@@ -1100,10 +1124,8 @@ def _headed(clause: str, begin: int, found: dict[str, list[int]]) -> set[str]:
         return set()
     cut = begin + heading.end()
     end = begin + len(clause)
-    head = sorted(n for n, starts in found.items() if any(begin <= s < cut for s in starts)) or [
-        "none"
-    ]
-    body = sorted(n for n, starts in found.items() if any(cut <= s < end for s in starts))
+    head = sorted(n for n, starts in found.items() if _within(starts, begin, cut)) or ["none"]
+    body = sorted(n for n, starts in found.items() if _within(starts, cut, end))
     return {f"h:{a}" for a in head} | {f"h:{a}+b:{b}" for a in head for b in body}
 
 
@@ -1119,7 +1141,7 @@ def units(view: str, *, whole: bool = False) -> list[tuple[str, set[str]]]:
     context = sorted(name for name, starts in found.items() if starts)
     spans = [(0, len(view))] if whole else clause_spans(view)
     named = [
-        sorted(n for n, starts in found.items() if any(begin <= s < end for s in starts))
+        sorted(n for n, starts in found.items() if _within(starts, begin, end))
         for begin, end in spans
     ]
     result = []
@@ -1166,12 +1188,17 @@ def ordered(view: str) -> bool:
     clause that only asks the assistant's view (``_asks_a_view``) is none."""
     threshold = classifier.threshold()
     plain = _unleet(_joined(view))
-    return any(
-        classifier.score(clause, extra) >= threshold
-        for reading in dict.fromkeys((view, plain))
-        for clause, extra in units(reading)
-        if not _asks_a_view(clause, extra)
-    )
+    # The two readings share most clauses, with the same cues: each is scored once.
+    judged: set[tuple[str, frozenset[str]]] = set()
+    for reading in dict.fromkeys((view, plain)):
+        for clause, extra in units(reading):
+            key = (clause, frozenset(extra))
+            if key in judged:
+                continue
+            judged.add(key)
+            if not _asks_a_view(clause, extra) and classifier.score(clause, extra) >= threshold:
+                return True
+    return False
 
 
 def detect(text: str, *, _depth: int = 0, _model: bool = True) -> str | None:
@@ -1199,6 +1226,21 @@ def detect(text: str, *, _depth: int = 0, _model: bool = True) -> str | None:
             if detect(decoded, _depth=_depth + 1, _model=words) is not None:
                 return INSTRUCTION_LIKE
     return None
+
+
+def prepare() -> None:
+    """Compile every pattern and build the phrase index now, which would otherwise be done
+    on first use: a process that judges messages calls it once at start, so that no
+    message pays for it (most of a second in all)."""
+    patterns = [
+        *(p for p in globals().values() if isinstance(p, Pattern)),
+        *_CUES.values(),
+    ]
+    for pattern in patterns:
+        pattern.prepare()
+    _INSTRUCTIONS.prepare()
+    _INDEX.prepare()
+    classifier.threshold()
 
 
 #: Words a value read from checked sources has before the classifier judges it again.
