@@ -21,7 +21,8 @@ set out at a time (each was written by another person who saw none of the others
 estimate for the next blind set, per fold, with Wilson 95 % intervals.
 
     python bench/train_classifier.py --also blind --also heldout --also blind3 \
-        --also blind4 --also blind5 --also blind6 --also blind7   # writes the shipped model
+        --also blind4 --also blind5 --also blind6 --also blind7 --also train8a \
+        --also train8b --also train8c --also train8d   # writes the shipped model
     python bench/train_classifier.py --cv      # leave-one-blind-set-out figures
 """
 
@@ -80,7 +81,19 @@ class Row:
 
 #: The sets written blind, each by someone who saw none of the others: the folds of
 #: :func:`cross_validate`.
-BLIND_SETS = ("blind", "heldout", "blind3", "blind4", "blind5", "blind6", "blind7")
+BLIND_SETS = (
+    "blind",
+    "heldout",
+    "blind3",
+    "blind4",
+    "blind5",
+    "blind6",
+    "blind7",
+    "train8a",
+    "train8b",
+    "train8c",
+    "train8d",
+)
 
 
 def blind_rows(name: str) -> list[Row]:
