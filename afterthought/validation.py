@@ -739,14 +739,27 @@ _FENCE_NAME = Pattern(r"zepcontext")
 # --- phrases in the languages users speak (the classifier reads the orders) ---------------------
 
 
+#: The letters of the alphabets written with a space between words, as the view holds them
+#: (Latin, Greek, Cyrillic, Armenian, Georgian; the Indic scripts with their vowel signs):
+#: a capital Cyrillic or Greek letter folds to Latin ("Мой" reads "moй"), so a word may
+#: mix them.
+_LETTERS = "a-z0-9\u00c0-\u024f\u0370-\u058f\u0900-\u0dff\u10a0-\u10ff"
+_SPACED_LETTER = re.compile(f"[{_LETTERS}]")
+#: A word's start: not inside a word, nor right after a French "j'", "n'", "t'" (whose
+#: verb follows: "j'ai" holds no "AI", "j'ignore" no order to ignore).
+_WORD_START = rf"(?<![{_LETTERS}])(?<!(?<![{_LETTERS}])[jnt]')"
+_WORD_END = rf"(?![{_LETTERS}])"
+
+
 @cache
 def _phrases(lines: str) -> str:
     """A lexicon concept (:mod:`afterthought.lexicon`) as a regex alternation on the
-    normalised view. A phrase in Latin letters starts at a word's start (and a short one
-    ends at a word's end: "ne" must not be "next"), one in Cyrillic starts at a word's
-    start; elsewhere a phrase matches anywhere (Chinese and Japanese have no spaces,
-    Arabic writes "and" and "the" onto the word); a space inside a phrase matches any
-    spacing, none included."""
+    normalised view. A phrase in an alphabet written with spaces (:data:`_LETTERS`) starts
+    at a word's start (and a short one ends at a word's end: "ne" must not be "next", "вы"
+    not "выход", "हम" not "हमेशा"; one that ends in an apostrophe, "j'", runs into its
+    word); elsewhere a phrase matches anywhere (Chinese, Japanese and Thai have no spaces,
+    Arabic and Hebrew write "and" and "the" onto the word); a space inside a phrase
+    matches any spacing, none included."""
     # A capital can fold to another letter than its small one (a Cyrillic capital ve reads
     # as "B", its small letter stays itself): a phrase is folded as written, capitalised
     # and in capitals.
@@ -761,10 +774,10 @@ def _phrases(lines: str) -> str:
     tries: dict[str, _Trie] = {}
     for phrase in folded:
         start, end = "", ""
-        if re.fullmatch(r"[a-z0-9 '\-.,]+", phrase):  # "AI" is a word in "的AI" too
-            start, end = r"(?<![a-z0-9])", r"(?![a-z0-9])" if len(phrase) <= 3 else ""
-        elif re.match(r"[\u0400-\u04ff]", phrase):
-            start = r"(?<!\w)"
+        if _SPACED_LETTER.match(phrase):
+            start = _WORD_START
+            if len(phrase) <= 3 and _SPACED_LETTER.match(phrase[-1]):
+                end = _WORD_END
         node = tries.setdefault(start, {})
         for char in phrase:
             node = node.setdefault(char, {})
