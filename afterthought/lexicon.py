@@ -1891,7 +1891,6 @@ các bạn
 너희
 너도
 당신은
-انتي
 نفسك
 لديك
 عندك
@@ -2817,10 +2816,6 @@ esquece
 веди себя как
 представь, что
 уяви, що
-tell everyone
-tell anyone
-tell users
-tell the user
 act like
 behave like
 roleplay as
