@@ -16,27 +16,29 @@ from collections.abc import Callable, Iterable, Mapping
 from functools import cached_property, lru_cache
 from typing import Any
 
-#: Where a phrase may start: anywhere (Chinese and Japanese have no spaces, Arabic writes
-#: "and" and "the" onto the word), not after a Latin letter or digit, not after a word
-#: character (Cyrillic).
+#: The letters of the alphabets written with a space between words, as the view holds them
+#: (Latin, Greek, Cyrillic, Armenian, Georgian; the Indic scripts with their vowel signs):
+#: a capital Cyrillic or Greek letter folds to Latin ("Мой" reads "moй"), so a word may
+#: mix them.
+LETTERS = "a-z0-9\u00c0-\u024f\u0370-\u058f\u0900-\u0dff\u10a0-\u10ff"
+_SPACED_LETTER = re.compile(f"[{LETTERS}]")
+#: Where a phrase may start: anywhere (Chinese, Japanese and Thai have no spaces, Arabic
+#: and Hebrew write "and" and "the" onto the word), or, in a spaced alphabet, at a word's
+#: start: not inside a word, nor right after a French "j'", "n'", "t'" (whose verb follows:
+#: "j'ai" holds no "AI", "j'ignore" no order to ignore).
 ANYWHERE = ""
-AFTER_LATIN = r"(?<![a-z0-9])"
-AFTER_WORD = r"(?<!\w)"
-#: A short Latin phrase ends at a word's end ("ne" must not be "next").
-WORD_END = r"(?![a-z0-9])"
-
-_LATIN = re.compile(r"[a-z0-9 '\-.,]+")
-_CYRILLIC = re.compile(r"[\u0400-\u04ff]")
-_LATIN_WORD = frozenset("abcdefghijklmnopqrstuvwxyz0123456789")
+WORD_START = rf"(?<![{LETTERS}])(?<!(?<![{LETTERS}])[jnt]')"
+#: A short phrase of a spaced alphabet ends at a word's end ("ne" must not be "next", "вы"
+#: not "выход", "हम" not "हमेशा"); one that ends in an apostrophe ("j'") runs into its word.
+WORD_END = rf"(?![{LETTERS}])"
 
 
 def bounds(phrase: str) -> tuple[str, str]:
     """How a phrase may start and end in a match, as regex look-arounds."""
-    if _LATIN.fullmatch(phrase):  # "AI" is a word in "的AI" too
-        return AFTER_LATIN, WORD_END if len(phrase) <= 3 else ""
-    if _CYRILLIC.match(phrase):
-        return AFTER_WORD, ""
-    return ANYWHERE, ""
+    if not _SPACED_LETTER.match(phrase):
+        return ANYWHERE, ""
+    short = len(phrase) <= 3 and _SPACED_LETTER.match(phrase[-1]) is not None
+    return WORD_START, WORD_END if short else ""
 
 
 #: A trie of phrases: a character to the rest; :data:`_END` to the ways a phrase may end.
@@ -177,7 +179,7 @@ def _walk(trie: _Node, text: str, at: int) -> set[str]:
         for node in states:
             if (ends := node.get(_END)) is not None:
                 matched |= ends[0]
-                if following not in _LATIN_WORD:
+                if not _SPACED_LETTER.match(following):
                     matched |= ends[1]
         if not following:
             break

@@ -120,6 +120,11 @@ def _confusable_table() -> dict[str, str]:
             char = glyph["c"].strip("\u200e\u200f")
             if len(char) != 1 or char.isascii():
                 continue
+            # A letter of a script people write in reads as a letter, not as punctuation:
+            # Hebrew yod is no apostrophe (else every Hebrew sentence holds "quotes"),
+            # katakana "no" no slash. Modifier letters (U+02BC) still read as apostrophes.
+            if order == 2 and unicodedata.category(char) == "Lo":
+                continue
             if order < rank.get(char, 3):
                 table[char], rank[char] = target, order
     return table
