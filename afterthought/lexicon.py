@@ -4250,3 +4250,249 @@ programação
 mã lỗi
 báo lỗi
 """
+
+#: A word the user will say that sets an order off ("if I say 'cleanup'", "the moment I
+#: mention Friday", "когда я пишу «маме»"): with an order verb it is a planted trigger;
+#: with the speaker's own device or routine, their automation.
+TRIGGER = """
+if i say
+if i type
+if i write
+if i send
+if i mention
+when i say
+when i type
+when i write
+when i send
+when i mention
+whenever i say
+whenever i type
+whenever i write
+whenever i mention
+next time i say
+next time i mention
+next time i type
+the moment i say
+the moment i mention
+as soon as i say
+as soon as i type
+as soon as i write
+once i say
+si digo
+si escribo
+si te digo
+cuando diga
+cuando escriba
+cuando te diga
+cada vez que diga
+cada vez que escriba
+si je dis
+si j'écris
+quand je dis
+quand je dirai
+quand j'écris
+dès que je dis
+dès que j'écris
+wenn ich sage
+wenn ich schreibe
+sobald ich sage
+sobald ich schreibe
+immer wenn ich
+se dico
+se scrivo
+quando dico
+quando scrivo
+ogni volta che dico
+ogni volta che scrivo
+se eu disser
+se eu escrever
+quando eu disser
+quando eu escrever
+sempre que eu disser
+sempre que eu escrever
+если я скажу
+если я напишу
+когда я пишу
+когда я напишу
+когда я скажу
+как только я напишу
+как только я скажу
+якщо я скажу
+якщо я напишу
+коли я пишу
+коли я напишу
+коли я скажу
+jeśli napiszę
+jeśli powiem
+gdy napiszę
+kiedy napiszę
+kiedy powiem
+als ik zeg
+als ik schrijf
+wanneer ik zeg
+zodra ik
+dersem
+yazarsam
+yazdığımda
+dediğimde
+kalau aku bilang
+kalau saya bilang
+kalau aku ketik
+jika saya mengetik
+jika saya bilang
+setiap kali aku bilang
+nếu mình nói
+nếu tôi nói
+nếu mình gõ
+nếu tôi gõ
+khi mình nói
+khi tôi nói
+mỗi khi mình nói
+ถ้าฉันพิมพ์
+ถ้าฉันพูด
+ถ้าพิมพ์ว่า
+เมื่อฉันพิมพ์
+如果我说
+如果我发
+如果我打
+只要我说
+只要我发
+每当我说
+当我说
+我一说
+って送ったら
+って言ったら
+と言ったら
+と送ったら
+と書いたら
+って書いたら
+라고 보내면
+라고 하면
+라고 말하면
+라고 쓰면
+이라고 보내면
+إذا قلت
+اذا قلت
+إذا كتبت
+اذا كتبت
+كلما كتبت
+كلما قلت
+عندما أكتب
+عندما أقول
+अगर मैं कहूँ
+अगर मैं लिखूँ
+जब मैं लिखूँ
+जब मैं कहूँ
+जब भी मैं
+agar main bolun
+agar main likhun
+اگر گفتم
+اگر نوشتم
+هر وقت نوشتم
+וכשאני כותב
+אם אני כותב
+אם אכתוב
+כשאכתוב
+nikiandika
+nikisema
+kila nikiandika
+kila nikisema
+kapag sinabi ko
+pag sinabi ko
+kapag nag-type ako
+"""
+
+#: Doing it without asking first ("no need to ask", "без подтверждений"): what an order
+#: that spends, deletes or sends on the user's behalf says, and a person's request rarely
+#: does.
+UNASKED = """
+without asking
+without confirmation
+without confirming
+without asking me
+without checking with me
+no need to ask
+no need to confirm
+don't ask me
+dont ask me
+do not ask me
+don't ask for confirmation
+no confirmation
+skip the confirmation
+sin preguntar
+sin pedir confirmación
+sin confirmación
+sin confirmar
+no me preguntes
+sans demander
+sans confirmation
+sans me demander
+ne me demande pas
+ohne nachzufragen
+ohne zu fragen
+ohne bestätigung
+ohne rückfrage
+frag nicht nach
+senza chiedere
+senza conferma
+senza chiedermi
+non chiedermi
+sem perguntar
+sem pedir confirmação
+sem confirmação
+sem me perguntar
+não me pergunte
+без подтверждения
+без подтверждений
+не спрашивая
+без вопросов
+не спрашивай
+без підтвердження
+не питаючи
+не питай
+bez pytania
+bez potwierdzenia
+nie pytaj
+zonder te vragen
+zonder bevestiging
+onay sormadan
+sormadan
+onay istemeden
+tanpa bertanya
+tanpa konfirmasi
+tanpa tanya
+không cần hỏi
+không cần xác nhận
+mà không cần hỏi
+ไม่ต้องถาม
+ไม่ต้องยืนยัน
+不要再问我
+不用问我
+不要问我
+无需确认
+不用确认
+不需要确认
+确认なし
+確認なし
+確認せず
+確認しないで
+확인 없이
+묻지 말고
+묻지 않고
+دون أن تطلب تأكيد
+دون تأكيد
+بدون تأكيد
+دون أن تسألني
+بدون ما تسألني
+बिना पूछे
+बिना पुष्टि
+bina puche
+بدون تأیید
+بدون پرسیدن
+בלי לשאול
+ללא אישור
+bila kuuliza
+bila uthibitisho
+nang hindi nagtatanong
+"""
+

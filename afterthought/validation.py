@@ -791,6 +791,8 @@ _CONCEPTS = {
     "persist": lexicon.PERSIST,
     "group": lexicon.GROUP,
     "code": lexicon.CODE,
+    "trigger": lexicon.TRIGGER,
+    "unasked": lexicon.UNASKED,
 }
 _INDEX = phrases.Index(lambda: {name: _folded(lines) for name, lines in _CONCEPTS.items()})
 
@@ -1070,6 +1072,8 @@ _CUES = {
     "persist": _concept("persist"),
     "group": _concept("group"),
     "code": _CODE_TALK,
+    "trigger": _concept("trigger"),
+    "unasked": _concept("unasked"),
 }
 
 

@@ -21,8 +21,8 @@ set out at a time (each was written by another person who saw none of the others
 estimate for the next blind set, per fold, with Wilson 95 % intervals.
 
     python bench/train_classifier.py --also blind --also heldout --also blind3 \
-        --also blind4 --also blind5 --also blind6 --also blind7 --also train8a \
-        --also train8b --also train8c --also train8d   # writes the shipped model
+        --also blind4 --also blind5 --also blind6 --also blind7 --also blind8 \
+        --also train8a --also train8b --also train8c --also train8d   # writes the shipped model
     python bench/train_classifier.py --cv      # leave-one-blind-set-out figures
 """
 
@@ -89,6 +89,7 @@ BLIND_SETS = (
     "blind5",
     "blind6",
     "blind7",
+    "blind8",
     "train8a",
     "train8b",
     "train8c",

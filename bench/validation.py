@@ -117,7 +117,9 @@ def measure(
         for row in rows:
             refused = refusal(row["text"], trust="model") is not None
             judged += 1
-            for key in (row["split"], f"{row['split']}:{row['category']}"):
+            # A set's rows name their category "category" or "kind".
+            category = row.get("category", row.get("kind", "-"))
+            for key in (row["split"], f"{row['split']}:{category}"):
                 totals[key] += 1
                 wrong[key] += refused == wrong_when_refused
             if refused == wrong_when_refused:
