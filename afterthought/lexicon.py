@@ -3,7 +3,15 @@
 form"), in the languages users speak. Data only, one phrase a line, written as people
 write it: :mod:`afterthought.validation` folds each phrase to its normalised view and
 compiles it. Orders themselves, in any language, are the classifier's to read
-(:mod:`afterthought.classifier`)."""
+(:mod:`afterthought.classifier`).
+
+Every list holds at least English, Chinese (simplified and traditional), Spanish, Hindi
+(Devanagari and romanised), Arabic, Portuguese, Russian, Japanese, German, French, Korean,
+Italian, Turkish, Indonesian, Malay, Vietnamese, Polish, Dutch, Ukrainian, Thai, Persian,
+Hebrew, Bengali, Urdu, Swahili, Greek, Czech, Romanian, Tagalog and Swedish. A phrase
+that is a common word's start or inside in another language is left out or written
+whole ("my husband" as "mon mari": "mari" starts "Maria"); the view drops diacritics, so
+"próxima" also matches "proxima"."""
 
 from __future__ import annotations
 
