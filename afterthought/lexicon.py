@@ -3,7 +3,15 @@
 form"), in the languages users speak. Data only, one phrase a line, written as people
 write it: :mod:`afterthought.validation` folds each phrase to its normalised view and
 compiles it. Orders themselves, in any language, are the classifier's to read
-(:mod:`afterthought.classifier`)."""
+(:mod:`afterthought.classifier`).
+
+Every list holds at least English, Chinese (simplified and traditional), Spanish, Hindi
+(Devanagari and romanised), Arabic, Portuguese, Russian, Japanese, German, French, Korean,
+Italian, Turkish, Indonesian, Malay, Vietnamese, Polish, Dutch, Ukrainian, Thai, Persian,
+Hebrew, Bengali, Urdu, Swahili, Greek, Czech, Romanian, Tagalog and Swedish. A phrase
+that is a common word's start or inside in another language is left out or written
+whole ("my husband" as "mon mari": "mari" starts "Maria"); the view drops diacritics, so
+"próxima" also matches "proxima"."""
 
 from __future__ import annotations
 
@@ -4029,6 +4037,160 @@ bizi
 bizde
 ailem
 ailece
+tenants
+residents
+guests
+members
+participants
+pupils
+attendees
+volunteers
+inquilinos
+residentes
+huéspedes
+socios
+miembros
+participantes
+locataires
+résidents
+invités
+membres
+mieter
+bewohner
+gäste
+mitglieder
+teilnehmer
+inquilini
+condomini
+ospiti
+membri
+partecipanti
+moradores
+hóspedes
+membros
+жильц
+жители
+гости
+участники
+члены клуба
+мешканц
+учасники
+kiracılar
+sakinler
+misafirler
+üyeler
+katılımcılar
+penyewa
+penghuni
+tamu
+anggota
+peserta
+ahli
+người thuê
+cư dân
+khách mời
+thành viên
+người tham gia
+lokatorzy
+mieszkańcy
+goście
+członkowie
+uczestnicy
+huurders
+bewoners
+gasten
+leden
+deelnemers
+ผู้เช่า
+ผู้พักอาศัย
+แขก
+สมาชิก
+ผู้เข้าร่วม
+مستأجرين
+المستأجرين
+السكان
+الضيوف
+الأعضاء
+المشاركين
+مستاجران
+ساکنان
+مهمانان
+اعضا
+شرکت کنندگان
+דיירים
+הדיירים
+אורחים
+חברי
+משתתפים
+किरायेदार
+निवासी
+मेहमान
+सदस्य
+प्रतिभागी
+ভাড়াটে
+বাসিন্দা
+অতিথি
+সদস্য
+অংশগ্রহণকারী
+کرایہ دار
+رہائشی
+مہمان
+اراکین
+شرکاء
+wapangaji
+wakazi
+wageni
+wanachama
+washiriki
+ενοικιαστές
+ένοικοι
+καλεσμένοι
+μέλη
+συμμετέχοντες
+nájemníci
+obyvatelé
+hosté
+členové
+účastníci
+chiriași
+locatari
+oaspeți
+membrii
+participanți
+nangungupahan
+residente
+bisita
+miyembro
+kalahok
+hyresgäster
+boende
+gäster
+medlemmar
+deltagare
+租户
+租戶
+住户
+住戶
+住客
+客人
+会员
+會員
+成员
+成員
+参与者
+參與者
+入居者
+住民
+ゲスト
+メンバー
+参加者
+세입자
+입주민
+주민
+손님
+회원
+멤버
+참가자
 """
 
 #: Talk about code, markup or configuration: a tag or a comment in such a message is
