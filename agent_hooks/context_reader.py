@@ -26,6 +26,7 @@ from afterthought.breaker import CircuitBreaker
 from afterthought.context_cache import PENDING, CacheRead, ContextCache, now_version
 from afterthought.contract import thread_key
 from afterthought.direct_write import DirectWriter
+from afterthought.forget_marks import person_pending
 from afterthought.identity import Identity, IdentityRegistry
 from afterthought.keys import Keys, digest
 from afterthought.settings import Settings
@@ -402,6 +403,8 @@ class ContextReader:
         zep_user_id = await registry.named_id(app=who.app, user_id=who.user_id)
         if zep_user_id is None or not self.read_breaker.allow():
             return None
+        if await person_pending(self._redis(), self.settings, app=who.app, user_id=who.user_id):
+            return None  # the backend still holds what their forget deletes
         backend = self._backend()
         try:
             return await self._guarded(

@@ -22,6 +22,7 @@ from typing_extensions import override
 from afterthought.agent_hooks.identity import ZepIdentity, replay_pins
 from afterthought.agent_hooks.messages import messages_from_events, said_text
 from afterthought.agent_hooks.turn_memory import TurnMemory, Who
+from afterthought.backends.base import synthesizes
 from afterthought.contract import QueuedMessage, Unmade, checksum
 from afterthought.search import SearchHit, SearchRequest
 from afterthought.settings import Settings
@@ -194,8 +195,11 @@ class ZepMemoryService(BaseMemoryService):
         except Exception as exc:
             log.warning("memory search failed error=%s", type(exc).__name__)
             return SearchMemoryResponse()
-        # A hit scored 0 is no answer to the query; facts were validated when they were
-        # made, statements come as said and the instruction-like never reach a model.
+        # A hit scored 0 is no answer to the query. Statements come as said, and the
+        # instruction-like never reach a model; so do the facts a backend draws itself from
+        # each sentence said (Zep's, in ``zep`` mode): ours were validated when made.
+        if not synthesizes(self.settings, self.memory.backend):
+            facts = [hit for hit in facts if detect(hit.text) is None]
         said = [hit for hit in statements if detect(hit.text) is None]
         found = scored([*((hit, "fact") for hit in facts), *((hit, "statement") for hit in said)])
         return SearchMemoryResponse(

@@ -31,7 +31,13 @@ from dataclasses import dataclass, field
 import redis.asyncio as aioredis
 
 from afterthought.audit import AuditLog, Entry
-from afterthought.backends.base import BackendError, HistoryMessage, MemoryBackend, UserRef
+from afterthought.backends.base import (
+    BackendError,
+    HistoryMessage,
+    MemoryBackend,
+    UserRef,
+    synthesizes,
+)
 from afterthought.backends.retrieval import query_stems
 from afterthought.context_cache import COOLING, PENDING, ContextCache
 from afterthought.contract import DeadLetter, MalformedPayload, QueuedMessage
@@ -46,7 +52,7 @@ from afterthought.search import SearchRequest
 from afterthought.settings import Settings
 from afterthought.shared_store import sharing_prefixes
 from afterthought.tombstones import Tombstones
-from afterthought.worker.extract import default_extractor, synthesizes
+from afterthought.worker.extract import default_extractor
 
 log = logging.getLogger("afterthought.worker")
 
@@ -364,6 +370,10 @@ class Forgetter:
         try:
             users = await self.backend_users(app, user_id)
             named = await self._named(app, user_id)
+            # Before the deletion, which may stay pending: what an app the registry does not
+            # map them to cached of their graph would be served until it is done.
+            for user in users:
+                await self.cache.invalidate_graph(self.redis, graph_uuid=user.graph_uuid)
             for user in users:
                 await self.backend.delete_user(user=user)
             done.former_users = len([u for u in users if u != named])
