@@ -217,11 +217,14 @@ class ZepMemoryService(BaseMemoryService):
             author = self.settings.assistant_name
         else:
             author = hit.said_by or "memory"
+        # On one line: ``PreloadMemoryTool`` joins the entries' lines, so a line that a
+        # statement's text began would read as an entry of its own (``fact: …``, ``Time: …``).
+        text = " ".join(hit.text.split())
         return MemoryEntry(
             id=hit.uuid,
             author=author,
             timestamp=hit.created_at,
-            content=types.Content(role="user", parts=[types.Part(text=hit.text)]),
+            content=types.Content(role="user", parts=[types.Part(text=text)]),
             custom_metadata={"kind": kind, "score": hit.score, **hit.extra},
         )
 
