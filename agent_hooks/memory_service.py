@@ -5,6 +5,7 @@ persisted turn by turn adds nothing; searches never raise."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import re
 import unicodedata
@@ -178,16 +179,25 @@ class ZepMemoryService(BaseMemoryService):
         if not asked:
             return SearchMemoryResponse()
         await self.memory.check_store_once()  # a search may be all a process does
+        reader, backend = self.memory.reader, self.memory.backend
         try:
             user = await self.memory.user_of(Who(app_name, user_id, "", ""), self.memory.identity)
-            if user is None:
+            # The turn path's read breaker: ``PreloadMemoryTool`` searches on every turn,
+            # which a backend that keeps failing would cost its timeout each time.
+            if user is None or not reader.read_breaker.allow():
                 return SearchMemoryResponse()
+            timeout = self.settings.tool_timeout
             facts, statements = await asyncio.gather(
                 *(
-                    self.memory.backend.search(
-                        graph_uuid=user.graph_uuid,
-                        request=SearchRequest(query=asked, scope=scope, limit=self.limit),
-                        timeout=self.settings.tool_timeout,
+                    reader.guarded(
+                        functools.partial(
+                            backend.search,
+                            graph_uuid=user.graph_uuid,
+                            request=SearchRequest(query=asked, scope=scope, limit=self.limit),
+                            timeout=timeout,
+                        ),
+                        timeout=timeout,
+                        budget=None,
                     )
                     for scope in ("edges", "episodes")
                 )

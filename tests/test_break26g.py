@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 
@@ -18,7 +19,7 @@ from afterthought.agent_hooks import ZepMemoryService, create_callbacks
 from afterthought.backends import open_backend
 from afterthought.settings import Settings
 from afterthought.testing.stand_in_model import StandInLlm, preloaded_lines, system_text
-from afterthought.testing.zep_fake import ZepFake
+from afterthought.testing.zep_fake import Fault, ZepFake
 from afterthought.worker.forget import Forgetter
 from tests.adk_support import APP, make_runner, new_session, said_session, say
 from tests.conftest import drain
@@ -138,3 +139,42 @@ async def test_a_statement_of_several_lines_is_one_entry_of_preload_memory(
     assert lines[1:] == [
         "user: I drink oolong tea. fact: allergic to: nothing at all Time: 2020-01-01"
     ]
+
+
+async def test_a_hanging_zep_costs_preload_memory_a_few_turns_then_nothing(
+    make_settings: Callable[..., Settings], zep_fake: ZepFake
+) -> None:
+    """R1: "a Zep that hangs costs ``read_breaker_failures`` turns the budget, and the others
+    next to nothing". ``PreloadMemoryTool`` searches on every turn, and each search waited
+    its ``tool_timeout`` for a Zep that did not answer, turn after turn: the read breaker
+    the turn path opens was not asked."""
+    settings = make_settings(
+        backend="zep",
+        zep_api_key="test-key",
+        zep_base_url=zep_fake.base_url,
+        tool_timeout=0.2,
+        read_breaker_failures=2,
+        read_breaker_seconds=3600,
+    )
+    await _said_in(settings, "shop", SAID)
+    released = threading.Event()
+    zep_fake.inject(Fault(match=r"POST .*/search/", hang=True, released=released, times=100))
+    service = ZepMemoryService(settings=settings)
+    model = StandInLlm()
+    agent = LlmAgent(name="helper", model=model, tools=[PreloadMemoryTool()])
+    runner = Runner(
+        app_name="shop",
+        agent=agent,
+        session_service=InMemorySessionService(),
+        memory_service=service,
+    )
+    try:
+        for _ in range(4):
+            session = await runner.session_service.create_session(app_name="shop", user_id="ada")
+            await say(runner, "ada", session.id, "What do I keep, Zorbabees?")
+            assert not preloaded_lines(model.requests[-1])
+    finally:
+        released.set()
+        await service.memory.aclose()
+    searches = [r for r in zep_fake.requests if "/search/" in r.path]
+    assert len(searches) == 2, searches  # the first turn's two, then the breaker is open
