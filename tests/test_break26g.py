@@ -17,12 +17,13 @@ from google.genai import types
 
 from afterthought.agent_hooks import ZepMemoryService, create_callbacks
 from afterthought.backends import open_backend
+from afterthought.keys import Keys
 from afterthought.settings import Settings
 from afterthought.testing.stand_in_model import StandInLlm, preloaded_lines, system_text
 from afterthought.testing.zep_fake import Fault, ZepFake
 from afterthought.worker.forget import Forgetter
 from tests.adk_support import APP, make_runner, new_session, said_session, say
-from tests.conftest import drain
+from tests.conftest import PassingClock, drain
 
 SAID = "I keep Zorbabees in my garden."
 
@@ -63,14 +64,20 @@ async def _found(settings: Settings, app: str, query: str) -> list[tuple[str, st
 
 
 @pytest.mark.parametrize("mode", ["query", "cached"])
+@pytest.mark.parametrize("pending", ["zep deletes later", "a worker holds them"])
 async def test_no_app_reads_a_person_while_their_forget_is_pending(
-    make_settings: Callable[..., Settings], zep_fake: ZepFake, redis: aioredis.Redis, mode: str
+    make_settings: Callable[..., Settings],
+    zep_fake: ZepFake,
+    redis: aioredis.Redis,
+    mode: str,
+    pending: str,
 ) -> None:
     """One user id is one person in every app, and a forget in one app is one in all: "no
-    app reads them while it runs". Until Zep's deletion is done (here: its task failed,
-    the forget pending for the cron to resume) an app whose registry has no entry of
-    theirs found them in the backend by the name the template gives them, and read what
-    was being forgotten — through ADK's memory service and through the turn's block."""
+    app reads them while it runs". While it was pending (Zep's deletion task failed, or a
+    worker still held them: the cron resumes it) an app whose registry has no entry of
+    theirs found them in the backend by the name the template gives them, and served a
+    block of theirs cached before, so read what was being forgotten — through ADK's
+    memory service and through the turn's block."""
     settings = make_settings(
         backend="zep", zep_api_key="test-key", zep_base_url=zep_fake.base_url, context_mode=mode
     )
@@ -85,10 +92,15 @@ async def test_no_app_reads_a_person_while_their_forget_is_pending(
 
     assert "Zorbabees" in await garden_block()
 
-    zep_fake.configure({"delete_pending_polls": 1, "delete_outcome": "failed"})
+    if pending == "zep deletes later":
+        zep_fake.configure({"delete_pending_polls": 1, "delete_outcome": "failed"})
+    else:  # a synthesis of theirs that outlives the forget's wait of two leases
+        await redis.set(Keys.of(settings).synthesizing("shop", "ada"), "held", px=3_600_000)
     backend = open_backend(settings)
+    passing = PassingClock()
+    forgetter = Forgetter(settings, redis, backend, clock=passing, sleep=passing.sleep)
     try:
-        done = await Forgetter(settings, redis, backend).forget_user_reported("shop", "ada")
+        done = await forgetter.forget_user_reported("shop", "ada")
     finally:
         await backend.aclose()
     assert done.pending  # Zep still holds them

@@ -349,6 +349,7 @@ class Forgetter:
         done = Forgotten(users=1)
         who = digest(app, user_id)
         began = await self.redis.hget(self.keys.forgets, who)
+        await self._drop_cached(app, user_id)
         threads = {
             t.decode() for t in await self.redis.smembers(self.keys.user_threads(app, user_id))
         }
@@ -370,10 +371,6 @@ class Forgetter:
         try:
             users = await self.backend_users(app, user_id)
             named = await self._named(app, user_id)
-            # Before the deletion, which may stay pending: what an app the registry does not
-            # map them to cached of their graph would be served until it is done.
-            for user in users:
-                await self.cache.invalidate_graph(self.redis, graph_uuid=user.graph_uuid)
             for user in users:
                 await self.backend.delete_user(user=user)
             done.former_users = len([u for u in users if u != named])
@@ -405,6 +402,18 @@ class Forgetter:
         log.info("forgot user=%s queued=%d dead=%d", who, done.queued, done.dead_letters)
         await self.audit.record([Entry("forget", "forget_user", who, "deleted")])
         return done
+
+    async def _drop_cached(self, app: str, user_id: str) -> None:
+        """The blocks cached of the user's graphs, in any app, before the forget waits for
+        anything (it may stay pending, to be resumed): an app the registry does not map
+        them to has no forgetting mark, and would serve its block of them until then."""
+        try:
+            users = await self.backend_users(app, user_id)
+        except BackendError:  # the registry's, at least
+            recorded = await self.registry.recorded_user(app=app, user_id=user_id)
+            users = [] if recorded is None else [recorded]
+        for user in users:
+            await self.cache.invalidate_graph(self.redis, graph_uuid=user.graph_uuid)
 
     async def _drop_dead(
         self,
