@@ -94,6 +94,23 @@ def person_of(settings: Settings, *, app: str, user_id: str) -> tuple[str | None
     return None if settings.apps_apart else (None, user_id)
 
 
+async def person_pending(
+    redis: aioredis.Redis, settings: Settings, *, app: str, user_id: str
+) -> bool:
+    """Whether a forget of the person the user id names (:func:`person_of`) is pending in
+    this deployment, begun in any app: the forgetting mark is set in the apps the registry
+    maps them to, and until the backend's deletion is done a reader of another app (no
+    registry entry of theirs) would find them in the backend by their name."""
+    person = person_of(settings, app=app, user_id=user_id)
+    if person is None:
+        return False
+    for raw in await redis.hvals(Keys.of(settings).forgets):
+        record = json.loads(raw)
+        if person_of(settings, app=record["app"], user_id=record["user_id"]) == person:
+            return True
+    return False
+
+
 def person_key(settings: Settings, *, app: str, user_id: str) -> str | None:
     """Where a forget of the user's person (:func:`person_of`) is timed: forgetting them
     in one app forgets them in all, and with users shared, in every sharing deployment

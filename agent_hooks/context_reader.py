@@ -26,6 +26,7 @@ from afterthought.breaker import CircuitBreaker
 from afterthought.context_cache import PENDING, CacheRead, ContextCache, now_version
 from afterthought.contract import thread_key
 from afterthought.direct_write import DirectWriter
+from afterthought.forget_marks import person_pending
 from afterthought.identity import Identity, IdentityRegistry
 from afterthought.keys import Keys, digest
 from afterthought.settings import Settings
@@ -141,7 +142,7 @@ class ContextReader:
         user or graph pinned in state is kept only if it is the one the registry holds for
         this ADK user (a client could have written another user's there). A thread pinned
         in state is written only after the worker checks it, so until then reads (a context
-        builder) are not handed it. ``budget``: the turn's (see :meth:`_guarded`)."""
+        builder) are not handed it. ``budget``: the turn's (see :meth:`guarded`)."""
         state = pins.state
         if pins.trusted:
             return pins.app.filled_from(state)
@@ -241,9 +242,9 @@ class ContextReader:
         self, user: UserRef, query: str, *, timeout: float, budget: asyncio.Timeout | None = None
     ) -> str:
         """The block from the backend, cut at ``timeout`` or at the end of the turn's
-        ``budget`` (:meth:`_guarded`)."""
+        ``budget`` (:meth:`guarded`)."""
         backend = self._backend()
-        return await self._guarded(
+        return await self.guarded(
             lambda: backend.get_context(
                 user=user,
                 query=query,
@@ -255,7 +256,7 @@ class ContextReader:
             budget=budget,
         )
 
-    async def _guarded(
+    async def guarded(
         self,
         call: Callable[[], Awaitable[T]],
         *,
@@ -397,14 +398,16 @@ class ContextReader:
         """The user the registry has no entry for (a newcomer, or one back after their
         entry expired) as the backend names them: their memory is there before a worker
         provisions them again (a newcomer's turn pays one backend lookup for it). A call
-        to the backend like a read (:meth:`_guarded`): while the breaker is open it is not
+        to the backend like a read (:meth:`guarded`): while the breaker is open it is not
         made, half-open it is the probe, and a lookup the budget cuts is a failure."""
         zep_user_id = await registry.named_id(app=who.app, user_id=who.user_id)
         if zep_user_id is None or not self.read_breaker.allow():
             return None
+        if await person_pending(self._redis(), self.settings, app=who.app, user_id=who.user_id):
+            return None  # the backend still holds what their forget deletes
         backend = self._backend()
         try:
-            return await self._guarded(
+            return await self.guarded(
                 lambda: backend.find_user(zep_user_id=zep_user_id),
                 timeout=self.settings.backend_timeout,
                 budget=budget,

@@ -5,6 +5,7 @@ persisted turn by turn adds nothing; searches never raise."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import re
 import unicodedata
@@ -22,6 +23,7 @@ from typing_extensions import override
 from afterthought.agent_hooks.identity import ZepIdentity, replay_pins
 from afterthought.agent_hooks.messages import messages_from_events, said_text
 from afterthought.agent_hooks.turn_memory import TurnMemory, Who
+from afterthought.backends.base import synthesizes
 from afterthought.contract import QueuedMessage, Unmade, checksum
 from afterthought.search import SearchHit, SearchRequest
 from afterthought.settings import Settings
@@ -177,16 +179,25 @@ class ZepMemoryService(BaseMemoryService):
         if not asked:
             return SearchMemoryResponse()
         await self.memory.check_store_once()  # a search may be all a process does
+        reader, backend = self.memory.reader, self.memory.backend
         try:
             user = await self.memory.user_of(Who(app_name, user_id, "", ""), self.memory.identity)
-            if user is None:
+            # The turn path's read breaker: ``PreloadMemoryTool`` searches on every turn,
+            # which a backend that keeps failing would cost its timeout each time.
+            if user is None or not reader.read_breaker.allow():
                 return SearchMemoryResponse()
+            timeout = self.settings.tool_timeout
             facts, statements = await asyncio.gather(
                 *(
-                    self.memory.backend.search(
-                        graph_uuid=user.graph_uuid,
-                        request=SearchRequest(query=asked, scope=scope, limit=self.limit),
-                        timeout=self.settings.tool_timeout,
+                    reader.guarded(
+                        functools.partial(
+                            backend.search,
+                            graph_uuid=user.graph_uuid,
+                            request=SearchRequest(query=asked, scope=scope, limit=self.limit),
+                            timeout=timeout,
+                        ),
+                        timeout=timeout,
+                        budget=None,
                     )
                     for scope in ("edges", "episodes")
                 )
@@ -194,8 +205,11 @@ class ZepMemoryService(BaseMemoryService):
         except Exception as exc:
             log.warning("memory search failed error=%s", type(exc).__name__)
             return SearchMemoryResponse()
-        # A hit scored 0 is no answer to the query; facts were validated when they were
-        # made, statements come as said and the instruction-like never reach a model.
+        # A hit scored 0 is no answer to the query. Statements come as said, and the
+        # instruction-like never reach a model; so do the facts a backend draws itself from
+        # each sentence said (Zep's, in ``zep`` mode): ours were validated when made.
+        if not synthesizes(self.settings, self.memory.backend):
+            facts = [hit for hit in facts if detect(hit.text) is None]
         said = [hit for hit in statements if detect(hit.text) is None]
         found = scored([*((hit, "fact") for hit in facts), *((hit, "statement") for hit in said)])
         return SearchMemoryResponse(
@@ -213,11 +227,14 @@ class ZepMemoryService(BaseMemoryService):
             author = self.settings.assistant_name
         else:
             author = hit.said_by or "memory"
+        # On one line: ``PreloadMemoryTool`` joins the entries' lines, so a line that a
+        # statement's text began would read as an entry of its own (``fact: …``, ``Time: …``).
+        text = " ".join(hit.text.split())
         return MemoryEntry(
             id=hit.uuid,
             author=author,
             timestamp=hit.created_at,
-            content=types.Content(role="user", parts=[types.Part(text=hit.text)]),
+            content=types.Content(role="user", parts=[types.Part(text=text)]),
             custom_metadata={"kind": kind, "score": hit.score, **hit.extra},
         )
 

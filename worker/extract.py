@@ -36,7 +36,7 @@ from google.adk.models.llm_request import LlmRequest
 from google.genai import types
 from pydantic import ValidationError
 
-from afterthought.backends.base import HistoryMessage, MemoryBackend
+from afterthought.backends.base import HistoryMessage
 from afterthought.facts import RETRACTION, Fact
 from afterthought.settings import Settings, SettingsError
 
@@ -1867,8 +1867,3 @@ def default_extractor(settings: Settings) -> Extractor:
                 ]
             ) from None
     return RuleExtractor()
-
-
-def synthesizes(settings: Settings, backend: MemoryBackend) -> bool:
-    """Our synthesis runs where nothing else extracts: locally, and in ``managed`` mode."""
-    return not backend.capabilities.extracts_facts or settings.memory_mode == "managed"

@@ -31,7 +31,13 @@ from dataclasses import dataclass, field
 import redis.asyncio as aioredis
 
 from afterthought.audit import AuditLog, Entry
-from afterthought.backends.base import BackendError, HistoryMessage, MemoryBackend, UserRef
+from afterthought.backends.base import (
+    BackendError,
+    HistoryMessage,
+    MemoryBackend,
+    UserRef,
+    synthesizes,
+)
 from afterthought.backends.retrieval import query_stems
 from afterthought.context_cache import COOLING, PENDING, ContextCache
 from afterthought.contract import DeadLetter, MalformedPayload, QueuedMessage
@@ -46,7 +52,7 @@ from afterthought.search import SearchRequest
 from afterthought.settings import Settings
 from afterthought.shared_store import sharing_prefixes
 from afterthought.tombstones import Tombstones
-from afterthought.worker.extract import default_extractor, synthesizes
+from afterthought.worker.extract import default_extractor
 
 log = logging.getLogger("afterthought.worker")
 
@@ -343,6 +349,7 @@ class Forgetter:
         done = Forgotten(users=1)
         who = digest(app, user_id)
         began = await self.redis.hget(self.keys.forgets, who)
+        await self._drop_cached(app, user_id)
         threads = {
             t.decode() for t in await self.redis.smembers(self.keys.user_threads(app, user_id))
         }
@@ -395,6 +402,18 @@ class Forgetter:
         log.info("forgot user=%s queued=%d dead=%d", who, done.queued, done.dead_letters)
         await self.audit.record([Entry("forget", "forget_user", who, "deleted")])
         return done
+
+    async def _drop_cached(self, app: str, user_id: str) -> None:
+        """The blocks cached of the user's graphs, in any app, before the forget waits for
+        anything (it may stay pending, to be resumed): an app the registry does not map
+        them to has no forgetting mark, and would serve its block of them until then."""
+        try:
+            users = await self.backend_users(app, user_id)
+        except BackendError:  # the registry's, at least
+            recorded = await self.registry.recorded_user(app=app, user_id=user_id)
+            users = [] if recorded is None else [recorded]
+        for user in users:
+            await self.cache.invalidate_graph(self.redis, graph_uuid=user.graph_uuid)
 
     async def _drop_dead(
         self,

@@ -23,7 +23,7 @@ from redis.asyncio import Redis
 from redis.exceptions import OutOfMemoryError, RedisError
 
 from afterthought.backends import open_backend
-from afterthought.backends.base import MemoryBackend
+from afterthought.backends.base import MemoryBackend, synthesizes
 from afterthought.connections import FAILURES, connect
 from afterthought.contract import QueuedMessage
 from afterthought.identity import default_template, settle_template
@@ -36,7 +36,6 @@ from afterthought.spool import Spool, replay_into
 from afterthought.status import HEALTH_INTERVAL_SECONDS, RedisStatus, redis_status
 from afterthought.tombstones import Tombstones
 from afterthought.worker import metrics
-from afterthought.worker.extract import synthesizes
 from afterthought.worker.flush import Flusher
 from afterthought.worker.forget import Forgetter
 from afterthought.worker.pacing import Pacing

@@ -326,3 +326,9 @@ def ignored_roles(settings: Settings, backend: MemoryBackend) -> tuple[str, ...]
     if not (backend.capabilities.extracts_facts and backend.capabilities.ignores_roles):
         return ()
     return ("user", "assistant") if settings.memory_mode == "managed" else ("assistant",)
+
+
+def synthesizes(settings: Settings, backend: MemoryBackend) -> bool:
+    """Our synthesis runs where nothing else extracts: locally, and in ``managed`` mode.
+    Elsewhere the backend's facts are its own, drawn from what was said as it was said."""
+    return not backend.capabilities.extracts_facts or settings.memory_mode == "managed"
