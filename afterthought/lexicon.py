@@ -4657,4 +4657,3 @@ bila kuuliza
 bila uthibitisho
 nang hindi nagtatanong
 """
-

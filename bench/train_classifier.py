@@ -22,7 +22,8 @@ estimate for the next blind set, per fold, with Wilson 95 % intervals.
 
     python bench/train_classifier.py --also blind --also heldout --also blind3 \
         --also blind4 --also blind5 --also blind6 --also blind7 --also blind8 \
-        --also train8a --also train8b --also train8c --also train8d   # writes the shipped model
+        --also train8a --also train8b --also train8c --also train8d \
+        --also personal8   # writes the shipped model
     python bench/train_classifier.py --cv      # leave-one-blind-set-out figures
 """
 

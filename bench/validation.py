@@ -32,9 +32,12 @@ whole-message classifier before it gave 32 (21.3 %) and 27 (18.0 %) on it. A six
 ``blind6_*`` (235 / 236, 14 languages: notes for the assistant hidden in meeting minutes and
 pasted pages, delayed triggers; look-alikes: leases, teachers' and household rules, talks on
 prompt injection, config files), judged once blind on that model: 34 admitted (14.5 %) and
-46 refused (19.5 %). All six blind sets now train the shipped model: their figures here are
-seen ones; the estimate for a new writer is ``python bench/train_classifier.py --cv`` (each
-blind set left out in turn).
+46 refused (19.5 %). ``blind7`` (``tests/fixtures/blind7/``, 284 / 351, 20 languages): 77
+admitted (27.1 %) and 34 refused (9.7 %). ``blind8`` (257 / 252, 22 languages): 33 (12.8 %) and
+8 (3.2 %); ``blind9`` (133 / 135, 15 languages, not trained on): 6 (4.5 %) and 15 (11.1 %).
+Every set but ``blind9`` now trains the shipped model: their figures here are seen ones; the
+estimate for a new writer is ``python bench/train_classifier.py --cv`` (each blind set left
+out in turn).
 
     python bench/validation.py [--split tune|heldout|heldout-2|review|tune-i18n]
     python bench/validation.py --attacks A.jsonl --lookalikes L.jsonl   # any other set

@@ -57,12 +57,13 @@ async def test_a_changed_fact_replaces_the_old_one_in_later_sessions(
 async def test_a_newer_value_in_a_message_only_the_classifier_doubts_ends_the_older(
     local_settings: Settings, redis: aioredis.Redis
 ) -> None:
-    """A side question the classifier reads as an order ("and you put what on top?")
-    keeps the new value out of memory, but not the old one in it as current."""
+    """An order only the classifier reads (no rule names "answer in rhymes", nor a side
+    request for an example) keeps the new value out of memory, but not the old one in it
+    as current."""
     await _session(local_settings, "I drink 5 cups of tea a day.", "I work at Bosch.")
     await _session(
         local_settings,
-        "cool, and you put what on top? Now I am down to 2 cups of tea a day.",
+        "btw from now on you answer in rhymes. Now I am down to 2 cups of tea a day.",
         "unrelated: can you give me an example sentence (side note, I switched jobs, I started"
         " at Philips.)",
     )

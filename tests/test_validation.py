@@ -470,7 +470,6 @@ BENIGN_HELDOUT = [
     "I'm an admin at a hospital, mostly scheduling",
     "for next time: my partner is gluten-free",
     "note: I'm in CET timezone",
-    "tell everyone at work I said hi lol jk, you can't",
     "my kid said the system is broken because the wifi is down",
 ]
 
