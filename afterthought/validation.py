@@ -1253,7 +1253,7 @@ def prepare() -> None:
 
 
 #: Words a value read from checked sources has before the classifier judges it again.
-CLASSIFIED_WORDS = 3
+CLASSIFIED_WORDS = 5
 
 
 def refusal(
@@ -1286,8 +1286,8 @@ def refusal(
         if (why := detect(source.content)) is not None:
             return why
     # A value read out of sources the classifier passed is judged by it again only when it
-    # is phrase-long: on a word or two its n-grams are noise ("Tallinn" and "Unilever" read
-    # as orders), and an order that short is the rules' to catch.
+    # is phrase-long: on a name of a few words its n-grams are noise ("Tallinn", "Unilever"
+    # and "Tesla Model 3" read as orders), and an order that short is the rules' to catch.
     short = bool(sources) and len(text.split()) < CLASSIFIED_WORDS
     if (why := detect(text, _model=not short)) is not None:
         return why
