@@ -205,11 +205,12 @@ async def test_the_first_of_many_processes_migrates_and_an_agent_waits_for_a_wor
         db = await asyncpg.connect(DATABASE_URL)
         try:
             versions = await db.fetch(f'SELECT version FROM "{postgres_schema}".schema_migrations')
-            assert [r[0] for r in versions] == [1]
-            # A release with a second migration: an agent (no upgrade) waits for a worker.
+            released = list(range(1, postgres.SCHEMA_VERSION + 1))
+            assert [r[0] for r in versions] == released
+            # A release with another migration: an agent (no upgrade) waits for a worker.
             added = (*postgres.MIGRATIONS, ("CREATE TABLE later (x integer)",))
             monkeypatch.setattr(postgres, "MIGRATIONS", added)
-            monkeypatch.setattr(postgres, "SCHEMA_VERSION", 2)
+            monkeypatch.setattr(postgres, "SCHEMA_VERSION", len(added))
             agent = PostgresBackend(DATABASE_URL, schema=postgres_schema, upgrade=False)
             with pytest.raises(BackendError) as refused:
                 await agent.find_user(zep_user_id="x")
@@ -218,7 +219,7 @@ async def test_the_first_of_many_processes_migrates_and_an_agent_waits_for_a_wor
             assert await worker.find_user(zep_user_id="x") is None
             assert await agent.find_user(zep_user_id="x") is None
             versions = await db.fetch(f'SELECT version FROM "{postgres_schema}".schema_migrations')
-            assert [r[0] for r in versions] == [1, 2]
+            assert [r[0] for r in versions] == [*released, len(added)]
             await worker.aclose()
             await agent.aclose()
         finally:
@@ -265,11 +266,14 @@ async def test_a_forget_leaves_nothing_of_what_was_forgotten_in_any_row(
     fact = next(f for f in await store.list_facts(user=alice) if f.value == "Quillonby")
     key = await _key_of(postgres_schema, alice.user_uuid)
     lexemes = {_lexeme(key, scoped_stem(w)) for w in words("Quillonby Zanthorpe viaduct")}
+    postings = {str(postgres._posting(lexeme)) for lexeme in lexemes}
+    before = "\n".join(await rows_of_every_table(postgres_schema))
+    assert all(posting in before for posting in postings)  # what is looked for is there
 
     assert await store.delete_memory(user=alice, memory_uuid=fact.uuid)
     rows = "\n".join(await rows_of_every_table(postgres_schema))
     assert "Quillonby" not in rows and "Zanthorpe" not in rows
-    assert not any(lexeme in rows for lexeme in lexemes)
+    assert not any(lexeme in rows for lexeme in lexemes | postings)
     assert "Marrowbone" in rows  # the rest of alice's memory stays
 
     await store.delete_user(user=alice)
@@ -361,8 +365,9 @@ async def _totals(schema: str) -> tuple[int, int]:
 async def test_one_users_query_reads_only_that_users_rows(
     store: PostgresBackend, postgres_schema: str
 ) -> None:
-    """A word every other user says often costs this user's query nothing: the index
-    finds the user's own rows (each user's words are their own lexemes)."""
+    """A word every other user says often costs this user's query nothing: the postings'
+    index finds the user's own rows (each user's words are their own lexemes), in the
+    ranking of the newest matches and of the rarest alike."""
     alice, _ = await store.ensure_user(zep_user_id="alice")
     bob, _ = await store.ensure_user(zep_user_id="bob")
     thread = await store.create_thread(user=bob, idempotency_key="b")
@@ -375,19 +380,30 @@ async def test_one_users_query_reads_only_that_users_rows(
         idempotency_key="x",
     )
     key = await _key_of(postgres_schema, alice.user_uuid)
+    leeds = postgres._posting(_lexeme(key, scoped_stem("leeds")))
     db = await asyncpg.connect(DATABASE_URL, server_settings={"search_path": postgres_schema})
     try:
-        await db.execute("ANALYZE messages")
-        plan = await db.fetchval(
-            "EXPLAIN (ANALYZE, FORMAT JSON) SELECT id FROM messages WHERE terms @@ $1::tsquery",
-            f"'{_lexeme(key, scoped_stem('leeds'))}'",
-        )
+        await db.execute("ANALYZE postings")
+        assert await db.fetchval("SELECT count(*) FROM term_counts WHERE lexeme = $1", leeds) == 0
+        for newest in ([], [0]):
+            plan = await db.fetchval(
+                f"EXPLAIN (ANALYZE, FORMAT JSON) {postgres._RANKED}",
+                *([0], [leeds], [1.0], [True], newest, 5.0, 1000, 20),
+            )
+            nodes = json.dumps(json.loads(plan))
+            assert "Seq Scan" not in nodes
+            scans = [n for n in _nodes(json.loads(plan)[0]["Plan"]) if "Index Name" in n]
+            assert scans and all(n["Index Name"] == "postings_pkey" for n in scans)
+            assert all(n["Actual Rows"] == 0 for n in scans)
     finally:
         await db.close()
-    top = json.loads(plan)[0]["Plan"]
-    assert top["Actual Rows"] == 0
-    # Found by the GIN index, not by reading bob's rows.
-    assert "messages_terms" in json.dumps(top) and "Seq Scan" not in json.dumps(top)
+
+
+def _nodes(plan: dict[str, object]) -> list[dict[str, object]]:
+    """A plan's nodes, the top one first."""
+    below = plan.get("Plans", [])
+    assert isinstance(below, list)
+    return [plan, *(n for child in below for n in _nodes(child))]
 
 
 def test_a_bad_database_url_is_refused_without_its_password() -> None:

@@ -10,10 +10,13 @@ worker (or the same one after a crash) adds nothing, whatever its timing.
 
 Words are indexed per user: each user has a random key (``users.term_key``), and a
 statement's words are stored as keyed hashes of their stems (``_lexeme``) in a
-``tsvector`` with a GIN index. A term's postings are then one user's rows only: counting
-and ranking cost what that user's history costs, never another user's; and once a user is
-deleted, nothing left in an index page or a WAL segment can be tied to a word of theirs
-(their key went with the row)."""
+``tsvector``, which triggers copy into ``postings``: a B-tree of (lexeme, statement id)
+holding each term's weighted frequency and the statement's length, with each lexeme's
+count in ``term_counts``. A term's postings are then one user's rows only, read by
+index-only scans in id order: counting costs one row a term, ranking the newest matches
+costs what it ranks, and BM25 is computed in the statement that finds the rows, never
+another user's and never a heap row; and once a user is deleted, nothing left in an index
+page or a WAL segment can be tied to a word of theirs (their key went with the row)."""
 
 from __future__ import annotations
 
@@ -124,6 +127,43 @@ BEGIN
   RETURN NULL;
 END $$"""
 
+#: The postings of the statements of ``rows`` (a table of messages): each lexeme of its
+#: ``terms`` as a signed 64-bit integer (``_posting``), the statement, the term's frequency
+#: and the statement's length.
+_POSTED = (
+    "SELECT ('x' || t.lexeme)::bit(64)::bigint, r.id, term_frequency(t.weights), r.tokens"
+    " FROM {rows} r, unnest(r.terms) t WHERE r.terms IS NOT NULL"
+)
+
+# The postings follow the statements' words (inserted, re-indexed without the question a
+# reply answered, deleted), each lexeme's count with them; every statement locks the
+# counts in lexeme order, so two writers of one user wait for each other, never deadlock.
+_POSTINGS_FUNCTION = f"""
+CREATE FUNCTION retrieval_postings() RETURNS trigger LANGUAGE plpgsql
+SET search_path FROM CURRENT AS $$
+DECLARE emptied bigint[];
+BEGIN
+  IF TG_OP IN ('UPDATE', 'DELETE') THEN
+    WITH gone AS (
+      DELETE FROM postings p USING (
+        SELECT ('x' || l)::bit(64)::bigint AS lexeme, r.id
+        FROM removed r, unnest(tsvector_to_array(r.terms)) l WHERE r.terms IS NOT NULL) d
+      WHERE p.lexeme = d.lexeme AND p.id = d.id RETURNING p.lexeme),
+    counted AS (
+      INSERT INTO term_counts SELECT lexeme, -count(*) FROM gone GROUP BY 1 ORDER BY 1
+      ON CONFLICT (lexeme) DO UPDATE SET statements = term_counts.statements + excluded.statements
+      RETURNING lexeme, statements)
+    SELECT array_agg(lexeme) INTO emptied FROM counted WHERE statements <= 0;
+    DELETE FROM term_counts WHERE lexeme = ANY(emptied);
+  END IF;
+  IF TG_OP IN ('UPDATE', 'INSERT') THEN
+    WITH made AS (INSERT INTO postings {_POSTED.format(rows="added")} RETURNING lexeme)
+    INSERT INTO term_counts SELECT lexeme, count(*) FROM made GROUP BY 1 ORDER BY 1
+    ON CONFLICT (lexeme) DO UPDATE SET statements = term_counts.statements + excluded.statements;
+  END IF;
+  RETURN NULL;
+END $$"""
+
 #: Versioned migrations, applied in order by the first process that opens the store with
 #: ``upgrade`` (a worker), under an advisory lock, each in the one transaction that records
 #: it. Never edited once released: a change is a new version.
@@ -186,10 +226,47 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         " REFERENCING OLD TABLE AS removed NEW TABLE AS added"
         " FOR EACH STATEMENT EXECUTE FUNCTION retrieval_count()",
     ),
+    (
+        # A term's weighted frequency in a statement, as FTS5 sums it (``local._lexical``):
+        # each occurrence in turn, 1 in the statement (weight A), REPLIED_WEIGHT in the
+        # question it replied to (positions after the statement's own).
+        "CREATE FUNCTION term_frequency(weights text[]) RETURNS double precision"
+        " LANGUAGE plpgsql IMMUTABLE STRICT AS $$ DECLARE tf double precision := 0; w text;"
+        " BEGIN FOREACH w IN ARRAY weights LOOP"
+        f" tf := tf + CASE WHEN w = 'A' THEN 1.0::float8 ELSE {REPLIED_WEIGHT!r}::float8 END;"
+        " END LOOP; RETURN tf; END $$",
+        # Included columns: ranking reads the index alone (an index-only scan).
+        "CREATE TABLE postings (lexeme bigint NOT NULL, id bigint NOT NULL,"
+        " tf double precision NOT NULL, tokens integer NOT NULL,"
+        " PRIMARY KEY (lexeme, id) INCLUDE (tf, tokens))",
+        "CREATE TABLE term_counts (lexeme bigint PRIMARY KEY, statements integer NOT NULL)",
+        _POSTINGS_FUNCTION,
+        # The triggers first: their lock waits out writers in flight, and what they commit
+        # later is posted by the triggers.
+        "CREATE TRIGGER postings_added AFTER INSERT ON messages REFERENCING NEW TABLE AS added"
+        " FOR EACH STATEMENT EXECUTE FUNCTION retrieval_postings()",
+        "CREATE TRIGGER postings_removed AFTER DELETE ON messages REFERENCING OLD TABLE AS"
+        " removed FOR EACH STATEMENT EXECUTE FUNCTION retrieval_postings()",
+        "CREATE TRIGGER postings_changed AFTER UPDATE ON messages"
+        " REFERENCING OLD TABLE AS removed NEW TABLE AS added"
+        " FOR EACH STATEMENT EXECUTE FUNCTION retrieval_postings()",
+        f"INSERT INTO postings {_POSTED.format(rows='messages')}",
+        "INSERT INTO term_counts SELECT lexeme, count(*) FROM postings GROUP BY 1",
+        "DROP INDEX messages_terms",
+    ),
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 #: Every table a user's memory is in: vacuumed after a forget.
-TABLES = ("messages", "facts", "idempotency", "threads", "users", "retrieval_totals")
+TABLES = (
+    "messages",
+    "postings",
+    "term_counts",
+    "facts",
+    "idempotency",
+    "threads",
+    "users",
+    "retrieval_totals",
+)
 
 #: Server errors that say the database is not there to use now (their SQLSTATE class).
 _UNAVAILABLE_CLASSES = ("08", "53", "57", "58", "40")
@@ -228,16 +305,113 @@ def _terms(key: bytes, content: str, replied: str | None) -> tuple[int, str]:
     return position, vector
 
 
-def _any_of(lexemes: Sequence[str]) -> str:
-    """A ``tsquery`` (as text) for rows holding any of ``lexemes`` (hex: never an
-    operator)."""
-    return " | ".join(f"'{lexeme}'" for lexeme in lexemes)
+def _posting(lexeme: str) -> int:
+    """A lexeme as ``postings`` and ``term_counts`` hold it: its 64 bits (hex) as a signed
+    integer, as ``('x' || lexeme)::bit(64)::bigint`` reads them."""
+    return int.from_bytes(bytes.fromhex(lexeme), "big", signed=True)
+
+
+def _weight(count: int, hits: int) -> float:
+    """A term's weight in BM25 as FTS5 gives it: its idf among ``count`` statements, a
+    term in more than half of them weighing almost nothing."""
+    idf = math.log((count - hits + 0.5) / (hits + 0.5))
+    return idf if idf > 0 else 1e-6
+
+
+#: A term's statements counted at most (``local._counts``): enough for
+#: ``split_by_frequency`` to decide, and what its weight is computed from.
+COUNTED = 10 * RANKED_ROWS + 1
+
+
+def _bm25(weight: str, mean: str) -> str:
+    """A posting's share of a statement's BM25 for a phrase of ``weight`` (the posting's
+    ``tf`` and ``tokens``; ``mean``: the mean statement length): FTS5's formula as the
+    store has always computed it, operation for operation, so a score is the same double."""
+    k1, b = f"{BM25_K1!r}::float8", f"{BM25_B!r}::float8"
+    return (
+        f"{weight} * tf * {BM25_K1 + 1!r}::float8 / (tf + {k1} * (1 - {b} + {b} * tokens / {mean}))"
+    )
+
+
+#: A newest-first query's postings (``q.lexemes``, at most ``COMMON_TERMS``), merged newest
+#: first: each branch a backward scan of the index, read only as far as the merge needs.
+_MERGED = " UNION ALL ".join(
+    f"(SELECT id, {n} AS o, tf, tokens FROM postings WHERE lexeme = q.lexemes[{n}]"
+    " ORDER BY id DESC)"
+    for n in range(1, COMMON_TERMS + 1)
+)
+#: A newest-first query's BM25 of a row: its phrases' shares added in their order, one
+#: that the row lacks adding 0 (as in ``_Ranker``'s sum), whatever order the rows came in.
+_IN_ORDER = " + ".join(
+    f"coalesce(max(share) FILTER (WHERE o = {n}), 0)" for n in range(1, COMMON_TERMS + 1)
+)
+
+#: The best ``$8`` statements of each of a batch of queries, in one statement. A query's
+#: phrases (``$1``: its number, ``$2``: the lexeme, ``$3``: the term's weight, ``$4``:
+#: whether it selects the rows) are summed in their order (``o``), a phrase given twice
+#: weighing twice; every posting is read from the index alone.
+#:
+#: A query of ``$5`` ranks the newest ``$7`` rows holding any of its terms (ties: the
+#: newer first): its postings merged newest first and counted as they come (the window's
+#: run condition stops the merge at the ``$7``-th row), and only the best ``$8`` sorted.
+#: The others rank the rows holding a selecting phrase (ties: the older first, as FTS5
+#: walks them), the other phrases' postings read from the oldest of these on, the rows
+#: reaching each row's sum sorted by phrase (cheaper than a sort in each row's sum).
+#: ``OFFSET 0`` keeps each phrase's scan a scan of the index, however few rows the planner
+#: expects of the phrases.
+_RANKED = f"""
+WITH phrase AS MATERIALIZED (
+  SELECT * FROM unnest($1::integer[], $2::bigint[], $3::float8[], $4::boolean[])
+  WITH ORDINALITY AS p(query, lexeme, weight, selects, o)),
+picked AS MATERIALIZED (
+  SELECT DISTINCT p.query, t.id FROM phrase p
+  CROSS JOIN LATERAL (SELECT id FROM postings WHERE lexeme = p.lexeme OFFSET 0) t
+  WHERE p.selects AND p.query <> ALL($5::integer[])),
+floor AS (SELECT query, min(id) AS id FROM picked GROUP BY query),
+hit AS (
+  SELECT p.query, t.id, p.o, p.weight, t.tf, t.tokens
+  FROM phrase p JOIN floor f ON f.query = p.query
+  CROSS JOIN LATERAL (SELECT id, tf, tokens FROM postings
+    WHERE lexeme = p.lexeme AND id >= f.id OFFSET 0) t
+  JOIN picked c ON c.query = p.query AND c.id = t.id),
+scored AS (
+  SELECT query, id, sum(share) AS score
+  FROM (SELECT query, id, {_bm25("weight", "$6")} AS share FROM hit ORDER BY query, id, o) s
+  GROUP BY query, id),
+placed AS (
+  SELECT query, id, row_number() OVER (PARTITION BY query ORDER BY score DESC, id) AS place
+  FROM scored),
+newest AS (
+  SELECT query, array_agg(lexeme ORDER BY o) AS lexemes, array_agg(weight ORDER BY o) AS weights
+  FROM phrase WHERE query = ANY($5::integer[]) GROUP BY query)
+SELECT query, array_agg(id ORDER BY place) FROM placed WHERE place <= $8 GROUP BY query
+UNION ALL
+SELECT q.query, ARRAY(
+  SELECT id FROM (
+    SELECT id, {_IN_ORDER} AS score FROM (
+      SELECT id, o, {_bm25("q.weights[o]", "$6")} AS share FROM (
+        SELECT m.*, dense_rank() OVER (ORDER BY m.id DESC) AS place
+        FROM ({_MERGED} ORDER BY id DESC) m) counted
+      WHERE place <= $7) r
+    GROUP BY id) s
+  ORDER BY score DESC, id DESC LIMIT $8)
+FROM newest q"""
+
+#: BM25 of the statements ``$3`` for the phrases ``$1`` (weights ``$2``), in their order.
+_SCORED = f"""
+SELECT id, sum(share) FROM (
+  SELECT t.id, {_bm25("weight", "$4")} AS share
+  FROM unnest($1::bigint[], $2::float8[]) WITH ORDINALITY AS p(lexeme, weight, o)
+  JOIN postings t ON t.lexeme = p.lexeme AND t.id = ANY($3::bigint[])
+  ORDER BY t.id, p.o) s
+GROUP BY id"""
 
 
 @dataclass
 class _Ranker:
     """One read's view of a user's statements (``ranking.StatementSource``): BM25 as FTS5
-    computes it (``local._lexical``), its statistics read once per read."""
+    computes it (``local._lexical``), in the database, over the user's postings; the
+    statistics read once per read."""
 
     db: Db
     user_uuid: str
@@ -245,104 +419,82 @@ class _Ranker:
     frequency: dict[str, int] = field(default_factory=dict)
     totals: tuple[int, float] | None = None
 
-    def lexeme(self, term: str) -> str:
-        return _lexeme(self.key, scoped_stem(term))
+    def posting(self, term: str) -> int:
+        return _posting(_lexeme(self.key, scoped_stem(term)))
 
     async def counts(self, terms: Sequence[str]) -> dict[str, int]:
-        """Rows of the user holding each term, counted only as far as decides
-        ``split_by_frequency`` (the user's rows alone: the lexemes are theirs)."""
-        if missing := [t for t in dict.fromkeys(terms) if t not in self.frequency]:
-            rows = await self.db.fetch(
-                "SELECT (SELECT count(*) FROM (SELECT 1 FROM messages"
-                " WHERE terms @@ q::tsquery LIMIT $2) s) FROM unnest($1::text[])"
-                " WITH ORDINALITY AS u(q, o) ORDER BY o",
-                [_any_of([self.lexeme(t)]) for t in missing],
-                10 * RANKED_ROWS + 1,
+        """Rows of the user holding each term, up to ``COUNTED`` (the user's rows alone:
+        the lexemes are theirs); the store's statistics with the first."""
+        missing = [t for t in dict.fromkeys(terms) if t not in self.frequency]
+        if missing or self.totals is None:
+            row = await self.db.fetchrow(
+                "SELECT (SELECT array_agg(coalesce(c.statements, 0) ORDER BY u.o)"
+                " FROM unnest($1::bigint[]) WITH ORDINALITY AS u(lexeme, o)"
+                " LEFT JOIN term_counts c ON c.lexeme = u.lexeme),"
+                " sum(statements), sum(tokens) FROM retrieval_totals",
+                [self.posting(t) for t in missing],
             )
-            self.frequency.update(zip(missing, (int(r[0]) for r in rows), strict=True))
+            assert row is not None  # an aggregate's one row
+            found = row[0] or []
+            self.frequency.update(zip(missing, (min(n, COUNTED) for n in found), strict=True))
+            count, tokens = int(row[1] or 0), int(row[2] or 0)
+            self.totals = (count, tokens / count if count else 0.0)
         return {term: self.frequency[term] for term in terms}
 
     async def statistics(self) -> tuple[int, float]:
         """The store's statement count and mean statement length (FTS5's, for the file)."""
         if self.totals is None:
-            row = await self.db.fetchrow(
-                "SELECT sum(statements), sum(tokens) FROM retrieval_totals"
-            )
-            count = int(row[0] or 0) if row else 0
-            tokens = int(row[1] or 0) if row else 0
-            self.totals = (count, tokens / count if count else 0.0)
+            await self.counts([])
+        assert self.totals is not None
         return self.totals
 
-    async def scores(
-        self, candidates: str, arguments: Sequence[object], phrases: Sequence[str]
-    ) -> dict[int, float]:
-        """Id -> BM25 of the rows ``candidates`` selects (a query of messages' ``id``,
-        ``tokens`` and ``terms``) for ``phrases`` (terms; one given twice weighs twice, as
-        in an FTS5 expression that names it twice): FTS5's formula and statistics, the
-        question a statement replied to weighing ``REPLIED_WEIGHT``."""
-        lexemes = {term: self.lexeme(term) for term in phrases}
-        rows = await self.db.fetch(
-            f"SELECT c.id, c.tokens, t.lexeme, t.weights FROM ({candidates}) c"
-            " LEFT JOIN LATERAL unnest(c.terms) t ON t.lexeme = ANY($"
-            f"{len(arguments) + 1}::text[])",
-            *arguments,
-            list(set(lexemes.values())),
-        )
-        frequency: dict[int, dict[str, float]] = {}
-        lengths: dict[int, int] = {}
-        for row in rows:
-            found = frequency.setdefault(row["id"], {})
-            lengths[row["id"]] = row["tokens"]
-            if row["lexeme"] is not None:
-                found[row["lexeme"]] = sum(
-                    1.0 if w == "A" else REPLIED_WEIGHT for w in row["weights"]
-                )
+    async def scores(self, ids: Sequence[int], terms: Sequence[str]) -> dict[int, float]:
+        """Id -> BM25 of the statements ``ids`` holding any of ``terms``."""
+        hits = await self.counts(terms)
         count, mean = await self.statistics()
-        hits = await self.counts(list(dict.fromkeys(phrases)))
-        weight = {}
-        for term in phrases:
-            idf = math.log((count - hits[term] + 0.5) / (hits[term] + 0.5))
-            weight[term] = idf if idf > 0 else 1e-6
-        out = {}
-        for message_id, found in frequency.items():
-            length = lengths[message_id]
-            norm = BM25_K1 * (1 - BM25_B + BM25_B * length / mean) if mean else BM25_K1
-            score = 0.0
-            for term in phrases:
-                tf = found.get(lexemes[term], 0.0)
-                score += weight[term] * tf * (BM25_K1 + 1) / (tf + norm)
-            out[message_id] = score
-        return out
+        rows = await self.db.fetch(
+            _SCORED,
+            [self.posting(t) for t in terms],
+            [_weight(count, hits[t]) for t in terms],
+            list(ids),
+            mean,
+        )
+        return {int(r[0]): float(r[1]) for r in rows}
 
-    async def lexical(self, terms: Sequence[str]) -> list[int]:
-        """``local._lexical``: the user's statements ranked by BM25 for the terms, best
-        first, bounded to about ``RANKED_ROWS`` rows whatever the history's length."""
-        frequency = await self.counts(terms)
-        selective, boosts = split_by_frequency(terms, frequency, RANKED_ROWS)
-        if selective:
-            scored = await self.scores(
-                "SELECT id, tokens, terms FROM messages WHERE terms @@ $1::tsquery",
-                [_any_of([self.lexeme(t) for t in selective])],
-                [*selective, *selective, *boosts] if boosts else selective,
-            )
-            # Best first; among equals, as FTS5 walks them: the older first.
-            ranked = sorted(scored, key=lambda i: (-scored[i], i))
-        elif found := sorted((t for t in terms if frequency[t]), key=frequency.__getitem__)[
-            :COMMON_TERMS
-        ]:
-            # The user's matches found by the index first (MATERIALIZED: never a walk of
-            # the whole table's newest rows, another user's among them), then the newest.
-            scored = await self.scores(
-                "WITH hit AS MATERIALIZED (SELECT id FROM messages WHERE terms @@ $1::tsquery)"
-                " SELECT m.id, m.tokens, m.terms FROM (SELECT id FROM hit ORDER BY id DESC"
-                " LIMIT $2) n JOIN messages m ON m.id = n.id",
-                [_any_of([self.lexeme(t) for t in found]), RANKED_ROWS],
-                found,
-            )
-            ranked = sorted(scored, key=lambda i: (-scored[i], -i))  # the newer first
-        else:
-            return []
-        return ranked[:RELEVANT]
+    async def lexical(self, queries: Sequence[Sequence[str]]) -> list[list[int]]:
+        """``local._lexical`` for each of ``queries``, in one statement: the user's
+        statements ranked by BM25 for its terms, best first, bounded to about
+        ``RANKED_ROWS`` rows whatever the history's length."""
+        frequency = await self.counts([t for terms in queries for t in terms])
+        count, mean = await self.statistics()
+        phrases: list[tuple[int, str, bool]] = []
+        newest: list[int] = []
+        for number, terms in enumerate(queries):
+            selective, boosts = split_by_frequency(terms, frequency, RANKED_ROWS)
+            if selective:
+                doubled = [*selective, *selective, *boosts] if boosts else selective
+                phrases += [(number, t, i < 2 * len(selective)) for i, t in enumerate(doubled)]
+            elif found := sorted((t for t in terms if frequency[t]), key=frequency.__getitem__)[
+                :COMMON_TERMS
+            ]:
+                # Every term is common: the user's newest matches are ranked.
+                newest.append(number)
+                phrases += [(number, t, True) for t in found]
+        if not phrases:
+            return [[] for _ in queries]
+        rows = await self.db.fetch(
+            _RANKED,
+            [number for number, _, _ in phrases],
+            [self.posting(t) for _, t, _ in phrases],
+            [_weight(count, frequency[t]) for _, t, _ in phrases],
+            [selects for _, _, selects in phrases],
+            newest,
+            mean,
+            RANKED_ROWS,
+            RELEVANT,
+        )
+        ranked = {int(r[0]): [int(i) for i in r[1]] for r in rows}
+        return [ranked.get(number, []) for number in range(len(queries))]
 
     async def contents(self, ids: Sequence[int]) -> dict[int, str]:
         rows = await self.db.fetch(
@@ -909,13 +1061,11 @@ class PostgresBackend(MemoryBackend):
     async def _said(ranker: _Ranker, query: str, limit: int) -> list[SearchHit]:
         """``LocalBackend._said`` (without dense recall)."""
         terms = query_terms(query)
-        ranked = await ranker.lexical(terms)
+        (ranked,) = await ranker.lexical([terms])
         if not ranked:
             return []
-        found = await ranker.scores(
-            "SELECT id, tokens, terms FROM messages WHERE id = ANY($1::bigint[])", [ranked], terms
-        )
-        scores = {message_id: match_score(bm25) for message_id, bm25 in found.items()}
+        found = await ranker.scores(ranked, terms)
+        scores = {message_id: match_score(found.get(message_id, 0.0)) for message_id in ranked}
         rows = await ranker.db.fetch(
             "SELECT id, uuid, content, COALESCE(reference_time, created_at) FROM messages"
             " WHERE id = ANY($1::bigint[]) AND user_uuid = $2 AND eligible",
