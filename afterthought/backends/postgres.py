@@ -58,6 +58,7 @@ from afterthought.backends.local import (
     RECENT,
     RELEVANT,
     REPLIED_WEIGHT,
+    Row,
     _reply_context,
     _Verdict,
     _verdict,
@@ -333,6 +334,39 @@ def _bm25(weight: str, mean: str) -> str:
     )
 
 
+#: A statement as a block shows it: id, the question it replied to, text, when said.
+_ROW = "id, replied, content, COALESCE(reference_time, created_at)"
+
+#: The user's (``$1``) facts replaced by a newer one, the newest change first, ``$2`` at
+#: most, of the user's own predicates ``$3`` only when any (``local._replaced``): the
+#: replaced fact's sources, when replaced, the replacing fact's sources.
+_CHANGED_COLUMNS = "old.source_keys, old.invalid_at, new.source_keys"
+_CHANGED = (
+    "FROM facts old JOIN facts new"
+    " ON new.user_uuid = old.user_uuid AND new.subject = old.subject"
+    " AND new.predicate = old.predicate AND new.invalid_at IS NULL"
+    " WHERE old.user_uuid = $1 AND old.invalid_at IS NOT NULL"
+    " AND (cardinality($3::text[]) = 0"
+    " OR (old.subject = 'user' AND old.predicate = ANY($3::text[])))"
+    " ORDER BY old.invalid_at DESC LIMIT $2"
+)
+
+#: What a block needs of the user (``$1``) before ranking, in one statement: the user's
+#: key (none: no such user), the current facts, the changed ones (``_CHANGED``, ``$2``),
+#: the newest ``$4`` informative statements, the newest ``$5`` statements (the follow-ups'
+#: pool, and the recent ones), and the store's statement and token counts.
+_OPENING = f"""
+SELECT (SELECT term_key FROM users WHERE uuid = $1),
+  ARRAY(SELECT ROW(subject, predicate, value, valid_at) FROM facts
+    WHERE user_uuid = $1 AND invalid_at IS NULL ORDER BY importance DESC, valid_at DESC
+    LIMIT 1000),
+  ARRAY(SELECT ROW({_CHANGED_COLUMNS}) {_CHANGED}),
+  ARRAY(SELECT ROW(id, informative) FROM messages
+    WHERE user_uuid = $1 AND eligible AND informative > 0 ORDER BY id DESC LIMIT $4),
+  ARRAY(SELECT ROW({_ROW}) FROM messages
+    WHERE user_uuid = $1 AND eligible ORDER BY id DESC LIMIT $5),
+  (SELECT ROW(sum(statements)::bigint, sum(tokens)::bigint) FROM retrieval_totals)"""
+
 #: A newest-first query's postings (``q.lexemes``, at most ``COMMON_TERMS``), merged newest
 #: first: each branch a backward scan of the index, read only as far as the merge needs.
 _MERGED = " UNION ALL ".join(
@@ -359,6 +393,9 @@ _IN_ORDER = " + ".join(
 #: reaching each row's sum sorted by phrase (cheaper than a sort in each row's sum).
 #: ``OFFSET 0`` keeps each phrase's scan a scan of the index, however few rows the planner
 #: expects of the phrases.
+#:
+#: The rows ranked (the user's eligible statements: ``$9``), and those of ``$10``, come
+#: with the rankings, as ``_ROW``s: no statement of its own to read them.
 _RANKED = f"""
 WITH phrase AS MATERIALIZED (
   SELECT * FROM unnest($1::integer[], $2::bigint[], $3::float8[], $4::boolean[])
@@ -383,19 +420,25 @@ placed AS (
   FROM scored),
 newest AS (
   SELECT query, array_agg(lexeme ORDER BY o) AS lexemes, array_agg(weight ORDER BY o) AS weights
-  FROM phrase WHERE query = ANY($5::integer[]) GROUP BY query)
-SELECT query, array_agg(id ORDER BY place) FROM placed WHERE place <= $8 GROUP BY query
+  FROM phrase WHERE query = ANY($5::integer[]) GROUP BY query),
+ranked AS (
+  SELECT query, array_agg(id ORDER BY place) AS ids FROM placed WHERE place <= $8 GROUP BY query
+  UNION ALL
+  SELECT q.query, ARRAY(
+    SELECT id FROM (
+      SELECT id, {_IN_ORDER} AS score FROM (
+        SELECT id, o, {_bm25("q.weights[o]", "$6")} AS share FROM (
+          SELECT m.*, dense_rank() OVER (ORDER BY m.id DESC) AS place
+          FROM ({_MERGED} ORDER BY id DESC) m) counted
+        WHERE place <= $7) r
+      GROUP BY id) s
+    ORDER BY score DESC, id DESC LIMIT $8)
+  FROM newest q)
+SELECT query, ids, NULL::bigint, NULL::text, NULL::text, NULL::text FROM ranked
 UNION ALL
-SELECT q.query, ARRAY(
-  SELECT id FROM (
-    SELECT id, {_IN_ORDER} AS score FROM (
-      SELECT id, o, {_bm25("q.weights[o]", "$6")} AS share FROM (
-        SELECT m.*, dense_rank() OVER (ORDER BY m.id DESC) AS place
-        FROM ({_MERGED} ORDER BY id DESC) m) counted
-      WHERE place <= $7) r
-    GROUP BY id) s
-  ORDER BY score DESC, id DESC LIMIT $8)
-FROM newest q"""
+SELECT NULL, NULL, {_ROW} FROM messages
+WHERE id = ANY(ARRAY(SELECT unnest(ids) FROM ranked) || $10::bigint[])
+  AND user_uuid = $9 AND eligible"""
 
 #: BM25 of the statements ``$3`` for the phrases ``$1`` (weights ``$2``), in their order.
 _SCORED = f"""
@@ -418,6 +461,15 @@ class _Ranker:
     key: bytes
     frequency: dict[str, int] = field(default_factory=dict)
     totals: tuple[int, float] | None = None
+    rows: dict[int, tuple[str | None, str, str]] = field(default_factory=dict)
+    """(replied, text, said at) of the user's statements read in this read."""
+    wanted: set[int] = field(default_factory=set)
+    """Statements whose rows the next ranking reads with it."""
+
+    def total(self, statements: int | None, tokens: int | None) -> None:
+        """The store's statistics, as read (sums: None for an empty store)."""
+        count = statements or 0
+        self.totals = (count, (tokens or 0) / count if count else 0.0)
 
     def posting(self, term: str) -> int:
         return _posting(_lexeme(self.key, scoped_stem(term)))
@@ -431,14 +483,13 @@ class _Ranker:
                 "SELECT (SELECT array_agg(coalesce(c.statements, 0) ORDER BY u.o)"
                 " FROM unnest($1::bigint[]) WITH ORDINALITY AS u(lexeme, o)"
                 " LEFT JOIN term_counts c ON c.lexeme = u.lexeme),"
-                " sum(statements), sum(tokens) FROM retrieval_totals",
+                " sum(statements)::bigint, sum(tokens)::bigint FROM retrieval_totals",
                 [self.posting(t) for t in missing],
             )
             assert row is not None  # an aggregate's one row
             found = row[0] or []
             self.frequency.update(zip(missing, (min(n, COUNTED) for n in found), strict=True))
-            count, tokens = int(row[1] or 0), int(row[2] or 0)
-            self.totals = (count, tokens / count if count else 0.0)
+            self.total(row[1], row[2])
         return {term: self.frequency[term] for term in terms}
 
     async def statistics(self) -> tuple[int, float]:
@@ -482,7 +533,9 @@ class _Ranker:
                 phrases += [(number, t, True) for t in found]
         if not phrases:
             return [[] for _ in queries]
-        rows = await self.db.fetch(
+        wanted, self.wanted = [i for i in self.wanted if i not in self.rows], set()
+        ranked: dict[int, list[int]] = {}
+        for r in await self.db.fetch(
             _RANKED,
             [number for number, _, _ in phrases],
             [self.posting(t) for _, t, _ in phrases],
@@ -492,15 +545,30 @@ class _Ranker:
             mean,
             RANKED_ROWS,
             RELEVANT,
-        )
-        ranked = {int(r[0]): [int(i) for i in r[1]] for r in rows}
+            self.user_uuid,
+            wanted,
+        ):
+            if r[0] is not None:
+                ranked[r[0]] = list(r[1])
+            else:
+                self.rows[r[2]] = (r[3], r[4], r[5])
         return [ranked.get(number, []) for number in range(len(queries))]
 
+    async def read(self, ids: Sequence[int]) -> None:
+        """The rows of those of ``ids`` not read yet (and of the ``wanted``)."""
+        if missing := [i for i in dict.fromkeys([*ids, *self.wanted]) if i not in self.rows]:
+            for r in await self.db.fetch(
+                f"SELECT {_ROW} FROM messages WHERE id = ANY($1::bigint[]) AND user_uuid = $2"
+                " AND eligible",
+                missing,
+                self.user_uuid,
+            ):
+                self.rows[r[0]] = (r[1], r[2], r[3])
+        self.wanted = set()
+
     async def contents(self, ids: Sequence[int]) -> dict[int, str]:
-        rows = await self.db.fetch(
-            "SELECT id, content FROM messages WHERE id = ANY($1::bigint[])", list(ids)
-        )
-        return {r[0]: r[1] for r in rows}
+        await self.read(ids)
+        return {i: self.rows[i][1] for i in ids if i in self.rows}
 
     async def dense(self, query: str) -> list[int]:
         return []  # no embeddings here: the lexical rankings alone, as on a local store without
@@ -597,7 +665,18 @@ class PostgresBackend(MemoryBackend):
                 self._url,
                 min_size=1,
                 max_size=self.pool_size,
-                server_settings={"search_path": self.schema, "application_name": "afterthought"},
+                server_settings={
+                    "search_path": self.schema,
+                    "application_name": "afterthought",
+                    # Every statement is prepared once per connection and planned once:
+                    # its plan does not depend on the values (a ranking's arrays, a user's
+                    # id), and planning a ranking costs as much as running it.
+                    "plan_cache_mode": "force_generic_plan",
+                },
+                # A session is never changed (no SET, LISTEN or session lock): a connection
+                # goes back to the pool without a statement to reset it (an open
+                # transaction is still rolled back).
+                reset=_unchanged,
             )
         except Exception as exc:  # refused, unknown host, bad password, no such database
             raise connect_failure(exc, self.where) from None
@@ -779,7 +858,7 @@ class PostgresBackend(MemoryBackend):
             context = None
             if return_context:
                 query = " ".join(m.content for m in messages if m.role == "user")
-                context = await self._context(db, user, found["term_key"], query, self.max_chars)
+                context = await self._context(db, user, query, self.max_chars)
             check = LAST_CHECK.get()
             if check is not None:  # the worker's lease, checked as late as can be: at commit
                 check()
@@ -932,10 +1011,7 @@ class PostgresBackend(MemoryBackend):
         template_uuid: str | None = None,
     ) -> str:
         async def work(db: Db) -> str:
-            key = await db.fetchval("SELECT term_key FROM users WHERE uuid = $1", user.user_uuid)
-            if key is None:
-                return ""
-            return await self._context(db, user, key, query, max_chars, template_uuid)
+            return await self._context(db, user, query, max_chars, template_uuid)
 
         return await self._read(work, timeout)
 
@@ -952,80 +1028,45 @@ class PostgresBackend(MemoryBackend):
         self,
         db: Db,
         user: UserRef,
-        key: bytes,
         query: str,
         max_chars: int,
         template_uuid: str | None = None,
     ) -> str:
-        facts = [
-            (statement(r[0], r[1], r[2]), r[3])
-            for r in await db.fetch(
-                "SELECT subject, predicate, value, valid_at FROM facts WHERE user_uuid = $1"
-                " AND invalid_at IS NULL ORDER BY importance DESC, valid_at DESC LIMIT 1000",
-                user.user_uuid,
-            )
-        ]
+        """The user's block for ``query`` (nothing when there is no such user)."""
+        opening = await db.fetchrow(
+            _OPENING, user.user_uuid, CHANGED_FACTS, [], INFORMATIVE_POOL, FOLLOW_UP_POOL
+        )
+        if opening is None or opening[0] is None:
+            return ""
+        facts = [(statement(r[0], r[1], r[2]), r[3]) for r in opening[1]]
         if template_uuid is None:
-            ranker = _Ranker(db, user.user_uuid, key)
-            statements = await self._statements(ranker, query, limit=None)
+            ranker = _Ranker(db, user.user_uuid, opening[0])
+            ranker.total(*opening[5])
+            statements = await self._statements(ranker, opening, query)
             return render_block(fact_lines(facts), statements, max_chars)
         found = await db.fetchval("SELECT template FROM templates WHERE uuid = $1", template_uuid)
         if found is None:
             raise BackendError("not_found", status=404, code="template")
         return render_template(found, facts, max_chars, self.name)
 
-    async def _statements(
-        self, ranker: _Ranker, query: str, limit: int | None, *, fill: bool = True
-    ) -> list[Statement]:
-        """``LocalBackend._statements``."""
-        db, user_uuid = ranker.db, ranker.user_uuid
-        replaced = await _replaced(db, user_uuid)
-        informative = informative_order(
-            [
-                (r[0], r[1])
-                for r in await db.fetch(
-                    "SELECT id, informative FROM messages WHERE user_uuid = $1 AND eligible"
-                    " AND informative > 0 ORDER BY id DESC LIMIT $2",
-                    user_uuid,
-                    INFORMATIVE_POOL,
-                )
-            ]
-        )
-        recent = (
-            [
-                r[0]
-                for r in await db.fetch(
-                    "SELECT id FROM messages WHERE user_uuid = $1 AND eligible"
-                    " ORDER BY id DESC LIMIT $2",
-                    user_uuid,
-                    RECENT,
-                )
-            ]
-            if fill
-            else []
-        )
-        ranked = [*await ranking.relevant(ranker, query), *replaced, *informative, *recent]
-        ids = list(dict.fromkeys(ranked))
+    @staticmethod
+    async def _statements(ranker: _Ranker, opening: asyncpg.Record, query: str) -> list[Statement]:
+        """``LocalBackend._statements`` for a block, from what ``_OPENING`` read: the rows
+        of the informative and the changed statements are read with the first ranking."""
+        replaced = await _changed_statements(ranker.db, ranker.user_uuid, opening[2])
+        informative = informative_order([(r[0], r[1]) for r in opening[3]])
+        pool = {r[0]: (r[1], r[2], r[3]) for r in opening[4]}
+        ranker.rows.update(pool)
+        ranker.wanted.update([*replaced, *informative])
+        recent = list(pool)[:RECENT]
+        relevant = await ranking.relevant(ranker, query)
+        ids = list(dict.fromkeys([*relevant, *replaced, *informative, *recent]))
         if not ids:
             return []
-        columns = "SELECT id, replied, content, COALESCE(reference_time, created_at) FROM messages"
-        rows = {
-            r[0]: (r[1], r[2], r[3])
-            for r in await db.fetch(
-                f"{columns} WHERE id = ANY($1::bigint[]) AND user_uuid = $2 AND eligible",
-                ids,
-                user_uuid,
-            )
-        }
-        rows.update(
-            (r[0], (r[1], r[2], r[3]))
-            for r in await db.fetch(
-                f"{columns} WHERE user_uuid = $1 AND eligible ORDER BY id DESC LIMIT $2",
-                user_uuid,
-                FOLLOW_UP_POOL,
-            )
-        )
-        return assemble_statements(ids, rows, replaced, limit)
+        await ranker.read(ids)
+        # The candidates' rows, and the user's newest statements as the follow-ups' pool.
+        rows = {i: ranker.rows[i] for i in ids if i in ranker.rows} | pool
+        return assemble_statements(ids, rows, replaced, None)
 
     async def search(
         self, *, graph_uuid: str, request: SearchRequest, timeout: float
@@ -1041,7 +1082,7 @@ class PostgresBackend(MemoryBackend):
                 return []
             if request.scope == "context":
                 ref = UserRef(user["uuid"], graph_uuid)
-                text = await self._context(db, ref, user["term_key"], request.query, self.max_chars)
+                text = await self._context(db, ref, request.query, self.max_chars)
                 return [SearchHit(uuid="context", text=text)] if text else []
             if request.scope == "edges":
                 rows = await db.fetch(
@@ -1318,6 +1359,10 @@ class PostgresBackend(MemoryBackend):
             await held.pool.close()
 
 
+async def _unchanged(db: asyncpg.Connection[asyncpg.Record]) -> None:
+    """What a connection needs before another use: nothing (see ``_open``)."""
+
+
 @dataclass
 class _LoopPool:
     pool: asyncpg.Pool | None = None
@@ -1329,17 +1374,16 @@ async def _replaced(
 ) -> dict[int, str | None]:
     """``local._replaced``."""
     changed = await db.fetch(
-        "SELECT old.source_keys, old.invalid_at, new.source_keys FROM facts old JOIN facts new"
-        " ON new.user_uuid = old.user_uuid AND new.subject = old.subject"
-        " AND new.predicate = old.predicate AND new.invalid_at IS NULL"
-        " WHERE old.user_uuid = $1 AND old.invalid_at IS NOT NULL"
-        " AND (cardinality($3::text[]) = 0"
-        " OR (old.subject = 'user' AND old.predicate = ANY($3::text[])))"
-        " ORDER BY old.invalid_at DESC LIMIT $2",
-        user_uuid,
-        CHANGED_FACTS,
-        list(predicates),
+        f"SELECT {_CHANGED_COLUMNS} {_CHANGED}", user_uuid, CHANGED_FACTS, list(predicates)
     )
+    return await _changed_statements(db, user_uuid, changed)
+
+
+async def _changed_statements(
+    db: Db, user_uuid: str, changed: Sequence[Row]
+) -> dict[int, str | None]:
+    """The statements of the changes ``changed`` (``_CHANGED``'s rows), as
+    ``local._replaced`` gives them."""
     keys = changed_keys([(r[0], r[1], r[2]) for r in changed])
     if not keys:
         return {}
