@@ -240,6 +240,11 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         "CREATE TABLE postings (lexeme bigint NOT NULL, id bigint NOT NULL,"
         " tf double precision NOT NULL, tokens integer NOT NULL,"
         " PRIMARY KEY (lexeme, id) INCLUDE (tf, tokens))",
+        # An index-only scan reads the heap for rows on pages not yet marked all-visible:
+        # vacuumed after every 20,000 postings (about 1,000 statements), not after a fifth
+        # of the table (by default), so only the newest postings cost a heap read.
+        "ALTER TABLE postings SET (autovacuum_vacuum_insert_threshold = 20000,"
+        " autovacuum_vacuum_insert_scale_factor = 0)",
         "CREATE TABLE term_counts (lexeme bigint PRIMARY KEY, statements integer NOT NULL)",
         _POSTINGS_FUNCTION,
         # The triggers first: their lock waits out writers in flight, and what they commit
@@ -354,7 +359,11 @@ _CHANGED = (
 #: What a block needs of the user (``$1``) before ranking, in one statement: the user's
 #: key (none: no such user), the current facts, the changed ones (``_CHANGED``, ``$2``),
 #: the newest ``$4`` informative statements, the newest ``$5`` statements (the follow-ups'
-#: pool, and the recent ones), and the store's statement and token counts.
+#: pool, and the recent ones), and the store's statement and token counts. It also sets,
+#: for the rest of the transaction, that a statement runs on the plan made for it once per
+#: connection: a ranking's plan does not depend on its values (arrays of lexemes), and
+#: planning one afresh costs as much as running it (statements whose plan does depend on
+#: the user, as this one's does, are planned as PostgreSQL chooses).
 _OPENING = f"""
 SELECT (SELECT term_key FROM users WHERE uuid = $1),
   ARRAY(SELECT ROW(subject, predicate, value, valid_at) FROM facts
@@ -365,7 +374,8 @@ SELECT (SELECT term_key FROM users WHERE uuid = $1),
     WHERE user_uuid = $1 AND eligible AND informative > 0 ORDER BY id DESC LIMIT $4),
   ARRAY(SELECT ROW({_ROW}) FROM messages
     WHERE user_uuid = $1 AND eligible ORDER BY id DESC LIMIT $5),
-  (SELECT ROW(sum(statements)::bigint, sum(tokens)::bigint) FROM retrieval_totals)"""
+  (SELECT ROW(sum(statements)::bigint, sum(tokens)::bigint) FROM retrieval_totals),
+  set_config('plan_cache_mode', 'force_generic_plan', true)"""
 
 #: A newest-first query's postings (``q.lexemes``, at most ``COMMON_TERMS``), merged newest
 #: first: each branch a backward scan of the index, read only as far as the merge needs.
@@ -665,14 +675,7 @@ class PostgresBackend(MemoryBackend):
                 self._url,
                 min_size=1,
                 max_size=self.pool_size,
-                server_settings={
-                    "search_path": self.schema,
-                    "application_name": "afterthought",
-                    # Every statement is prepared once per connection and planned once:
-                    # its plan does not depend on the values (a ranking's arrays, a user's
-                    # id), and planning a ranking costs as much as running it.
-                    "plan_cache_mode": "force_generic_plan",
-                },
+                server_settings={"search_path": self.schema, "application_name": "afterthought"},
                 # A session is never changed (no SET, LISTEN or session lock): a connection
                 # goes back to the pool without a statement to reset it (an open
                 # transaction is still rolled back).
