@@ -168,15 +168,26 @@ def verdicts(messages: Sequence[OutgoingMessage]) -> list[Any]:
     return [_verdict(m.role, m.content, True) for m in messages]
 
 
+#: Users' histories, each a user and what they said.
+Histories = Sequence[tuple[UserRef, list[OutgoingMessage]]]
+
+
+def chunked(histories: Histories) -> list[tuple[UserRef, list[OutgoingMessage]]]:
+    """The histories in chunks of 1,000 messages (a transaction each), judged in the pool
+    in parallel, whoever said them."""
+    return [
+        (user, messages[i : i + 1000])
+        for user, messages in histories
+        for i in range(0, len(messages), 1000)
+    ]
+
+
 def bulk_insert(
-    backend: LocalBackend,
-    db: sqlite3.Connection,
-    user: UserRef,
-    messages: list[OutgoingMessage],
-    pool: ProcessPoolExecutor,
+    backend: LocalBackend, db: sqlite3.Connection, histories: Histories, pool: ProcessPoolExecutor
 ) -> None:
-    chunks = [messages[i : i + 1000] for i in range(0, len(messages), 1000)]
-    for chunk, judged in zip(chunks, pool.map(verdicts, chunks), strict=True):
+    chunks = chunked(histories)
+    judgements = pool.map(verdicts, [chunk for _, chunk in chunks])
+    for (user, chunk), judged in zip(chunks, judgements, strict=True):
         with db:
             for start in range(0, len(chunk), 40):
                 thread = f"{user.user_uuid}:{random.random()}"
@@ -219,24 +230,26 @@ def percentile(ordered: Sequence[float], fraction: float) -> float:
 
 
 async def bulk_insert_postgres(
-    backend: PostgresBackend,
-    user: UserRef,
-    messages: list[OutgoingMessage],
-    pool: ProcessPoolExecutor,
+    backend: PostgresBackend, histories: Histories, pool: ProcessPoolExecutor
 ) -> None:
     """As :func:`bulk_insert`, with ``PostgresBackend._insert`` (a transaction a chunk)."""
-    chunks = [messages[i : i + 1000] for i in range(0, len(messages), 1000)]
-    for chunk, judged in zip(chunks, pool.map(verdicts, chunks), strict=True):
+    chunks = chunked(histories)
+    judgements = pool.map(verdicts, [chunk for _, chunk in chunks])
+    for (user, chunk), judged in zip(chunks, judgements, strict=True):
 
-        async def work(db: Any, chunk: list[OutgoingMessage] = chunk, judged: Any = judged) -> None:
-            key = await db.fetchval("SELECT term_key FROM users WHERE uuid = $1", user.user_uuid)
+        async def work(
+            db: Any,
+            user: UserRef = user,
+            chunk: list[OutgoingMessage] = chunk,
+            judged: Any = judged,
+        ) -> None:
             for start in range(0, len(chunk), 40):
                 thread = f"{user.user_uuid}:{random.random()}"
                 await db.execute(
                     "INSERT INTO threads VALUES ($1, $2, $1, '2025-01-01')", thread, user.user_uuid
                 )
                 await backend._insert(
-                    db, thread, user, key, chunk[start : start + 40], judged[start : start + 40], ()
+                    db, thread, thread, chunk[start : start + 40], judged[start : start + 40], ()
                 )
 
         await backend._run(work)
@@ -261,12 +274,10 @@ class Local:
     def open(self, model: Any = None, where: str = "bench") -> Any:
         return LocalBackend(self.tmp / f"{where}.sqlite3", model)
 
-    async def bulk(
-        self, writer: Any, user: UserRef, messages: list[OutgoingMessage], pool: Any
-    ) -> None:
+    async def bulk(self, writer: Any, histories: Histories, pool: Any) -> None:
         if self.db is None:
             self.db = writer._connect()
-        bulk_insert(writer, self.db, user, messages, pool)
+        bulk_insert(writer, self.db, histories, pool)
 
     async def settle(self) -> None:
         """Nothing: SQLite keeps nothing to catch up on after a burst of writes."""
@@ -296,10 +307,8 @@ class Postgres:
             raise ValueError("the PostgreSQL store has no dense recall")
         return PostgresBackend(self.server.url, schema=where)
 
-    async def bulk(
-        self, writer: Any, user: UserRef, messages: list[OutgoingMessage], pool: Any
-    ) -> None:
-        await bulk_insert_postgres(writer, user, messages, pool)
+    async def bulk(self, writer: Any, histories: Histories, pool: Any) -> None:
+        await bulk_insert_postgres(writer, histories, pool)
 
     async def settle(self) -> None:
         """The store as autovacuum leaves it between bursts of writes: statistics for the
@@ -359,16 +368,15 @@ async def main(
         ProcessPoolExecutor() as pool,
     ):
         writer = store.open(model)
-        neighbours = []
-        for n in range(others):  # other users first: their rows share the index
-            other, _ = await writer.ensure_user(zep_user_id=f"other{n}")
-            await store.bulk(writer, other, conversation(random.Random(n), 1000), pool)
-            neighbours.append(other)
+        # Other users first: their rows share the index.
+        neighbours = [(await writer.ensure_user(zep_user_id=f"other{n}"))[0] for n in range(others)]
+        histories = [(o, conversation(random.Random(n), 1000)) for n, o in enumerate(neighbours)]
+        await store.bulk(writer, histories, pool)
         user, _ = await writer.ensure_user(zep_user_id="subject")
         everything = conversation(random.Random(99), big)
         stored = 0
         for size in (10_000, big):
-            await store.bulk(writer, user, everything[stored:size], pool)
+            await store.bulk(writer, [(user, everything[stored:size])], pool)
             await store.settle()
             stored = size
             label = f"{size // 1000}k"

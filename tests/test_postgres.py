@@ -180,6 +180,67 @@ async def test_writers_on_many_connections_store_each_message_once(postgres_sche
             await writer.aclose()
 
 
+async def test_a_users_messages_are_numbered_in_the_order_their_writers_commit(
+    postgres_schema: str,
+) -> None:
+    """Synthesis reads a user's messages after a watermark (``user_messages``' cursor): a
+    batch that commits after a later-numbered one would be behind a watermark already
+    read past, and never synthesized. So one user's writers take turns: the later one
+    waits for the earlier one's commit, and numbers its messages after them."""
+    first, second = (PostgresBackend(DATABASE_URL, schema=postgres_schema) for _ in range(2))
+    try:
+        user, _ = await first.ensure_user(zep_user_id="alice")
+        one = await first.create_thread(user=user, idempotency_key="s1")
+        two = await first.create_thread(user=user, idempotency_key="s2")
+        inserted, release = asyncio.Event(), asyncio.Event()
+
+        async def open_batch(db: postgres.Db) -> None:
+            early = said("user", "I moved to Leeds", "e")
+            verdict = postgres._verdict(early.role, early.content, True)
+            await first._insert(db, one, "a", [early], [verdict], ())
+            inserted.set()
+            await release.wait()  # numbered, not yet committed
+
+        held = asyncio.create_task(first._run(open_batch))
+        await inserted.wait()
+        late = asyncio.create_task(
+            second.add_messages(
+                # The assistant's: nothing of the store's statistics to wait for either.
+                thread_uuid=two,
+                messages=[said("assistant", "What is the cat called?", "l")],
+                idempotency_key="b",
+            )
+        )
+        await _committed_or_waiting(late)
+        seen, cursor = await second.user_messages(user=user, after=None, limit=100)
+        release.set()
+        await asyncio.gather(held, late)
+        rest, _ = await second.user_messages(user=user, after=cursor, limit=100)
+        assert sorted(m.content for m in [*seen, *rest]) == [
+            "I moved to Leeds",
+            "What is the cat called?",
+        ]
+    finally:
+        await first.aclose()
+        await second.aclose()
+
+
+async def _committed_or_waiting(write: asyncio.Task[object]) -> None:
+    """Until ``write`` is done or its statement waits for a lock."""
+    db = await asyncpg.connect(DATABASE_URL)
+    try:
+        for _ in range(1000):  # a bound, not a pace: either comes within milliseconds
+            if write.done() or await db.fetchval(
+                "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'afterthought'"
+                " AND wait_event_type = 'Lock'"
+            ):
+                return
+            await asyncio.sleep(0.01)
+        raise AssertionError("the write neither ended nor waited")
+    finally:
+        await db.close()
+
+
 async def test_a_reused_key_with_another_text_is_another_message(store: PostgresBackend) -> None:
     user, _ = await store.ensure_user(zep_user_id="alice")
     thread = await store.create_thread(user=user, idempotency_key="s1")

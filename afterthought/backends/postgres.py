@@ -838,26 +838,9 @@ class PostgresBackend(MemoryBackend):
         )
 
         async def work(db: Db) -> str | None:
-            found = await db.fetchrow(
-                "SELECT t.user_uuid, u.graph_uuid, u.term_key FROM threads t JOIN users u"
-                " ON u.uuid = t.user_uuid WHERE t.uuid = $1 FOR SHARE OF t",
-                thread_uuid,
+            user = await self._insert(
+                db, thread_uuid, idempotency_key, messages, verdicts, ignore_roles
             )
-            if not found:
-                raise BackendError("not_found", status=404, code="thread")
-            user = UserRef(found["user_uuid"], found["graph_uuid"])
-            # Another worker's transaction with the same key waits here until it commits
-            # (then this one adds nothing) or rolls back (then this one stores the batch).
-            new = await db.fetchval(
-                "INSERT INTO idempotency VALUES ($1, $2, $3) ON CONFLICT DO NOTHING RETURNING 1",
-                thread_uuid,
-                _id(idempotency_key),
-                _now(),
-            )
-            if new:
-                await self._insert(
-                    db, thread_uuid, user, found["term_key"], messages, verdicts, ignore_roles
-                )
             context = None
             if return_context:
                 query = " ".join(m.content for m in messages if m.role == "user")
@@ -873,30 +856,36 @@ class PostgresBackend(MemoryBackend):
         self,
         db: Db,
         thread_uuid: str,
-        user: UserRef,
-        key: bytes,
+        idempotency_key: str,
         messages: Sequence[OutgoingMessage],
         verdicts: Sequence[_Verdict],
         ignore_roles: Sequence[str],
-    ) -> None:
-        """Store a batch in one statement, its eligible statements indexed in it (as
-        ``LocalBackend._insert``); a message whose key the thread holds adds nothing."""
-        before = await db.fetchrow(
-            "SELECT role, content, clean FROM messages WHERE thread_uuid = $1"
-            " ORDER BY id DESC LIMIT 1",
-            thread_uuid,
-        )
-        previous = (before["role"], before["content"], before["clean"]) if before else None
+    ) -> UserRef:
+        """Store a batch once (its call's key) in two statements, its eligible statements
+        indexed in it (as ``LocalBackend._insert``); a message whose key the thread holds
+        adds nothing. The thread's owner, returned, cannot be deleted before commit.
+
+        One user's writers take turns (a lock of the user's, held to commit): ids are
+        numbered as the batches commit, so a reader of the user's messages after an id
+        (synthesis, ``user_messages``) never reads past one still being written."""
         given = [m.metadata.get(MESSAGE_KEY_FIELD) for m in messages]
-        stored = {
-            row["message_key"]: row["content"]
-            for row in await db.fetch(
-                "SELECT message_key, content FROM messages WHERE thread_uuid = $1"
-                " AND message_key = ANY($2::text[])",
-                thread_uuid,
-                [str(k) for k in given if k is not None],
-            )
-        }
+        found = await db.fetchrow(
+            "SELECT t.user_uuid, u.graph_uuid, u.term_key,"
+            " pg_advisory_xact_lock(hashtextextended('afterthought.messages:' || t.user_uuid, 0)),"
+            " (SELECT ROW(role, content, clean)"
+            " FROM messages WHERE thread_uuid = $1 ORDER BY id DESC LIMIT 1),"
+            " ARRAY(SELECT ROW(message_key, content) FROM messages WHERE thread_uuid = $1"
+            " AND message_key = ANY($2::text[]))"
+            " FROM threads t JOIN users u ON u.uuid = t.user_uuid WHERE t.uuid = $1"
+            " FOR SHARE OF t",
+            thread_uuid,
+            [str(k) for k in given if k is not None],
+        )
+        if not found:
+            raise BackendError("not_found", status=404, code="thread")
+        user = UserRef(found[0], found[1])
+        previous: tuple[str, str, bool] | None = found[4]
+        stored = dict(found[5])
         rows: list[tuple[object, ...]] = []
         for m, verdict, message_key in zip(messages, verdicts, given, strict=True):
             replied = _reply_context(previous) if verdict.eligible else None
@@ -908,7 +897,7 @@ class PostgresBackend(MemoryBackend):
                 # Another text under a stored key is another message (local._stored_key).
                 if stored.get(message_key, m.content) != m.content:
                     message_key = f"{message_key}#{checksum(m.content)}"
-            tokens, terms = _terms(key, m.content, replied) if verdict.eligible else (0, None)
+            tokens, terms = _terms(found[2], m.content, replied) if verdict.eligible else (0, None)
             rows.append(
                 (
                     str(uuid.uuid4()),
@@ -928,20 +917,31 @@ class PostgresBackend(MemoryBackend):
                     terms,
                 )
             )
+        # The call's key first: another worker's transaction with the same key waits here
+        # until it commits (then this one adds nothing) or rolls back (then this one stores
+        # the batch).
         await db.execute(
-            "INSERT INTO messages (uuid, thread_uuid, message_key, role, name, content,"
+            "WITH new AS (INSERT INTO idempotency VALUES ($1, $3, $4) ON CONFLICT DO NOTHING"
+            " RETURNING 1)"
+            " INSERT INTO messages (uuid, thread_uuid, message_key, role, name, content,"
             " metadata, reference_time, ingested, created_at, user_uuid, clean, eligible,"
             " informative, replied, tokens, terms)"
             " SELECT u, $1, k, r, n, c, md, rt, i, ca, $2, cl, e, inf, rp, tk, tv::tsvector"
-            " FROM unnest($3::text[], $4::text[], $5::text[], $6::text[], $7::text[],"
-            " $8::text[], $9::text[], $10::boolean[], $11::text[], $12::boolean[],"
-            " $13::boolean[], $14::integer[], $15::text[], $16::integer[], $17::text[])"
+            " FROM unnest($5::text[], $6::text[], $7::text[], $8::text[], $9::text[],"
+            " $10::text[], $11::text[], $12::boolean[], $13::text[], $14::boolean[],"
+            " $15::boolean[], $16::integer[], $17::text[], $18::integer[], $19::text[])"
             " WITH ORDINALITY AS b(u, k, r, n, c, md, rt, i, ca, cl, e, inf, rp, tk, tv, o)"
+            " WHERE EXISTS (SELECT FROM new)"
             " ORDER BY o ON CONFLICT (thread_uuid, message_key) DO NOTHING",
             thread_uuid,
             user.user_uuid,
-            *(list(column) for column in zip(*rows, strict=True)),
+            _id(idempotency_key),
+            _now(),
+            *(list(column) for column in zip(*rows, strict=True))
+            if rows
+            else ([] for _ in range(15)),
         )
+        return user
 
     async def remove_copy(self, *, thread_uuid: str, copy: LateCopy, last_chance: bool) -> str:
         """Deleted (as on the local store)."""
