@@ -15,11 +15,21 @@ its transaction, in batches of 1,000 (validation verdicts computed in a process 
 first, as ``add_messages`` computes them before its transaction): the same rows, indexes
 and vectors, without a transaction per ten messages.
 
-    python bench/retrieval.py [--queries 300] [--big 100000] [--backend postgres]
+    python bench/retrieval.py [--queries 300] [--big 100000] [--others 10] [--backend postgres]
+
+``--others N`` stores N other users of 1,000 messages each first (``--others 900``: a
+million messages in the store with the big history); the small user's figures
+(``bm25_1k_beside_*``) are the first of them.
 
 With ``--backend postgres`` the same is measured on the PostgreSQL store, in a server the
 bench starts for itself (fsync on), the big history written with ``PostgresBackend._insert``
-a transaction per 1,000 messages; there is no hybrid figure (no dense recall there).
+a transaction per 1,000 messages, then vacuumed and analysed as autovacuum would leave it
+(``Postgres.settle``); there is no hybrid figure (no dense recall there).
+
+``write_msgs_per_s_bm25`` is one writer's ``add_messages`` in batches of 10, each its own
+transaction; ``verdict_ms_per_msg`` is the CPU the verdicts of those messages cost the
+writing process before any store is asked (the same on both stores), which bounds a
+writer at 1,000 / ``verdict_ms_per_msg`` messages a second.
 
 Latency is each query's median of three runs (``p50_ms``, ``p99_ms``), with the p99 of
 the single runs beside it (``p99_single_ms``). This machine is a shared VM whose speed
@@ -338,6 +348,17 @@ class Postgres:
         return round(int(size) / 2**20, 1)
 
 
+def verdict_cost(count: int) -> float:
+    """Milliseconds of this process's CPU per message for the verdicts ``add_messages``
+    makes of each message before its transaction, on either store (validation: whether
+    it can be memory): the part of a write no store's speed changes."""
+    messages = conversation(random.Random(7), count)
+    verdicts(messages[:100])  # the patterns compile on first use
+    started = time.process_time()
+    verdicts(messages)
+    return round((time.process_time() - started) * 1000 / count, 3)
+
+
 async def write_throughput(store: Any, where: str, model: Any, count: int) -> float:
     """Messages per second through ``add_messages``, batches of 10 (a worker's flush)."""
     backend = store.open(model, where)
@@ -392,6 +413,7 @@ async def main(
         await writer.aclose()
         result["file_mb"] = await store.size_mb()
         result["write_msgs_per_s_bm25"] = await write_throughput(store, "w1", None, writes)
+        result["verdict_ms_per_msg"] = verdict_cost(writes)
         if model is not None:
             result["hybrid_model"] = model.name
             result["write_msgs_per_s_hybrid"] = await write_throughput(store, "w2", model, writes)

@@ -148,6 +148,47 @@ async def test_blocks_and_searches_are_the_local_stores_on_the_same_history(
         await local.aclose()
 
 
+async def test_a_store_indexed_before_postings_answers_as_before_once_upgraded(
+    postgres_schema: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A store written at schema version 1 (a GIN index over the words) is re-indexed by
+    the worker that upgrades it: its postings and term counts, built from the statements'
+    words, rank as the local store does, and a forget after it leaves none behind."""
+    people = [json.loads(p.read_text()) for p in sorted(FIXTURE.glob("*.json"))[:2]]
+    with monkeypatch.context() as released:
+        released.setattr(postgres, "MIGRATIONS", postgres.MIGRATIONS[:1])
+        released.setattr(postgres, "SCHEMA_VERSION", 1)
+        old = PostgresBackend(DATABASE_URL, schema=postgres_schema)
+        await fill(old, people)
+        await old.aclose()
+    upgraded = PostgresBackend(DATABASE_URL, schema=postgres_schema)
+    local = LocalBackend(tmp_path / "memory.sqlite3")
+    try:
+        ours = await fill(local, people)
+        for person in people:
+            name = str(person["user"])
+            user = await upgraded.find_user(zep_user_id=name)
+            assert user is not None
+            for question in person["questions"]:  # type: ignore[attr-defined]
+                assert await upgraded.get_context(
+                    user=user, query=question["text"], max_chars=4000, timeout=30
+                ) == await local.get_context(
+                    user=ours[name], query=question["text"], max_chars=4000, timeout=30
+                )
+            await upgraded.delete_user(user=user)
+        db = await asyncpg.connect(DATABASE_URL, server_settings={"search_path": postgres_schema})
+        try:
+            versions = await db.fetch("SELECT version FROM schema_migrations ORDER BY 1")
+            assert [r[0] for r in versions] == list(range(1, postgres.SCHEMA_VERSION + 1))
+            assert await db.fetchval("SELECT count(*) FROM postings") == 0
+            assert await db.fetchval("SELECT count(*) FROM term_counts") == 0
+        finally:
+            await db.close()
+    finally:
+        await upgraded.aclose()
+        await local.aclose()
+
+
 async def test_writers_on_many_connections_store_each_message_once(postgres_schema: str) -> None:
     """Eight backends (eight pools: as many machines) send one session's batches at once,
     under one call key and under keys of their own: each message is stored once."""

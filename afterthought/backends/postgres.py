@@ -138,7 +138,8 @@ _POSTED = (
 
 # The postings follow the statements' words (inserted, re-indexed without the question a
 # reply answered, deleted), each lexeme's count with them; every statement locks the
-# counts in lexeme order, so two writers of one user wait for each other, never deadlock.
+# counts in lexeme order, so a write and a forget of one user wait for each other, never
+# deadlock.
 _POSTINGS_FUNCTION = f"""
 CREATE FUNCTION retrieval_postings() RETURNS trigger LANGUAGE plpgsql
 SET search_path FROM CURRENT AS $$
@@ -450,12 +451,14 @@ SELECT NULL, NULL, {_ROW} FROM messages
 WHERE id = ANY(ARRAY(SELECT unnest(ids) FROM ranked) || $10::bigint[])
   AND user_uuid = $9 AND eligible"""
 
-#: BM25 of the statements ``$3`` for the phrases ``$1`` (weights ``$2``), in their order.
+#: BM25 of the statements ``$3`` for the phrases ``$1`` (weights ``$2``), in their order:
+#: a posting looked up for each statement and phrase.
 _SCORED = f"""
 SELECT id, sum(share) FROM (
   SELECT t.id, {_bm25("weight", "$4")} AS share
   FROM unnest($1::bigint[], $2::float8[]) WITH ORDINALITY AS p(lexeme, weight, o)
-  JOIN postings t ON t.lexeme = p.lexeme AND t.id = ANY($3::bigint[])
+  CROSS JOIN unnest($3::bigint[]) AS c(id)
+  JOIN postings t ON t.lexeme = p.lexeme AND t.id = c.id
   ORDER BY t.id, p.o) s
 GROUP BY id"""
 
