@@ -490,7 +490,7 @@ async def test_one_users_query_reads_only_that_users_rows(
         for newest in ([], [0]):
             plan = await db.fetchval(
                 f"EXPLAIN (ANALYZE, FORMAT JSON) {postgres._RANKED}",
-                *([0], [leeds], [1.0], [True], newest, 5.0, 1000, 20, alice.user_uuid, []),
+                *([0], [leeds], [1.0], [True], newest, 5.0, 1000, 20, alice.user_uuid, [], True),
             )
             assert "Seq Scan" not in json.dumps(json.loads(plan))
             nodes = _nodes(json.loads(plan)[0]["Plan"])

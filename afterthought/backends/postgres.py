@@ -340,8 +340,10 @@ def _bm25(weight: str, mean: str) -> str:
     )
 
 
+#: When a statement was said.
+_SAID = "COALESCE(reference_time, created_at)"
 #: A statement as a block shows it: id, the question it replied to, text, when said.
-_ROW = "id, replied, content, COALESCE(reference_time, created_at)"
+_ROW = f"id, replied, content, {_SAID}"
 
 #: The user's (``$1``) facts replaced by a newer one, the newest change first, ``$2`` at
 #: most, of the user's own predicates ``$3`` only when any (``local._replaced``): the
@@ -406,7 +408,9 @@ _IN_ORDER = " + ".join(
 #: expects of the phrases.
 #:
 #: The rows ranked (the user's eligible statements: ``$9``), and those of ``$10``, come
-#: with the rankings, as ``_ROW``s: no statement of its own to read them.
+#: with the rankings, as ``_ROW``s, and with ``$11`` the counts of the words they hold
+#: (``term_counts``): no statement of its own to read them, nor to count the words the
+#: next rankings are asked for (a hop's terms are the words of a statement ranked here).
 _RANKED = f"""
 WITH phrase AS MATERIALIZED (
   SELECT * FROM unnest($1::integer[], $2::bigint[], $3::float8[], $4::boolean[])
@@ -444,12 +448,16 @@ ranked AS (
         WHERE place <= $7) r
       GROUP BY id) s
     ORDER BY score DESC, id DESC LIMIT $8)
-  FROM newest q)
-SELECT query, ids, NULL::bigint, NULL::text, NULL::text, NULL::text FROM ranked
-UNION ALL
-SELECT NULL, NULL, {_ROW} FROM messages
-WHERE id = ANY(ARRAY(SELECT unnest(ids) FROM ranked) || $10::bigint[])
-  AND user_uuid = $9 AND eligible"""
+  FROM newest q),
+shown AS MATERIALIZED (
+  SELECT id, replied, content, {_SAID} AS said, terms FROM messages
+  WHERE id = ANY(ARRAY(SELECT unnest(ids) FROM ranked) || $10::bigint[])
+    AND user_uuid = $9 AND eligible)
+SELECT ARRAY(SELECT ROW(query, ids) FROM ranked),
+  ARRAY(SELECT ROW(id, replied, content, said) FROM shown),
+  ARRAY(SELECT ROW(w.lexeme, (SELECT statements FROM term_counts WHERE lexeme = w.lexeme))
+    FROM (SELECT DISTINCT ('x' || l)::bit(64)::bigint AS lexeme
+      FROM shown, unnest(tsvector_to_array(terms)) l WHERE $11) w)"""
 
 #: BM25 of the statements ``$3`` for the phrases ``$1`` (weights ``$2``), in their order:
 #: a posting looked up for each statement and phrase.
@@ -478,6 +486,9 @@ class _Ranker:
     """(replied, text, said at) of the user's statements read in this read."""
     wanted: set[int] = field(default_factory=set)
     """Statements whose rows the next ranking reads with it."""
+    posted: dict[int, int] | None = None
+    """Lexeme -> statements holding it, of the words of the statements the first ranking
+    ranked (None until then): the hops' terms are counted without asking."""
 
     def total(self, statements: int | None, tokens: int | None) -> None:
         """The store's statistics, as read (sums: None for an empty store)."""
@@ -490,6 +501,10 @@ class _Ranker:
     async def counts(self, terms: Sequence[str]) -> dict[str, int]:
         """Rows of the user holding each term, up to ``COUNTED`` (the user's rows alone:
         the lexemes are theirs); the store's statistics with the first."""
+        if self.posted is not None:
+            for term in terms:
+                if term not in self.frequency and (n := self.posted.get(self.posting(term))):
+                    self.frequency[term] = min(n, COUNTED)
         missing = [t for t in dict.fromkeys(terms) if t not in self.frequency]
         if missing or self.totals is None:
             row = await self.db.fetchrow(
@@ -547,8 +562,7 @@ class _Ranker:
         if not phrases:
             return [[] for _ in queries]
         wanted, self.wanted = [i for i in self.wanted if i not in self.rows], set()
-        ranked: dict[int, list[int]] = {}
-        for r in await self.db.fetch(
+        answer = await self.db.fetchrow(
             _RANKED,
             [number for number, _, _ in phrases],
             [self.posting(t) for _, t, _ in phrases],
@@ -560,11 +574,13 @@ class _Ranker:
             RELEVANT,
             self.user_uuid,
             wanted,
-        ):
-            if r[0] is not None:
-                ranked[r[0]] = list(r[1])
-            else:
-                self.rows[r[2]] = (r[3], r[4], r[5])
+            self.posted is None,
+        )
+        assert answer is not None  # one row of arrays
+        ranked = {number: list(ids) for number, ids in answer[0]}
+        self.rows.update((r[0], (r[1], r[2], r[3])) for r in answer[1])
+        if self.posted is None:
+            self.posted = dict(answer[2])
         return [ranked.get(number, []) for number in range(len(queries))]
 
     async def read(self, ids: Sequence[int]) -> None:
