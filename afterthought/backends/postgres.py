@@ -387,11 +387,6 @@ _MERGED = " UNION ALL ".join(
     " ORDER BY id DESC)"
     for n in range(1, COMMON_TERMS + 1)
 )
-#: A newest-first query's BM25 of a row: its phrases' shares added in their order, one
-#: that the row lacks adding 0 (as in ``_Ranker``'s sum), whatever order the rows came in.
-_IN_ORDER = " + ".join(
-    f"coalesce(max(share) FILTER (WHERE o = {n}), 0)" for n in range(1, COMMON_TERMS + 1)
-)
 
 #: The best ``$8`` statements of each of a batch of queries, in one statement. A query's
 #: phrases (``$1``: its number, ``$2``: the lexeme, ``$3``: the term's weight, ``$4``:
@@ -399,8 +394,9 @@ _IN_ORDER = " + ".join(
 #: weighing twice; every posting is read from the index alone.
 #:
 #: A query of ``$5`` ranks the newest ``$7`` rows holding any of its terms (ties: the
-#: newer first): its postings merged newest first and counted as they come (the window's
-#: run condition stops the merge at the ``$7``-th row), and only the best ``$8`` sorted.
+#: newer first): its postings merged newest first (a row's in phrase order), each row's
+#: summed as they come (they are neighbours in the merge), the merge stopped at the
+#: ``$7``-th row, and only the best ``$8`` sorted.
 #: The others rank the rows holding a selecting phrase (ties: the older first, as FTS5
 #: walks them), the other phrases' postings read from the oldest of these on, the rows
 #: reaching each row's sum sorted by phrase (cheaper than a sort in each row's sum).
@@ -441,12 +437,10 @@ ranked AS (
   UNION ALL
   SELECT q.query, ARRAY(
     SELECT id FROM (
-      SELECT id, {_IN_ORDER} AS score FROM (
-        SELECT id, o, {_bm25("q.weights[o]", "$6")} AS share FROM (
-          SELECT m.*, dense_rank() OVER (ORDER BY m.id DESC) AS place
-          FROM ({_MERGED} ORDER BY id DESC) m) counted
-        WHERE place <= $7) r
-      GROUP BY id) s
+      SELECT id, sum(share) AS score FROM (
+        SELECT id, o, {_bm25("q.weights[o]", "$6")} AS share
+        FROM ({_MERGED} ORDER BY id DESC, o) m) r
+      GROUP BY id ORDER BY id DESC LIMIT $7) s
     ORDER BY score DESC, id DESC LIMIT $8)
   FROM newest q),
 shown AS MATERIALIZED (
