@@ -359,6 +359,13 @@ _CHANGED = (
     " ORDER BY old.invalid_at DESC LIMIT $2"
 )
 
+#: The user's (``$1``) rows, for their newest first (``ORDER BY user_uuid DESC, id DESC``),
+#: as a range of one value: so read newest first from the user's index. As an equality it
+#: would leave the planner the table's own order (by id) to read them in, filtered, which it
+#: takes when it guesses that any user has as many of the newest rows as another; a user
+#: whose rows are old would then be found at the end of a walk through all the newer ones.
+_OWN = "user_uuid >= $1 AND user_uuid <= $1"
+
 #: What a block needs of the user (``$1``) before ranking, in one statement: the user's
 #: key (none: no such user), the current facts, the changed ones (``_CHANGED``, ``$2``),
 #: the newest ``$4`` informative statements, the newest ``$5`` statements (the follow-ups'
@@ -374,9 +381,9 @@ SELECT (SELECT term_key FROM users WHERE uuid = $1),
     LIMIT 1000),
   ARRAY(SELECT ROW({_CHANGED_COLUMNS}) {_CHANGED}),
   ARRAY(SELECT ROW(id, informative) FROM messages
-    WHERE user_uuid = $1 AND eligible AND informative > 0 ORDER BY id DESC LIMIT $4),
+    WHERE {_OWN} AND eligible AND informative > 0 ORDER BY user_uuid DESC, id DESC LIMIT $4),
   ARRAY(SELECT ROW({_ROW}) FROM messages
-    WHERE user_uuid = $1 AND eligible ORDER BY id DESC LIMIT $5),
+    WHERE {_OWN} AND eligible ORDER BY user_uuid DESC, id DESC LIMIT $5),
   (SELECT ROW(sum(statements)::bigint, sum(tokens)::bigint) FROM retrieval_totals),
   set_config('plan_cache_mode', 'force_generic_plan', true)"""
 
