@@ -39,10 +39,12 @@ the default block must choose (held-out, first 10 people, 4,000 chars: evidence_
 
     python bench/memory_quality.py [--fixture memory|memory2|memory3]
         [--split tune|heldout|all] [--max-chars N [N ...]] [--modes cached,query,adk]
-        [--limit N] [--scale]
+        [--limit N] [--scale] [--backend local|postgres]
 
 ``--modes`` picks the systems measured (all three by default); ``--limit N`` keeps the
 first N people of each split (by file name), for a run that must end sooner.
+``--backend postgres`` stores on the PostgreSQL store instead of the local one, in a
+PostgreSQL server the bench starts for itself (a schema per split and size).
 
 With several ``--max-chars`` each split is stored and asked once per size; the JSON holds
 ``{split: {size: {"cached": …, "query": …, "adk": …}}}``."""
@@ -59,6 +61,7 @@ import sys
 import tempfile
 import time
 import uuid
+from contextlib import nullcontext
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -80,6 +83,7 @@ from afterthought.agent_hooks import TurnMemory, create_callbacks  # noqa: E402
 from afterthought.agent_hooks.backfill import Backfill, Report, Source  # noqa: E402
 from afterthought.backends.base import HistoryMessage  # noqa: E402
 from afterthought.settings import Settings  # noqa: E402
+from afterthought.testing.postgres_server import PostgresServer  # noqa: E402
 from afterthought.testing.processes import cleanup, wait_settled  # noqa: E402
 from afterthought.testing.stand_in_model import StandInLlm, memory_lines  # noqa: E402
 from afterthought.worker.extract import RuleExtractor  # noqa: E402
@@ -375,9 +379,11 @@ def run_split(
     users: list[dict[str, Any]],
     sizes: list[int] | None = None,
     modes: tuple[str, ...] = (*MODES, ANCHOR),
+    database_url: str | None = None,
 ) -> dict[str, Any]:
     """Per block size: afterthought's ``modes`` (stored afresh at that size) and the anchor
-    if ``modes`` names it."""
+    if ``modes`` names it; on the PostgreSQL store at ``database_url`` (a schema each
+    size) when given, else on the local store."""
     default = Settings.model_fields["context_max_chars"].default
     ours = tuple(m for m in modes if m in MODES)
     result: dict[str, Any] = {}
@@ -388,11 +394,20 @@ def run_split(
             else {}
         )
         for size in sizes or [default]:
+            run = uuid.uuid4().hex[:8]
+            store: dict[str, Any] = (
+                {
+                    "backend": "postgres",
+                    "database_url": database_url,
+                    "database_schema": f"quality_{run}",
+                }
+                if database_url
+                else {"backend": "local", "local_db_path": Path(tmp) / f"memory-{size}.sqlite3"}
+            )
             settings = Settings(
                 redis_url=os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0"),
-                key_prefix=f"quality-{uuid.uuid4().hex[:8]}",
-                local_db_path=Path(tmp) / f"memory-{size}.sqlite3",
-                backend="local",
+                key_prefix=f"quality-{run}",
+                **store,
                 synthesis_idle_seconds=0,
                 context_max_chars=size,
                 # Quality, not latency: on a loaded machine a read that outlives the turn's
@@ -428,6 +443,12 @@ def main() -> None:
     )
     parser.add_argument("--limit", type=int, help="only the first N people of each split")
     parser.add_argument("--scale", action="store_true", help="also time retrieval at scale")
+    parser.add_argument(
+        "--backend",
+        choices=["local", "postgres"],
+        default="local",
+        help="postgres: in a PostgreSQL server the bench starts for itself",
+    )
     args = parser.parse_args()
     if unknown := set(args.modes) - {*MODES, ANCHOR}:
         parser.error(f"unknown modes: {sorted(unknown)}")
@@ -435,9 +456,11 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         root = generated(args.fixture, Path(tmp))
         people = {s: load(s, args.fixture, root)[: args.limit] for s in splits}
-    result: dict[str, Any] = {
-        split: run_split(people[split], args.max_chars, args.modes) for split in splits
-    }
+    with PostgresServer() if args.backend == "postgres" else nullcontext() as server:
+        url = server.url if server is not None else None
+        result: dict[str, Any] = {"backend": args.backend} | {
+            split: run_split(people[split], args.max_chars, args.modes, url) for split in splits
+        }
     if args.scale:
         from bench.retrieval import measure
 

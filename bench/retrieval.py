@@ -15,11 +15,21 @@ its transaction, in batches of 1,000 (validation verdicts computed in a process 
 first, as ``add_messages`` computes them before its transaction): the same rows, indexes
 and vectors, without a transaction per ten messages.
 
-    python bench/retrieval.py [--queries 300] [--big 100000] [--backend postgres]
+    python bench/retrieval.py [--queries 300] [--big 100000] [--others 10] [--backend postgres]
+
+``--others N`` stores N other users of 1,000 messages each first (``--others 900``: a
+million messages in the store with the big history); the small user's figures
+(``bm25_1k_beside_*``) are the first of them.
 
 With ``--backend postgres`` the same is measured on the PostgreSQL store, in a server the
 bench starts for itself (fsync on), the big history written with ``PostgresBackend._insert``
-a transaction per 1,000 messages; there is no hybrid figure (no dense recall there).
+a transaction per 1,000 messages, then vacuumed and analysed as autovacuum would leave it
+(``Postgres.settle``); there is no hybrid figure (no dense recall there).
+
+``write_msgs_per_s_bm25`` is one writer's ``add_messages`` in batches of 10, each its own
+transaction; ``verdict_ms_per_msg`` is the CPU the verdicts of those messages cost the
+writing process before any store is asked (the same on both stores), which bounds a
+writer at 1,000 / ``verdict_ms_per_msg`` messages a second.
 
 Latency is each query's median of three runs (``p50_ms``, ``p99_ms``), with the p99 of
 the single runs beside it (``p99_single_ms``). This machine is a shared VM whose speed
@@ -168,15 +178,26 @@ def verdicts(messages: Sequence[OutgoingMessage]) -> list[Any]:
     return [_verdict(m.role, m.content, True) for m in messages]
 
 
+#: Users' histories, each a user and what they said.
+Histories = Sequence[tuple[UserRef, list[OutgoingMessage]]]
+
+
+def chunked(histories: Histories) -> list[tuple[UserRef, list[OutgoingMessage]]]:
+    """The histories in chunks of 1,000 messages (a transaction each), judged in the pool
+    in parallel, whoever said them."""
+    return [
+        (user, messages[i : i + 1000])
+        for user, messages in histories
+        for i in range(0, len(messages), 1000)
+    ]
+
+
 def bulk_insert(
-    backend: LocalBackend,
-    db: sqlite3.Connection,
-    user: UserRef,
-    messages: list[OutgoingMessage],
-    pool: ProcessPoolExecutor,
+    backend: LocalBackend, db: sqlite3.Connection, histories: Histories, pool: ProcessPoolExecutor
 ) -> None:
-    chunks = [messages[i : i + 1000] for i in range(0, len(messages), 1000)]
-    for chunk, judged in zip(chunks, pool.map(verdicts, chunks), strict=True):
+    chunks = chunked(histories)
+    judgements = pool.map(verdicts, [chunk for _, chunk in chunks])
+    for (user, chunk), judged in zip(chunks, judgements, strict=True):
         with db:
             for start in range(0, len(chunk), 40):
                 thread = f"{user.user_uuid}:{random.random()}"
@@ -219,24 +240,26 @@ def percentile(ordered: Sequence[float], fraction: float) -> float:
 
 
 async def bulk_insert_postgres(
-    backend: PostgresBackend,
-    user: UserRef,
-    messages: list[OutgoingMessage],
-    pool: ProcessPoolExecutor,
+    backend: PostgresBackend, histories: Histories, pool: ProcessPoolExecutor
 ) -> None:
     """As :func:`bulk_insert`, with ``PostgresBackend._insert`` (a transaction a chunk)."""
-    chunks = [messages[i : i + 1000] for i in range(0, len(messages), 1000)]
-    for chunk, judged in zip(chunks, pool.map(verdicts, chunks), strict=True):
+    chunks = chunked(histories)
+    judgements = pool.map(verdicts, [chunk for _, chunk in chunks])
+    for (user, chunk), judged in zip(chunks, judgements, strict=True):
 
-        async def work(db: Any, chunk: list[OutgoingMessage] = chunk, judged: Any = judged) -> None:
-            key = await db.fetchval("SELECT term_key FROM users WHERE uuid = $1", user.user_uuid)
+        async def work(
+            db: Any,
+            user: UserRef = user,
+            chunk: list[OutgoingMessage] = chunk,
+            judged: Any = judged,
+        ) -> None:
             for start in range(0, len(chunk), 40):
                 thread = f"{user.user_uuid}:{random.random()}"
                 await db.execute(
                     "INSERT INTO threads VALUES ($1, $2, $1, '2025-01-01')", thread, user.user_uuid
                 )
                 await backend._insert(
-                    db, thread, user, key, chunk[start : start + 40], judged[start : start + 40], ()
+                    db, thread, thread, chunk[start : start + 40], judged[start : start + 40], ()
                 )
 
         await backend._run(work)
@@ -261,12 +284,13 @@ class Local:
     def open(self, model: Any = None, where: str = "bench") -> Any:
         return LocalBackend(self.tmp / f"{where}.sqlite3", model)
 
-    async def bulk(
-        self, writer: Any, user: UserRef, messages: list[OutgoingMessage], pool: Any
-    ) -> None:
+    async def bulk(self, writer: Any, histories: Histories, pool: Any) -> None:
         if self.db is None:
             self.db = writer._connect()
-        bulk_insert(writer, self.db, user, messages, pool)
+        bulk_insert(writer, self.db, histories, pool)
+
+    async def settle(self) -> None:
+        """Nothing: SQLite keeps nothing to catch up on after a burst of writes."""
 
     async def size_mb(self) -> float:
         return round(self.path.stat().st_size / 2**20, 1)
@@ -293,10 +317,21 @@ class Postgres:
             raise ValueError("the PostgreSQL store has no dense recall")
         return PostgresBackend(self.server.url, schema=where)
 
-    async def bulk(
-        self, writer: Any, user: UserRef, messages: list[OutgoingMessage], pool: Any
-    ) -> None:
-        await bulk_insert_postgres(writer, user, messages, pool)
+    async def bulk(self, writer: Any, histories: Histories, pool: Any) -> None:
+        await bulk_insert_postgres(writer, histories, pool)
+
+    async def settle(self) -> None:
+        """The store as autovacuum leaves it between bursts of writes: statistics for the
+        planner, and the visibility map set (index-only scans read no heap page). The
+        bulk load writes in seconds what a deployment writes in days; autovacuum would do
+        this while the latencies are measured, on the same CPUs."""
+        import asyncpg
+
+        db = await asyncpg.connect(self.server.url, server_settings={"search_path": "bench"})
+        try:
+            await db.execute("VACUUM (ANALYZE) messages, postings, term_counts")
+        finally:
+            await db.close()
 
     async def size_mb(self) -> float:
         import asyncpg
@@ -311,6 +346,17 @@ class Postgres:
         finally:
             await db.close()
         return round(int(size) / 2**20, 1)
+
+
+def verdict_cost(count: int) -> float:
+    """Milliseconds of this process's CPU per message for the verdicts ``add_messages``
+    makes of each message before its transaction, on either store (validation: whether
+    it can be memory): the part of a write no store's speed changes."""
+    messages = conversation(random.Random(7), count)
+    verdicts(messages[:100])  # the patterns compile on first use
+    started = time.process_time()
+    verdicts(messages)
+    return round((time.process_time() - started) * 1000 / count, 3)
 
 
 async def write_throughput(store: Any, where: str, model: Any, count: int) -> float:
@@ -343,16 +389,16 @@ async def main(
         ProcessPoolExecutor() as pool,
     ):
         writer = store.open(model)
-        neighbours = []
-        for n in range(others):  # other users first: their rows share the index
-            other, _ = await writer.ensure_user(zep_user_id=f"other{n}")
-            await store.bulk(writer, other, conversation(random.Random(n), 1000), pool)
-            neighbours.append(other)
+        # Other users first: their rows share the index.
+        neighbours = [(await writer.ensure_user(zep_user_id=f"other{n}"))[0] for n in range(others)]
+        histories = [(o, conversation(random.Random(n), 1000)) for n, o in enumerate(neighbours)]
+        await store.bulk(writer, histories, pool)
         user, _ = await writer.ensure_user(zep_user_id="subject")
         everything = conversation(random.Random(99), big)
         stored = 0
         for size in (10_000, big):
-            await store.bulk(writer, user, everything[stored:size], pool)
+            await store.bulk(writer, [(user, everything[stored:size])], pool)
+            await store.settle()
             stored = size
             label = f"{size // 1000}k"
             plain = store.open()
@@ -367,6 +413,7 @@ async def main(
         await writer.aclose()
         result["file_mb"] = await store.size_mb()
         result["write_msgs_per_s_bm25"] = await write_throughput(store, "w1", None, writes)
+        result["verdict_ms_per_msg"] = verdict_cost(writes)
         if model is not None:
             result["hybrid_model"] = model.name
             result["write_msgs_per_s_hybrid"] = await write_throughput(store, "w2", model, writes)

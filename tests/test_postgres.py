@@ -148,6 +148,47 @@ async def test_blocks_and_searches_are_the_local_stores_on_the_same_history(
         await local.aclose()
 
 
+async def test_a_store_indexed_before_postings_answers_as_before_once_upgraded(
+    postgres_schema: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A store written at schema version 1 (a GIN index over the words) is re-indexed by
+    the worker that upgrades it: its postings and term counts, built from the statements'
+    words, rank as the local store does, and a forget after it leaves none behind."""
+    people = [json.loads(p.read_text()) for p in sorted(FIXTURE.glob("*.json"))[:2]]
+    with monkeypatch.context() as released:
+        released.setattr(postgres, "MIGRATIONS", postgres.MIGRATIONS[:1])
+        released.setattr(postgres, "SCHEMA_VERSION", 1)
+        old = PostgresBackend(DATABASE_URL, schema=postgres_schema)
+        await fill(old, people)
+        await old.aclose()
+    upgraded = PostgresBackend(DATABASE_URL, schema=postgres_schema)
+    local = LocalBackend(tmp_path / "memory.sqlite3")
+    try:
+        ours = await fill(local, people)
+        for person in people:
+            name = str(person["user"])
+            user = await upgraded.find_user(zep_user_id=name)
+            assert user is not None
+            for question in person["questions"]:  # type: ignore[attr-defined]
+                assert await upgraded.get_context(
+                    user=user, query=question["text"], max_chars=4000, timeout=30
+                ) == await local.get_context(
+                    user=ours[name], query=question["text"], max_chars=4000, timeout=30
+                )
+            await upgraded.delete_user(user=user)
+        db = await asyncpg.connect(DATABASE_URL, server_settings={"search_path": postgres_schema})
+        try:
+            versions = await db.fetch("SELECT version FROM schema_migrations ORDER BY 1")
+            assert [r[0] for r in versions] == list(range(1, postgres.SCHEMA_VERSION + 1))
+            assert await db.fetchval("SELECT count(*) FROM postings") == 0
+            assert await db.fetchval("SELECT count(*) FROM term_counts") == 0
+        finally:
+            await db.close()
+    finally:
+        await upgraded.aclose()
+        await local.aclose()
+
+
 async def test_writers_on_many_connections_store_each_message_once(postgres_schema: str) -> None:
     """Eight backends (eight pools: as many machines) send one session's batches at once,
     under one call key and under keys of their own: each message is stored once."""
@@ -180,6 +221,67 @@ async def test_writers_on_many_connections_store_each_message_once(postgres_sche
             await writer.aclose()
 
 
+async def test_a_users_messages_are_numbered_in_the_order_their_writers_commit(
+    postgres_schema: str,
+) -> None:
+    """Synthesis reads a user's messages after a watermark (``user_messages``' cursor): a
+    batch that commits after a later-numbered one would be behind a watermark already
+    read past, and never synthesized. So one user's writers take turns: the later one
+    waits for the earlier one's commit, and numbers its messages after them."""
+    first, second = (PostgresBackend(DATABASE_URL, schema=postgres_schema) for _ in range(2))
+    try:
+        user, _ = await first.ensure_user(zep_user_id="alice")
+        one = await first.create_thread(user=user, idempotency_key="s1")
+        two = await first.create_thread(user=user, idempotency_key="s2")
+        inserted, release = asyncio.Event(), asyncio.Event()
+
+        async def open_batch(db: postgres.Db) -> None:
+            early = said("user", "I moved to Leeds", "e")
+            verdict = postgres._verdict(early.role, early.content, True)
+            await first._insert(db, one, "a", [early], [verdict], ())
+            inserted.set()
+            await release.wait()  # numbered, not yet committed
+
+        held = asyncio.create_task(first._run(open_batch))
+        await inserted.wait()
+        late = asyncio.create_task(
+            second.add_messages(
+                # The assistant's: nothing of the store's statistics to wait for either.
+                thread_uuid=two,
+                messages=[said("assistant", "What is the cat called?", "l")],
+                idempotency_key="b",
+            )
+        )
+        await _committed_or_waiting(late)
+        seen, cursor = await second.user_messages(user=user, after=None, limit=100)
+        release.set()
+        await asyncio.gather(held, late)
+        rest, _ = await second.user_messages(user=user, after=cursor, limit=100)
+        assert sorted(m.content for m in [*seen, *rest]) == [
+            "I moved to Leeds",
+            "What is the cat called?",
+        ]
+    finally:
+        await first.aclose()
+        await second.aclose()
+
+
+async def _committed_or_waiting(write: asyncio.Task[object]) -> None:
+    """Until ``write`` is done or its statement waits for a lock."""
+    db = await asyncpg.connect(DATABASE_URL)
+    try:
+        for _ in range(1000):  # a bound, not a pace: either comes within milliseconds
+            if write.done() or await db.fetchval(
+                "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'afterthought'"
+                " AND wait_event_type = 'Lock'"
+            ):
+                return
+            await asyncio.sleep(0.01)
+        raise AssertionError("the write neither ended nor waited")
+    finally:
+        await db.close()
+
+
 async def test_a_reused_key_with_another_text_is_another_message(store: PostgresBackend) -> None:
     user, _ = await store.ensure_user(zep_user_id="alice")
     thread = await store.create_thread(user=user, idempotency_key="s1")
@@ -205,11 +307,12 @@ async def test_the_first_of_many_processes_migrates_and_an_agent_waits_for_a_wor
         db = await asyncpg.connect(DATABASE_URL)
         try:
             versions = await db.fetch(f'SELECT version FROM "{postgres_schema}".schema_migrations')
-            assert [r[0] for r in versions] == [1]
-            # A release with a second migration: an agent (no upgrade) waits for a worker.
+            released = list(range(1, postgres.SCHEMA_VERSION + 1))
+            assert [r[0] for r in versions] == released
+            # A release with another migration: an agent (no upgrade) waits for a worker.
             added = (*postgres.MIGRATIONS, ("CREATE TABLE later (x integer)",))
             monkeypatch.setattr(postgres, "MIGRATIONS", added)
-            monkeypatch.setattr(postgres, "SCHEMA_VERSION", 2)
+            monkeypatch.setattr(postgres, "SCHEMA_VERSION", len(added))
             agent = PostgresBackend(DATABASE_URL, schema=postgres_schema, upgrade=False)
             with pytest.raises(BackendError) as refused:
                 await agent.find_user(zep_user_id="x")
@@ -218,7 +321,7 @@ async def test_the_first_of_many_processes_migrates_and_an_agent_waits_for_a_wor
             assert await worker.find_user(zep_user_id="x") is None
             assert await agent.find_user(zep_user_id="x") is None
             versions = await db.fetch(f'SELECT version FROM "{postgres_schema}".schema_migrations')
-            assert [r[0] for r in versions] == [1, 2]
+            assert [r[0] for r in versions] == [*released, len(added)]
             await worker.aclose()
             await agent.aclose()
         finally:
@@ -265,11 +368,14 @@ async def test_a_forget_leaves_nothing_of_what_was_forgotten_in_any_row(
     fact = next(f for f in await store.list_facts(user=alice) if f.value == "Quillonby")
     key = await _key_of(postgres_schema, alice.user_uuid)
     lexemes = {_lexeme(key, scoped_stem(w)) for w in words("Quillonby Zanthorpe viaduct")}
+    postings = {str(postgres._posting(lexeme)) for lexeme in lexemes}
+    before = "\n".join(await rows_of_every_table(postgres_schema))
+    assert all(posting in before for posting in postings)  # what is looked for is there
 
     assert await store.delete_memory(user=alice, memory_uuid=fact.uuid)
     rows = "\n".join(await rows_of_every_table(postgres_schema))
     assert "Quillonby" not in rows and "Zanthorpe" not in rows
-    assert not any(lexeme in rows for lexeme in lexemes)
+    assert not any(lexeme in rows for lexeme in lexemes | postings)
     assert "Marrowbone" in rows  # the rest of alice's memory stays
 
     await store.delete_user(user=alice)
@@ -361,8 +467,9 @@ async def _totals(schema: str) -> tuple[int, int]:
 async def test_one_users_query_reads_only_that_users_rows(
     store: PostgresBackend, postgres_schema: str
 ) -> None:
-    """A word every other user says often costs this user's query nothing: the index
-    finds the user's own rows (each user's words are their own lexemes)."""
+    """A word every other user says often costs this user's query nothing: the postings'
+    index finds the user's own rows (each user's words are their own lexemes), in the
+    ranking of the newest matches and of the rarest alike."""
     alice, _ = await store.ensure_user(zep_user_id="alice")
     bob, _ = await store.ensure_user(zep_user_id="bob")
     thread = await store.create_thread(user=bob, idempotency_key="b")
@@ -375,19 +482,29 @@ async def test_one_users_query_reads_only_that_users_rows(
         idempotency_key="x",
     )
     key = await _key_of(postgres_schema, alice.user_uuid)
+    leeds = postgres._posting(_lexeme(key, scoped_stem("leeds")))
     db = await asyncpg.connect(DATABASE_URL, server_settings={"search_path": postgres_schema})
     try:
-        await db.execute("ANALYZE messages")
-        plan = await db.fetchval(
-            "EXPLAIN (ANALYZE, FORMAT JSON) SELECT id FROM messages WHERE terms @@ $1::tsquery",
-            f"'{_lexeme(key, scoped_stem('leeds'))}'",
-        )
+        await db.execute("ANALYZE postings")
+        assert await db.fetchval("SELECT count(*) FROM term_counts WHERE lexeme = $1", leeds) == 0
+        for newest in ([], [0]):
+            plan = await db.fetchval(
+                f"EXPLAIN (ANALYZE, FORMAT JSON) {postgres._RANKED}",
+                *([0], [leeds], [1.0], [True], newest, 5.0, 1000, 20, alice.user_uuid, [], True),
+            )
+            assert "Seq Scan" not in json.dumps(json.loads(plan))
+            nodes = _nodes(json.loads(plan)[0]["Plan"])
+            scans = [n for n in nodes if n.get("Relation Name") == "postings"]
+            assert scans and all(n["Actual Rows"] == 0 for n in scans)
     finally:
         await db.close()
-    top = json.loads(plan)[0]["Plan"]
-    assert top["Actual Rows"] == 0
-    # Found by the GIN index, not by reading bob's rows.
-    assert "messages_terms" in json.dumps(top) and "Seq Scan" not in json.dumps(top)
+
+
+def _nodes(plan: dict[str, object]) -> list[dict[str, object]]:
+    """A plan's nodes, the top one first."""
+    below = plan.get("Plans", [])
+    assert isinstance(below, list)
+    return [plan, *(n for child in below for n in _nodes(child))]
 
 
 def test_a_bad_database_url_is_refused_without_its_password() -> None:

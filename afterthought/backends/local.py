@@ -1038,8 +1038,8 @@ class _Source:
     frequency: dict[str, int] = field(default_factory=dict)
     """Terms counted in this read: each hop asks again for words the last counted."""
 
-    async def lexical(self, terms: Sequence[str]) -> list[int]:
-        return _lexical(self.db, self.user_uuid, terms, self.frequency)
+    async def lexical(self, queries: Sequence[Sequence[str]]) -> list[list[int]]:
+        return [_lexical(self.db, self.user_uuid, terms, self.frequency) for terms in queries]
 
     async def counts(self, terms: Sequence[str]) -> dict[str, int]:
         return _counts(self.db, self.user_uuid, terms, self.frequency)

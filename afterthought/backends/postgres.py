@@ -10,10 +10,13 @@ worker (or the same one after a crash) adds nothing, whatever its timing.
 
 Words are indexed per user: each user has a random key (``users.term_key``), and a
 statement's words are stored as keyed hashes of their stems (``_lexeme``) in a
-``tsvector`` with a GIN index. A term's postings are then one user's rows only: counting
-and ranking cost what that user's history costs, never another user's; and once a user is
-deleted, nothing left in an index page or a WAL segment can be tied to a word of theirs
-(their key went with the row)."""
+``tsvector``, which triggers copy into ``postings``: a B-tree of (lexeme, statement id)
+holding each term's weighted frequency and the statement's length, with each lexeme's
+count in ``term_counts``. A term's postings are then one user's rows only, read by
+index-only scans in id order: counting costs one row a term, ranking the newest matches
+costs what it ranks, and BM25 is computed in the statement that finds the rows, never
+another user's and never a heap row; and once a user is deleted, nothing left in an index
+page or a WAL segment can be tied to a word of theirs (their key went with the row)."""
 
 from __future__ import annotations
 
@@ -55,6 +58,7 @@ from afterthought.backends.local import (
     RECENT,
     RELEVANT,
     REPLIED_WEIGHT,
+    Row,
     _reply_context,
     _Verdict,
     _verdict,
@@ -124,6 +128,44 @@ BEGIN
   RETURN NULL;
 END $$"""
 
+#: The postings of the statements of ``rows`` (a table of messages): each lexeme of its
+#: ``terms`` as a signed 64-bit integer (``_posting``), the statement, the term's frequency
+#: and the statement's length.
+_POSTED = (
+    "SELECT ('x' || t.lexeme)::bit(64)::bigint, r.id, term_frequency(t.weights), r.tokens"
+    " FROM {rows} r, unnest(r.terms) t WHERE r.terms IS NOT NULL"
+)
+
+# The postings follow the statements' words (inserted, re-indexed without the question a
+# reply answered, deleted), each lexeme's count with them; every statement locks the
+# counts in lexeme order, so a write and a forget of one user wait for each other, never
+# deadlock.
+_POSTINGS_FUNCTION = f"""
+CREATE FUNCTION retrieval_postings() RETURNS trigger LANGUAGE plpgsql
+SET search_path FROM CURRENT AS $$
+DECLARE emptied bigint[];
+BEGIN
+  IF TG_OP IN ('UPDATE', 'DELETE') THEN
+    WITH gone AS (
+      DELETE FROM postings p USING (
+        SELECT ('x' || l)::bit(64)::bigint AS lexeme, r.id
+        FROM removed r, unnest(tsvector_to_array(r.terms)) l WHERE r.terms IS NOT NULL) d
+      WHERE p.lexeme = d.lexeme AND p.id = d.id RETURNING p.lexeme),
+    counted AS (
+      INSERT INTO term_counts SELECT lexeme, -count(*) FROM gone GROUP BY 1 ORDER BY 1
+      ON CONFLICT (lexeme) DO UPDATE SET statements = term_counts.statements + excluded.statements
+      RETURNING lexeme, statements)
+    SELECT array_agg(lexeme) INTO emptied FROM counted WHERE statements <= 0;
+    DELETE FROM term_counts WHERE lexeme = ANY(emptied);
+  END IF;
+  IF TG_OP IN ('UPDATE', 'INSERT') THEN
+    WITH made AS (INSERT INTO postings {_POSTED.format(rows="added")} RETURNING lexeme)
+    INSERT INTO term_counts SELECT lexeme, count(*) FROM made GROUP BY 1 ORDER BY 1
+    ON CONFLICT (lexeme) DO UPDATE SET statements = term_counts.statements + excluded.statements;
+  END IF;
+  RETURN NULL;
+END $$"""
+
 #: Versioned migrations, applied in order by the first process that opens the store with
 #: ``upgrade`` (a worker), under an advisory lock, each in the one transaction that records
 #: it. Never edited once released: a change is a new version.
@@ -186,10 +228,52 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         " REFERENCING OLD TABLE AS removed NEW TABLE AS added"
         " FOR EACH STATEMENT EXECUTE FUNCTION retrieval_count()",
     ),
+    (
+        # A term's weighted frequency in a statement, as FTS5 sums it (``local._lexical``):
+        # each occurrence in turn, 1 in the statement (weight A), REPLIED_WEIGHT in the
+        # question it replied to (positions after the statement's own).
+        "CREATE FUNCTION term_frequency(weights text[]) RETURNS double precision"
+        " LANGUAGE plpgsql IMMUTABLE STRICT AS $$ DECLARE tf double precision := 0; w text;"
+        " BEGIN FOREACH w IN ARRAY weights LOOP"
+        f" tf := tf + CASE WHEN w = 'A' THEN 1.0::float8 ELSE {REPLIED_WEIGHT!r}::float8 END;"
+        " END LOOP; RETURN tf; END $$",
+        # Included columns: ranking reads the index alone (an index-only scan).
+        "CREATE TABLE postings (lexeme bigint NOT NULL, id bigint NOT NULL,"
+        " tf double precision NOT NULL, tokens integer NOT NULL,"
+        " PRIMARY KEY (lexeme, id) INCLUDE (tf, tokens))",
+        # An index-only scan reads the heap for rows on pages not yet marked all-visible:
+        # vacuumed after every 20,000 postings (about 1,000 statements), not after a fifth
+        # of the table (by default), so only the newest postings cost a heap read.
+        "ALTER TABLE postings SET (autovacuum_vacuum_insert_threshold = 20000,"
+        " autovacuum_vacuum_insert_scale_factor = 0)",
+        "CREATE TABLE term_counts (lexeme bigint PRIMARY KEY, statements integer NOT NULL)",
+        _POSTINGS_FUNCTION,
+        # The triggers first: their lock waits out writers in flight, and what they commit
+        # later is posted by the triggers.
+        "CREATE TRIGGER postings_added AFTER INSERT ON messages REFERENCING NEW TABLE AS added"
+        " FOR EACH STATEMENT EXECUTE FUNCTION retrieval_postings()",
+        "CREATE TRIGGER postings_removed AFTER DELETE ON messages REFERENCING OLD TABLE AS"
+        " removed FOR EACH STATEMENT EXECUTE FUNCTION retrieval_postings()",
+        "CREATE TRIGGER postings_changed AFTER UPDATE ON messages"
+        " REFERENCING OLD TABLE AS removed NEW TABLE AS added"
+        " FOR EACH STATEMENT EXECUTE FUNCTION retrieval_postings()",
+        f"INSERT INTO postings {_POSTED.format(rows='messages')}",
+        "INSERT INTO term_counts SELECT lexeme, count(*) FROM postings GROUP BY 1",
+        "DROP INDEX messages_terms",
+    ),
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 #: Every table a user's memory is in: vacuumed after a forget.
-TABLES = ("messages", "facts", "idempotency", "threads", "users", "retrieval_totals")
+TABLES = (
+    "messages",
+    "postings",
+    "term_counts",
+    "facts",
+    "idempotency",
+    "threads",
+    "users",
+    "retrieval_totals",
+)
 
 #: Server errors that say the database is not there to use now (their SQLSTATE class).
 _UNAVAILABLE_CLASSES = ("08", "53", "57", "58", "40")
@@ -228,127 +312,293 @@ def _terms(key: bytes, content: str, replied: str | None) -> tuple[int, str]:
     return position, vector
 
 
-def _any_of(lexemes: Sequence[str]) -> str:
-    """A ``tsquery`` (as text) for rows holding any of ``lexemes`` (hex: never an
-    operator)."""
-    return " | ".join(f"'{lexeme}'" for lexeme in lexemes)
+def _posting(lexeme: str) -> int:
+    """A lexeme as ``postings`` and ``term_counts`` hold it: its 64 bits (hex) as a signed
+    integer, as ``('x' || lexeme)::bit(64)::bigint`` reads them."""
+    return int.from_bytes(bytes.fromhex(lexeme), "big", signed=True)
+
+
+def _weight(count: int, hits: int) -> float:
+    """A term's weight in BM25 as FTS5 gives it: its idf among ``count`` statements, a
+    term in more than half of them weighing almost nothing."""
+    idf = math.log((count - hits + 0.5) / (hits + 0.5))
+    return idf if idf > 0 else 1e-6
+
+
+#: A term's statements counted at most (``local._counts``): enough for
+#: ``split_by_frequency`` to decide, and what its weight is computed from.
+COUNTED = 10 * RANKED_ROWS + 1
+
+
+def _bm25(weight: str, mean: str) -> str:
+    """A posting's share of a statement's BM25 for a phrase of ``weight`` (the posting's
+    ``tf`` and ``tokens``; ``mean``: the mean statement length): FTS5's formula as the
+    store has always computed it, operation for operation, so a score is the same double."""
+    k1, b = f"{BM25_K1!r}::float8", f"{BM25_B!r}::float8"
+    return (
+        f"{weight} * tf * {BM25_K1 + 1!r}::float8 / (tf + {k1} * (1 - {b} + {b} * tokens / {mean}))"
+    )
+
+
+#: When a statement was said.
+_SAID = "COALESCE(reference_time, created_at)"
+#: A statement as a block shows it: id, the question it replied to, text, when said.
+_ROW = f"id, replied, content, {_SAID}"
+
+#: The user's (``$1``) facts replaced by a newer one, the newest change first, ``$2`` at
+#: most, of the user's own predicates ``$3`` only when any (``local._replaced``): the
+#: replaced fact's sources, when replaced, the replacing fact's sources.
+_CHANGED_COLUMNS = "old.source_keys, old.invalid_at, new.source_keys"
+_CHANGED = (
+    "FROM facts old JOIN facts new"
+    " ON new.user_uuid = old.user_uuid AND new.subject = old.subject"
+    " AND new.predicate = old.predicate AND new.invalid_at IS NULL"
+    " WHERE old.user_uuid = $1 AND old.invalid_at IS NOT NULL"
+    " AND (cardinality($3::text[]) = 0"
+    " OR (old.subject = 'user' AND old.predicate = ANY($3::text[])))"
+    " ORDER BY old.invalid_at DESC LIMIT $2"
+)
+
+#: The user's (``$1``) rows, for their newest first (``ORDER BY user_uuid DESC, id DESC``),
+#: as a range of one value: so read newest first from the user's index. As an equality it
+#: would leave the planner the table's own order (by id) to read them in, filtered, which it
+#: takes when it guesses that any user has as many of the newest rows as another; a user
+#: whose rows are old would then be found at the end of a walk through all the newer ones.
+_OWN = "user_uuid >= $1 AND user_uuid <= $1"
+
+#: What a block needs of the user (``$1``) before ranking, in one statement: the user's
+#: key (none: no such user), the current facts, the changed ones (``_CHANGED``, ``$2``),
+#: the newest ``$4`` informative statements, the newest ``$5`` statements (the follow-ups'
+#: pool, and the recent ones), and the store's statement and token counts. It also sets,
+#: for the rest of the transaction, that a statement runs on the plan made for it once per
+#: connection: a ranking's plan does not depend on its values (arrays of lexemes), and
+#: planning one afresh costs as much as running it (statements whose plan does depend on
+#: the user, as this one's does, are planned as PostgreSQL chooses).
+_OPENING = f"""
+SELECT (SELECT term_key FROM users WHERE uuid = $1),
+  ARRAY(SELECT ROW(subject, predicate, value, valid_at) FROM facts
+    WHERE user_uuid = $1 AND invalid_at IS NULL ORDER BY importance DESC, valid_at DESC
+    LIMIT 1000),
+  ARRAY(SELECT ROW({_CHANGED_COLUMNS}) {_CHANGED}),
+  ARRAY(SELECT ROW(id, informative) FROM messages
+    WHERE {_OWN} AND eligible AND informative > 0 ORDER BY user_uuid DESC, id DESC LIMIT $4),
+  ARRAY(SELECT ROW({_ROW}) FROM messages
+    WHERE {_OWN} AND eligible ORDER BY user_uuid DESC, id DESC LIMIT $5),
+  (SELECT ROW(sum(statements)::bigint, sum(tokens)::bigint) FROM retrieval_totals),
+  set_config('plan_cache_mode', 'force_generic_plan', true)"""
+
+#: A newest-first query's postings (``q.lexemes``, at most ``COMMON_TERMS``), merged newest
+#: first: each branch a backward scan of the index, read only as far as the merge needs.
+_MERGED = " UNION ALL ".join(
+    f"(SELECT id, {n} AS o, tf, tokens FROM postings WHERE lexeme = q.lexemes[{n}]"
+    " ORDER BY id DESC)"
+    for n in range(1, COMMON_TERMS + 1)
+)
+
+#: The best ``$8`` statements of each of a batch of queries, in one statement. A query's
+#: phrases (``$1``: its number, ``$2``: the lexeme, ``$3``: the term's weight, ``$4``:
+#: whether it selects the rows) are summed in their order (``o``), a phrase given twice
+#: weighing twice; every posting is read from the index alone.
+#:
+#: A query of ``$5`` ranks the newest ``$7`` rows holding any of its terms (ties: the
+#: newer first): its postings merged newest first (a row's in phrase order), each row's
+#: summed as they come (they are neighbours in the merge), the merge stopped at the
+#: ``$7``-th row, and only the best ``$8`` sorted.
+#: The others rank the rows holding a selecting phrase (ties: the older first, as FTS5
+#: walks them), the other phrases' postings read from the oldest of these on, the rows
+#: reaching each row's sum sorted by phrase (cheaper than a sort in each row's sum).
+#: ``OFFSET 0`` keeps each phrase's scan a scan of the index, however few rows the planner
+#: expects of the phrases.
+#:
+#: The rows ranked (the user's eligible statements: ``$9``), and those of ``$10``, come
+#: with the rankings, as ``_ROW``s, and with ``$11`` the counts of the words they hold
+#: (``term_counts``): no statement of its own to read them, nor to count the words the
+#: next rankings are asked for (a hop's terms are the words of a statement ranked here).
+_RANKED = f"""
+WITH phrase AS MATERIALIZED (
+  SELECT * FROM unnest($1::integer[], $2::bigint[], $3::float8[], $4::boolean[])
+  WITH ORDINALITY AS p(query, lexeme, weight, selects, o)),
+picked AS MATERIALIZED (
+  SELECT DISTINCT p.query, t.id FROM phrase p
+  CROSS JOIN LATERAL (SELECT id FROM postings WHERE lexeme = p.lexeme OFFSET 0) t
+  WHERE p.selects AND p.query <> ALL($5::integer[])),
+floor AS (SELECT query, min(id) AS id FROM picked GROUP BY query),
+hit AS (
+  SELECT p.query, t.id, p.o, p.weight, t.tf, t.tokens
+  FROM phrase p JOIN floor f ON f.query = p.query
+  CROSS JOIN LATERAL (SELECT id, tf, tokens FROM postings
+    WHERE lexeme = p.lexeme AND id >= f.id OFFSET 0) t
+  JOIN picked c ON c.query = p.query AND c.id = t.id),
+scored AS (
+  SELECT query, id, sum(share) AS score
+  FROM (SELECT query, id, {_bm25("weight", "$6")} AS share FROM hit ORDER BY query, id, o) s
+  GROUP BY query, id),
+placed AS (
+  SELECT query, id, row_number() OVER (PARTITION BY query ORDER BY score DESC, id) AS place
+  FROM scored),
+newest AS (
+  SELECT query, array_agg(lexeme ORDER BY o) AS lexemes, array_agg(weight ORDER BY o) AS weights
+  FROM phrase WHERE query = ANY($5::integer[]) GROUP BY query),
+ranked AS (
+  SELECT query, array_agg(id ORDER BY place) AS ids FROM placed WHERE place <= $8 GROUP BY query
+  UNION ALL
+  SELECT q.query, ARRAY(
+    SELECT id FROM (
+      SELECT id, sum(share) AS score FROM (
+        SELECT id, o, {_bm25("q.weights[o]", "$6")} AS share
+        FROM ({_MERGED} ORDER BY id DESC, o) m) r
+      GROUP BY id ORDER BY id DESC LIMIT $7) s
+    ORDER BY score DESC, id DESC LIMIT $8)
+  FROM newest q),
+shown AS MATERIALIZED (
+  SELECT id, replied, content, {_SAID} AS said, terms FROM messages
+  WHERE id = ANY(ARRAY(SELECT unnest(ids) FROM ranked) || $10::bigint[])
+    AND user_uuid = $9 AND eligible)
+SELECT ARRAY(SELECT ROW(query, ids) FROM ranked),
+  ARRAY(SELECT ROW(id, replied, content, said) FROM shown),
+  ARRAY(SELECT ROW(w.lexeme, (SELECT statements FROM term_counts WHERE lexeme = w.lexeme))
+    FROM (SELECT DISTINCT ('x' || l)::bit(64)::bigint AS lexeme
+      FROM shown, unnest(tsvector_to_array(terms)) l WHERE $11) w)"""
+
+#: BM25 of the statements ``$3`` for the phrases ``$1`` (weights ``$2``), in their order:
+#: a posting looked up for each statement and phrase.
+_SCORED = f"""
+SELECT id, sum(share) FROM (
+  SELECT t.id, {_bm25("weight", "$4")} AS share
+  FROM unnest($1::bigint[], $2::float8[]) WITH ORDINALITY AS p(lexeme, weight, o)
+  CROSS JOIN unnest($3::bigint[]) AS c(id)
+  JOIN postings t ON t.lexeme = p.lexeme AND t.id = c.id
+  ORDER BY t.id, p.o) s
+GROUP BY id"""
 
 
 @dataclass
 class _Ranker:
     """One read's view of a user's statements (``ranking.StatementSource``): BM25 as FTS5
-    computes it (``local._lexical``), its statistics read once per read."""
+    computes it (``local._lexical``), in the database, over the user's postings; the
+    statistics read once per read."""
 
     db: Db
     user_uuid: str
     key: bytes
     frequency: dict[str, int] = field(default_factory=dict)
     totals: tuple[int, float] | None = None
+    rows: dict[int, tuple[str | None, str, str]] = field(default_factory=dict)
+    """(replied, text, said at) of the user's statements read in this read."""
+    wanted: set[int] = field(default_factory=set)
+    """Statements whose rows the next ranking reads with it."""
+    posted: dict[int, int] | None = None
+    """Lexeme -> statements holding it, of the words of the statements the first ranking
+    ranked (None until then): the hops' terms are counted without asking."""
 
-    def lexeme(self, term: str) -> str:
-        return _lexeme(self.key, scoped_stem(term))
+    def total(self, statements: int | None, tokens: int | None) -> None:
+        """The store's statistics, as read (sums: None for an empty store)."""
+        count = statements or 0
+        self.totals = (count, (tokens or 0) / count if count else 0.0)
+
+    def posting(self, term: str) -> int:
+        return _posting(_lexeme(self.key, scoped_stem(term)))
 
     async def counts(self, terms: Sequence[str]) -> dict[str, int]:
-        """Rows of the user holding each term, counted only as far as decides
-        ``split_by_frequency`` (the user's rows alone: the lexemes are theirs)."""
-        if missing := [t for t in dict.fromkeys(terms) if t not in self.frequency]:
-            rows = await self.db.fetch(
-                "SELECT (SELECT count(*) FROM (SELECT 1 FROM messages"
-                " WHERE terms @@ q::tsquery LIMIT $2) s) FROM unnest($1::text[])"
-                " WITH ORDINALITY AS u(q, o) ORDER BY o",
-                [_any_of([self.lexeme(t)]) for t in missing],
-                10 * RANKED_ROWS + 1,
+        """Rows of the user holding each term, up to ``COUNTED`` (the user's rows alone:
+        the lexemes are theirs); the store's statistics with the first."""
+        if self.posted is not None:
+            for term in terms:
+                if term not in self.frequency and (n := self.posted.get(self.posting(term))):
+                    self.frequency[term] = min(n, COUNTED)
+        missing = [t for t in dict.fromkeys(terms) if t not in self.frequency]
+        if missing or self.totals is None:
+            row = await self.db.fetchrow(
+                "SELECT (SELECT array_agg(coalesce(c.statements, 0) ORDER BY u.o)"
+                " FROM unnest($1::bigint[]) WITH ORDINALITY AS u(lexeme, o)"
+                " LEFT JOIN term_counts c ON c.lexeme = u.lexeme),"
+                " sum(statements)::bigint, sum(tokens)::bigint FROM retrieval_totals",
+                [self.posting(t) for t in missing],
             )
-            self.frequency.update(zip(missing, (int(r[0]) for r in rows), strict=True))
+            assert row is not None  # an aggregate's one row
+            found = row[0] or []
+            self.frequency.update(zip(missing, (min(n, COUNTED) for n in found), strict=True))
+            self.total(row[1], row[2])
         return {term: self.frequency[term] for term in terms}
 
     async def statistics(self) -> tuple[int, float]:
         """The store's statement count and mean statement length (FTS5's, for the file)."""
         if self.totals is None:
-            row = await self.db.fetchrow(
-                "SELECT sum(statements), sum(tokens) FROM retrieval_totals"
-            )
-            count = int(row[0] or 0) if row else 0
-            tokens = int(row[1] or 0) if row else 0
-            self.totals = (count, tokens / count if count else 0.0)
+            await self.counts([])
+        assert self.totals is not None
         return self.totals
 
-    async def scores(
-        self, candidates: str, arguments: Sequence[object], phrases: Sequence[str]
-    ) -> dict[int, float]:
-        """Id -> BM25 of the rows ``candidates`` selects (a query of messages' ``id``,
-        ``tokens`` and ``terms``) for ``phrases`` (terms; one given twice weighs twice, as
-        in an FTS5 expression that names it twice): FTS5's formula and statistics, the
-        question a statement replied to weighing ``REPLIED_WEIGHT``."""
-        lexemes = {term: self.lexeme(term) for term in phrases}
-        rows = await self.db.fetch(
-            f"SELECT c.id, c.tokens, t.lexeme, t.weights FROM ({candidates}) c"
-            " LEFT JOIN LATERAL unnest(c.terms) t ON t.lexeme = ANY($"
-            f"{len(arguments) + 1}::text[])",
-            *arguments,
-            list(set(lexemes.values())),
-        )
-        frequency: dict[int, dict[str, float]] = {}
-        lengths: dict[int, int] = {}
-        for row in rows:
-            found = frequency.setdefault(row["id"], {})
-            lengths[row["id"]] = row["tokens"]
-            if row["lexeme"] is not None:
-                found[row["lexeme"]] = sum(
-                    1.0 if w == "A" else REPLIED_WEIGHT for w in row["weights"]
-                )
+    async def scores(self, ids: Sequence[int], terms: Sequence[str]) -> dict[int, float]:
+        """Id -> BM25 of the statements ``ids`` holding any of ``terms``."""
+        hits = await self.counts(terms)
         count, mean = await self.statistics()
-        hits = await self.counts(list(dict.fromkeys(phrases)))
-        weight = {}
-        for term in phrases:
-            idf = math.log((count - hits[term] + 0.5) / (hits[term] + 0.5))
-            weight[term] = idf if idf > 0 else 1e-6
-        out = {}
-        for message_id, found in frequency.items():
-            length = lengths[message_id]
-            norm = BM25_K1 * (1 - BM25_B + BM25_B * length / mean) if mean else BM25_K1
-            score = 0.0
-            for term in phrases:
-                tf = found.get(lexemes[term], 0.0)
-                score += weight[term] * tf * (BM25_K1 + 1) / (tf + norm)
-            out[message_id] = score
-        return out
+        rows = await self.db.fetch(
+            _SCORED,
+            [self.posting(t) for t in terms],
+            [_weight(count, hits[t]) for t in terms],
+            list(ids),
+            mean,
+        )
+        return {int(r[0]): float(r[1]) for r in rows}
 
-    async def lexical(self, terms: Sequence[str]) -> list[int]:
-        """``local._lexical``: the user's statements ranked by BM25 for the terms, best
-        first, bounded to about ``RANKED_ROWS`` rows whatever the history's length."""
-        frequency = await self.counts(terms)
-        selective, boosts = split_by_frequency(terms, frequency, RANKED_ROWS)
-        if selective:
-            scored = await self.scores(
-                "SELECT id, tokens, terms FROM messages WHERE terms @@ $1::tsquery",
-                [_any_of([self.lexeme(t) for t in selective])],
-                [*selective, *selective, *boosts] if boosts else selective,
-            )
-            # Best first; among equals, as FTS5 walks them: the older first.
-            ranked = sorted(scored, key=lambda i: (-scored[i], i))
-        elif found := sorted((t for t in terms if frequency[t]), key=frequency.__getitem__)[
-            :COMMON_TERMS
-        ]:
-            # The user's matches found by the index first (MATERIALIZED: never a walk of
-            # the whole table's newest rows, another user's among them), then the newest.
-            scored = await self.scores(
-                "WITH hit AS MATERIALIZED (SELECT id FROM messages WHERE terms @@ $1::tsquery)"
-                " SELECT m.id, m.tokens, m.terms FROM (SELECT id FROM hit ORDER BY id DESC"
-                " LIMIT $2) n JOIN messages m ON m.id = n.id",
-                [_any_of([self.lexeme(t) for t in found]), RANKED_ROWS],
-                found,
-            )
-            ranked = sorted(scored, key=lambda i: (-scored[i], -i))  # the newer first
-        else:
-            return []
-        return ranked[:RELEVANT]
+    async def lexical(self, queries: Sequence[Sequence[str]]) -> list[list[int]]:
+        """``local._lexical`` for each of ``queries``, in one statement: the user's
+        statements ranked by BM25 for its terms, best first, bounded to about
+        ``RANKED_ROWS`` rows whatever the history's length."""
+        frequency = await self.counts([t for terms in queries for t in terms])
+        count, mean = await self.statistics()
+        phrases: list[tuple[int, str, bool]] = []
+        newest: list[int] = []
+        for number, terms in enumerate(queries):
+            selective, boosts = split_by_frequency(terms, frequency, RANKED_ROWS)
+            if selective:
+                doubled = [*selective, *selective, *boosts] if boosts else selective
+                phrases += [(number, t, i < 2 * len(selective)) for i, t in enumerate(doubled)]
+            elif found := sorted((t for t in terms if frequency[t]), key=frequency.__getitem__)[
+                :COMMON_TERMS
+            ]:
+                # Every term is common: the user's newest matches are ranked.
+                newest.append(number)
+                phrases += [(number, t, True) for t in found]
+        if not phrases:
+            return [[] for _ in queries]
+        wanted, self.wanted = [i for i in self.wanted if i not in self.rows], set()
+        answer = await self.db.fetchrow(
+            _RANKED,
+            [number for number, _, _ in phrases],
+            [self.posting(t) for _, t, _ in phrases],
+            [_weight(count, frequency[t]) for _, t, _ in phrases],
+            [selects for _, _, selects in phrases],
+            newest,
+            mean,
+            RANKED_ROWS,
+            RELEVANT,
+            self.user_uuid,
+            wanted,
+            self.posted is None,
+        )
+        assert answer is not None  # one row of arrays
+        ranked = {number: list(ids) for number, ids in answer[0]}
+        self.rows.update((r[0], (r[1], r[2], r[3])) for r in answer[1])
+        if self.posted is None:
+            self.posted = dict(answer[2])
+        return [ranked.get(number, []) for number in range(len(queries))]
+
+    async def read(self, ids: Sequence[int]) -> None:
+        """The rows of those of ``ids`` not read yet (and of the ``wanted``)."""
+        if missing := [i for i in dict.fromkeys([*ids, *self.wanted]) if i not in self.rows]:
+            for r in await self.db.fetch(
+                f"SELECT {_ROW} FROM messages WHERE id = ANY($1::bigint[]) AND user_uuid = $2"
+                " AND eligible",
+                missing,
+                self.user_uuid,
+            ):
+                self.rows[r[0]] = (r[1], r[2], r[3])
+        self.wanted = set()
 
     async def contents(self, ids: Sequence[int]) -> dict[int, str]:
-        rows = await self.db.fetch(
-            "SELECT id, content FROM messages WHERE id = ANY($1::bigint[])", list(ids)
-        )
-        return {r[0]: r[1] for r in rows}
+        await self.read(ids)
+        return {i: self.rows[i][1] for i in ids if i in self.rows}
 
     async def dense(self, query: str) -> list[int]:
         return []  # no embeddings here: the lexical rankings alone, as on a local store without
@@ -446,6 +696,10 @@ class PostgresBackend(MemoryBackend):
                 min_size=1,
                 max_size=self.pool_size,
                 server_settings={"search_path": self.schema, "application_name": "afterthought"},
+                # A session is never changed (no SET, LISTEN or session lock): a connection
+                # goes back to the pool without a statement to reset it (an open
+                # transaction is still rolled back).
+                reset=_unchanged,
             )
         except Exception as exc:  # refused, unknown host, bad password, no such database
             raise connect_failure(exc, self.where) from None
@@ -604,30 +858,13 @@ class PostgresBackend(MemoryBackend):
         )
 
         async def work(db: Db) -> str | None:
-            found = await db.fetchrow(
-                "SELECT t.user_uuid, u.graph_uuid, u.term_key FROM threads t JOIN users u"
-                " ON u.uuid = t.user_uuid WHERE t.uuid = $1 FOR SHARE OF t",
-                thread_uuid,
+            user = await self._insert(
+                db, thread_uuid, idempotency_key, messages, verdicts, ignore_roles
             )
-            if not found:
-                raise BackendError("not_found", status=404, code="thread")
-            user = UserRef(found["user_uuid"], found["graph_uuid"])
-            # Another worker's transaction with the same key waits here until it commits
-            # (then this one adds nothing) or rolls back (then this one stores the batch).
-            new = await db.fetchval(
-                "INSERT INTO idempotency VALUES ($1, $2, $3) ON CONFLICT DO NOTHING RETURNING 1",
-                thread_uuid,
-                _id(idempotency_key),
-                _now(),
-            )
-            if new:
-                await self._insert(
-                    db, thread_uuid, user, found["term_key"], messages, verdicts, ignore_roles
-                )
             context = None
             if return_context:
                 query = " ".join(m.content for m in messages if m.role == "user")
-                context = await self._context(db, user, found["term_key"], query, self.max_chars)
+                context = await self._context(db, user, query, self.max_chars)
             check = LAST_CHECK.get()
             if check is not None:  # the worker's lease, checked as late as can be: at commit
                 check()
@@ -639,30 +876,36 @@ class PostgresBackend(MemoryBackend):
         self,
         db: Db,
         thread_uuid: str,
-        user: UserRef,
-        key: bytes,
+        idempotency_key: str,
         messages: Sequence[OutgoingMessage],
         verdicts: Sequence[_Verdict],
         ignore_roles: Sequence[str],
-    ) -> None:
-        """Store a batch in one statement, its eligible statements indexed in it (as
-        ``LocalBackend._insert``); a message whose key the thread holds adds nothing."""
-        before = await db.fetchrow(
-            "SELECT role, content, clean FROM messages WHERE thread_uuid = $1"
-            " ORDER BY id DESC LIMIT 1",
-            thread_uuid,
-        )
-        previous = (before["role"], before["content"], before["clean"]) if before else None
+    ) -> UserRef:
+        """Store a batch once (its call's key) in two statements, its eligible statements
+        indexed in it (as ``LocalBackend._insert``); a message whose key the thread holds
+        adds nothing. The thread's owner, returned, cannot be deleted before commit.
+
+        One user's writers take turns (a lock of the user's, held to commit): ids are
+        numbered as the batches commit, so a reader of the user's messages after an id
+        (synthesis, ``user_messages``) never reads past one still being written."""
         given = [m.metadata.get(MESSAGE_KEY_FIELD) for m in messages]
-        stored = {
-            row["message_key"]: row["content"]
-            for row in await db.fetch(
-                "SELECT message_key, content FROM messages WHERE thread_uuid = $1"
-                " AND message_key = ANY($2::text[])",
-                thread_uuid,
-                [str(k) for k in given if k is not None],
-            )
-        }
+        found = await db.fetchrow(
+            "SELECT t.user_uuid, u.graph_uuid, u.term_key,"
+            " pg_advisory_xact_lock(hashtextextended('afterthought.messages:' || t.user_uuid, 0)),"
+            " (SELECT ROW(role, content, clean)"
+            " FROM messages WHERE thread_uuid = $1 ORDER BY id DESC LIMIT 1),"
+            " ARRAY(SELECT ROW(message_key, content) FROM messages WHERE thread_uuid = $1"
+            " AND message_key = ANY($2::text[]))"
+            " FROM threads t JOIN users u ON u.uuid = t.user_uuid WHERE t.uuid = $1"
+            " FOR SHARE OF t",
+            thread_uuid,
+            [str(k) for k in given if k is not None],
+        )
+        if not found:
+            raise BackendError("not_found", status=404, code="thread")
+        user = UserRef(found[0], found[1])
+        previous: tuple[str, str, bool] | None = found[4]
+        stored = dict(found[5])
         rows: list[tuple[object, ...]] = []
         for m, verdict, message_key in zip(messages, verdicts, given, strict=True):
             replied = _reply_context(previous) if verdict.eligible else None
@@ -674,7 +917,7 @@ class PostgresBackend(MemoryBackend):
                 # Another text under a stored key is another message (local._stored_key).
                 if stored.get(message_key, m.content) != m.content:
                     message_key = f"{message_key}#{checksum(m.content)}"
-            tokens, terms = _terms(key, m.content, replied) if verdict.eligible else (0, None)
+            tokens, terms = _terms(found[2], m.content, replied) if verdict.eligible else (0, None)
             rows.append(
                 (
                     str(uuid.uuid4()),
@@ -694,20 +937,31 @@ class PostgresBackend(MemoryBackend):
                     terms,
                 )
             )
+        # The call's key first: another worker's transaction with the same key waits here
+        # until it commits (then this one adds nothing) or rolls back (then this one stores
+        # the batch).
         await db.execute(
-            "INSERT INTO messages (uuid, thread_uuid, message_key, role, name, content,"
+            "WITH new AS (INSERT INTO idempotency VALUES ($1, $3, $4) ON CONFLICT DO NOTHING"
+            " RETURNING 1)"
+            " INSERT INTO messages (uuid, thread_uuid, message_key, role, name, content,"
             " metadata, reference_time, ingested, created_at, user_uuid, clean, eligible,"
             " informative, replied, tokens, terms)"
             " SELECT u, $1, k, r, n, c, md, rt, i, ca, $2, cl, e, inf, rp, tk, tv::tsvector"
-            " FROM unnest($3::text[], $4::text[], $5::text[], $6::text[], $7::text[],"
-            " $8::text[], $9::text[], $10::boolean[], $11::text[], $12::boolean[],"
-            " $13::boolean[], $14::integer[], $15::text[], $16::integer[], $17::text[])"
+            " FROM unnest($5::text[], $6::text[], $7::text[], $8::text[], $9::text[],"
+            " $10::text[], $11::text[], $12::boolean[], $13::text[], $14::boolean[],"
+            " $15::boolean[], $16::integer[], $17::text[], $18::integer[], $19::text[])"
             " WITH ORDINALITY AS b(u, k, r, n, c, md, rt, i, ca, cl, e, inf, rp, tk, tv, o)"
+            " WHERE EXISTS (SELECT FROM new)"
             " ORDER BY o ON CONFLICT (thread_uuid, message_key) DO NOTHING",
             thread_uuid,
             user.user_uuid,
-            *(list(column) for column in zip(*rows, strict=True)),
+            _id(idempotency_key),
+            _now(),
+            *(list(column) for column in zip(*rows, strict=True))
+            if rows
+            else ([] for _ in range(15)),
         )
+        return user
 
     async def remove_copy(self, *, thread_uuid: str, copy: LateCopy, last_chance: bool) -> str:
         """Deleted (as on the local store)."""
@@ -780,10 +1034,7 @@ class PostgresBackend(MemoryBackend):
         template_uuid: str | None = None,
     ) -> str:
         async def work(db: Db) -> str:
-            key = await db.fetchval("SELECT term_key FROM users WHERE uuid = $1", user.user_uuid)
-            if key is None:
-                return ""
-            return await self._context(db, user, key, query, max_chars, template_uuid)
+            return await self._context(db, user, query, max_chars, template_uuid)
 
         return await self._read(work, timeout)
 
@@ -800,80 +1051,45 @@ class PostgresBackend(MemoryBackend):
         self,
         db: Db,
         user: UserRef,
-        key: bytes,
         query: str,
         max_chars: int,
         template_uuid: str | None = None,
     ) -> str:
-        facts = [
-            (statement(r[0], r[1], r[2]), r[3])
-            for r in await db.fetch(
-                "SELECT subject, predicate, value, valid_at FROM facts WHERE user_uuid = $1"
-                " AND invalid_at IS NULL ORDER BY importance DESC, valid_at DESC LIMIT 1000",
-                user.user_uuid,
-            )
-        ]
+        """The user's block for ``query`` (nothing when there is no such user)."""
+        opening = await db.fetchrow(
+            _OPENING, user.user_uuid, CHANGED_FACTS, [], INFORMATIVE_POOL, FOLLOW_UP_POOL
+        )
+        if opening is None or opening[0] is None:
+            return ""
+        facts = [(statement(r[0], r[1], r[2]), r[3]) for r in opening[1]]
         if template_uuid is None:
-            ranker = _Ranker(db, user.user_uuid, key)
-            statements = await self._statements(ranker, query, limit=None)
+            ranker = _Ranker(db, user.user_uuid, opening[0])
+            ranker.total(*opening[5])
+            statements = await self._statements(ranker, opening, query)
             return render_block(fact_lines(facts), statements, max_chars)
         found = await db.fetchval("SELECT template FROM templates WHERE uuid = $1", template_uuid)
         if found is None:
             raise BackendError("not_found", status=404, code="template")
         return render_template(found, facts, max_chars, self.name)
 
-    async def _statements(
-        self, ranker: _Ranker, query: str, limit: int | None, *, fill: bool = True
-    ) -> list[Statement]:
-        """``LocalBackend._statements``."""
-        db, user_uuid = ranker.db, ranker.user_uuid
-        replaced = await _replaced(db, user_uuid)
-        informative = informative_order(
-            [
-                (r[0], r[1])
-                for r in await db.fetch(
-                    "SELECT id, informative FROM messages WHERE user_uuid = $1 AND eligible"
-                    " AND informative > 0 ORDER BY id DESC LIMIT $2",
-                    user_uuid,
-                    INFORMATIVE_POOL,
-                )
-            ]
-        )
-        recent = (
-            [
-                r[0]
-                for r in await db.fetch(
-                    "SELECT id FROM messages WHERE user_uuid = $1 AND eligible"
-                    " ORDER BY id DESC LIMIT $2",
-                    user_uuid,
-                    RECENT,
-                )
-            ]
-            if fill
-            else []
-        )
-        ranked = [*await ranking.relevant(ranker, query), *replaced, *informative, *recent]
-        ids = list(dict.fromkeys(ranked))
+    @staticmethod
+    async def _statements(ranker: _Ranker, opening: asyncpg.Record, query: str) -> list[Statement]:
+        """``LocalBackend._statements`` for a block, from what ``_OPENING`` read: the rows
+        of the informative and the changed statements are read with the first ranking."""
+        replaced = await _changed_statements(ranker.db, ranker.user_uuid, opening[2])
+        informative = informative_order([(r[0], r[1]) for r in opening[3]])
+        pool = {r[0]: (r[1], r[2], r[3]) for r in opening[4]}
+        ranker.rows.update(pool)
+        ranker.wanted.update([*replaced, *informative])
+        recent = list(pool)[:RECENT]
+        relevant = await ranking.relevant(ranker, query)
+        ids = list(dict.fromkeys([*relevant, *replaced, *informative, *recent]))
         if not ids:
             return []
-        columns = "SELECT id, replied, content, COALESCE(reference_time, created_at) FROM messages"
-        rows = {
-            r[0]: (r[1], r[2], r[3])
-            for r in await db.fetch(
-                f"{columns} WHERE id = ANY($1::bigint[]) AND user_uuid = $2 AND eligible",
-                ids,
-                user_uuid,
-            )
-        }
-        rows.update(
-            (r[0], (r[1], r[2], r[3]))
-            for r in await db.fetch(
-                f"{columns} WHERE user_uuid = $1 AND eligible ORDER BY id DESC LIMIT $2",
-                user_uuid,
-                FOLLOW_UP_POOL,
-            )
-        )
-        return assemble_statements(ids, rows, replaced, limit)
+        await ranker.read(ids)
+        # The candidates' rows, and the user's newest statements as the follow-ups' pool.
+        rows = {i: ranker.rows[i] for i in ids if i in ranker.rows} | pool
+        return assemble_statements(ids, rows, replaced, None)
 
     async def search(
         self, *, graph_uuid: str, request: SearchRequest, timeout: float
@@ -889,7 +1105,7 @@ class PostgresBackend(MemoryBackend):
                 return []
             if request.scope == "context":
                 ref = UserRef(user["uuid"], graph_uuid)
-                text = await self._context(db, ref, user["term_key"], request.query, self.max_chars)
+                text = await self._context(db, ref, request.query, self.max_chars)
                 return [SearchHit(uuid="context", text=text)] if text else []
             if request.scope == "edges":
                 rows = await db.fetch(
@@ -909,13 +1125,11 @@ class PostgresBackend(MemoryBackend):
     async def _said(ranker: _Ranker, query: str, limit: int) -> list[SearchHit]:
         """``LocalBackend._said`` (without dense recall)."""
         terms = query_terms(query)
-        ranked = await ranker.lexical(terms)
+        (ranked,) = await ranker.lexical([terms])
         if not ranked:
             return []
-        found = await ranker.scores(
-            "SELECT id, tokens, terms FROM messages WHERE id = ANY($1::bigint[])", [ranked], terms
-        )
-        scores = {message_id: match_score(bm25) for message_id, bm25 in found.items()}
+        found = await ranker.scores(ranked, terms)
+        scores = {message_id: match_score(found.get(message_id, 0.0)) for message_id in ranked}
         rows = await ranker.db.fetch(
             "SELECT id, uuid, content, COALESCE(reference_time, created_at) FROM messages"
             " WHERE id = ANY($1::bigint[]) AND user_uuid = $2 AND eligible",
@@ -1168,6 +1382,10 @@ class PostgresBackend(MemoryBackend):
             await held.pool.close()
 
 
+async def _unchanged(db: asyncpg.Connection[asyncpg.Record]) -> None:
+    """What a connection needs before another use: nothing (see ``_open``)."""
+
+
 @dataclass
 class _LoopPool:
     pool: asyncpg.Pool | None = None
@@ -1179,17 +1397,16 @@ async def _replaced(
 ) -> dict[int, str | None]:
     """``local._replaced``."""
     changed = await db.fetch(
-        "SELECT old.source_keys, old.invalid_at, new.source_keys FROM facts old JOIN facts new"
-        " ON new.user_uuid = old.user_uuid AND new.subject = old.subject"
-        " AND new.predicate = old.predicate AND new.invalid_at IS NULL"
-        " WHERE old.user_uuid = $1 AND old.invalid_at IS NOT NULL"
-        " AND (cardinality($3::text[]) = 0"
-        " OR (old.subject = 'user' AND old.predicate = ANY($3::text[])))"
-        " ORDER BY old.invalid_at DESC LIMIT $2",
-        user_uuid,
-        CHANGED_FACTS,
-        list(predicates),
+        f"SELECT {_CHANGED_COLUMNS} {_CHANGED}", user_uuid, CHANGED_FACTS, list(predicates)
     )
+    return await _changed_statements(db, user_uuid, changed)
+
+
+async def _changed_statements(
+    db: Db, user_uuid: str, changed: Sequence[Row]
+) -> dict[int, str | None]:
+    """The statements of the changes ``changed`` (``_CHANGED``'s rows), as
+    ``local._replaced`` gives them."""
     keys = changed_keys([(r[0], r[1], r[2]) for r in changed])
     if not keys:
         return {}

@@ -29,7 +29,7 @@ T = TypeVar("T")
 RELEVANT_HOPS = 2
 #: The oldest statements on its topic a question about before a change is offered first.
 OLDEST = 3
-#: A word in at most this many of the user's statements links them (``rare_hop``).
+#: A word in at most this many of the user's statements links them (``rare_terms``).
 RARE = 3
 #: Statements of changed facts a question about before a change is offered at most: the
 #: old and the new value of its topic's latest two changes.
@@ -39,8 +39,10 @@ CHANGE_STATEMENTS = 4
 class StatementSource(Protocol):
     """One read's view of one user's eligible statements."""
 
-    async def lexical(self, terms: Sequence[str]) -> list[int]:
-        """The statements ranked by BM25 for ``terms``, best first (``local._lexical``)."""
+    async def lexical(self, queries: Sequence[Sequence[str]]) -> list[list[int]]:
+        """For each of ``queries`` (terms), the statements ranked by BM25 for its terms,
+        best first (``local._lexical``): rankings that do not wait on each other are asked
+        together, in one question to the store."""
         ...
 
     async def counts(self, terms: Sequence[str]) -> dict[str, int]:
@@ -88,23 +90,27 @@ async def relevant(source: StatementSource, query: str) -> list[int]:
     The question's own names anchor hops too: the best statements naming them ("the
     restaurant Mbali recommended": "Mbali swears by Dosa Palace") start a hop of their own,
     however common the question's other words make them rank, and a hop by their rare
-    words as well (``rare_hop``). For a question about before a change, the statements its
-    topic's facts changed by come right after the best (``changes``: "the weather here in
-    Accra…", then "we've settled into Kraków", though neither shares a word with "where
+    words as well (``rare_terms``). For a question about before a change, the statements
+    its topic's facts changed by come right after the best (``changes``: "the weather here
+    in Accra…", then "we've settled into Kraków", though neither shares a word with "where
     did I live before the move?"), then the oldest statements on its topic: the newer
     ones, and the hops from them, crowd out what was said before the thing changed."""
-    first, earliest = await ranked(source, query)
+    first, earliest, anchors = await ranked(source, query)
     best = first[:HOP_FROM]
     if not best:
         return first
-    anchors = await source.lexical(names) if (names := question_names(query)) else []
     starts = list(dict.fromkeys([*best, *anchors[:HOP_FROM]]))
     texts = await source.contents(starts)
+    found = [m for m in starts if m in texts]
+    anchored = [m for m in found if m in anchors[:HOP_FROM]]
+    hops = [hop_terms([texts[m]], query) for m in found]
+    rare = await rare_terms(source, [texts[m] for m in anchored], query, hops)
+    hopped = await source.lexical([*hops, *rare])
+    from_rare = dict(zip(anchored, hopped[len(found) :], strict=True))
     second: list[int] = []
-    for message_id in (m for m in starts if m in texts):
-        second += (await source.lexical(hop_terms([texts[message_id]], query)))[:RELEVANT_HOPS]
-        if message_id in anchors[:HOP_FROM]:
-            second += (await rare_hop(source, texts[message_id], query))[:RELEVANT_HOPS]
+    for message_id, hop in zip(found, hopped[: len(found)], strict=True):
+        second += hop[:RELEVANT_HOPS]
+        second += from_rare.get(message_id, [])[:RELEVANT_HOPS]
     # Advice must respect what limits the user ("what should I pack for a winter hike?":
     # "the Raynaud's is bad this week"), though the question names none of it.
     limits = await source.constraints() if asks_advice(query) else []
@@ -126,30 +132,36 @@ async def changes(source: StatementSource, query: str) -> list[int]:
     return out[:CHANGE_STATEMENTS]
 
 
-async def rare_hop(source: StatementSource, text: str, query: str) -> list[int]:
-    """The statements sharing with ``text`` a word the user rarely says (in at most
-    ``RARE`` statements, ``text`` one of them) that ``query`` does not hold: "a pastime
+async def rare_terms(
+    source: StatementSource, texts: Sequence[str], query: str, hops: Sequence[Sequence[str]]
+) -> list[list[str]]:
+    """For each of ``texts``, its words the user rarely says (in at most ``RARE``
+    statements, the text one of them) that ``query`` does not hold, to hop by: "a pastime
     Jia and I share" finds "Jia is into bouldering", whose "bouldering" finds "I started
-    bouldering" (no name, no relation links the two)."""
+    bouldering" (no name, no relation links the two). Counted in one question, with the
+    terms of ``hops`` (ranked next)."""
     asked = set(query_terms(query))
-    words = [t for t in query_terms(text) if t not in asked]
-    rare = [t for t, n in (await source.counts(words)).items() if 1 < n <= RARE]
-    return await source.lexical(rare) if rare else []
+    words = [[t for t in query_terms(text) if t not in asked] for text in texts]
+    counts = await source.counts([t for terms in [*words, *hops] for t in terms])
+    return [[t for t in dict.fromkeys(terms) if 1 < counts[t] <= RARE] for terms in words]
 
 
-async def ranked(source: StatementSource, query: str) -> tuple[list[int], list[int]]:
+async def ranked(source: StatementSource, query: str) -> tuple[list[int], list[int], list[int]]:
     """The question ranked three ways, fused: BM25 over its own words, BM25 over the words
     its topic is said in (``expansion_terms``; the newer first for a question about now),
-    and the dense ranking; and, for a question about before a change (``asks_before``),
-    the oldest ``OLDEST`` statements on its topic."""
-    lexical = await source.lexical(question_terms(query))
+    and the dense ranking; for a question about before a change (``asks_before``), the
+    oldest ``OLDEST`` statements on its topic; and, asked with them, BM25 over the
+    question's names alone (``relevant``'s anchors)."""
+    expansion = expansion_terms(query)
+    lexical, said, anchors = await source.lexical(
+        [question_terms(query), expansion, question_names(query)]
+    )
     earliest: list[int] = []
-    if expansion := expansion_terms(query):
-        said = await source.lexical(expansion)
+    if expansion:
         # "Where do I work now?": of the statements on the topic, the newer first.
         newest = sorted(said, reverse=True) if asks_now(query) else []
         lexical = fuse([lexical, said, newest])
         earliest = sorted(said)[:OLDEST] if asks_before(query) else []
     if query.strip() and (dense := await source.dense(query)):
         lexical = fuse([lexical, dense])
-    return lexical, earliest
+    return lexical, earliest, anchors
