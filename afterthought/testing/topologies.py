@@ -773,13 +773,16 @@ class ClusterSet(_Topology):
 
     def restart(self, port: int, timeout: float = 20) -> None:
         """Start a killed node again on ``port`` with its cluster config (a replaced master
-        comes back as a replica of its successor); return once the cluster is healthy."""
+        comes back as a replica of its successor); return once the cluster is healthy: with
+        every node running again, once every master has its replica (a node's view names
+        the returned one a replica some gossip rounds after it answers as healthy)."""
         deadline = time.monotonic() + timeout
         self._respawn(port)
         self._wait_up([port], deadline)
+        whole = self._replicas > 0 and set(self._procs) == set(self._ports)
         self._wait(
             f"the cluster did not take the restarted node {port} back",
-            lambda: self._health_problem(with_replicas=False),
+            lambda: self._health_problem(with_replicas=whole),
             deadline,
             logs=[port],
         )
